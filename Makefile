@@ -1,0 +1,33 @@
+# Every target installs what it needs into .venv by itself.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install chat test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[local,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+chat: $(STAMP)
+	$(BIN)/arxivscout chat
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/context_latency.py
+	$(BIN)/python bench/ingest_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

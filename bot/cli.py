@@ -1,0 +1,44 @@
+"""The `arxivscout` command: one sub-command module per job, errors printed as one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+
+from bot.commands import context_cmd, ingest_cmd, memory_cmd, redis_cmd
+from bot.errors import USER_ERRORS
+
+COMMANDS = [redis_cmd, ingest_cmd, memory_cmd, context_cmd]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arxivscout",
+        description="ArxivScout: a memory-aware research assistant for arXiv papers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable = args.handler
+    try:
+        result = handler(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except USER_ERRORS as exc:
+        print(f"arxivscout: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Options and helpers that several sub-commands share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from bot.config import Settings
+from bot.runtime import open_memory
+from memory.manager import MemoryManager
+
+DEFAULT_TENANT = "local"
+
+
+def add_tenant(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tenant", default=DEFAULT_TENANT, help="team memory to use (default: local)"
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+@asynccontextmanager
+async def memory_session(settings: Settings | None = None) -> AsyncIterator[MemoryManager]:
+    memory = await open_memory(settings or Settings.from_env())
+    try:
+        yield memory
+    finally:
+        await memory.close()
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))

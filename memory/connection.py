@@ -1,0 +1,80 @@
+"""Connecting to Redis, and refusing one that lacks the Query Engine or JSON."""
+
+from __future__ import annotations
+
+import redis.asyncio as aredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+MIN_SEARCH_VERSION = 20400  # RediSearch 2.4: vector similarity search
+
+WHAT_WORKS = (
+    "ArxivScout needs Redis with the Query Engine (vector search) and JSON. These work: "
+    "Redis 8 or newer, Redis Stack 7.2+, Redis Cloud (any plan). These do not: Heroku Key-Value "
+    "Store, Upstash, plain Redis 7 or older without modules. Or unset REDIS_URL to use the "
+    "embedded Redis that ArxivScout starts itself."
+)
+
+
+class RedisCapabilityError(RuntimeError):
+    """The Redis at REDIS_URL cannot hold ArxivScout's memory."""
+
+
+def _redact(url: str) -> str:
+    if "@" in url:
+        scheme, rest = url.split("://", 1) if "://" in url else ("redis", url)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def check_capabilities(client: aredis.Redis) -> None:
+    """Probe for FT.* and JSON.* commands; MODULE LIST is not allowed everywhere."""
+    try:
+        modules = await client.module_list()
+    except ResponseError:
+        modules = []
+    versions = {}
+    for module in modules:
+        fields = {_text(k): _text(v) for k, v in module.items()}
+        versions[str(fields.get("name", "")).lower()] = int(fields.get("ver") or 0)
+    search_version = versions.get("search") or versions.get("searchlight")
+    if search_version and search_version < MIN_SEARCH_VERSION:
+        raise RedisCapabilityError(
+            f"The Redis search module is version {search_version}, older than 2.4 "
+            f"(no vector search). {WHAT_WORKS}"
+        )
+    missing = []
+    for name, command in (
+        ("the Query Engine (FT.*)", ["FT._LIST"]),
+        ("JSON (JSON.*)", ["JSON.TYPE", "arxivscout:probe"]),
+    ):
+        try:
+            await client.execute_command(*command)
+        except ResponseError as exc:
+            if "unknown" in str(exc).lower():
+                missing.append(name)
+            else:
+                raise
+    if missing:
+        raise RedisCapabilityError(f"This Redis lacks {' and '.join(missing)}. {WHAT_WORKS}")
+
+
+async def connect(url: str, check: bool = True) -> aredis.Redis:
+    """A client for `url`, checked for the modules ArxivScout needs."""
+    client = aredis.from_url(url, max_connections=64, health_check_interval=30)
+    try:
+        await client.ping()
+    except (RedisConnectionError, OSError) as exc:
+        await client.aclose()
+        raise RedisCapabilityError(f"Cannot reach Redis at {_redact(url)}: {exc}") from exc
+    if check:
+        try:
+            await check_capabilities(client)
+        except BaseException:
+            await client.aclose()
+            raise
+    return client

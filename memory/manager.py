@@ -1,0 +1,48 @@
+"""The Memory Manager: the seven stores over one Redis connection and one embedder."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from memory.embeddings import Embedder
+from memory.stores.base import VectorStore
+from memory.stores.conversation import ConversationStore
+from memory.stores.entity import EntityStore
+from memory.stores.knowledge_base import KnowledgeBase
+from memory.stores.summary import SummaryStore
+from memory.stores.tool_log import ToolLogStore
+from memory.stores.toolbox import ToolboxStore
+from memory.stores.workflow import WorkflowStore
+
+
+class MemoryManager:
+    """Owns the stores; `open()` creates or checks their indexes."""
+
+    def __init__(self, redis: Redis, embedder: Embedder, model: str = "gpt-5-mini") -> None:
+        self.redis = redis
+        self.embedder = embedder
+        self.model = model
+        self.conversation = ConversationStore(redis)
+        self.knowledge_base = KnowledgeBase(redis, embedder)
+        self.workflows = WorkflowStore(redis, embedder)
+        self.toolbox = ToolboxStore(redis, embedder)
+        self.entities = EntityStore(redis, embedder)
+        self.summaries = SummaryStore(redis)
+        self.tool_logs = ToolLogStore(redis)
+
+    @property
+    def vector_stores(self) -> list[VectorStore]:
+        return [self.knowledge_base, self.workflows, self.toolbox, self.entities]
+
+    async def open(self) -> MemoryManager:
+        await asyncio.gather(*(store.open() for store in self.vector_stores))
+        return self
+
+    async def reindex(self) -> dict[str, int]:
+        """Re-embed every vector store with the configured embedder."""
+        return {store.index_name(): await store.reindex() for store in self.vector_stores}
+
+    async def close(self) -> None:
+        await self.redis.aclose()

@@ -1,0 +1,128 @@
+"""Entity memory: the people, organisations, systems and papers a team's threads mention.
+
+One record per (tenant, name); a new mention of a known name merges its description in.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memory.keys import validate_tenant
+from memory.stores.base import Segment, VectorStore, decode
+
+MAX_DESCRIPTION = 1000
+
+
+@dataclass
+class Entity:
+    name: str
+    type: str
+    description: str
+
+    def line(self) -> str:
+        return f"{self.name} ({self.type}): {self.description}"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"\s+", " ", name.strip().lower())
+
+
+def merge_descriptions(old: str, new: str) -> str:
+    """Keep what was known and add what is new, without repeating a sentence."""
+    if not old:
+        return new[:MAX_DESCRIPTION]
+    if not new or new.lower() in old.lower():
+        return old
+    return f"{old} {new}"[-MAX_DESCRIPTION:]
+
+
+class EntityStore(VectorStore):
+    SCHEMA = {
+        "index": {"name": "arxivscout_entity", "prefix": "arxivscout:entity"},
+        "fields": [
+            {"name": "tenant", "type": "tag"},
+            {"name": "name", "type": "text"},
+            {"name": "type", "type": "tag"},
+            {"name": "description", "type": "text"},
+            {"name": "updated_at", "type": "numeric", "attrs": {"sortable": True}},
+        ],
+    }
+    FIELDS = ["name", "type", "description"]
+
+    def embedding_text(self, record: dict[str, Any]) -> str:
+        return Entity(
+            record.get("name", ""), record.get("type", ""), record.get("description", "")
+        ).line()
+
+    def key(self, tenant: str, name: str) -> str:
+        return f"{self.prefix()}:{validate_tenant(tenant)}:{_slug(name)}"
+
+    async def get(self, tenant: str, name: str) -> Entity | None:
+        row = await self.redis.hmget(self.key(tenant, name), self.FIELDS)
+        if row[0] is None:
+            return None
+        return Entity(*(decode(v) or "" for v in row))
+
+    async def upsert(self, tenant: str, entities: list[Entity]) -> list[Entity]:
+        """Write entities, merging each with the stored one of the same name."""
+        merged: dict[str, Entity] = {}
+        for entity in entities:
+            name = entity.name.strip()
+            if not name:
+                continue
+            slug = _slug(name)
+            known = merged.get(slug) or await self.get(tenant, name)
+            if known:
+                entity = Entity(
+                    known.name,
+                    known.type or entity.type,
+                    merge_descriptions(known.description, entity.description.strip()),
+                )
+            merged[slug] = Entity(
+                entity.name.strip(),
+                entity.type.strip().lower() or "other",
+                entity.description.strip(),
+            )
+        if not merged:
+            return []
+        items = list(merged.values())
+        vectors = await self.embedder.embed([e.line() for e in items])
+        now = time.time()
+        await self._write(
+            (
+                self.key(tenant, e.name),
+                {
+                    "tenant": tenant,
+                    "name": e.name,
+                    "type": e.type,
+                    "description": e.description,
+                    "updated_at": now,
+                },
+                v,
+            )
+            for e, v in zip(items, vectors, strict=True)
+        )
+        return items
+
+    async def similar(self, tenant: str, vector: np.ndarray, k: int = 5) -> list[Entity]:
+        rows = await self._nearest(tenant, vector, k, self.FIELDS)
+        return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
+
+    async def all(self, tenant: str, limit: int = 200) -> list[Entity]:
+        rows = await self._list(tenant, self.FIELDS, limit, sort_by="updated_at")
+        return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
+
+    @staticmethod
+    def segment(entities: list[Entity]) -> Segment:
+        return Segment(
+            name="Entity",
+            description="people, organisations, systems and papers that came up in this team's threads.",
+            usage="use them to tell apart names and references; they are background, not sources to cite.",
+            items=[e.line() for e in entities],
+            empty_note="(no related entities)",
+        )

@@ -1,0 +1,341 @@
+"""Knowledge base memory: passages of papers, shared by a tenant, found by hybrid search.
+
+Hybrid search runs a vector KNN query and a BM25 full-text query side by side (both with the
+tenant and metadata filters) and fuses their rankings with reciprocal rank fusion: exact terms
+(model names, acronyms) and paraphrases both find their passages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from redisvl.query import TextQuery
+from redisvl.query.filter import FilterExpression, Num, Tag
+
+from memory.keys import papers_key, validate_tenant
+from memory.stores.base import Segment, VectorStore, decode
+
+RRF_K = 60
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "about",
+        "any",
+        "all",
+        "also",
+        "get",
+        "give",
+        "me",
+        "please",
+        "paper",
+        "papers",
+        "tell",
+        "show",
+        "find",
+    ]
+)
+_ARXIV_ID = re.compile(r"^(\d{4}\.\d{4,5}|[a-z\-]+(\.[A-Z]{2})?/\d{7})(v\d+)?$")
+
+
+def base_arxiv_id(arxiv_id: str) -> str:
+    """`2310.08560v2` -> `2310.08560`: a paper is one paper whatever its version."""
+    return re.sub(r"v\d+$", "", arxiv_id.strip())
+
+
+def is_arxiv_id(text: str) -> bool:
+    return bool(_ARXIV_ID.match(text.strip()))
+
+
+@dataclass
+class Paper:
+    """A paper's metadata as the knowledge base keeps it."""
+
+    arxiv_id: str
+    title: str
+    authors: list[str] = field(default_factory=list)
+    published: str = ""  # ISO date
+    categories: list[str] = field(default_factory=list)
+    abstract: str = ""
+    url: str = ""
+    source: str = ""  # "arxiv", "pdf", "unarxive"
+
+    @property
+    def year(self) -> int | None:
+        return int(self.published[:4]) if self.published[:4].isdigit() else None
+
+    @property
+    def link(self) -> str:
+        return self.url or f"https://arxiv.org/abs/{self.arxiv_id}"
+
+
+@dataclass
+class Chunk:
+    text: str
+    section: str = ""
+    index: int = 0
+
+
+@dataclass
+class Passage:
+    """A knowledge-base hit."""
+
+    arxiv_id: str
+    title: str
+    section: str
+    chunk_index: int
+    content: str
+    url: str
+    year: int | None
+    score: float
+
+    def cite(self) -> str:
+        return f"[arXiv:{self.arxiv_id}] {self.title} — {self.url}"
+
+
+class KnowledgeBase(VectorStore):
+    SCHEMA = {
+        "index": {"name": "arxivscout_kb", "prefix": "arxivscout:kb"},
+        "fields": [
+            {"name": "tenant", "type": "tag"},
+            {"name": "arxiv_id", "type": "tag"},
+            {"name": "title", "type": "text", "attrs": {"weight": 2.0}},
+            {"name": "authors", "type": "tag", "attrs": {"separator": "|"}},
+            {"name": "categories", "type": "tag", "attrs": {"separator": "|"}},
+            {"name": "year", "type": "numeric"},
+            {"name": "chunk_index", "type": "numeric"},
+            {"name": "content", "type": "text"},
+        ],
+    }
+    RETURN_FIELDS = ["arxiv_id", "title", "section", "chunk_index", "content", "url", "year"]
+
+    def embedding_text(self, record: dict[str, Any]) -> str:
+        return record.get("content", "")
+
+    @staticmethod
+    def chunk_key(tenant: str, arxiv_id: str, index: int) -> str:
+        return f"arxivscout:kb:{validate_tenant(tenant)}:{arxiv_id}:{index}"
+
+    # -- papers ------------------------------------------------------------------------------
+
+    async def has_paper(self, tenant: str, arxiv_id: str) -> bool:
+        return bool(await self.redis.hexists(papers_key(tenant), base_arxiv_id(arxiv_id)))
+
+    async def paper(self, tenant: str, arxiv_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(papers_key(tenant), base_arxiv_id(arxiv_id))
+        return json.loads(raw) if raw else None
+
+    async def papers(self, tenant: str) -> list[dict[str, Any]]:
+        rows = await self.redis.hgetall(papers_key(tenant))
+        papers = [json.loads(v) for v in rows.values()]
+        return sorted(papers, key=lambda p: p.get("ingested_at", 0))
+
+    async def add_paper(
+        self, tenant: str, paper: Paper, chunks: list[Chunk], vectors: np.ndarray
+    ) -> int:
+        """Store a paper's chunks with their vectors; returns the number of chunks written.
+
+        The paper record is written last, so a paper counts as present only once all of its
+        chunks are searchable.
+        """
+        if len(chunks) != len(vectors):
+            raise ValueError("one vector per chunk is needed")
+        arxiv_id = base_arxiv_id(paper.arxiv_id)
+        common = {
+            "tenant": tenant,
+            "arxiv_id": arxiv_id,
+            "title": paper.title,
+            "authors": "|".join(a.replace("|", " ") for a in paper.authors),
+            "categories": "|".join(paper.categories),
+            "year": paper.year,
+            "url": paper.link,
+        }
+        await self._write(
+            (
+                self.chunk_key(tenant, arxiv_id, chunk.index),
+                {
+                    **common,
+                    "section": chunk.section,
+                    "chunk_index": chunk.index,
+                    "content": chunk.text,
+                },
+                vector,
+            )
+            for chunk, vector in zip(chunks, vectors, strict=True)
+        )
+        record = {
+            **asdict(paper),
+            "arxiv_id": arxiv_id,
+            "chunks": len(chunks),
+            "ingested_at": time.time(),
+        }
+        await self.redis.hset(papers_key(tenant), arxiv_id, json.dumps(record))
+        return len(chunks)
+
+    async def chunk_count(self, tenant: str, arxiv_id: str) -> int:
+        record = await self.paper(tenant, arxiv_id)
+        return int(record["chunks"]) if record else 0
+
+    # -- search ------------------------------------------------------------------------------
+
+    @staticmethod
+    def filters(
+        arxiv_id: str | None = None,
+        author: str | None = None,
+        year: int | tuple[int, int] | None = None,
+        category: str | None = None,
+    ) -> FilterExpression | None:
+        parts: list[FilterExpression] = []
+        if arxiv_id:
+            parts.append(Tag("arxiv_id") == base_arxiv_id(arxiv_id))
+        if author:
+            parts.append(Tag("authors") == author)
+        if category:
+            parts.append(Tag("categories") == category)
+        if isinstance(year, tuple):
+            parts.append((Num("year") >= year[0]) & (Num("year") <= year[1]))
+        elif year:
+            parts.append(Num("year") == year)
+        combined = None
+        for part in parts:
+            combined = part if combined is None else combined & part
+        return combined
+
+    async def search(
+        self,
+        tenant: str,
+        query: str,
+        vector: np.ndarray,
+        k: int = 5,
+        candidates: int = 20,
+        **filters: Any,
+    ) -> list[Passage]:
+        """Hybrid search: vector and BM25 rankings fused by reciprocal rank."""
+        extra = self.filters(**filters)
+        terms = [
+            t for t in re.findall(r"[\w\-]+", query.lower()) if t not in STOPWORDS and len(t) > 1
+        ]
+        vector_hits = self._nearest(tenant, vector, candidates, self.RETURN_FIELDS, extra)
+        if terms:
+            text_query = TextQuery(
+                " ".join(terms),
+                text_field_name={"content": 1.0, "title": 2.0},
+                filter_expression=self._scope(tenant, extra),
+                return_fields=self.RETURN_FIELDS,
+                num_results=candidates,
+                stopwords=None,
+            )
+            vector_rows, text_rows = await asyncio.gather(vector_hits, self.index.query(text_query))
+        else:
+            vector_rows, text_rows = await vector_hits, []
+        scores: dict[str, float] = {}
+        rows: dict[str, dict[str, Any]] = {}
+        for ranking in (vector_rows, text_rows):
+            for rank, row in enumerate(ranking):
+                scores[row["id"]] = scores.get(row["id"], 0.0) + 1.0 / (RRF_K + rank + 1)
+                rows.setdefault(row["id"], row)
+        best = sorted(scores, key=scores.__getitem__, reverse=True)[:k]
+        return [self._passage(rows[key], scores[key]) for key in best]
+
+    @staticmethod
+    def _passage(row: dict[str, Any], score: float) -> Passage:
+        year = decode(row.get("year"))
+        return Passage(
+            arxiv_id=decode(row.get("arxiv_id", "")),
+            title=decode(row.get("title", "")),
+            section=decode(row.get("section", "")),
+            chunk_index=int(float(decode(row.get("chunk_index", 0)) or 0)),
+            content=decode(row.get("content", "")),
+            url=decode(row.get("url", "")),
+            year=int(float(year)) if year not in (None, "") else None,
+            score=score,
+        )
+
+    @staticmethod
+    def segment(passages: list[Passage]) -> Segment:
+        items = []
+        for p in passages:
+            where = f" — section: {p.section}" if p.section else ""
+            year = f" ({p.year})" if p.year else ""
+            items.append(
+                f"[arXiv:{p.arxiv_id}] {p.title}{year}{where} — chunk {p.chunk_index}\n"
+                f"Link: {p.url}\n{p.content}"
+            )
+        return Segment(
+            name="Knowledge Base",
+            description="passages of papers saved to the team's knowledge base, most relevant first.",
+            usage="ground factual claims in these passages and cite them as arXiv id, title and link.",
+            items=items,
+            empty_note="(no relevant passages in the knowledge base)",
+        )

