@@ -35,6 +35,8 @@ class AssembledContext:
     segments: list[ContextSegment]
     vector: np.ndarray
     passages: list[Passage] = field(default_factory=list)
+    summaries: list[tuple[str, str]] = field(default_factory=list)
+    recent_messages: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -96,4 +98,4 @@ async def assemble_context(
         for s in segments
         for text in [s.render()]
     ]
-    return AssembledContext(question, rendered, vector, passages)
+    return AssembledContext(question, rendered, vector, passages, summaries, len(messages))

@@ -52,7 +52,7 @@ def chunk_paragraphs(
     position = 0
     for section, group in groupby(kept, key=lambda p: p[0]):
         count = sum(1 for _ in group)
-        _pack(section, tokens[position : position + count], sep, max_tokens, overlap, raw)
+        _pack(section, tokens[position : position + count], sep, max_tokens, overlap, raw, encoding)
         position += count
     chunks: list[Chunk] = []
     for section, ids in raw:
@@ -69,6 +69,7 @@ def _pack(
     max_tokens: int,
     overlap: int,
     out: list[tuple[str, list[int]]],
+    encoding,
 ) -> None:
     """Pack one section's encoded paragraphs into `out`."""
     current: list[int] = []  # the open chunk: it always holds tokens not yet emitted
@@ -85,7 +86,7 @@ def _pack(
             out.append((section, current))
             # Carry the previous chunk's tail, shortened if that lets the paragraph fit whole.
             keep = min(overlap, len(current), max_tokens - len(sep) - len(para))
-            tail = current[len(current) - keep :] if keep > 0 else []
+            tail = _word_aligned(current[len(current) - keep :], encoding) if keep > 0 else []
             stream = [*tail, *sep, *para] if tail else para
         start = 0
         while start + max_tokens < len(stream):
@@ -94,3 +95,11 @@ def _pack(
         current = stream[start:]
     if current:
         out.append((section, current))
+
+
+def _word_aligned(tail: list[int], encoding) -> list[int]:
+    """Drop leading tokens up to a word start, so a carried-over tail begins with a whole word."""
+    for i, token in enumerate(tail):
+        if encoding.decode_single_token_bytes(token)[:1] in (b" ", b"\n", b"\t"):
+            return tail[i:]
+    return tail

@@ -61,6 +61,12 @@ class SummaryStore:
         await pipe.execute()
         return summary
 
+    async def delete(self, tenant: str, summary: Summary) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.key(tenant, summary.id))
+        pipe.zrem(self.thread_index(tenant, summary.thread_id), summary.id)
+        await pipe.execute()
+
     async def get(self, tenant: str, summary_id: str) -> Summary:
         row = await self.redis.hgetall(self.key(tenant, summary_id.strip()))
         if not row:

@@ -82,6 +82,7 @@ class ErrorReply:
     message: str | None = None
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    code: str | None = None
 
 
 Reply = TextReply | ToolCallsReply | ErrorReply
@@ -107,9 +108,10 @@ def tool_calls(*calls: Call | tuple[str, Any], content: str | None = None,
 
 
 def error(status: int, message: str | None = None, *, delay: float = 0.0,
-          headers: dict[str, str] | None = None) -> ErrorReply:
-    """An HTTP error reply with OpenAI's `{"error": {...}}` body."""
-    return ErrorReply(status=status, message=message, delay=delay, headers=dict(headers or {}))
+          headers: dict[str, str] | None = None, code: str | None = None) -> ErrorReply:
+    """An HTTP error reply with OpenAI's `{"error": {...}}` body (`code` e.g. insufficient_quota)."""
+    return ErrorReply(status=status, message=message, delay=delay, headers=dict(headers or {}),
+                      code=code)
 
 
 _ERROR_TYPES = {
@@ -138,11 +140,13 @@ class ScriptedOpenAI:
     """An aiohttp app on 127.0.0.1 (random port) speaking enough of the OpenAI API for tests."""
 
     def __init__(self, replies: Iterable[Reply | str] = (), *, embedding_dims: int = 8,
-                 responder: Responder | None = None, model: str = "scripted-model",
+                 responder: Responder | None = None, router: Responder | None = None,
+                 model: str = "scripted-model",
                  stream_chunk_chars: int = 8) -> None:
         self._queue: deque[Reply | str] = deque(replies)
         self._lock = threading.Lock()
         self.responder = responder
+        self.router = router  # consulted first; None means "take the next scripted reply"
         self.embedding_dims = embedding_dims
         self.model = model
         self.stream_chunk_chars = stream_chunk_chars
@@ -175,8 +179,14 @@ class ScriptedOpenAI:
             self.request_headers.clear()
 
     async def _next_reply(self, body: dict[str, Any]) -> Reply | None:
-        with self._lock:
-            reply = self._queue.popleft() if self._queue else None
+        reply = None
+        if self.router is not None:
+            reply = self.router(body)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        if reply is None:
+            with self._lock:
+                reply = self._queue.popleft() if self._queue else None
         if reply is None and self.responder is not None:
             reply = self.responder(body)
             if inspect.isawaitable(reply):
@@ -198,7 +208,7 @@ class ScriptedOpenAI:
         self._runner = web.AppRunner(self._app(), handler_cancellation=True,
                                      shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.5)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = self._runner.addresses[0][1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
@@ -287,7 +297,8 @@ class ScriptedOpenAI:
             await asyncio.sleep(reply.delay)
         if isinstance(reply, ErrorReply):
             message = reply.message or f"scripted HTTP {reply.status}"
-            return _error_response(reply.status, message, headers=reply.headers)
+            return _error_response(reply.status, message, headers=reply.headers,
+                                   code=reply.code)
         model = body.get("model") or self.model
         if body.get("stream"):
             return await self._stream(request, body, reply, model)
@@ -357,10 +368,11 @@ class ScriptedOpenAI:
 
 
 def _error_response(status: int, message: str, *, type_: str | None = None,
-                    headers: dict[str, str] | None = None) -> web.Response:
+                    headers: dict[str, str] | None = None,
+                    code: str | None = None) -> web.Response:
     kind = type_ or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "error")
     return web.json_response(
-        {"error": {"message": message, "type": kind, "param": None, "code": str(status)}},
+        {"error": {"message": message, "type": kind, "param": None, "code": code}},
         status=status, headers=headers)
 
 

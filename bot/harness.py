@@ -1,0 +1,218 @@
+"""The agent harness: the deterministic memory work before, inside and after the loop.
+
+Before: assemble the context, check its size against the model's window (compact above 80 %),
+pick the tools for this question, persist the user message. Inside: run a tool call, log it in
+full, hand the model a truncated result. After: persist the answer, then write the workflow and
+the entities in the background so the reply is not delayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.consolidation import Consolidator
+from bot.llm import LLMClient, ToolCall
+from bot.prompt import AGENT_SYSTEM_PROMPT
+from bot.toolbox import Toolbox, ToolResult
+from bot.tools import MEMORY_TOOLS
+from memory.context import AssembledContext, ContextLimits, assemble_context
+from memory.manager import MemoryManager
+from memory.stores.entity import Entity
+from memory.stores.tool_log import ToolLogEntry
+from memory.tokens import context_window, count_tokens
+
+log = logging.getLogger(__name__)
+
+COMPACT_THRESHOLD = 0.80
+TOOL_RESULT_CHARS = 3000
+TOP_K_TOOLS = 4
+
+ENTITY_INSTRUCTIONS = """\
+Extract the named entities (people, organisations, systems, models, datasets, papers) from this
+exchange between a user and a research assistant. Answer with a JSON list of objects with keys
+"name", "type" (person, organisation, system, model, dataset, paper or other) and "description"
+(one sentence of what the exchange says about it). Answer [] if there are none."""
+
+
+@dataclass
+class Prepared:
+    """What the harness hands the loop for one turn."""
+
+    context: AssembledContext
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_names: list[str]
+    usage_percent: float
+    compacted: bool = False
+
+
+@dataclass
+class Step:
+    name: str
+    arguments: str
+    status: str
+    log_id: str
+
+    def describe(self) -> str:
+        return f"{self.name}({self.arguments}) -> {self.status}"
+
+
+@dataclass
+class Harness:
+    memory: MemoryManager
+    llm: LLMClient
+    toolbox: Toolbox
+    consolidator: Consolidator
+    tool_context: dict[str, Any]
+    window: int | None = None
+    limits: ContextLimits = field(default_factory=ContextLimits)
+    _background: set[asyncio.Task] = field(default_factory=set)
+
+    # -- before the loop -----------------------------------------------------------------------
+
+    async def before(self, tenant: str, thread_id: str, question: str) -> Prepared:
+        context = await assemble_context(self.memory, tenant, thread_id, question, self.limits)
+        usage = self.usage_percent(context)
+        compacted = False
+        if usage > COMPACT_THRESHOLD * 100:
+            compacted = await self.consolidator.compact(tenant, thread_id) is not None
+            context = await assemble_context(
+                self.memory, tenant, thread_id, question, self.limits, vector=context.vector
+            )
+            context = self._trim(context)
+            usage = self.usage_percent(context)
+        tool_names = await self.select_tools(tenant, thread_id, context)
+        await self.memory.conversation.append(tenant, thread_id, "user", question)
+        messages = [
+            {"role": "system", "content": AGENT_SYSTEM_PROMPT},
+            {"role": "user", "content": context.render()},
+        ]
+        return Prepared(
+            context, messages, self.toolbox.schemas(tool_names), tool_names, usage, compacted
+        )
+
+    def usage_percent(self, context: AssembledContext) -> float:
+        window = self.window or context_window(self.memory.model)
+        tokens = count_tokens(AGENT_SYSTEM_PROMPT, self.memory.model) + count_tokens(
+            context.render(), self.memory.model
+        )
+        return 100.0 * tokens / window
+
+    def _trim(self, context: AssembledContext) -> AssembledContext:
+        """Still too full after compaction: drop the largest segments' text to fit."""
+        while self.usage_percent(context) > COMPACT_THRESHOLD * 100:
+            biggest = max(context.segments, key=lambda s: s.tokens)
+            if biggest.tokens < 50:
+                break
+            keep = biggest.text[: len(biggest.text) // 2]
+            biggest.text = keep + "\n[... trimmed to fit the context window]"
+            biggest.tokens = count_tokens(biggest.text, self.memory.model)
+        return context
+
+    async def select_tools(
+        self, tenant: str, thread_id: str, context: AssembledContext
+    ) -> list[str]:
+        """Top-k tools by similarity, plus the memory tools whenever the thread needs them."""
+        similar = await self.memory.toolbox.similar(context.vector, k=TOP_K_TOOLS)
+        names = [n for n in similar if n in self.toolbox]
+        needed = {
+            "expand_summary": bool(context.summaries),
+            "summarize_and_store": context.recent_messages >= 2,
+            "read_tool_log": await self.memory.redis.exists(
+                self.memory.tool_logs.thread_index(tenant, thread_id)
+            ),
+        }
+        names += [n for n in MEMORY_TOOLS if needed[n] and n not in names and n in self.toolbox]
+        return names
+
+    # -- inside the loop -----------------------------------------------------------------------
+
+    async def run_tool(
+        self, tenant: str, thread_id: str, call: ToolCall, iteration: int
+    ) -> tuple[str, Step]:
+        context = {**self.tool_context, "tenant": tenant, "thread_id": thread_id}
+        result: ToolResult = await self.toolbox.execute(call.name, call.arguments, context)
+        try:
+            tool_input: Any = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            tool_input = call.arguments
+        log_id = await self.memory.tool_logs.write(
+            tenant,
+            ToolLogEntry(
+                thread_id=thread_id, tool_name=call.name, tool_input=tool_input,
+                output=result.output, status=result.status, error=result.error or "",
+                duration_ms=result.duration_ms, iteration=iteration,
+            ),
+        )  # fmt: skip
+        output = result.output
+        if len(output) > TOOL_RESULT_CHARS:
+            output = (
+                output[:TOOL_RESULT_CHARS]
+                + f"\n\n[Truncated. Full output saved in tool log as {log_id}]"
+            )
+        return output, Step(call.name, call.arguments, result.status, log_id)
+
+    # -- after the loop ------------------------------------------------------------------------
+
+    async def after(
+        self,
+        tenant: str,
+        thread_id: str,
+        question: str,
+        steps: list[Step],
+        answer: str,
+        **meta: Any,
+    ) -> None:
+        await self.memory.conversation.append(tenant, thread_id, "assistant", answer, **meta)
+        self._spawn(self._write_artifacts(tenant, question, steps, answer))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for background writes (before shutdown, and in tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _write_artifacts(
+        self, tenant: str, question: str, steps: list[Step], answer: str
+    ) -> None:
+        try:
+            if steps:
+                await self.memory.workflows.add(
+                    tenant, question, [s.describe() for s in steps], answer
+                )
+            entities = await self.extract_entities(question, answer)
+            if entities:
+                await self.memory.entities.upsert(tenant, entities)
+        except Exception:  # background work must never take the bot down
+            log.exception("writing workflow/entities failed")
+
+    async def extract_entities(self, question: str, answer: str) -> list[Entity]:
+        try:
+            data = await self.llm.complete_json(
+                [
+                    {"role": "system", "content": ENTITY_INSTRUCTIONS},
+                    {"role": "user", "content": f"User: {question}\n\nAssistant: {answer}"},
+                ]
+            )
+        except Exception as exc:
+            log.warning("entity extraction failed: %s", exc)
+            return []
+        if isinstance(data, dict):
+            data = data.get("entities", [])
+        if not isinstance(data, list):
+            return []
+        return [
+            Entity(
+                str(item["name"]), str(item.get("type", "other")), str(item.get("description", ""))
+            )
+            for item in data
+            if isinstance(item, dict) and str(item.get("name", "")).strip()
+        ]

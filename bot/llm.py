@@ -1,0 +1,454 @@
+"""The model client: chat completions with tools over `openai.AsyncOpenAI`.
+
+Any OpenAI-compatible server works (OpenAI, Ollama, vLLM, the tests' scripted server). The
+client does its own retries (the SDK's are switched off) so that attempts are bounded, the
+delays are configurable (small in tests) and every failure ends as one `LLMError` subclass
+whose message the agent loop can show the user as is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from bot.config import ConfigError, Settings
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent when OPENAI_BASE_URL points at a local server that needs no key (Ollama, vLLM)."""
+
+Message = dict[str, Any]
+DeltaCallback = Callable[[str], Awaitable[None] | None]
+
+
+# -- errors --------------------------------------------------------------------------------
+class LLMError(RuntimeError):
+    """Any failure to get an answer from the model; `str(err)` is fit to show a user."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, code: str | None = None, attempts: int = 1
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.attempts = attempts
+
+
+class LLMConfigError(LLMError, ConfigError):
+    """The client cannot be built from the settings (e.g. no OPENAI_API_KEY)."""
+
+
+class LLMTimeout(LLMError):
+    """The model did not answer within the per-request timeout, on every attempt."""
+
+
+class LLMUnavailable(LLMError):
+    """The server is unreachable, overloaded (429/5xx) or out of quota, after the retries."""
+
+
+class LLMAuthError(LLMError):
+    """The server rejected the credentials (401/403): OPENAI_API_KEY is wrong or lacks access."""
+
+
+class LLMBadRequest(LLMError):
+    """The server refused the request itself (400/404/422): unknown model, context too long..."""
+
+
+class LLMResponseError(LLMError):
+    """The model answered, but not in the shape asked for (empty text, no JSON)."""
+
+
+# -- results -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model sent it; `arguments` is the raw JSON string, unparsed."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One assistant turn: text, tool calls, or both."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+
+    @property
+    def is_final(self) -> bool:
+        """True when the model answered without asking for a tool (the loop's stop condition)."""
+        return not self.tool_calls
+
+    def assistant_message(self) -> Message:
+        """The turn as a chat message, to append before the tool results."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": tc.id,
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": tc.arguments},
+                }
+                for tc in self.tool_calls
+            ]
+        return message
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries: `max_attempts` in all, exponential backoff with jitter between them."""
+
+    max_attempts: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        wait = ceiling / 2 + random.uniform(0, ceiling / 2)  # "equal jitter"
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.max_delay))
+        return wait
+
+
+class _Retryable(Exception):
+    """Internal: an attempt failed in a way another attempt may fix."""
+
+    def __init__(self, error: LLMError, retry_after: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after = retry_after
+        self.streamed = False  # text already reached the user: retrying would repeat it
+
+
+# -- client --------------------------------------------------------------------------------
+class LLMClient:
+    """Async chat client with per-request timeout, bounded retries and typed errors."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str = "gpt-5-mini",
+        timeout_seconds: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not api_key and not base_url:
+            raise LLMConfigError(
+                "OPENAI_API_KEY is not set. Set OPENAI_API_KEY to your OpenAI key, or set "
+                "OPENAI_BASE_URL to an OpenAI-compatible server (e.g. Ollama, vLLM)."
+            )
+        self.model = model
+        self.base_url = base_url
+        self.timeout_seconds = timeout_seconds
+        self.retry = retry or RetryPolicy()
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or PLACEHOLDER_API_KEY,
+            base_url=base_url,
+            timeout=timeout_seconds,
+            max_retries=0,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> LLMClient:
+        return cls(
+            api_key=settings.openai_api_key,
+            base_url=settings.openai_base_url,
+            model=settings.openai_model,
+            timeout_seconds=settings.llm_timeout_seconds,
+            retry=retry,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        on_delta: DeltaCallback | None = None,
+        model: str | None = None,
+        **options: Any,
+    ) -> ChatReply:
+        """One assistant turn. With `on_delta`, the answer is streamed and each text piece is
+        passed to it as it arrives; the returned reply is the same either way. Extra keyword
+        `options` go to the API as is (e.g. max_completion_tokens, response_format)."""
+        kwargs: dict[str, Any] = {
+            "model": model or self.model,
+            "messages": list(messages),
+            **options,
+        }
+        if tools:
+            kwargs["tools"] = list(tools)
+            kwargs.setdefault("tool_choice", "auto")
+        for attempt in range(1, self.retry.max_attempts + 1):
+            try:
+                if on_delta is None:
+                    return await self._once(kwargs)
+                return await self._once_streaming(kwargs, on_delta)
+            except _Retryable as failure:
+                failure.error.attempts = attempt
+                # Text already shown to the user cannot be taken back: no retry mid-stream.
+                if attempt >= self.retry.max_attempts or failure.streamed:
+                    raise failure.error from failure.__cause__
+                wait = self.retry.delay(attempt, failure.retry_after)
+                log.warning(
+                    "model call failed (%s), attempt %d/%d, retrying in %.2fs",
+                    failure.error,
+                    attempt,
+                    self.retry.max_attempts,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+            except LLMError as error:
+                error.attempts = attempt
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def complete_text(self, messages: Sequence[Message], **options: Any) -> str:
+        """The model's text answer, stripped (for summaries and descriptions)."""
+        reply = await self.chat(messages, **options)
+        text = reply.content.strip()
+        if not text:
+            raise LLMResponseError(
+                f"The model returned an empty answer (finish_reason={reply.finish_reason})."
+            )
+        return text
+
+    async def complete_json(self, messages: Sequence[Message], **options: Any) -> Any:
+        """The JSON value in the model's answer (for entity extraction). Code fences and prose
+        around the JSON are tolerated, since not every compatible server has a JSON mode."""
+        reply = await self.chat(messages, **options)
+        return extract_json(reply.content)
+
+    # -- one attempt -----------------------------------------------------------------------
+    async def _once(self, kwargs: dict[str, Any]) -> ChatReply:
+        try:
+            # The SDK's timeout bounds each read; this bounds the whole request.
+            async with asyncio.timeout(self.timeout_seconds):
+                completion = await self._client.chat.completions.create(**kwargs)
+        except (TimeoutError, openai.APIError) as exc:
+            raise self._translate(exc) from exc
+        if not completion.choices:
+            raise LLMResponseError("The model server returned no choices.")
+        choice = completion.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(
+                id=tc.id or f"call_{i}",
+                name=tc.function.name,
+                arguments=_raw_arguments(tc.function.arguments),
+            )
+            for i, tc in enumerate(message.tool_calls or ())
+            if getattr(tc, "function", None) is not None
+        )
+        return ChatReply(
+            content=message.content or "",
+            tool_calls=calls,
+            usage=_usage(completion.usage),
+            finish_reason=choice.finish_reason,
+            model=completion.model,
+        )
+
+    async def _once_streaming(self, kwargs: dict[str, Any], on_delta: DeltaCallback) -> ChatReply:
+        parts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: Usage | None = None
+        finish: str | None = None
+        model: str | None = None
+        try:
+            stream = await self._client.chat.completions.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    usage = _usage(chunk.usage)
+                for choice in chunk.choices:
+                    finish = choice.finish_reason or finish
+                    delta = choice.delta
+                    if delta.content:
+                        parts.append(delta.content)
+                        result = on_delta(delta.content)
+                        if inspect.isawaitable(result):
+                            await result
+                    for tc in delta.tool_calls or ():
+                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "args": []})
+                        if tc.id:
+                            slot["id"] = tc.id
+                        if tc.function is not None:
+                            slot["name"] += tc.function.name or ""
+                            slot["args"].append(tc.function.arguments or "")
+        except (TimeoutError, openai.APIError) as exc:
+            error = self._translate(exc)
+            if isinstance(error, _Retryable):
+                error.streamed = bool(parts)
+            raise error from exc
+        tool_calls = tuple(
+            ToolCall(
+                id=slot["id"] or f"call_{index}", name=slot["name"], arguments="".join(slot["args"])
+            )
+            for index, slot in sorted(calls.items())
+        )
+        return ChatReply(
+            content="".join(parts),
+            tool_calls=tool_calls,
+            usage=usage,
+            finish_reason=finish,
+            model=model,
+        )
+
+    def _translate(self, exc: BaseException) -> LLMError | _Retryable:
+        """Map an SDK error to an LLMError, wrapped in _Retryable when retrying may help."""
+        where = self.base_url or "the OpenAI API"
+        if isinstance(exc, TimeoutError | openai.APITimeoutError):
+            return _Retryable(
+                LLMTimeout(
+                    f"The model ({self.model}) did not answer within {self.timeout_seconds:g}s "
+                    f"(ARXIVSCOUT_LLM_TIMEOUT)."
+                )
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return _Retryable(LLMUnavailable(f"Cannot reach the model server at {where}: {exc}"))
+        if not isinstance(exc, openai.APIStatusError):
+            return LLMError(f"The model call failed: {exc}")
+        status, code = exc.status_code, _error_code(exc)
+        detail = _error_message(exc)
+        if status in (401, 403):
+            return LLMAuthError(
+                f"The model server at {where} rejected the API key (HTTP {status}: {detail}). "
+                "Check OPENAI_API_KEY (or OPENAI_BASE_URL for a local server).",
+                status=status,
+                code=code,
+            )
+        if status == 429 and code == "insufficient_quota":
+            return LLMUnavailable(
+                f"The OpenAI account is out of quota: {detail}", status=status, code=code
+            )
+        if status in (408, 409, 429) or status >= 500:
+            kind = "rate-limited" if status == 429 else "unavailable"
+            return _Retryable(
+                LLMUnavailable(
+                    f"The model server is {kind} (HTTP {status}: {detail}).",
+                    status=status,
+                    code=code,
+                ),
+                retry_after=_retry_after(exc),
+            )
+        hint = " Check OPENAI_MODEL." if status == 404 else ""
+        return LLMBadRequest(
+            f"The model server refused the request (HTTP {status}: {detail}).{hint}",
+            status=status,
+            code=code,
+        )
+
+
+# -- helpers -------------------------------------------------------------------------------
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_json(text: str) -> Any:
+    """The first JSON value in `text`: whole text, a fenced block, or the first [ or {."""
+    candidates = [text.strip()]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except (json.JSONDecodeError, ValueError):
+            pass
+    decoder = json.JSONDecoder()
+    for index, char in enumerate(text):
+        if char in "[{":
+            try:
+                return decoder.raw_decode(text, index)[0]
+            except json.JSONDecodeError:
+                continue
+    raise LLMResponseError(f"The model's answer contains no JSON: {text[:200]!r}")
+
+
+def _raw_arguments(arguments: Any) -> str:
+    # Some compatible servers send the arguments as an object instead of a JSON string.
+    if arguments is None:
+        return ""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(
+        prompt_tokens=usage.prompt_tokens or 0,
+        completion_tokens=usage.completion_tokens or 0,
+        total_tokens=usage.total_tokens or 0,
+    )
+
+
+def _error_body(exc: openai.APIStatusError) -> dict[str, Any]:
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body["error"]
+    return body if isinstance(body, dict) else {}
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    code = getattr(exc, "code", None) or _error_body(exc).get("code")
+    return str(code) if code is not None else None
+
+
+def _error_message(exc: openai.APIStatusError) -> str:
+    message = _error_body(exc).get("message")
+    return str(message) if message else exc.message
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "ChatReply",
+    "LLMAuthError",
+    "LLMBadRequest",
+    "LLMClient",
+    "LLMConfigError",
+    "LLMError",
+    "LLMResponseError",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "RetryPolicy",
+    "ToolCall",
+    "Usage",
+    "extract_json",
+]

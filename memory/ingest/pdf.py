@@ -1,0 +1,136 @@
+"""Text of a PDF as (section, paragraph) pairs, with pypdfium2.
+
+PDF text comes as positioned lines with no paragraph structure, so paragraphs are rebuilt with
+cheap heuristics: blank lines, a short line that ends a sentence, and numbered headings such as
+"2 Related Work" (which also name the section of the paragraphs that follow).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pypdfium2 as pdfium
+
+from memory.ingest.chunking import clean_text
+from memory.ingest.errors import IngestError
+
+_HEADING = re.compile(r"^(\d{1,2}(?:\.\d{1,2}){0,2})\.?\s+([A-Z][A-Za-z][^\n]{0,70})$")
+_NAMED_HEADINGS = frozenset(
+    {"abstract", "introduction", "background", "related work", "conclusion", "conclusions",
+     "discussion", "references", "acknowledgments", "acknowledgements", "appendix"}
+)  # fmt: skip
+_SENTENCE_END = (".", "?", "!", ":")
+_SOFT_HYPHENS = re.compile("[\u00ad\x02\ufffe]\n")
+
+
+@dataclass
+class PdfText:
+    title: str = ""
+    pages: int = 0
+    paragraphs: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_pdf(source: str | Path | bytes, name: str | None = None) -> PdfText:
+    """Open a PDF (path or bytes) and extract its title and (section, paragraph) pairs.
+
+    `name` labels the PDF in error messages (default: the path, or "PDF data").
+    """
+    if name is None:
+        name = "PDF data" if isinstance(source, bytes | bytearray) else str(source)
+    if isinstance(source, bytes | bytearray):
+        data = bytes(source)
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            raise IngestError(f"{name}: cannot read the file ({exc.strerror or exc}).") from exc
+    if not data.lstrip()[:5].startswith(b"%PDF"):
+        raise IngestError(f"{name}: not a PDF file (it does not start with %PDF).")
+    try:
+        doc = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        reason = "it is encrypted" if "password" in str(exc).lower() else str(exc).rstrip(".")
+        raise IngestError(f"{name}: cannot open the PDF ({reason}).") from exc
+    try:
+        title = clean_text(doc.get_metadata_value("Title") or "").strip()
+        pages = [_page_text(doc, i) for i in range(len(doc))]
+    except pdfium.PdfiumError as exc:
+        raise IngestError(f"{name}: cannot extract the text ({exc}).") from exc
+    finally:
+        doc.close()
+    paragraphs = _paragraphs(pages)
+    if not paragraphs:
+        raise IngestError(
+            f"{name}: no extractable text in {len(pages)} pages (a scanned PDF needs OCR first)."
+        )
+    return PdfText(title=title, pages=len(pages), paragraphs=paragraphs)
+
+
+def pdf_paragraphs(source: str | Path | bytes, name: str | None = None) -> list[tuple[str, str]]:
+    """The (section, paragraph) pairs of a PDF; section is "" until a heading is seen."""
+    return read_pdf(source, name).paragraphs
+
+
+def _page_text(doc: pdfium.PdfDocument, index: int) -> str:
+    page = doc[index]
+    try:
+        textpage = page.get_textpage()
+        try:
+            return textpage.get_text_range()
+        finally:
+            textpage.close()
+    finally:
+        page.close()
+
+
+def _heading(line: str) -> str | None:
+    """The section name if `line` looks like a section heading."""
+    if len(line) > 80 or line.endswith((".", ",", ";")):
+        return None
+    if line.lower().rstrip(":") in _NAMED_HEADINGS:
+        return line.rstrip(":")
+    match = _HEADING.match(line)
+    if not match or len(match.group(2).split()) > 10:
+        return None
+    words = match.group(2)
+    letters = sum(c.isalpha() for c in words)
+    return line if letters >= 0.7 * len(words.replace(" ", "")) else None
+
+
+def _paragraphs(pages: list[str]) -> list[tuple[str, str]]:
+    section = ""
+    out: list[tuple[str, str]] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            text = " ".join(current).strip()
+            if text:
+                out.append((section, text))
+            current.clear()
+
+    for raw in pages:
+        text = clean_text(raw.replace("\r\n", "\n").replace("\r", "\n"))
+        text = _SOFT_HYPHENS.sub("", text)
+        lines = [line.strip() for line in text.split("\n")]
+        lengths = sorted(len(line) for line in lines if line)
+        typical = lengths[int(len(lengths) * 0.8)] if lengths else 0
+        for line in lines:
+            if not line:
+                flush()
+                continue
+            heading = _heading(line)
+            if heading is not None:
+                flush()
+                section = heading
+                continue
+            if current and current[-1].endswith("-") and line[:1].islower():
+                current[-1] = current[-1][:-1] + line  # dehyphenate a word broken at line end
+            else:
+                current.append(line)
+            if line.endswith(_SENTENCE_END) and len(line) < 0.8 * typical:
+                flush()
+        flush()  # a page break ends a paragraph; chunking packs them together again
+    return out

@@ -1,0 +1,258 @@
+"""Ingestion: arXiv ids, PDF files and unarXive files into a tenant's knowledge base.
+
+Each paper is parsed, chunked, embedded in batches and written with its vectors. A paper that
+is already stored (or listed twice) is skipped; one that fails is reported and the rest go on.
+The report separates embedding time from the rest, which is what ingestion speed depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
+from memory.ingest.chunking import chunk_paragraphs
+from memory.ingest.errors import IngestError
+from memory.ingest.pdf import read_pdf
+from memory.ingest.unarxive import is_unarxive_path, read_unarxive
+from memory.stores.knowledge_base import KnowledgeBase, Paper, base_arxiv_id, is_arxiv_id
+
+EMBED_BATCH = 128
+_ARXIV_URL = re.compile(r"arxiv\.org/(?:abs|pdf)/([^\s?#]+?)(?:\.pdf)?/?$")
+
+
+@dataclass
+class IngestReport:
+    ingested: list[tuple[str, str, int]] = field(default_factory=list)  # (arxiv_id, title, chunks)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (arxiv_id, why)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (source, message)
+    chunks: int = 0
+    seconds: float = 0.0
+    seconds_embedding: float = 0.0
+
+    @property
+    def chunks_per_second(self) -> float:
+        return self.chunks / self.seconds if self.seconds else 0.0
+
+    @property
+    def embedding_share(self) -> float:
+        return self.seconds_embedding / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        lines = [
+            f"Ingested {len(self.ingested)} papers ({self.chunks} chunks) in {self.seconds:.1f} s; "
+            f"skipped {len(self.skipped)}, failed {len(self.failed)}."
+        ]
+        lines += [f"  skipped {arxiv_id}: {why}" for arxiv_id, why in self.skipped]
+        lines += [f"  failed {source}: {message}" for source, message in self.failed]
+        return "\n".join(lines)
+
+
+class _Ingestor:
+    """The state of one run: what was seen, the report, the progress bar."""
+
+    def __init__(self, tenant, kb, embedder, encoding, report, bar=None) -> None:
+        self.tenant, self.kb, self.embedder, self.encoding = tenant, kb, embedder, encoding
+        self.report, self.bar = report, bar
+        self.seen: set[str] = set()
+
+    def tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(chunks=self.report.chunks, refresh=False)
+
+    async def is_new(self, arxiv_id: str) -> bool:
+        """False (and reported as skipped) if the paper is stored or was met in this run."""
+        key = base_arxiv_id(arxiv_id)
+        if key in self.seen:
+            self.report.skipped.append((key, "listed more than once"))
+        elif await self.kb.has_paper(self.tenant, key):
+            self.report.skipped.append((key, "already in the knowledge base"))
+        else:
+            self.seen.add(key)
+            return True
+        self.tick()
+        return False
+
+    async def store(self, paper: Paper, paragraphs: list[tuple[str, str]]) -> int:
+        chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, self.encoding)
+        if not chunks:
+            raise IngestError(f"{paper.arxiv_id}: no text to store")
+        texts = [c.text for c in chunks]
+        started = time.perf_counter()
+        parts = [
+            await self.embedder.embed(texts[i : i + EMBED_BATCH])
+            for i in range(0, len(texts), EMBED_BATCH)
+        ]
+        self.report.seconds_embedding += time.perf_counter() - started
+        written = await self.kb.add_paper(self.tenant, paper, chunks, np.concatenate(parts))
+        self.report.ingested.append((base_arxiv_id(paper.arxiv_id), paper.title, written))
+        self.report.chunks += written
+        self.tick()
+        return written
+
+    def fail(self, source: str, exc: Exception) -> None:
+        message = str(exc) if isinstance(exc, IngestError) else f"{type(exc).__name__}: {exc}"
+        self.report.failed.append((source, message))
+        self.tick()
+
+    # -- sources ----------------------------------------------------------------------------
+
+    async def arxiv_papers(self, ids: list[str], arxiv: ArxivSource | None) -> None:
+        wanted = []
+        for arxiv_id in ids:
+            try:
+                check_arxiv_id(arxiv_id)
+            except IngestError as exc:
+                self.fail(arxiv_id, exc)
+                continue
+            if await self.is_new(arxiv_id):
+                wanted.append(arxiv_id)
+        if wanted and arxiv is None:
+            for arxiv_id in wanted:
+                self.fail(arxiv_id, IngestError("arXiv access is not configured"))
+            return
+        hits = await arxiv.lookup(wanted) if wanted else {}
+        for arxiv_id in wanted:
+            hit = hits[arxiv_id]
+            try:
+                if isinstance(hit, IngestError):
+                    raise hit
+                data = await arxiv.download_pdf(hit.pdf_url)
+                text = await asyncio.to_thread(read_pdf, data, f"arXiv {arxiv_id} PDF")
+                abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
+                await self.store(hit.paper, abstract + text.paragraphs)
+            except Exception as exc:
+                self.fail(arxiv_id, exc)
+
+    async def pdf_file(self, path: Path) -> None:
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+            stem = path.stem
+            arxiv_id = stem if is_arxiv_id(stem) else f"local-{hashlib.sha1(data).hexdigest()[:12]}"
+            if not await self.is_new(arxiv_id):
+                return
+            text = await asyncio.to_thread(read_pdf, data, str(path))
+            paper = Paper(arxiv_id=base_arxiv_id(arxiv_id), title=text.title or stem, source="pdf")
+            if not is_arxiv_id(arxiv_id):
+                paper.url = path.resolve().as_uri()
+            await self.store(paper, text.paragraphs)
+        except Exception as exc:
+            self.fail(str(path), exc)
+
+    async def unarxive_file(self, path: Path) -> None:
+        items = read_unarxive(path, on_error=lambda exc: self.fail(str(path), exc))
+        while True:
+            try:
+                item = await asyncio.to_thread(next, items, None)
+            except IngestError as exc:  # the file itself is unreadable
+                self.fail(str(path), exc)
+                return
+            if item is None:
+                return
+            paper, paragraphs = item
+            try:
+                if await self.is_new(paper.arxiv_id):
+                    await self.store(paper, paragraphs)
+            except Exception as exc:
+                self.fail(f"{path} ({paper.arxiv_id})", exc)
+
+
+def _arxiv_id_of(source: str) -> str | None:
+    found = _ARXIV_URL.search(source)
+    candidate = found.group(1) if found else source
+    return candidate if is_arxiv_id(candidate) else None
+
+
+async def ingest(
+    sources: list[str],
+    tenant: str,
+    kb: KnowledgeBase,
+    embedder,
+    encoding,
+    arxiv: ArxivSource | None,
+    progress: bool = True,
+) -> IngestReport:
+    """Ingest arXiv ids (or abs/pdf links), PDF files and unarXive files; never raises per paper."""
+    report = IngestReport()
+    started = time.perf_counter()
+    ids: list[str] = []
+    files: list[Path] = []
+    bad: list[str] = []
+    for source in sources:
+        source = source.strip()
+        path = Path(source).expanduser()
+        if path.is_file() and (path.suffix.lower() == ".pdf" or is_unarxive_path(path)):
+            files.append(path)
+        elif (arxiv_id := _arxiv_id_of(source)) is not None:
+            ids.append(arxiv_id)
+        else:
+            bad.append(source)
+    known = len(ids) + len(bad) + sum(p.suffix.lower() == ".pdf" for p in files)
+    total = None if any(is_unarxive_path(p) for p in files) else known
+    with tqdm(total=total, unit="paper", desc="Ingesting", file=sys.stderr,
+              disable=not progress) as bar:  # fmt: skip
+        run = _Ingestor(tenant, kb, embedder, encoding, report, bar)
+        for source in bad:
+            run.fail(source, IngestError(_why_unusable(source)))
+        await run.arxiv_papers(ids, arxiv)
+        for path in files:
+            if path.suffix.lower() == ".pdf":
+                await run.pdf_file(path)
+            else:
+                await run.unarxive_file(path)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _why_unusable(source: str) -> str:
+    path = Path(source).expanduser()
+    if path.is_file():
+        return f"{source}: unsupported file type (use .pdf, .jsonl, .jsonl.gz or .tar.gz)"
+    if path.suffix.lower() in (".pdf", ".jsonl", ".gz", ".tgz"):
+        return f"{source}: no such file"
+    try:
+        check_arxiv_id(source)
+    except IngestError as exc:
+        return str(exc)
+    return f"{source!r} is neither an arXiv id nor an existing file"
+
+
+def _paper_of(record: dict) -> Paper:
+    names = {f.name for f in fields(Paper)}
+    return Paper(**{k: v for k, v in record.items() if k in names})
+
+
+async def fetch_and_save(
+    arxiv_id: str,
+    tenant: str,
+    kb: KnowledgeBase,
+    embedder,
+    encoding,
+    arxiv: ArxivSource,
+) -> tuple[Paper, int, bool]:
+    """Fetch one arXiv paper into the knowledge base: (paper, chunks, already_present).
+
+    For the agent's tool: the text goes straight to the store, never into the conversation.
+    Raises IngestError with a message fit for the user.
+    """
+    arxiv_id = check_arxiv_id(arxiv_id)
+    record = await kb.paper(tenant, arxiv_id)
+    if record:
+        return _paper_of(record), int(record["chunks"]), True
+    report = IngestReport()
+    await _Ingestor(tenant, kb, embedder, encoding, report).arxiv_papers([arxiv_id], arxiv)
+    if report.failed:
+        raise IngestError(report.failed[0][1])
+    record = await kb.paper(tenant, arxiv_id)
+    if record is None:
+        raise IngestError(f"arXiv {arxiv_id} was not stored")
+    return _paper_of(record), int(record["chunks"]), not report.ingested

@@ -1,0 +1,215 @@
+"""Every store's writes and reads against the real embedded Redis, and tenant isolation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from memory.keys import InvalidName
+from memory.stores.conversation import InvalidMessage
+from memory.stores.entity import Entity
+from memory.stores.knowledge_base import Chunk, Paper
+from memory.stores.summary import Summary, UnknownSummary
+from memory.stores.tool_log import ToolLogEntry, UnknownToolLog
+
+MEMGPT = Paper(
+    arxiv_id="2310.08560v2",
+    title="MemGPT: Towards LLMs as Operating Systems",
+    authors=["Charles Packer", "Sarah Wooders"],
+    published="2023-10-12",
+    categories=["cs.AI"],
+)
+TEXTS = [
+    "MemGPT manages a hierarchy of memory tiers, paging context in and out like an operating system.",
+    "Virtual context management lets a fixed-window language model appear to have unbounded memory.",
+    "We evaluate on document analysis and multi-session chat.",
+]
+
+
+async def add_memgpt(memory, tenant: str) -> None:
+    vectors = await memory.embedder.embed(TEXTS)
+    chunks = [Chunk(text, "Introduction", i) for i, text in enumerate(TEXTS)]
+    await memory.knowledge_base.add_paper(tenant, MEMGPT, chunks, vectors)
+
+
+async def test_conversation_round_trip(memory, tenant):
+    await memory.conversation.append(tenant, "t1", "user", "Can you get me the paper MemGPT")
+    await memory.conversation.append(tenant, "t1", "assistant", "Here it is: arXiv 2310.08560")
+    messages = await memory.conversation.all(tenant, "t1")
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[0].content == "Can you get me the paper MemGPT"
+    assert all(m.thread_id == "t1" and not m.summary_id for m in messages)
+    assert [t for t, _ in await memory.conversation.threads(tenant)] == ["t1"]
+    segment = memory.conversation.segment(messages).render()
+    assert segment.startswith("## Conversation Memory\n")
+    assert "[user] Can you get me the paper MemGPT" in segment
+
+
+async def test_recent_conversation_is_bounded_and_oldest_first(memory, tenant):
+    for i in range(30):
+        await memory.conversation.append(tenant, "t", "user", f"message {i}")
+    recent = await memory.conversation.recent_unsummarized(tenant, "t", limit=10)
+    assert [m.content for m in recent] == [f"message {i}" for i in range(20, 30)]
+
+
+@pytest.mark.parametrize("content", ["", "   ", "x" * 200_001])
+async def test_bad_messages_are_refused_and_store_nothing(memory, tenant, content):
+    with pytest.raises(InvalidMessage):
+        await memory.conversation.append(tenant, "t", "user", content)
+    assert await memory.conversation.all(tenant, "t") == []
+
+
+async def test_invalid_utf8_is_stored_cleanly(memory, tenant):
+    text = b"caf\xe9 and \xff bytes".decode("utf-8", "surrogateescape")
+    message = await memory.conversation.append(tenant, "t", "user", text)
+    stored = (await memory.conversation.all(tenant, "t"))[0]
+    assert stored.content == message.content
+    assert "caf" in stored.content and "bytes" in stored.content
+
+
+async def test_bad_tenant_and_thread_names(memory):
+    with pytest.raises(InvalidName):
+        await memory.conversation.append("bad tenant!", "t", "user", "hi")
+    with pytest.raises(InvalidName):
+        await memory.conversation.append("ok", "", "user", "hi")
+
+
+async def test_fifty_concurrent_writers_lose_nothing_and_keep_order(memory, tenant):
+    async def writer(w: int) -> None:
+        for i in range(20):
+            await memory.conversation.append(tenant, "busy", "user", f"w{w}:{i}")
+
+    await asyncio.gather(*(writer(w) for w in range(50)))
+    messages = await memory.conversation.all(tenant, "busy")
+    assert len(messages) == 1000
+    by_writer: dict[str, list[int]] = {}
+    for m in messages:
+        w, i = m.content.split(":")
+        by_writer.setdefault(w, []).append(int(i))
+    assert len(by_writer) == 50
+    assert all(seq == list(range(20)) for seq in by_writer.values())
+
+
+async def test_summary_marking_is_atomic_with_new_messages(memory, tenant):
+    for text in ("first", "second"):
+        await memory.conversation.append(tenant, "t", "user", text)
+    first, raw = await memory.conversation.unsummarized_snapshot(tenant, "t")
+    # a message arrives while the summary is being written
+    await memory.conversation.append(tenant, "t", "user", "arrived meanwhile")
+    ids = await memory.conversation.mark_summarized(tenant, "t", first, raw, "sum_x")
+    messages = await memory.conversation.all(tenant, "t")
+    assert [m.summary_id for m in messages] == ["sum_x", "sum_x", ""]
+    assert ids == [m.id for m in messages[:2]]
+    recent = await memory.conversation.recent_unsummarized(tenant, "t")
+    assert [m.content for m in recent] == ["arrived meanwhile"]
+    first, raw = await memory.conversation.unsummarized_snapshot(tenant, "t")
+    assert first == 2 and len(raw) == 1
+
+
+async def test_knowledge_base_hybrid_search_and_filters(memory, tenant):
+    await add_memgpt(memory, tenant)
+    assert await memory.knowledge_base.has_paper(tenant, "2310.08560")
+    assert await memory.knowledge_base.has_paper(tenant, "2310.08560v1")
+    question = "How does MemGPT manage memory tiers?"
+    vector = await memory.embedder.embed_one(question)
+    passages = await memory.knowledge_base.search(tenant, question, vector, k=2)
+    assert passages[0].content == TEXTS[0]
+    assert passages[0].arxiv_id == "2310.08560" and passages[0].year == 2023
+    assert "arxiv.org/abs/2310.08560" in passages[0].url
+    search = memory.knowledge_base.search
+    assert await search(tenant, question, vector, arxiv_id="2310.08560")
+    assert await search(tenant, question, vector, author="Charles Packer")
+    assert await search(tenant, question, vector, category="cs.AI")
+    assert await search(tenant, question, vector, year=2023)
+    assert await search(tenant, question, vector, year=(2020, 2024))
+    assert await search(tenant, question, vector, year=2019) == []
+    assert await search(tenant, question, vector, author="Nobody") == []
+    assert await search(tenant, question, vector, arxiv_id="1605.08386") == []
+    # a term only the text ranking can find (exact word, unlike the question's meaning)
+    exact = await search(tenant, "multi-session", await memory.embedder.embed_one("weather"), k=1)
+    assert exact[0].content == TEXTS[2]
+    segment = memory.knowledge_base.segment(passages).render()
+    assert segment.startswith("## Knowledge Base Memory\n")
+    assert "[arXiv:2310.08560] MemGPT: Towards LLMs as Operating Systems" in segment
+
+
+async def test_workflows_entities_summaries_tool_logs(memory, tenant):
+    await memory.workflows.add(tenant, "find MemGPT", ["arxiv_search_candidates(MemGPT) -> success"], "found 2310.08560")
+    await memory.workflows.add(tenant, "just chat", [], "no tools")
+    vector = await memory.embedder.embed_one("get me the MemGPT paper")
+    workflows = await memory.workflows.similar(tenant, vector)
+    assert len(workflows) == 1 and workflows[0].startswith("QUERY: find MemGPT\nSTEPS:\n1. ")
+
+    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "An LLM OS with memory tiers.")])
+    await memory.entities.upsert(tenant, [Entity("memgpt", "system", "Written at UC Berkeley.")])
+    entities = await memory.entities.all(tenant)
+    assert len(entities) == 1
+    assert entities[0].description == "An LLM OS with memory tiers. Written at UC Berkeley."
+    assert (await memory.entities.similar(tenant, vector))[0].name == "MemGPT"
+
+    summary = await memory.summaries.save(tenant, Summary("t", "User asked for MemGPT", "Full text", ["msg_1"]))
+    assert (await memory.summaries.get(tenant, summary.id)).message_ids == ["msg_1"]
+    assert await memory.summaries.descriptions(tenant, "t") == [(summary.id, "User asked for MemGPT")]
+    assert f"[Summary ID: {summary.id}] User asked for MemGPT" in memory.summaries.segment(
+        await memory.summaries.descriptions(tenant, "t")
+    ).render()
+    with pytest.raises(UnknownSummary):
+        await memory.summaries.get(tenant, "sum_missing")
+
+    log_id = await memory.tool_logs.write(
+        tenant, ToolLogEntry("t", "arxiv_search_candidates", {"query": "MemGPT"}, "x" * 10_000, "success")
+    )
+    entry = await memory.tool_logs.get(tenant, log_id)
+    assert entry.output == "x" * 10_000 and entry.tool_input == {"query": "MemGPT"}
+    await memory.tool_logs.write(tenant, ToolLogEntry("t", "broken", {}, "", "error", error="boom"))
+    assert [e.tool_name for e in await memory.tool_logs.for_thread(tenant, "t", failed_only=True)] == ["broken"]
+    with pytest.raises(UnknownToolLog):
+        await memory.tool_logs.get(tenant, "log_missing")
+
+
+async def test_no_read_crosses_tenants(memory, tenant):
+    other = tenant + "-b"
+    await add_memgpt(memory, tenant)
+    await memory.workflows.add(tenant, "find MemGPT", ["arxiv_search_candidates -> success"], "ok")
+    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM OS")])
+    await memory.conversation.append(tenant, "shared-name", "user", "secret of A")
+    summary = await memory.summaries.save(tenant, Summary("shared-name", "A's summary", "A", []))
+    log_id = await memory.tool_logs.write(tenant, ToolLogEntry("shared-name", "x", {}, "A", "success"))
+
+    vector = await memory.embedder.embed_one("MemGPT memory tiers")
+    assert await memory.knowledge_base.search(other, "MemGPT memory tiers", vector) == []
+    assert not await memory.knowledge_base.has_paper(other, "2310.08560")
+    assert await memory.knowledge_base.papers(other) == []
+    assert await memory.workflows.similar(other, vector) == []
+    assert await memory.workflows.all(other) == []
+    assert await memory.entities.similar(other, vector) == []
+    assert await memory.entities.all(other) == []
+    assert await memory.conversation.all(other, "shared-name") == []
+    assert await memory.conversation.threads(other) == []
+    assert await memory.summaries.descriptions(other, "shared-name") == []
+    with pytest.raises(UnknownSummary):
+        await memory.summaries.get(other, summary.id)
+    with pytest.raises(UnknownToolLog):
+        await memory.tool_logs.get(other, log_id)
+
+
+async def test_toolbox_registers_once_and_retrieves(memory):
+    records = [
+        {"name": "t_search", "description": "Search arXiv for candidate papers", "signature": "(query: str)"},
+        {"name": "t_weather", "description": "Tell the weather in a city", "signature": "(city: str)"},
+    ]
+    await memory.toolbox.register(records)
+    assert await memory.toolbox.register(records) == 0  # deduplicated by name and content
+    vector = await memory.embedder.embed_one("find papers on arXiv about transformers")
+    names = await memory.toolbox.similar(vector, k=50)
+    assert names.index("t_search") < names.index("t_weather")
+
+
+async def test_embedding_cache_returns_identical_vectors(memory):
+    texts = [f"cache probe {np.random.default_rng().integers(1 << 30)}"]
+    first = await memory.embedder.embed(texts)
+    second = await memory.embedder.embed(texts)
+    assert np.array_equal(first, second)
+    assert await memory.redis.exists(memory.embedder._key(texts[0]))
