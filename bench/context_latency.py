@@ -344,7 +344,10 @@ async def measure(
 ) -> dict[str, float]:
     kb = memory.knowledge_base
     result = await assemble_context(memory, TENANT, THREAD, questions[0], vector=qvectors[0])
-    print("  segments returned (tokens): " + ", ".join(f"{s.name} {s.tokens}" for s in result.segments))
+    print(
+        "  segments returned (tokens): "
+        + ", ".join(f"{s.name} {s.tokens}" for s in result.segments)
+    )
     counts = {
         "messages": len(await memory.conversation.recent_unsummarized(TENANT, THREAD, 20)),
         "passages": len(result.passages),
@@ -392,8 +395,12 @@ async def measure(
           f"   target p50 <= {TARGET_A_MS:g} ms{note}: {ok_a}")  # fmt: skip
     print(f"  (b) assemble_context + MiniLM embedding  : p50 {ms(figures['b50'])}  p95 {ms(figures['b95'])}"
           f"   target p50 <= {TARGET_B_MS:g} ms{note}: {ok_b}")  # fmt: skip
-    print(f"  (c) one k=5 VectorQuery, tenant filter   : p50 {ms(figures['vq50'])}  p95 {ms(figures['vq95'])}")
-    print(f"      one MiniLM forward pass (encode_sync): p50 {ms(figures['fwd50'])}  p95 {ms(figures['fwd95'])}")
+    print(
+        f"  (c) one k=5 VectorQuery, tenant filter   : p50 {ms(figures['vq50'])}  p95 {ms(figures['vq95'])}"
+    )
+    print(
+        f"      one MiniLM forward pass (encode_sync): p50 {ms(figures['fwd50'])}  p95 {ms(figures['fwd95'])}"
+    )
     print(f"      same via LocalEmbedder.embed (thread): p50 {ms(figures['fwda50'])}")
     print(f"      ratio (a) p50 / VectorQuery p50      : {figures['a50'] / figures['vq50']:.2f}x")
     print(f"      (b) - (a) p50                        : {ms(figures['b50'] - figures['a50'])}")
@@ -468,7 +475,9 @@ async def print_breakdown(
           f"{ms(p95(samples))}   (~{tokens:.0f} tokens)")  # fmt: skip
     gathered = await timed(
         [
-            lambda q=q, v=v: asyncio.gather(*(r(q, v) for n, r in reads.items() if "-" not in n[:4]))
+            lambda q=q, v=v: asyncio.gather(
+                *(r(q, v) for n, r in reads.items() if "-" not in n[:4])
+            )
             for q, v in zip(questions, qvectors, strict=True)
         ],
         [],
@@ -540,7 +549,9 @@ async def run(args: argparse.Namespace, url: str) -> None:
     await memory.close()
 
     print("\nsummary (p50):")
-    print(f"  {'N':>8}  {'(a) ctx':>10}  {'(b) ctx+emb':>12}  {'VectorQuery':>12}  {'MiniLM':>10}  (a)/VQ")
+    print(
+        f"  {'N':>8}  {'(a) ctx':>10}  {'(b) ctx+emb':>12}  {'VectorQuery':>12}  {'MiniLM':>10}  (a)/VQ"
+    )
     for size, f in results.items():
         print(f"  {size:>8,}  {ms(f['a50']):>10}  {ms(f['b50']):>12}  {ms(f['vq50']):>12}  "
               f"{ms(f['fwd50']):>10}  {f['a50'] / f['vq50']:.2f}x")  # fmt: skip

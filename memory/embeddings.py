@@ -45,15 +45,23 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 on the CPU; the model loads lazily, offline, once per process."""
+    """all-MiniLM-L6-v2 on the CPU; the model loads lazily, offline, once per process.
+
+    Concurrent callers are batched: while one forward pass runs, new requests queue up and go
+    into the next pass together, so 200 threads asking at once cost a few passes, not 200.
+    A lone request runs at once, with no added wait.
+    """
 
     model_name = "all-MiniLM-L6-v2"
     dims = 384
 
-    def __init__(self, batch_size: int = 64) -> None:
+    def __init__(self, batch_size: int = 64, max_pass: int = 512) -> None:
         self.batch_size = batch_size
+        self.max_pass = max_pass
         self._model = None
         self._load_lock = asyncio.Lock()
+        self._pending: list[tuple[list[str], asyncio.Future]] = []
+        self._runner: asyncio.Task | None = None
 
     def _load(self):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -89,7 +97,33 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         await self._model_ready()
-        return await asyncio.to_thread(self.encode_sync, texts)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((texts, future))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run_passes())
+        return await future
+
+    async def _run_passes(self) -> None:
+        while self._pending:
+            batch, size = [], 0
+            while self._pending and (not batch or size + len(self._pending[0][0]) <= self.max_pass):
+                texts, future = self._pending.pop(0)
+                batch.append((texts, future))
+                size += len(texts)
+            try:
+                vectors = await asyncio.to_thread(
+                    self.encode_sync, [t for texts, _ in batch for t in texts]
+                )
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            start = 0
+            for texts, future in batch:
+                if not future.done():
+                    future.set_result(vectors[start : start + len(texts)])
+                start += len(texts)
 
 
 class OpenAIEmbedder:

@@ -76,7 +76,9 @@ class World:
                 (ENTITY_INSTRUCTIONS, SUMMARY_INSTRUCTIONS)]  # fmt: skip
 
 
-async def open_world(redis_url: str, data_dir: Path, window: int | None = None, **settings: Any) -> World:
+async def open_world(
+    redis_url: str, data_dir: Path, window: int | None = None, **settings: Any
+) -> World:
     arxiv = ArxivReplay()
     arxiv.add_entry(memgpt_entry(), search_query="MemGPT")
     arxiv.pdfs[MEMGPT_ID] = make_pdf(MEMGPT_SECTIONS, title=MEMGPT_TITLE)

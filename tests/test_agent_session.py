@@ -30,7 +30,9 @@ def tool_names(request: dict) -> list[str]:
 
 async def test_five_call_session(world, tenant):
     agent = world.agent
-    world.entities = [{"name": "MemGPT", "type": "system", "description": "An LLM operating system."}]
+    world.entities = [
+        {"name": "MemGPT", "type": "system", "description": "An LLM operating system."}
+    ]
 
     # Call 1: not in memory -> arxiv_search_candidates, then the answer. Two iterations.
     world.model.script(
@@ -71,7 +73,9 @@ async def test_five_call_session(world, tenant):
     await world.runtime.harness.drain()
     requests = world.model_requests()
     assert third.iterations == 1 and third.steps == []
-    kb_segment = user_context(requests[4]).split("## Knowledge Base Memory")[1].split("## Workflow")[0]
+    kb_segment = (
+        user_context(requests[4]).split("## Knowledge Base Memory")[1].split("## Workflow")[0]
+    )
     assert "main context and an archival store" in kb_segment
     assert f"[arXiv:{MEMGPT_ID}] MemGPT: Towards LLMs as Operating Systems" in kb_segment
     assert f"arxiv.org/abs/{MEMGPT_ID}" in third.answer  # cited with its link
@@ -81,7 +85,9 @@ async def test_five_call_session(world, tenant):
         tool_calls(call("summarize_and_store", {"thread_id": THREAD})),
         text("I summarized our conversation."),
     )
-    fourth = await agent.run_turn(tenant, THREAD, "Summarize the conversation so far using your tool")
+    fourth = await agent.run_turn(
+        tenant, THREAD, "Summarize the conversation so far using your tool"
+    )
     await world.runtime.harness.drain()
     assert [(s.name, s.status) for s in fourth.steps] == [("summarize_and_store", "success")]
     summaries = await world.runtime.memory.summaries.for_thread(tenant, THREAD)

@@ -39,7 +39,9 @@ class HashEmbedder:
     model_name, dims = "hash-16", 16
 
     async def embed(self, texts):
-        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:16], dtype=np.uint8) for t in texts]
+        rows = [
+            np.frombuffer(hashlib.sha256(t.encode()).digest()[:16], dtype=np.uint8) for t in texts
+        ]
         matrix = np.array(rows, dtype=np.float32) + 1
         return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
@@ -61,7 +63,9 @@ async def test_assembles_five_segments_with_token_counts(memory, tenant):
         assert "\nHow to use it: " in segment.text
         assert segment.tokens == count_tokens(segment.text, "gpt-5-mini")
     rendered = context.render()
-    assert rendered.startswith("# Question\nWhat does MemGPT do with memory?\n\n## Conversation Memory")
+    assert rendered.startswith(
+        "# Question\nWhat does MemGPT do with memory?\n\n## Conversation Memory"
+    )
     assert "[user] Can you get me the paper MemGPT" in rendered
     assert "[arXiv:2310.08560]" in rendered and "QUERY: find MemGPT" in rendered
     assert "MemGPT (system): LLM operating system" in rendered
@@ -90,7 +94,11 @@ async def test_index_built_with_another_model_is_refused_until_reindex(memory, t
 
 def run_cli(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "bot.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -99,7 +107,9 @@ async def test_inspect_commands(memory, tenant, cli_env):
     await memory.conversation.append(tenant, "50000", "user", "Can you get me the paper MemGPT")
     await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM operating system")])
 
-    result = run_cli(cli_env, "context", "--tenant", tenant, "--thread", "50000", "--json", "What is MemGPT?")
+    result = run_cli(
+        cli_env, "context", "--tenant", tenant, "--thread", "50000", "--json", "What is MemGPT?"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert [s["name"] for s in data["segments"]] == HEADINGS
@@ -114,7 +124,9 @@ async def test_inspect_commands(memory, tenant, cli_env):
     assert "user: Can you get me the paper MemGPT" in thread.stdout
     papers = run_cli(cli_env, "memory", "papers", "--tenant", tenant)
     assert "2310.08560  MemGPT: Towards LLMs as Operating Systems" in papers.stdout
-    entities = json.loads(run_cli(cli_env, "memory", "entities", "--tenant", tenant, "--json").stdout)
+    entities = json.loads(
+        run_cli(cli_env, "memory", "entities", "--tenant", tenant, "--json").stdout
+    )
     assert entities == [{"name": "MemGPT", "type": "system", "description": "LLM operating system"}]
 
     bad = run_cli(cli_env, "memory", "threads", "--tenant", "no spaces allowed")

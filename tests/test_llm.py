@@ -55,8 +55,13 @@ async def _close_clients() -> AsyncIterator[None]:
 
 
 def make_client(server: ScriptedOpenAI, **kw: object) -> LLMClient:
-    options: dict[str, object] = {"api_key": "sk-test", "base_url": server.base_url,
-                                  "model": "test-model", "timeout_seconds": 5.0, "retry": FAST}
+    options: dict[str, object] = {
+        "api_key": "sk-test",
+        "base_url": server.base_url,
+        "model": "test-model",
+        "timeout_seconds": 5.0,
+        "retry": FAST,
+    }
     options.update(kw)
     client = LLMClient(**options)  # type: ignore[arg-type]
     _open_clients.append(client)
@@ -72,8 +77,9 @@ def test_missing_key_without_base_url_names_the_variable() -> None:
 
 async def test_base_url_without_key_sends_placeholder(server: ScriptedOpenAI) -> None:
     server.script(text("hi"))
-    settings = Settings(openai_base_url=server.base_url, openai_model="llama3",
-                        llm_timeout_seconds=5)
+    settings = Settings(
+        openai_base_url=server.base_url, openai_model="llama3", llm_timeout_seconds=5
+    )
     async with LLMClient.from_settings(settings, retry=FAST) as client:
         reply = await client.chat(QUESTION)
     assert reply.content == "hi"
@@ -96,10 +102,18 @@ async def test_plain_answer(server: ScriptedOpenAI) -> None:
 
 
 async def test_tool_calls_are_parsed_with_raw_arguments(server: ScriptedOpenAI) -> None:
-    server.script(tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"}, id="c1"),
-                             call("expand_summary", '{"summary_id": ', id="c2")))
-    tools = [{"type": "function", "function": {"name": "arxiv_search_candidates",
-                                               "parameters": {"type": "object"}}}]
+    server.script(
+        tool_calls(
+            call("arxiv_search_candidates", {"query": "MemGPT"}, id="c1"),
+            call("expand_summary", '{"summary_id": ', id="c2"),
+        )
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "arxiv_search_candidates", "parameters": {"type": "object"}},
+        }
+    ]
     reply = await make_client(server).chat(QUESTION, tools=tools)
     assert not reply.is_final
     assert [(tc.id, tc.name, tc.arguments) for tc in reply.tool_calls] == [
@@ -110,8 +124,10 @@ async def test_tool_calls_are_parsed_with_raw_arguments(server: ScriptedOpenAI) 
     assert server.requests[0]["tools"] == tools
     assert server.requests[0]["tool_choice"] == "auto"
     message = reply.assistant_message()
-    assert message["tool_calls"][0]["function"] == {"name": "arxiv_search_candidates",
-                                                    "arguments": '{"query": "MemGPT"}'}
+    assert message["tool_calls"][0]["function"] == {
+        "name": "arxiv_search_candidates",
+        "arguments": '{"query": "MemGPT"}',
+    }
 
 
 async def test_follow_up_request_carries_tool_results(server: ScriptedOpenAI) -> None:
@@ -119,8 +135,10 @@ async def test_follow_up_request_carries_tool_results(server: ScriptedOpenAI) ->
     client = make_client(server)
     messages = list(QUESTION)
     first = await client.chat(messages)
-    messages += [first.assistant_message(),
-                 {"role": "tool", "tool_call_id": "c1", "content": "result text"}]
+    messages += [
+        first.assistant_message(),
+        {"role": "tool", "tool_call_id": "c1", "content": "result text"},
+    ]
     assert (await client.chat(messages)).content == "done"
     seen = server.requests[1]["messages"]
     assert seen[1]["tool_calls"][0]["id"] == "c1"
@@ -146,8 +164,11 @@ async def test_500s_exhaust_retries(server: ScriptedOpenAI) -> None:
 
 async def test_timeout_is_retried_then_raised(server: ScriptedOpenAI) -> None:
     server.script(text("late", delay=2.0), text("late", delay=2.0))
-    client = make_client(server, timeout_seconds=0.2,
-                         retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02))
+    client = make_client(
+        server,
+        timeout_seconds=0.2,
+        retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02),
+    )
     started = time.monotonic()
     with pytest.raises(LLMTimeout, match=r"did not answer within 0\.2s"):
         await client.chat(QUESTION)
@@ -179,8 +200,7 @@ async def test_quota_429_is_not_retried(server: ScriptedOpenAI) -> None:
 
 async def test_retry_after_header_is_honoured_up_to_max_delay(server: ScriptedOpenAI) -> None:
     server.script(error(429, headers={"Retry-After": "30"}), text("ok"))
-    client = make_client(server, retry=RetryPolicy(max_attempts=2, base_delay=0.01,
-                                                   max_delay=0.3))
+    client = make_client(server, retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.3))
     started = time.monotonic()
     assert (await client.chat(QUESTION)).content == "ok"
     assert 0.3 <= time.monotonic() - started < 2.0
@@ -221,8 +241,12 @@ async def test_streaming_text_reaches_callback(server: ScriptedOpenAI) -> None:
 
 
 async def test_streaming_tool_calls_are_assembled(server: ScriptedOpenAI) -> None:
-    server.script(tool_calls(call("fetch_and_save_paper_to_kb_db", {"arxiv_id": "2310.08560"},
-                                  id="c9"), call("noop", id="c10")))
+    server.script(
+        tool_calls(
+            call("fetch_and_save_paper_to_kb_db", {"arxiv_id": "2310.08560"}, id="c9"),
+            call("noop", id="c10"),
+        )
+    )
     reply = await make_client(server).chat(QUESTION, on_delta=lambda _: None)
     assert [(tc.id, tc.name, tc.arguments) for tc in reply.tool_calls] == [
         ("c9", "fetch_and_save_paper_to_kb_db", '{"arxiv_id": "2310.08560"}'),
@@ -244,7 +268,8 @@ async def test_complete_text_and_json(server: ScriptedOpenAI) -> None:
     client = make_client(server)
     assert await client.complete_text(QUESTION) == "A short summary."
     assert await client.complete_json(QUESTION) == [
-        {"name": "MemGPT", "type": "system", "description": "OS-style memory"}]
+        {"name": "MemGPT", "type": "system", "description": "OS-style memory"}
+    ]
 
 
 async def test_complete_json_without_json_and_empty_text(server: ScriptedOpenAI) -> None:
@@ -258,7 +283,7 @@ async def test_complete_json_without_json_and_empty_text(server: ScriptedOpenAI)
 
 def test_extract_json_variants() -> None:
     assert extract_json('{"a": 1}') == {"a": 1}
-    assert extract_json('prefix [1, 2] suffix') == [1, 2]
+    assert extract_json("prefix [1, 2] suffix") == [1, 2]
     assert extract_json('```\n{"b": [true]}\n```') == {"b": [True]}
     assert extract_json('junk { not json } then {"c": null}') == {"c": None}
 

@@ -136,35 +136,47 @@ async def test_knowledge_base_hybrid_search_and_filters(memory, tenant):
 
 
 async def test_workflows_entities_summaries_tool_logs(memory, tenant):
-    await memory.workflows.add(tenant, "find MemGPT", ["arxiv_search_candidates(MemGPT) -> success"], "found 2310.08560")
+    await memory.workflows.add(
+        tenant, "find MemGPT", ["arxiv_search_candidates(MemGPT) -> success"], "found 2310.08560"
+    )
     await memory.workflows.add(tenant, "just chat", [], "no tools")
     vector = await memory.embedder.embed_one("get me the MemGPT paper")
     workflows = await memory.workflows.similar(tenant, vector)
     assert len(workflows) == 1 and workflows[0].startswith("QUERY: find MemGPT\nSTEPS:\n1. ")
 
-    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "An LLM OS with memory tiers.")])
+    await memory.entities.upsert(
+        tenant, [Entity("MemGPT", "system", "An LLM OS with memory tiers.")]
+    )
     await memory.entities.upsert(tenant, [Entity("memgpt", "system", "Written at UC Berkeley.")])
     entities = await memory.entities.all(tenant)
     assert len(entities) == 1
     assert entities[0].description == "An LLM OS with memory tiers. Written at UC Berkeley."
     assert (await memory.entities.similar(tenant, vector))[0].name == "MemGPT"
 
-    summary = await memory.summaries.save(tenant, Summary("t", "User asked for MemGPT", "Full text", ["msg_1"]))
+    summary = await memory.summaries.save(
+        tenant, Summary("t", "User asked for MemGPT", "Full text", ["msg_1"])
+    )
     assert (await memory.summaries.get(tenant, summary.id)).message_ids == ["msg_1"]
-    assert await memory.summaries.descriptions(tenant, "t") == [(summary.id, "User asked for MemGPT")]
-    assert f"[Summary ID: {summary.id}] User asked for MemGPT" in memory.summaries.segment(
-        await memory.summaries.descriptions(tenant, "t")
-    ).render()
+    assert await memory.summaries.descriptions(tenant, "t") == [
+        (summary.id, "User asked for MemGPT")
+    ]
+    assert (
+        f"[Summary ID: {summary.id}] User asked for MemGPT"
+        in memory.summaries.segment(await memory.summaries.descriptions(tenant, "t")).render()
+    )
     with pytest.raises(UnknownSummary):
         await memory.summaries.get(tenant, "sum_missing")
 
     log_id = await memory.tool_logs.write(
-        tenant, ToolLogEntry("t", "arxiv_search_candidates", {"query": "MemGPT"}, "x" * 10_000, "success")
+        tenant,
+        ToolLogEntry("t", "arxiv_search_candidates", {"query": "MemGPT"}, "x" * 10_000, "success"),
     )
     entry = await memory.tool_logs.get(tenant, log_id)
     assert entry.output == "x" * 10_000 and entry.tool_input == {"query": "MemGPT"}
     await memory.tool_logs.write(tenant, ToolLogEntry("t", "broken", {}, "", "error", error="boom"))
-    assert [e.tool_name for e in await memory.tool_logs.for_thread(tenant, "t", failed_only=True)] == ["broken"]
+    assert [
+        e.tool_name for e in await memory.tool_logs.for_thread(tenant, "t", failed_only=True)
+    ] == ["broken"]
     with pytest.raises(UnknownToolLog):
         await memory.tool_logs.get(tenant, "log_missing")
 
@@ -176,7 +188,9 @@ async def test_no_read_crosses_tenants(memory, tenant):
     await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM OS")])
     await memory.conversation.append(tenant, "shared-name", "user", "secret of A")
     summary = await memory.summaries.save(tenant, Summary("shared-name", "A's summary", "A", []))
-    log_id = await memory.tool_logs.write(tenant, ToolLogEntry("shared-name", "x", {}, "A", "success"))
+    log_id = await memory.tool_logs.write(
+        tenant, ToolLogEntry("shared-name", "x", {}, "A", "success")
+    )
 
     vector = await memory.embedder.embed_one("MemGPT memory tiers")
     assert await memory.knowledge_base.search(other, "MemGPT memory tiers", vector) == []
@@ -197,8 +211,16 @@ async def test_no_read_crosses_tenants(memory, tenant):
 
 async def test_toolbox_registers_once_and_retrieves(memory):
     records = [
-        {"name": "t_search", "description": "Search arXiv for candidate papers", "signature": "(query: str)"},
-        {"name": "t_weather", "description": "Tell the weather in a city", "signature": "(city: str)"},
+        {
+            "name": "t_search",
+            "description": "Search arXiv for candidate papers",
+            "signature": "(query: str)",
+        },
+        {
+            "name": "t_weather",
+            "description": "Tell the weather in a city",
+            "signature": "(city: str)",
+        },
     ]
     await memory.toolbox.register(records)
     assert await memory.toolbox.register(records) == 0  # deduplicated by name and content

@@ -69,8 +69,12 @@ def test_schema_types_required_and_defaults() -> None:
     assert p["maybe_text"] == {"type": ["string", "null"], "default": None}
     assert p["tags"] == {"type": ["array", "null"], "items": {"type": "string"}, "default": None}
     assert p["scores"] == {"type": "array", "items": {"type": "number"}, "default": []}
-    assert p["order"] == {"type": "string", "enum": ["relevance", "date"],
-                          "description": "Sort order.", "default": "relevance"}
+    assert p["order"] == {
+        "type": "string",
+        "enum": ["relevance", "date"],
+        "description": "Sort order.",
+        "default": "relevance",
+    }
     assert p["level"] == {"type": "integer", "enum": [1, 2, 3], "default": 1}
     assert p["anything"] == {"default": None}
     assert p["plain"] == {"type": "string", "default": None}
@@ -83,7 +87,8 @@ def test_openai_schema_description_and_record() -> None:
     assert schema["type"] == "function"
     assert schema["function"]["name"] == "kitchen_sink"
     assert schema["function"]["description"] == (
-        "Exercise every supported parameter kind. Second paragraph of the description.")
+        "Exercise every supported parameter kind. Second paragraph of the description."
+    )
     assert schema["function"]["parameters"] is tool.parameters
     record = tool.record()
     assert set(record) == {"name", "description", "signature"}
@@ -95,7 +100,8 @@ def test_openai_schema_description_and_record() -> None:
 def test_parse_docstring_sections() -> None:
     summary, args = parse_docstring(
         "Find papers.\n\nArgs:\n    q (str): the query\n        continued here\n"
-        "    n: how many\nRaises:\n    ValueError: never\n")
+        "    n: how many\nRaises:\n    ValueError: never\n"
+    )
     assert summary == "Find papers."
     assert args == {"q": "the query continued here", "n": "how many"}
 
@@ -120,7 +126,9 @@ def test_decorator_forms_and_registry() -> None:
     assert box["renamed"].timeout == 1.5 and box["renamed"].is_async
     assert box["bare"].timeout == box.default_timeout and not box["bare"].is_async
     assert [s["function"]["name"] for s in box.schemas(["renamed", "missing", "bare"])] == [
-        "renamed", "bare"]
+        "renamed",
+        "bare",
+    ]
     assert all(isinstance(t, Tool) for t in box)
 
 
@@ -133,13 +141,13 @@ def test_context_params_are_hidden_from_the_schema() -> None:
         return ""
 
     @box.register_tool(inject={"store"})
-    def save(arxiv_id: str, store: object,
-             clock: Annotated[object, Injected("now")] = None) -> str:
+    def save(arxiv_id: str, store: object, clock: Annotated[object, Injected("now")] = None) -> str:
         """Save a paper."""
         return ""
 
     assert box["summarize_and_store"].parameters["properties"] == {
-        "note": {"type": "string", "default": ""}}
+        "note": {"type": "string", "default": ""}
+    }
     assert box["summarize_and_store"].parameters["required"] == []
     assert box["summarize_and_store"].signature == "summarize_and_store(note: str = '') -> str"
     assert list(box["save"].parameters["properties"]) == ["arxiv_id"]
@@ -194,8 +202,9 @@ def box() -> Toolbox:
         return {"thread": thread_id, "tenant": tenant}
 
     @box.register_tool
-    def pick(order: Literal["relevance", "date"], ids: list[int] | None = None,
-             weight: float = 1.0) -> str:
+    def pick(
+        order: Literal["relevance", "date"], ids: list[int] | None = None, weight: float = 1.0
+    ) -> str:
         """Enum, list and number parameters."""
         return f"{order} {ids} {weight!r}"
 
@@ -230,8 +239,9 @@ async def test_execute_sync_and_async_success(box: Toolbox) -> None:
     assert (await box.execute("add", '{"a": 2.0}', {})).output == "3"  # 2.0 is an integer
     assert (await box.execute("greet", '{"name": "ada", "shout": true}', {})).output == "HELLO ADA"
     assert (await box.execute("nothing", "", {})).output == "Done"
-    assert (await box.execute("pick", '{"order": "date", "ids": [1, 2], "weight": 2}', {})
-            ).output == "date [1, 2] 2.0"
+    assert (
+        await box.execute("pick", '{"order": "date", "ids": [1, 2], "weight": 2}', {})
+    ).output == "date [1, 2] 2.0"
 
 
 async def test_execute_injects_context_over_the_model(box: Toolbox) -> None:
@@ -250,23 +260,27 @@ async def test_unknown_tool(box: Toolbox) -> None:
     assert "add" in result.output  # the model is told what exists
 
 
-@pytest.mark.parametrize(("name", "raw", "fragment"), [
-    ("add", '{"a": 1,', "not valid JSON"),
-    ("add", "[1, 2]", "must be a JSON object"),
-    ("add", "{}", "missing required parameter(s): a"),
-    ("add", '{"a": "two"}', 'a must be an integer, got "two"'),
-    ("add", '{"a": true}', "a must be an integer"),
-    ("add", '{"a": 1.5}', "a must be an integer"),
-    ("add", '{"a": 1, "c": 2}', "unknown parameter(s) c; allowed parameters: a, b"),
-    ("greet", '{"name": 5}', "name must be a string"),
-    ("greet", '{"name": "x", "shout": "yes"}', "shout must be true or false"),
-    ("pick", '{"order": "random"}', 'order must be one of "relevance", "date"'),
-    ("pick", '{"order": "date", "ids": [1, "x"]}', "ids[1] must be an integer"),
-    ("pick", '{"order": "date", "ids": 3}', "ids must be an array or null"),
-    ("pick", '{"order": "date", "weight": "heavy"}', "weight must be a number"),
-])
-async def test_schema_violations_are_errors(box: Toolbox, name: str, raw: str,
-                                            fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "raw", "fragment"),
+    [
+        ("add", '{"a": 1,', "not valid JSON"),
+        ("add", "[1, 2]", "must be a JSON object"),
+        ("add", "{}", "missing required parameter(s): a"),
+        ("add", '{"a": "two"}', 'a must be an integer, got "two"'),
+        ("add", '{"a": true}', "a must be an integer"),
+        ("add", '{"a": 1.5}', "a must be an integer"),
+        ("add", '{"a": 1, "c": 2}', "unknown parameter(s) c; allowed parameters: a, b"),
+        ("greet", '{"name": 5}', "name must be a string"),
+        ("greet", '{"name": "x", "shout": "yes"}', "shout must be true or false"),
+        ("pick", '{"order": "random"}', 'order must be one of "relevance", "date"'),
+        ("pick", '{"order": "date", "ids": [1, "x"]}', "ids[1] must be an integer"),
+        ("pick", '{"order": "date", "ids": 3}', "ids must be an array or null"),
+        ("pick", '{"order": "date", "weight": "heavy"}', "weight must be a number"),
+    ],
+)
+async def test_schema_violations_are_errors(
+    box: Toolbox, name: str, raw: str, fragment: str
+) -> None:
     result = await box.execute(name, raw, {})
     assert result.status == "error"
     assert result.output.startswith(f"Error: invalid arguments for {name}: ")
@@ -297,13 +311,16 @@ async def server() -> AsyncIterator[ScriptedOpenAI]:
         yield srv
 
 
-async def test_model_tool_calls_run_through_the_toolbox(box: Toolbox,
-                                                        server: ScriptedOpenAI) -> None:
-    server.script(tool_calls(call("add", {"a": 40, "b": 2}, id="c1"),
-                             call("add", '{"a": ', id="c2")),
-                  text("The answer is 42."))
-    client = LLMClient(api_key="k", base_url=server.base_url, timeout_seconds=5,
-                       retry=RetryPolicy(max_attempts=1))
+async def test_model_tool_calls_run_through_the_toolbox(
+    box: Toolbox, server: ScriptedOpenAI
+) -> None:
+    server.script(
+        tool_calls(call("add", {"a": 40, "b": 2}, id="c1"), call("add", '{"a": ', id="c2")),
+        text("The answer is 42."),
+    )
+    client = LLMClient(
+        api_key="k", base_url=server.base_url, timeout_seconds=5, retry=RetryPolicy(max_attempts=1)
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": "add 40 and 2"}]
     reply = await client.chat(messages, tools=box.schemas(["add"]))
     messages.append(reply.assistant_message())

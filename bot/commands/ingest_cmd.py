@@ -41,8 +41,8 @@ async def run(args: argparse.Namespace) -> int:
         )
     for arxiv_id, title, chunks in report.ingested:
         print(f"ingested {arxiv_id}: {title} ({chunks} chunks)")
-    for arxiv_id in report.skipped:
-        print(f"skipped {arxiv_id}: already in the knowledge base")
+    for arxiv_id, why in report.skipped:
+        print(f"skipped {arxiv_id}: {why}")
     for source, message in report.failed:
         print(f"failed {source}: {message}", file=sys.stderr)
     print(

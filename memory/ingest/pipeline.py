@@ -120,7 +120,12 @@ class _Ingestor:
             for arxiv_id in wanted:
                 self.fail(arxiv_id, IngestError("arXiv access is not configured"))
             return
-        hits = await arxiv.lookup(wanted) if wanted else {}
+        try:
+            hits = await arxiv.lookup(wanted) if wanted else {}
+        except Exception as exc:  # e.g. arXiv unreachable: every id fails with the same reason
+            for arxiv_id in wanted:
+                self.fail(arxiv_id, exc)
+            return
         for arxiv_id in wanted:
             hit = hits[arxiv_id]
             try:

@@ -94,24 +94,33 @@ def text(content: str, *, delay: float = 0.0) -> TextReply:
     return TextReply(content=content, delay=delay)
 
 
-def call(name: str, arguments: dict[str, Any] | str | None = None, *,
-         id: str | None = None) -> Call:
+def call(
+    name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None
+) -> Call:
     """A tool call; pass a str as `arguments` to send it unparsed (e.g. broken JSON)."""
     return Call(name=name, arguments={} if arguments is None else arguments, id=id)
 
 
-def tool_calls(*calls: Call | tuple[str, Any], content: str | None = None,
-               delay: float = 0.0) -> ToolCallsReply:
+def tool_calls(
+    *calls: Call | tuple[str, Any], content: str | None = None, delay: float = 0.0
+) -> ToolCallsReply:
     """An assistant turn with tool calls; each call is a `Call` or a (name, arguments) pair."""
     normalized = tuple(c if isinstance(c, Call) else Call(c[0], c[1]) for c in calls)
     return ToolCallsReply(calls=normalized, content=content, delay=delay)
 
 
-def error(status: int, message: str | None = None, *, delay: float = 0.0,
-          headers: dict[str, str] | None = None, code: str | None = None) -> ErrorReply:
+def error(
+    status: int,
+    message: str | None = None,
+    *,
+    delay: float = 0.0,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+) -> ErrorReply:
     """An HTTP error reply with OpenAI's `{"error": {...}}` body (`code` e.g. insufficient_quota)."""
-    return ErrorReply(status=status, message=message, delay=delay, headers=dict(headers or {}),
-                      code=code)
+    return ErrorReply(
+        status=status, message=message, delay=delay, headers=dict(headers or {}), code=code
+    )
 
 
 _ERROR_TYPES = {
@@ -139,10 +148,16 @@ def fake_embedding(text_: str, dims: int) -> list[float]:
 class ScriptedOpenAI:
     """An aiohttp app on 127.0.0.1 (random port) speaking enough of the OpenAI API for tests."""
 
-    def __init__(self, replies: Iterable[Reply | str] = (), *, embedding_dims: int = 8,
-                 responder: Responder | None = None, router: Responder | None = None,
-                 model: str = "scripted-model",
-                 stream_chunk_chars: int = 8) -> None:
+    def __init__(
+        self,
+        replies: Iterable[Reply | str] = (),
+        *,
+        embedding_dims: int = 8,
+        responder: Responder | None = None,
+        router: Responder | None = None,
+        model: str = "scripted-model",
+        stream_chunk_chars: int = 8,
+    ) -> None:
         self._queue: deque[Reply | str] = deque(replies)
         self._lock = threading.Lock()
         self.responder = responder
@@ -205,8 +220,9 @@ class ScriptedOpenAI:
 
     async def start(self) -> str:
         """Start serving on the current loop; returns the base URL (ending in /v1)."""
-        self._runner = web.AppRunner(self._app(), handler_cancellation=True,
-                                     shutdown_timeout=0.5, access_log=None)
+        self._runner = web.AppRunner(
+            self._app(), handler_cancellation=True, shutdown_timeout=0.5, access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -271,8 +287,14 @@ class ScriptedOpenAI:
 
     # -- handlers ----------------------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted"}
+                ],
+            }
+        )
 
     async def _read_json(self, request: web.Request) -> dict[str, Any] | web.Response:
         try:
@@ -297,24 +319,38 @@ class ScriptedOpenAI:
             await asyncio.sleep(reply.delay)
         if isinstance(reply, ErrorReply):
             message = reply.message or f"scripted HTTP {reply.status}"
-            return _error_response(reply.status, message, headers=reply.headers,
-                                   code=reply.code)
+            return _error_response(reply.status, message, headers=reply.headers, code=reply.code)
         model = body.get("model") or self.model
         if body.get("stream"):
             return await self._stream(request, body, reply, model)
         return web.json_response(_completion(reply, model, body))
 
-    async def _stream(self, request: web.Request, body: dict[str, Any],
-                      reply: TextReply | ToolCallsReply, model: str) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: TextReply | ToolCallsReply,
+        model: str,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await response.prepare(request)
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
 
-        async def send(delta: dict[str, Any], finish: str | None = None,
-                       usage: dict[str, int] | None = None, choices: bool = True) -> None:
-            chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
-                                     "created": created, "model": model, "choices": []}
+        async def send(
+            delta: dict[str, Any],
+            finish: str | None = None,
+            usage: dict[str, int] | None = None,
+            choices: bool = True,
+        ) -> None:
+            chunk: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+            }
             if choices:
                 chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
             if usage is not None:
@@ -325,18 +361,32 @@ class ScriptedOpenAI:
         content = reply.content or ""
         step = max(1, self.stream_chunk_chars)
         for i in range(0, len(content), step):
-            await send({"content": content[i:i + step]})
+            await send({"content": content[i : i + step]})
         finish = "stop"
         if isinstance(reply, ToolCallsReply):
             finish = "tool_calls"
             for index, tc in enumerate(reply.calls):
-                await send({"tool_calls": [{
-                    "index": index, "id": tc.id or f"call_{uuid.uuid4().hex[:12]}",
-                    "type": "function", "function": {"name": tc.name, "arguments": ""}}]})
+                await send(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": tc.id or f"call_{uuid.uuid4().hex[:12]}",
+                                "type": "function",
+                                "function": {"name": tc.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
                 raw = tc.raw_arguments()
                 for i in range(0, len(raw), step):
-                    await send({"tool_calls": [{"index": index,
-                                                "function": {"arguments": raw[i:i + step]}}]})
+                    await send(
+                        {
+                            "tool_calls": [
+                                {"index": index, "function": {"arguments": raw[i : i + step]}}
+                            ]
+                        }
+                    )
         await send({}, finish=finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({}, usage=_usage(body, reply), choices=False)
@@ -362,43 +412,70 @@ class ScriptedOpenAI:
                 vector = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
             data.append({"object": "embedding", "index": index, "embedding": vector})
         tokens = sum(len(str(i).split()) for i in inputs)
-        return web.json_response({"object": "list", "data": data,
-                                  "model": body.get("model") or "scripted-embedding",
-                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model") or "scripted-embedding",
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
 
-def _error_response(status: int, message: str, *, type_: str | None = None,
-                    headers: dict[str, str] | None = None,
-                    code: str | None = None) -> web.Response:
+def _error_response(
+    status: int,
+    message: str,
+    *,
+    type_: str | None = None,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+) -> web.Response:
     kind = type_ or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "error")
     return web.json_response(
         {"error": {"message": message, "type": kind, "param": None, "code": code}},
-        status=status, headers=headers)
+        status=status,
+        headers=headers,
+    )
 
 
 def _usage(body: dict[str, Any], reply: TextReply | ToolCallsReply) -> dict[str, int]:
-    prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", [])
-                 if isinstance(m, dict))
+    prompt = sum(
+        len(str(m.get("content") or "").split())
+        for m in body.get("messages", [])
+        if isinstance(m, dict)
+    )
     completion = len((reply.content or "").split())
     if isinstance(reply, ToolCallsReply):
         completion += sum(len(c.raw_arguments().split()) + 1 for c in reply.calls)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
-def _completion(reply: TextReply | ToolCallsReply, model: str,
-                body: dict[str, Any]) -> dict[str, Any]:
+def _completion(
+    reply: TextReply | ToolCallsReply, model: str, body: dict[str, Any]
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     finish = "stop"
     if isinstance(reply, ToolCallsReply):
         finish = "tool_calls"
         message["tool_calls"] = [
-            {"id": c.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-             "function": {"name": c.name, "arguments": c.raw_arguments()}}
-            for c in reply.calls]
+            {
+                "id": c.id or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.raw_arguments()},
+            }
+            for c in reply.calls
+        ]
     else:
         finish = reply.finish_reason
-    return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
-            "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": _usage(body, reply)}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": _usage(body, reply),
+    }

@@ -1,0 +1,213 @@
+"""Many threads at once: N concurrent turns (one per thread) against a model taking 1 s per reply.
+
+Starts a throwaway embedded Redis and an in-process scripted OpenAI-compatible server whose every
+agent-loop reply takes `--delay` seconds (`await asyncio.sleep`), builds the real agent with
+`bot.runtime.open_agent`, fills the tenant's knowledge base with real unarXive papers, then
+launches N turns together with `asyncio.gather` (distinct threads, distinct questions, so every
+question embedding is a real MiniLM pass) and reports wall time, turns/s and per-turn latency.
+
+Variants (clearly labelled in the output):
+  text: the model answers with text at once after the delay: 1 model call per turn.
+        Target: all N done within 2.5 s wall (delay 1 s).
+  tool: the model first asks for `search_knowledge_base`, then answers: 2 model calls per turn
+        (2 x delay of pure model time) plus one real tool run.
+
+Where the time goes is shown per phase (harness.before, model calls, tool run, after), with
+when the model server saw each turn's first request (after the harness's `before` phase).
+Entity extraction (the harness's own background call) is answered at once and not counted.
+
+Usage: python bench/concurrent_threads.py [--turns 200] [--delay 1.0] [--variant both]
+                                          [--papers 10] [--sample path/to/unarXive.tar.gz]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+import sys
+import time
+from itertools import product
+from typing import Any
+
+from common import sample_path, temporary_redis
+from harness_overhead import (
+    ANSWER,
+    CURRENT,
+    TEMPLATES,
+    TENANT,
+    TOPICS,
+    bench_world,
+    fill_knowledge_base,
+    instrument,
+    ms,
+    pct,
+    quiet_logs,
+    timed_turn,
+)
+
+from tests.support.scripted_openai import call, text, tool_calls
+
+TARGET_WALL_S = 2.5
+
+
+def distinct_questions(n: int, offset: int, seed: int = 7) -> list[str]:
+    combos = [t.format(t=topic) for topic, t in product(TOPICS, TEMPLATES)]
+    random.Random(seed).shuffle(combos)
+    out = combos[offset : offset + n]
+    k = 0
+    while len(out) < n:  # more turns than combinations: make the rest distinct too
+        out.append(f"{combos[k % len(combos)]} (follow-up {k // len(combos) + 1})")
+        k += 1
+    return out
+
+
+class Model:
+    """The scripted model's behaviour: sleep `delay`, then answer (or first ask for a tool)."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.use_tool = False
+        self.t0 = 0.0
+        self.arrivals: list[float] = []  # first agent-loop request of each turn, from t0
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def respond(self, body: dict[str, Any]):
+        messages = body.get("messages") or []
+        first = not any(m.get("role") == "tool" for m in messages)
+        if first:
+            self.arrivals.append(time.perf_counter() - self.t0)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        if self.use_tool and first:
+            question = messages[1]["content"].split("\n")[1] if len(messages) > 1 else "memory"
+            return tool_calls(call("search_knowledge_base", {"query": f"passages: {question}"}))
+        return text(ANSWER)
+
+
+async def one_variant(runtime, model: Model, label: str, questions: list[str],
+                      delay: float, use_tool: bool, tag: str) -> None:  # fmt: skip
+    model.delay, model.use_tool = delay, use_tool
+    model.arrivals.clear()
+    model.max_in_flight = 0
+    probe = instrument(runtime)
+    model.t0 = time.perf_counter()
+    try:
+        outcomes = await asyncio.gather(
+            *(timed_turn(runtime, f"{tag}-{i:04d}", q) for i, q in enumerate(questions)),
+            return_exceptions=True,
+        )
+        wall = time.perf_counter() - model.t0
+    finally:
+        probe.restore()
+    await runtime.harness.drain()
+
+    records = [o for o in outcomes if isinstance(o, dict)]
+    errors = collections.Counter(
+        f"{type(o).__name__}: {o}"[:160] for o in outcomes if isinstance(o, BaseException)
+    )
+    calls = 2 if use_tool else 1
+    n = len(questions)
+    print(f"\n== variant {label}: {n} concurrent turns, {calls} model call(s) per turn, "
+          f"{delay:g} s per model reply ==")  # fmt: skip
+    target = f"target <= {TARGET_WALL_S} s" if not use_tool else (
+        f"no target given; model time alone is {calls * delay:g} s, "
+        f"+{TARGET_WALL_S - delay:g} s slack as in variant text = {calls * delay + TARGET_WALL_S - delay:g} s")  # fmt: skip
+    limit = TARGET_WALL_S if not use_tool else calls * delay + TARGET_WALL_S - delay
+    verdict = "MET" if wall <= limit and not errors else "MISSED"
+    print(f"  wall time            {wall:8.3f} s     {target}: {verdict}")
+    print(f"  turns per second     {len(records) / wall:8.1f}")
+    if errors:
+        print(f"  FAILED turns         {sum(errors.values())} of {n}:")
+        for message, count in errors.most_common(5):
+            print(f"    {count} x {message}")
+    if not records:
+        return
+    finals = sum(r["_final"] for r in records)
+    print(f"  completed            {len(records)} ({finals:.0f} with a final answer)")
+    latency = [r["turn"] for r in records]
+    print(f"  per-turn latency     p50 {ms(pct(latency, 50))}  p95 {ms(pct(latency, 95))}  "
+          f"max {ms(max(latency))}")  # fmt: skip
+    if model.arrivals:
+        arr = model.arrivals
+        print(f"  model saw 1st request of a turn at t+  p50 {ms(pct(arr, 50))}  "
+              f"p95 {ms(pct(arr, 95))}  max {ms(max(arr))}")  # fmt: skip
+    print(f"  max model requests in flight at once: {model.max_in_flight}")
+    print("  per-turn phases (concurrent, so they include waiting for the event loop,")
+    print("  the shared MiniLM batcher and the Redis connection pool):")
+    for name in ("harness.before", "    question embedding", "      MiniLM pass (cache miss)",
+                 "    read knowledge_base.search (concurrent)", "  select_tools",
+                 "model (LLMClient.chat)", "harness.run_tool", "harness.after"):  # fmt: skip
+        values = [r.get(name, 0.0) for r in records if r.get(name + " #")]
+        if values:
+            print(f"    {name.strip():42s} p50 {ms(pct(values, 50))}  p95 {ms(pct(values, 95))}"
+                  f"  max {ms(max(values))}")  # fmt: skip
+    model_time = [r["model (LLMClient.chat)"] for r in records]
+    overhead = [t - m for t, m in zip(latency, model_time, strict=True)]
+    print(f"    {'turn - model time':42s} p50 {ms(pct(overhead, 50))}  "
+          f"p95 {ms(pct(overhead, 95))}  max {ms(max(overhead))}")  # fmt: skip
+
+
+async def run(args: argparse.Namespace, redis_url: str) -> None:
+    model = Model()
+    async with bench_world(redis_url, model.respond) as (runtime, _server):
+        started = time.perf_counter()
+        chunks = await fill_knowledge_base(runtime, sample_path(args.sample), args.papers)
+        print(f"knowledge base: {chunks} chunks from {args.papers} unarXive papers "
+              f"(embedded in {time.perf_counter() - started:.1f} s incl. model load)")  # fmt: skip
+        pool = runtime.memory.redis.connection_pool
+        print(f"redis pool max_connections={pool.max_connections}; "
+              f"openai/httpx pool: {describe_http_pool(runtime)}")  # fmt: skip
+        for i in range(args.warmup):  # MiniLM, tiktoken, connections (not measured)
+            await runtime.agent.run_turn(TENANT, "warmup", f"Warm-up question number {i}?")
+        await runtime.harness.drain()
+        CURRENT.set(None)
+
+        offset = 0
+        for variant in ("text", "tool"):
+            if args.variant not in (variant, "both"):
+                continue
+            questions = distinct_questions(args.turns, offset)
+            offset += args.turns
+            await one_variant(runtime, model, variant, questions, args.delay,
+                              variant == "tool", variant)  # fmt: skip
+
+
+def describe_http_pool(runtime) -> str:
+    try:
+        limits = runtime.llm._client._client._limits  # httpx client inside the SDK
+        return json.dumps({k: getattr(limits, k) for k in
+                           ("max_connections", "max_keepalive_connections")})  # fmt: skip
+    except AttributeError:
+        try:
+            from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+            return f"SDK default {DEFAULT_CONNECTION_LIMITS}"
+        except ImportError:
+            return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--delay", type=float, default=1.0, help="seconds per model reply")
+    parser.add_argument("--variant", choices=("text", "tool", "both"), default="both")
+    parser.add_argument("--papers", type=int, default=10, help="unarXive papers in the KB")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
+    args = parser.parse_args()
+    with quiet_logs(), temporary_redis() as url:
+        asyncio.run(run(args, url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
