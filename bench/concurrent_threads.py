@@ -16,8 +16,12 @@ Where the time goes is shown per phase (harness.before, model calls, tool run, a
 when the model server saw each turn's first request (after the harness's `before` phase).
 Entity extraction (the harness's own background call) is answered at once and not counted.
 
+The app's Redis pool (memory.connection.connect: max_connections=64, non-blocking) is used as
+is by default; `--redis-pool blocking|unbounded` swaps it on the live client for a what-if.
+
 Usage: python bench/concurrent_threads.py [--turns 200] [--delay 1.0] [--variant both]
-                                          [--papers 10] [--sample path/to/unarXive.tar.gz]
+                                          [--redis-pool app] [--papers 10]
+                                          [--sample path/to/unarXive.tar.gz]
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import cProfile
 import json
+import pstats
 import random
 import sys
 import time
+import traceback
 from itertools import product
 from typing import Any
 
@@ -47,6 +54,7 @@ from harness_overhead import (
     quiet_logs,
     timed_turn,
 )
+from redis.asyncio import BlockingConnectionPool
 
 from tests.support.scripted_openai import call, text, tool_calls
 
@@ -94,11 +102,15 @@ class Model:
 
 
 async def one_variant(runtime, model: Model, label: str, questions: list[str],
-                      delay: float, use_tool: bool, tag: str) -> None:  # fmt: skip
+                      delay: float, use_tool: bool, tag: str, profile: bool,
+                      profile_out: str | None = None) -> None:  # fmt: skip
     model.delay, model.use_tool = delay, use_tool
     model.arrivals.clear()
     model.max_in_flight = 0
     probe = instrument(runtime)
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
     model.t0 = time.perf_counter()
     try:
         outcomes = await asyncio.gather(
@@ -107,6 +119,8 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
         )
         wall = time.perf_counter() - model.t0
     finally:
+        if profiler is not None:
+            profiler.disable()
         probe.restore()
     await runtime.harness.drain()
 
@@ -129,6 +143,9 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
         print(f"  FAILED turns         {sum(errors.values())} of {n}:")
         for message, count in errors.most_common(5):
             print(f"    {count} x {message}")
+        print("  raised from (last 4 project frames, outer > inner; count):")
+        for where, count in failure_sites(outcomes).most_common(4):
+            print(f"    {count} x {where}")
     if not records:
         return
     finals = sum(r["_final"] for r in records)
@@ -154,6 +171,89 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
     overhead = [t - m for t, m in zip(latency, model_time, strict=True)]
     print(f"    {'turn - model time':42s} p50 {ms(pct(overhead, 50))}  "
           f"p95 {ms(pct(overhead, 95))}  max {ms(max(overhead))}")  # fmt: skip
+    if profiler is not None:
+        print_profile(profiler, wall)
+        if profile_out:
+            profiler.dump_stats(f"{profile_out}.{tag}")
+            print(f"  profile written to {profile_out}.{tag} (python -m pstats)")
+
+
+def print_profile(profiler: cProfile.Profile, wall: float) -> None:
+    """Event-loop thread CPU during the gather, grouped by where it is spent."""
+    stats = pstats.Stats(profiler)
+    total = sum(row[2] for row in stats.stats.values())  # tottime over all functions
+    print(f"  event-loop thread (cProfile, main thread only): {total:.2f} s of own time "
+          f"in {wall:.2f} s wall")  # fmt: skip
+    groups: collections.Counter = collections.Counter()
+    for (filename, _line, name), row in stats.stats.items():
+        groups[_group(filename, name)] += row[2]
+    for group, seconds in groups.most_common(14):
+        print(f"    {group:58s} {seconds:6.2f} s  {seconds / total:6.1%}")
+    print("  top functions by own time (main thread):")
+    for (filename, line, name), row in sorted(
+        stats.stats.items(), key=lambda kv: kv[1][2], reverse=True
+    )[:20]:
+        print(f"    {row[2]:6.2f} s own  {row[0]:7d} calls  {_short(filename)}:{line} {name}")
+    print("  top functions by cumulative time (main thread):")
+    cumulative = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)
+    shown = 0
+    for (filename, line, name), row in cumulative:
+        where = _short(filename)
+        if not any(k in where for k in ("bot/", "memory/", "redisvl", "tiktoken", "openai")):
+            continue
+        print(f"    {row[3]:6.2f} s cum  {row[2]:6.2f} s own  {where}:{line} {name}")
+        shown += 1
+        if shown >= 25:
+            break
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "/main/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    if "/lib/python3." in filename:
+        return "stdlib/" + filename.split("/lib/python3.", 1)[1].split("/", 1)[1]
+    return filename
+
+
+def _group(filename: str, name: str) -> str:
+    short = _short(filename)
+    if short.startswith(("bot/", "memory/")):
+        return short.split(".py")[0]
+    if filename.startswith("~") or filename == "~":
+        return f"builtins ({name[:40]})"
+    parts = short.split("/")
+    return "/".join(parts[:2]) if parts[0] == "stdlib" else parts[0]
+
+
+def failure_sites(outcomes: list[Any]) -> collections.Counter:
+    """For each failed turn, the chain of project frames (bot/, memory/) it was raised through."""
+    sites: collections.Counter = collections.Counter()
+    for outcome in outcomes:
+        if not isinstance(outcome, BaseException):
+            continue
+        frames = [
+            f"{f.filename.split('/main/')[-1]}:{f.lineno} {f.name}"
+            for f in traceback.extract_tb(outcome.__traceback__)
+            if "/bot/" in f.filename or "/memory/" in f.filename
+        ]
+        sites[" > ".join(frames[-4:]) or "(no project frame)"] += 1
+    return sites
+
+
+def configure_pool(runtime, mode: str) -> str:
+    """`app`: the pool memory.connection.connect built; the others are bench-only what-ifs."""
+    client = runtime.memory.redis
+    pool = client.connection_pool
+    if mode == "unbounded":
+        pool.max_connections = 100_000
+    elif mode == "blocking":
+        client.connection_pool = BlockingConnectionPool(
+            connection_class=pool.connection_class, max_connections=pool.max_connections,
+            timeout=30, **pool.connection_kwargs,
+        )  # fmt: skip
+    pool = client.connection_pool
+    return f"{type(pool).__name__}(max_connections={pool.max_connections}) [--redis-pool {mode}]"
 
 
 async def run(args: argparse.Namespace, redis_url: str) -> None:
@@ -163,12 +263,23 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
         chunks = await fill_knowledge_base(runtime, sample_path(args.sample), args.papers)
         print(f"knowledge base: {chunks} chunks from {args.papers} unarXive papers "
               f"(embedded in {time.perf_counter() - started:.1f} s incl. model load)")  # fmt: skip
-        pool = runtime.memory.redis.connection_pool
-        print(f"redis pool max_connections={pool.max_connections}; "
+        print(f"redis pool: {configure_pool(runtime, args.redis_pool)}; "
               f"openai/httpx pool: {describe_http_pool(runtime)}")  # fmt: skip
         for i in range(args.warmup):  # MiniLM, tiktoken, connections (not measured)
             await runtime.agent.run_turn(TENANT, "warmup", f"Warm-up question number {i}?")
         await runtime.harness.drain()
+        if args.warm_pool:  # steady state of a busy bot: Redis and HTTP pools already open
+            model.delay, model.use_tool = 0.0, False
+            warm = distinct_questions(args.turns, 0, seed=99)
+            outcomes = await asyncio.gather(
+                *(runtime.agent.run_turn(TENANT, f"warm-{i}", f"{q} (warm-up)")
+                  for i, q in enumerate(warm)),
+                return_exceptions=True,
+            )  # fmt: skip
+            await runtime.harness.drain()
+            failed = sum(isinstance(o, BaseException) for o in outcomes)
+            print(f"pools warmed by {len(warm)} concurrent zero-delay turns ({failed} failed); "
+                  f"redis connections open: {len(runtime.memory.redis.connection_pool._available_connections)}")  # fmt: skip
         CURRENT.set(None)
 
         offset = 0
@@ -178,7 +289,8 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
             questions = distinct_questions(args.turns, offset)
             offset += args.turns
             await one_variant(runtime, model, variant, questions, args.delay,
-                              variant == "tool", variant)  # fmt: skip
+                              variant == "tool", variant, args.profile or bool(args.profile_out),
+                              args.profile_out)  # fmt: skip
 
 
 def describe_http_pool(runtime) -> str:
@@ -202,6 +314,16 @@ def main() -> int:
     parser.add_argument("--variant", choices=("text", "tool", "both"), default="both")
     parser.add_argument("--papers", type=int, default=10, help="unarXive papers in the KB")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--redis-pool", choices=("app", "blocking", "unbounded"), default="app",
+        help="app: the pool the app builds (64, raises when exhausted); blocking: same size but "
+        "waiting for a free connection; unbounded: no limit (what-ifs, bench-only)",
+    )  # fmt: skip
+    parser.add_argument("--warm-pool", action="store_true",
+                        help="first run N concurrent zero-delay turns so the pools are open")  # fmt: skip
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the event-loop thread during the gather, print hot spots")  # fmt: skip
+    parser.add_argument("--profile-out", help="also dump the cProfile stats to PATH.<variant>")
     parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
     args = parser.parse_args()
     with quiet_logs(), temporary_redis() as url:

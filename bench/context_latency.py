@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import math
+import os
+import pstats
 import random
 import re
+import signal
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,6 +138,7 @@ def load_sample(path) -> tuple[list[Paper], list[Text]]:
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORDY = re.compile(r"^[A-Za-z][A-Za-z\-]*$")
+_DANGLING = STOPWORDS | {"we", "using", "such", "via", "each", "which", "while", "both"}
 _TEMPLATES = [
     "What does the literature say about {phrase}?",
     "Which papers discuss {phrase}?",
@@ -164,14 +170,21 @@ def make_questions(papers: list[Paper], texts: list[Text], count: int, seed: int
                 continue
             span = rng.randint(4, 8)
             start = rng.randint(0, len(words) - span)
-            phrase = " ".join(words[start : start + span])
+            window = [w.strip(".,;:()[]\"'") for w in words[start : start + span]]
+            while window and (not window[-1] or window[-1].lower() in _DANGLING):
+                window.pop()
+            while window and (not window[0] or window[0].lower() in _DANGLING):
+                window.pop(0)
+            if len(window) < 3:
+                continue
+            phrase = " ".join(window)
             phrase = phrase[0].lower() + phrase[1:]
             title = papers[texts[i].paper].title
             question = rng.choice(_TEMPLATES).format(phrase=phrase, title=title)
             if question not in seen:
                 seen.add(question)
                 questions.append(question)
-            break
+                break
     if len(questions) < count:
         raise SystemExit(f"Only {len(questions)} distinct questions could be made.")
     return questions
@@ -217,9 +230,8 @@ class KBLoader:
         while have < target:
             paper_idx, ids = self.groups[g % len(self.groups)]
             ids = ids[: target - have]
-            copy = g // len(self.groups)
             real = self.papers[paper_idx]
-            paper = replace(real, arxiv_id=f"{real.arxiv_id}-s{copy:03d}")
+            paper = replace(real, arxiv_id=f"{real.arxiv_id}-s{g:05d}")  # one per synthetic paper
             chunks = [
                 Chunk(text=self.texts[i].text, section=self.texts[i].section, index=n)
                 for n, i in enumerate(ids)
@@ -243,14 +255,19 @@ class KBLoader:
 async def wait_indexed(memory: MemoryManager, expected: int, timeout: float = 600) -> float:
     """Seconds until FT.INFO of the KB index shows every document and no indexing in progress."""
     start = time.perf_counter()
+    last, since = -1, start
     while time.perf_counter() - start < timeout:
         info = await memory.knowledge_base.index.info()
         docs = int(info.get("num_docs", 0))
         busy = int(info.get("indexing", 0)) or float(info.get("percent_indexed", 1)) < 1
         if docs >= expected and not busy:
             return time.perf_counter() - start
+        if docs != last:
+            last, since = docs, time.perf_counter()
+        elif not busy and time.perf_counter() - since > 5:
+            break
         await asyncio.sleep(0.05)
-    raise SystemExit(f"The index did not reach {expected} documents in {timeout:.0f} s.")
+    raise SystemExit(f"The index holds {last:,} documents, not the {expected:,} expected.")
 
 
 async def seed_memory(
@@ -361,6 +378,8 @@ async def measure(
     def ctx(q: str, v: np.ndarray | None = None):
         return lambda: assemble_context(memory, TENANT, THREAD, q, vector=v)
 
+    load1, _, _ = os.getloadavg()
+    print(f"  machine: {os.cpu_count()} CPUs, load average (1 min) {load1:.2f} before measuring")
     await memory.redis.config_resetstat()
     a = await timed(
         [ctx(q, v) for q, v in zip(questions, qvectors, strict=True)],
@@ -415,6 +434,7 @@ async def measure(
     print(f"      total server time per request: {total_us / 1000:.2f} ms")
     if breakdown:
         await print_breakdown(memory, questions, qvectors, warmup, wvectors)
+        await print_profile(memory, questions, qvectors)
     return figures
 
 
@@ -484,6 +504,60 @@ async def print_breakdown(
     )
     print(f"      {'the five reads under gather':<34} {ms(statistics.median(gathered))}  "
           f"{ms(p95(gathered))}")  # fmt: skip
+
+
+def _package(filename: str) -> str:
+    """Which library a profiled function belongs to."""
+    for marker, name in (
+        ("/redisvl/", "redisvl"),
+        ("/redis/", "redis-py"),
+        ("/tiktoken", "tiktoken"),
+        ("/asyncio/", "asyncio"),
+        ("/memory/", "memory (ArxivScout)"),
+        ("/json/", "json"),
+        ("/pydantic", "pydantic"),
+        ("/numpy/", "numpy"),
+    ):
+        if marker in filename:
+            return name
+    if filename == "~":
+        return "builtins (C calls)"
+    return "other"
+
+
+async def print_profile(memory: MemoryManager, questions: list[str], qvectors: np.ndarray) -> None:
+    """cProfile over (a): own time by library, and the heaviest functions.
+
+    cProfile slows Python code down, so read the shares, not the absolute times.
+    """
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    for q, v in zip(questions, qvectors, strict=True):
+        await assemble_context(memory, TENANT, THREAD, q, vector=v)
+    profiler.disable()
+    wall = time.perf_counter() - start
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    by_package: dict[str, float] = {}
+    rows = []
+    for (filename, line, func), (_cc, calls, own, cumulative, _callers) in stats.items():
+        package = _package(filename)
+        if "epoll" in func or "select" in func:
+            package = "waiting on the socket (epoll)"
+        by_package[package] = by_package.get(package, 0.0) + own
+        rows.append((own, cumulative, calls, f"{Path(filename).name}:{line} {func}"))
+    total = sum(by_package.values())
+    n = len(questions)
+    print(f"  cProfile of (a), {n} requests: {wall / n * 1000:.2f} ms/request under the profiler;")
+    print("  own time by library (share of profiled time):")
+    for package, own in sorted(by_package.items(), key=lambda kv: -kv[1]):
+        print(f"      {package:<30} {own / total:6.1%}  {own / n * 1000:6.2f} ms/request")
+    print("  heaviest functions by own time (calls per request, own ms per request):")
+    for own, _cum, calls, name in sorted(rows, reverse=True)[:15]:
+        print(f"      {calls / n:7.1f}  {own / n * 1000:6.3f}  {name}")
+    print("  heaviest by cumulative time:")
+    for _own, cum, calls, name in sorted(rows, key=lambda r: -r[1])[:25]:
+        print(f"      {calls / n:7.1f}  {cum / n * 1000:6.3f}  {name}")
 
 
 async def _maybe(kb: KnowledgeBase, query: TextQuery | None) -> list[dict[str, Any]]:
@@ -566,9 +640,13 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.15, help="norm of the vector jitter")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-texts", type=int, default=0, help="use only the first N texts")
-    parser.add_argument("--breakdown", action="store_true", help="time each read on its own")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time each read alone, and cProfile (a)"
+    )
     parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
     args = parser.parse_args()
+    # a SIGTERM unwinds like Ctrl-C, so the temporary Redis is still shut down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with temporary_redis() as url:
         asyncio.run(run(args, url))
 

@@ -26,6 +26,7 @@ import functools
 import inspect
 import logging
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -142,7 +143,8 @@ class Probe:
 
         def add(started: float) -> None:
             record = CURRENT.get()
-            if record is not None:
+            # Background tasks spawned by a turn inherit its record: count only until it ends.
+            if record is not None and not record.get("_closed"):
                 record[label] += time.perf_counter() - started
                 record[label + " #"] += 1
 
@@ -255,9 +257,16 @@ async def fill_knowledge_base(runtime: AgentRuntime, sample: Path, papers: int) 
 
 @contextmanager
 def quiet_logs() -> Iterator[None]:
+    """Also prints the load average before and after: other processes skew these figures."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+    print(f"cpus: {os.cpu_count()}, load average at start: {load()}")
     yield
+    print(f"load average at end: {load()}")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def timed_turn(runtime: AgentRuntime, thread: str, question: str) -> dict[str, float]:
@@ -269,6 +278,7 @@ async def timed_turn(runtime: AgentRuntime, thread: str, question: str) -> dict[
         result = await runtime.agent.run_turn(TENANT, thread, question)
         record["turn"] = time.perf_counter() - started
     finally:
+        record["_closed"] = 1.0
         CURRENT.reset(token)
     record["_iterations"] = result.iterations
     record["_final"] = float(result.stop_reason == "final")

@@ -7,10 +7,18 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from bot.commands import chat_cmd, context_cmd, eval_cmd, ingest_cmd, memory_cmd, redis_cmd
+from bot.commands import (
+    chat_cmd,
+    context_cmd,
+    eval_cmd,
+    ingest_cmd,
+    memory_cmd,
+    redis_cmd,
+    slack_cmd,
+)
 from bot.errors import USER_ERRORS
 
-COMMANDS = [chat_cmd, ingest_cmd, memory_cmd, context_cmd, eval_cmd, redis_cmd]
+COMMANDS = [chat_cmd, ingest_cmd, memory_cmd, context_cmd, eval_cmd, redis_cmd, slack_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

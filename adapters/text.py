@@ -1,0 +1,105 @@
+"""Splitting a long reply into platform-sized messages without breaking its markdown.
+
+Chat platforms cap a message (Discord at 2,000 characters, Slack's text at a few thousand).
+A cut in the middle of a fenced code block leaves one message with an unclosed fence and the
+next with code rendered as prose, so cuts go, in order of preference, at a paragraph or
+code-block boundary, at a line break, at a space, and only then anywhere. A code block longer
+than the limit is cut between its lines, closed, and reopened (same language) in the next part.
+"""
+
+from __future__ import annotations
+
+import re
+
+FENCE = "```"
+_CLOSE = "\n" + FENCE
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_LEADING_BLANK_LINES = re.compile(r"^(?:[ \t]*\n)+")
+MIN_LIMIT = 16
+
+
+def split_message(text: str, limit: int = 2000) -> list[str]:
+    """Parts of `text`, each at most `limit` characters; blank text gives no parts.
+
+    Nothing is lost but the whitespace at a cut (and a fence is added around each part of a
+    code block that had to be cut).
+    """
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit must be at least {MIN_LIMIT}, got {limit}")
+    parts: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        head, rest = _cut(rest, limit)
+        if head.strip():
+            parts.append(head)
+        rest = _LEADING_BLANK_LINES.sub("", rest).rstrip()
+    if rest.strip():
+        parts.append(rest)
+    return parts
+
+
+def _code_blocks(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, opening fence line) of each fenced block; an unclosed one runs to the end."""
+    blocks: list[tuple[int, int, str]] = []
+    opened: tuple[int, str] | None = None
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        bare = line.strip()
+        if bare.startswith(FENCE) and not (opened is None and FENCE in bare[3:]):
+            if opened is None:
+                opened = (pos, bare)
+            else:
+                blocks.append((opened[0], pos + len(line.rstrip("\r\n")), opened[1]))
+                opened = None
+        pos += len(line)
+    if opened is not None:
+        blocks.append((opened[0], len(text), opened[1]))
+    return blocks
+
+
+def _cut(text: str, limit: int) -> tuple[str, str]:
+    """One part of at most `limit` characters from the front of `text`, and what is left."""
+    blocks = _code_blocks(text)
+    block = next(((s, e, f) for s, e, f in blocks if s < limit < e), None)
+
+    # 1. A code block that fits no part is cut anyway: fill this part with its first lines.
+    if block is not None and block[1] - block[0] > limit:
+        start, _, opening = block
+        if start == 0 or limit - start >= limit // 4:
+            cut = _cut_code(text, limit, start, opening)
+            if cut is not None:
+                return cut
+
+    # 2. The last paragraph or code-block boundary that fits.
+    def in_code(pos: int) -> bool:
+        return any(start < pos < end for start, end, _ in blocks)
+
+    boundaries = [m.start() for m in _PARAGRAPH_BREAK.finditer(text) if not in_code(m.start())]
+    boundaries += [edge for start, end, _ in blocks for edge in (start, end)]
+    fitting = [p for p in boundaries if 0 < p <= limit and text[:p].strip()]
+    if fitting:
+        p = max(fitting)
+        return text[:p].rstrip(), text[p:]
+
+    # 3. Prose: the last line break, else the last space, else anywhere; never into a block.
+    end = min(limit, block[0]) if block is not None and block[0] > 0 else limit
+    window = text[:end]
+    for sep in ("\n", " "):
+        p = window.rfind(sep)
+        if p > 0 and window[:p].strip():
+            return window[:p].rstrip(), text[p + 1 :]
+    return window, text[end:]
+
+
+def _cut_code(text: str, limit: int, start: int, opening: str) -> tuple[str, str] | None:
+    """Cut inside the code block at `start` between two lines, closing the fence in this part
+    and reopening it (same language) in the rest; None if no line of it fits after `start`."""
+    reopen = opening if len(opening) <= limit // 4 else FENCE
+    budget = limit - len(_CLOSE)
+    fence_end = text.find("\n", start)
+    p = text.rfind("\n", start, budget + 1)
+    if fence_end < 0 or p <= fence_end:  # not one code line fits
+        if start > 0:
+            return None
+        return text[:budget] + _CLOSE, f"{reopen}\n{text[budget:]}"
+    return text[:p] + _CLOSE, f"{reopen}\n{text[p + 1 :]}"
