@@ -181,12 +181,12 @@ class DiscordAdapter:
         route = await self.route(message, mentioned)
         if route is None:
             return
+        if not await self.dedup.first_time(f"discord:{message.id}"):
+            return
         text = self._strip_mention(message, me.id)
-        if not text:
+        if not text:  # a bare mention; or, without the Message Content intent, any follow-up
             if mentioned:
                 await self._reply_quietly(message, EMPTY_MENTION)
-            return
-        if not await self.dedup.first_time(f"discord:{message.id}"):
             return
         if route.open_thread:
             route = await self._open_thread(message, route, text)

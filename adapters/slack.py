@@ -13,12 +13,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
 from typing import Any
 
+import aiohttp
 from redis.asyncio import Redis
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
@@ -80,14 +80,12 @@ class SlackAdapter:
     ) -> None:
         self.handler = handler
         self.redis = redis
-        client = (
-            AsyncWebClient(token=bot_token, base_url=api_url)
-            if api_url
-            else AsyncWebClient(token=bot_token)
-        )
-        self.client = client
+        # one HTTP session for every Web API call (the client opens one per call without it)
+        self.session = aiohttp.ClientSession()
+        options = {"base_url": api_url} if api_url else {}
+        self.client = AsyncWebClient(token=bot_token, session=self.session, **options)
         self.app = AsyncApp(
-            client=client,
+            client=self.client,
             signing_secret=signing_secret,
             request_verification_enabled=signing_secret is not None,
             process_before_response=True,  # listeners only queue: they finish in milliseconds
@@ -262,4 +260,7 @@ class SlackAdapter:
 
     async def wait_idle(self) -> None:
         await self.dispatcher.wait_idle()
-        await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        await self.wait_idle()
+        await self.session.close()

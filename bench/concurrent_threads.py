@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import collections
 import cProfile
-import json
 import pstats
 import random
 import sys
@@ -294,17 +293,15 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
 
 
 def describe_http_pool(runtime) -> str:
-    try:
-        limits = runtime.llm._client._client._limits  # httpx client inside the SDK
-        return json.dumps({k: getattr(limits, k) for k in
-                           ("max_connections", "max_keepalive_connections")})  # fmt: skip
-    except AttributeError:
-        try:
-            from openai._constants import DEFAULT_CONNECTION_LIMITS
-
-            return f"SDK default {DEFAULT_CONNECTION_LIMITS}"
-        except ImportError:
-            return "unknown"
+    """The SDK's HTTP transport as built by bot.llm (httpx-style limits, or aiohttp)."""
+    inner = getattr(runtime.llm._client, "_client", None)
+    kind = type(inner).__name__
+    limits = getattr(inner, "_limits", None)
+    if limits is not None:
+        return f"{kind} max_connections={limits.max_connections}"
+    connector = getattr(getattr(inner, "_client", None), "connector", None)
+    limit = getattr(connector, "limit", None)
+    return f"{kind}" + (f" (aiohttp connector limit={limit})" if limit is not None else "")
 
 
 def main() -> int:

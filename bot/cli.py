@@ -10,6 +10,7 @@ from collections.abc import Callable
 from bot.commands import (
     chat_cmd,
     context_cmd,
+    discord_cmd,
     eval_cmd,
     ingest_cmd,
     memory_cmd,
@@ -18,7 +19,16 @@ from bot.commands import (
 )
 from bot.errors import USER_ERRORS
 
-COMMANDS = [chat_cmd, ingest_cmd, memory_cmd, context_cmd, eval_cmd, redis_cmd, slack_cmd]
+COMMANDS = [
+    chat_cmd,
+    ingest_cmd,
+    memory_cmd,
+    context_cmd,
+    eval_cmd,
+    redis_cmd,
+    slack_cmd,
+    discord_cmd,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

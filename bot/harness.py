@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from bot.consolidation import Consolidator
@@ -36,6 +38,22 @@ Extract the named entities (people, organisations, systems, models, datasets, pa
 exchange between a user and a research assistant. Answer with a JSON list of objects with keys
 "name", "type" (person, organisation, system, model, dataset, paper or other) and "description"
 (one sentence of what the exchange says about it). Answer [] if there are none."""
+
+
+# A name: a capitalised word not at the start of a sentence, an acronym, or an arXiv id.
+_NAME = re.compile(
+    r"(?<![.!?\n]\s)(?<!^)(?<!\n)\b[A-Z][\w\-]*[A-Za-z]|\b[A-Z]{2,}\b|\b\d{4}\.\d{4,5}\b"
+)
+
+
+def mentions_names(text: str) -> bool:
+    """Cheap filter before the entity-extraction model call."""
+    return bool(_NAME.search(text))
+
+
+@lru_cache(maxsize=8)
+def prompt_tokens(model: str) -> int:
+    return count_tokens(AGENT_SYSTEM_PROMPT, model)
 
 
 @dataclass
@@ -96,11 +114,11 @@ class Harness:
         )
 
     def usage_percent(self, context: AssembledContext) -> float:
-        window = self.window or context_window(self.memory.model)
-        tokens = count_tokens(AGENT_SYSTEM_PROMPT, self.memory.model) + count_tokens(
-            context.render(), self.memory.model
-        )
-        return 100.0 * tokens / window
+        """Tokens the model will be sent (system prompt, question, segments) over its window."""
+        model = self.memory.model
+        window = self.window or context_window(model)
+        question = count_tokens(f"# Question\n{context.question}\n\n", model)
+        return 100.0 * (prompt_tokens(model) + question + context.total_tokens) / window
 
     def _trim(self, context: AssembledContext) -> AssembledContext:
         """Still too full after compaction: drop the largest segments' text to fit."""
@@ -188,6 +206,8 @@ class Harness:
                 await self.memory.workflows.add(
                     tenant, question, [s.describe() for s in steps], answer
                 )
+            if not mentions_names(f"{question}\n{answer}"):
+                return  # nothing to extract: no model call for "thanks" or "ok"
             entities = await self.extract_entities(question, answer)
             if entities:
                 await self.memory.entities.upsert(tenant, entities)

@@ -143,6 +143,25 @@ class _Retryable(Exception):
 
 
 # -- client --------------------------------------------------------------------------------
+def openai_client(
+    api_key: str | None, base_url: str | None, timeout_seconds: float, max_retries: int = 2
+) -> openai.AsyncOpenAI:
+    """The SDK client, on aiohttp: its connection pool stays fast with hundreds of requests
+    in flight, where the default transport's pool bookkeeping grows with every connection."""
+    if not api_key and not base_url:
+        raise LLMConfigError(
+            "OPENAI_API_KEY is not set. Set OPENAI_API_KEY to your OpenAI key, or set "
+            "OPENAI_BASE_URL to an OpenAI-compatible server (e.g. Ollama, vLLM)."
+        )
+    return openai.AsyncOpenAI(
+        api_key=api_key or PLACEHOLDER_API_KEY,
+        base_url=base_url,
+        timeout=timeout_seconds,
+        max_retries=max_retries,
+        http_client=openai.DefaultAioHttpClient(timeout=timeout_seconds),
+    )
+
+
 class LLMClient:
     """Async chat client with per-request timeout, bounded retries and typed errors."""
 
@@ -155,21 +174,11 @@ class LLMClient:
         timeout_seconds: float = 60.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        if not api_key and not base_url:
-            raise LLMConfigError(
-                "OPENAI_API_KEY is not set. Set OPENAI_API_KEY to your OpenAI key, or set "
-                "OPENAI_BASE_URL to an OpenAI-compatible server (e.g. Ollama, vLLM)."
-            )
         self.model = model
         self.base_url = base_url
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key or PLACEHOLDER_API_KEY,
-            base_url=base_url,
-            timeout=timeout_seconds,
-            max_retries=0,
-        )
+        self._client = openai_client(api_key, base_url, timeout_seconds, max_retries=0)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> LLMClient:

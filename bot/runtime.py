@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.agent import Agent
-from bot.config import ConfigError, Settings
+from bot.config import Settings
 from bot.consolidation import Consolidator
 from bot.harness import Harness
-from bot.llm import LLMClient
+from bot.llm import LLMClient, openai_client
 from memory.connection import connect
 from memory.embeddings import CachedEmbedder, LocalEmbedder, OpenAIEmbedder
 from memory.ingest.arxiv_source import ArxivSource
@@ -26,24 +26,12 @@ def redis_url(settings: Settings) -> str:
     return settings.redis_url or embedded_redis(settings).ensure_running()
 
 
-def openai_client(settings: Settings):
-    from openai import AsyncOpenAI
-
-    if not settings.openai_api_key and not settings.openai_base_url:
-        raise ConfigError(
-            "OPENAI_API_KEY is not set. Set it (or OPENAI_BASE_URL for an OpenAI-compatible "
-            "server such as Ollama or vLLM) in the environment or in a .env file."
-        )
-    return AsyncOpenAI(
-        api_key=settings.openai_api_key or "not-needed",
-        base_url=settings.openai_base_url,
-        timeout=settings.llm_timeout_seconds,
-    )
-
-
 def make_embedder(settings: Settings):
     if settings.embeddings == "openai":
-        return OpenAIEmbedder(openai_client(settings), settings.openai_embedding_model)
+        client = openai_client(
+            settings.openai_api_key, settings.openai_base_url, settings.llm_timeout_seconds
+        )
+        return OpenAIEmbedder(client, settings.openai_embedding_model)
     return LocalEmbedder()
 
 

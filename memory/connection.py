@@ -65,7 +65,12 @@ async def check_capabilities(client: aredis.Redis) -> None:
 
 async def connect(url: str, check: bool = True) -> aredis.Redis:
     """A client for `url`, checked for the modules ArxivScout needs."""
-    client = aredis.from_url(url, max_connections=64, health_check_interval=30)
+    # A blocking pool: under a burst (hundreds of concurrent turns) callers wait for a free
+    # connection instead of failing with "Too many connections".
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=128, timeout=30, health_check_interval=30
+    )
+    client = aredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
     try:
         await client.ping()
     except (RedisConnectionError, OSError) as exc:

@@ -75,6 +75,7 @@ async def slack(redis_url, tmp_path):
     await session.close()
     for instance in (first, second):
         await instance.runner.cleanup()
+        await instance.adapter.close()
     await api.close()
     await close_world(world)
 

@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> int:
             await socket.close_async()
         else:
             await serve_forever()
-        await adapter.wait_idle()
+        await adapter.close()
     finally:
         if runner:
             await runner.cleanup()

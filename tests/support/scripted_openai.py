@@ -39,6 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.threaded import ThreadedServer
+
 EXHAUSTED_MESSAGE = "ScriptedOpenAI: the script is exhausted (no reply left for this request)"
 
 
@@ -145,7 +147,7 @@ def fake_embedding(text_: str, dims: int) -> list[float]:
     return [v / norm for v in values]
 
 
-class ScriptedOpenAI:
+class ScriptedOpenAI(ThreadedServer):
     """An aiohttp app on 127.0.0.1 (random port) speaking enough of the OpenAI API for tests."""
 
     def __init__(
@@ -241,49 +243,6 @@ class ScriptedOpenAI:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def start_in_thread(self, timeout: float = 10.0) -> str:
-        """Serve from a daemon thread with its own loop (for sync tests); returns the base URL."""
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # surfaced to the caller below
-                failure.append(exc)
-                started.set()
-                loop.close()
-                return
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self.close())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="scripted-openai", daemon=True)
-        self._thread.start()
-        if not started.wait(timeout):
-            raise RuntimeError("ScriptedOpenAI did not start in time")
-        if failure:
-            raise failure[0]
-        return self.base_url
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop a server started with `start_in_thread`."""
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-            self._thread = None
-            self._loop = None
-
-    def __enter__(self) -> ScriptedOpenAI:
-        self.start_in_thread()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- handlers ----------------------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:

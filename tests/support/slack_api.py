@@ -19,6 +19,8 @@ from urllib.parse import parse_qsl, urlencode
 import aiohttp
 from aiohttp import web
 
+from tests.support.threaded import ThreadedServer
+
 BOT_USER = "UBOT"
 INVALID_TOKEN = "xoxb-invalid"
 
@@ -30,7 +32,7 @@ class ApiCall:
 
 
 @dataclass
-class MockSlackApi:
+class MockSlackApi(ThreadedServer):
     team_id: str = "T1"
     calls: list[ApiCall] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)  # posts to response_url
