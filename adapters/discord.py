@@ -195,6 +195,7 @@ class DiscordAdapter:
         job = {"kind": "turn", "event_id": f"discord:{message.id}", "message_id": message.id,
                "channel_id": route.channel_id, "tenant": route.tenant,
                "thread_id": route.thread_id, "user": str(message.author.id), "text": text}  # fmt: skip
+        self.handler.prefetch(text)
         await self.dispatcher.submit(route.thread_id, job)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.remember_thread(message.channel.id)  # a thread someone else opened

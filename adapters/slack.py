@@ -174,6 +174,8 @@ class SlackAdapter:
         job = {"kind": "turn", "team": team, "channel": event["channel"], "thread_ts": thread_ts,
                "user": event["user"], "text": text, "event_id": event_id,
                "reply_in_thread": thread_ts != "dm"}  # fmt: skip
+        self.handler.prefetch(text)
+        await self._remember(job)  # now, so a follow-up sent right after is recognised
         await self.dispatcher.submit(thread_id(team, event["channel"], thread_ts), job)
 
     async def _queue_summary(self, team: str, channel: str, thread_ts: str, user: str) -> None:
@@ -221,7 +223,6 @@ class SlackAdapter:
             await self._turn(job)
 
     async def _turn(self, job: Job) -> None:
-        await self._remember(job)
         channel = job["channel"]
         where = {"thread_ts": job["thread_ts"]} if job["reply_in_thread"] else {}
         placeholder = await self.client.chat_postMessage(channel=channel, text=THINKING, **where)

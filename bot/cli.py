@@ -16,6 +16,7 @@ from bot.commands import (
     memory_cmd,
     redis_cmd,
     slack_cmd,
+    worker_cmd,
 )
 from bot.errors import USER_ERRORS
 
@@ -28,6 +29,7 @@ COMMANDS = [
     redis_cmd,
     slack_cmd,
     discord_cmd,
+    worker_cmd,
 ]
 
 

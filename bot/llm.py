@@ -339,6 +339,11 @@ class LLMClient:
     def _translate(self, exc: BaseException) -> LLMError | _Retryable:
         """Map an SDK error to an LLMError, wrapped in _Retryable when retrying may help."""
         where = self.base_url or "the OpenAI API"
+        if isinstance(exc, openai.APITimeoutError) and _refused(exc):
+            # the aiohttp transport reports a refused connection as a connect timeout
+            return _Retryable(
+                LLMUnavailable(f"Cannot reach the model server at {where}: connection refused")
+            )
         if isinstance(exc, TimeoutError | openai.APITimeoutError):
             return _Retryable(
                 LLMTimeout(
@@ -383,6 +388,16 @@ class LLMClient:
 
 # -- helpers -------------------------------------------------------------------------------
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def _refused(exc: BaseException) -> bool:
+    """True when the exception chain holds a refused TCP connection."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def extract_json(text: str) -> Any:

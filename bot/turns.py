@@ -6,6 +6,7 @@ into platform messages; what a turn does, and the `/summarize` and `/expand` com
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -30,6 +31,21 @@ class Reply:
 class TurnHandler:
     def __init__(self, runtime: AgentRuntime) -> None:
         self.runtime = runtime
+        self._prefetching: set[asyncio.Task] = set()
+
+    def prefetch(self, text: str) -> None:
+        """Embed a queued message now, while its thread's earlier turns still run: when its
+        turn comes, the question's vector is already in the embedding cache."""
+
+        async def embed() -> None:
+            try:
+                await self.runtime.memory.embedder.embed([text])
+            except Exception as exc:  # the turn will embed it again, or report the error
+                log.debug("prefetch failed: %s", exc)
+
+        task = asyncio.create_task(embed())
+        self._prefetching.add(task)
+        task.add_done_callback(self._prefetching.discard)
 
     async def handle(
         self,

@@ -157,7 +157,11 @@ class OpenAIEmbedder:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with a Redis cache keyed by model and text hash."""
+    """Wraps an embedder with a Redis cache keyed by model and text hash.
+
+    Concurrent requests for the same text share one computation, so a question embedded
+    ahead of its turn (see `TurnHandler.prefetch`) is never embedded twice.
+    """
 
     def __init__(self, inner: Embedder, redis: Redis, ttl: int = CACHE_TTL_SECONDS) -> None:
         self.inner = inner
@@ -165,6 +169,7 @@ class CachedEmbedder:
         self.ttl = ttl
         self.model_name = inner.model_name
         self.dims = inner.dims
+        self._inflight: dict[str, asyncio.Future] = {}
 
     def _key(self, text: str) -> str:
         digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -176,20 +181,49 @@ class CachedEmbedder:
         keys = [self._key(t) for t in texts]
         cached = await self.redis.mget(keys)
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        missing = []
+        waiting: list[tuple[int, asyncio.Future]] = []
+        mine: dict[str, int] = {}  # key -> index of the text this call computes
         for i, blob in enumerate(cached):
             if blob is not None and len(blob) == 4 * self.dims:
                 out[i] = np.frombuffer(blob, dtype=np.float32)
+            elif keys[i] in self._inflight:
+                waiting.append((i, self._inflight[keys[i]]))
+            elif keys[i] not in mine:
+                mine[keys[i]] = i
+                self._inflight[keys[i]] = asyncio.get_running_loop().create_future()
             else:
-                missing.append(i)
-        if missing:
-            fresh = await self.inner.embed([texts[i] for i in missing])
-            pipe = self.redis.pipeline(transaction=False)
-            for row, i in zip(fresh, missing, strict=True):
-                out[i] = row
-                pipe.set(keys[i], row.astype(np.float32).tobytes(), ex=self.ttl)
-            await pipe.execute()
+                waiting.append((i, self._inflight[keys[i]]))
+        if mine:
+            await self._compute(mine, texts, keys, out)
+        for i, future in waiting:
+            out[i] = await asyncio.shield(future)
         return out
+
+    async def _compute(
+        self, mine: dict[str, int], texts: list[str], keys: list[str], out: np.ndarray
+    ) -> None:
+        futures = [self._inflight[key] for key in mine]
+        try:
+            fresh = await self.inner.embed([texts[i] for i in mine.values()])
+            pipe = self.redis.pipeline(transaction=False)
+            for row, (key, i), future in zip(fresh, mine.items(), futures, strict=True):
+                out[i] = row
+                future.set_result(row)
+                pipe.set(key, row.astype(np.float32).tobytes(), ex=self.ttl)
+            await pipe.execute()
+        except BaseException as exc:
+            for future in futures:
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: waiters re-raise it, nobody warns
+            raise
+        finally:
+            for key in mine:
+                self._inflight.pop(key, None)
 
     async def embed_one(self, text: str) -> np.ndarray:
         return (await self.embed([text]))[0]

@@ -136,10 +136,8 @@ async def test_one_turn_at_a_time_per_thread_in_arrival_order(slack):
     team = f"T{time.time_ns()}"
     slack.world.model.script(text("answer 1", delay=0.3), text("answer 2"), text("answer 3"))
     await slack.a.event(mention("question 1", ts(30)), team=team)
-    await slack.b.event(
-        message("question 2", ts(31), thread_ts=ts(30)), team=team
-    )  # on the other instance
-    await slack.settle()  # the bot must be in the thread before a follow-up without mention counts
+    # a follow-up without a mention, sent at once, to the other instance
+    await slack.b.event(message("question 2", ts(31), thread_ts=ts(30)), team=team)
     await slack.a.event(mention("question 3", ts(32), thread_ts=ts(30)), team=team)
     await slack.settle()
     stored = await slack.world.runtime.memory.conversation.all(team, f"slack:{team}:C1:{ts(30)}")

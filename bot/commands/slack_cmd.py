@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
-import signal
 
 from aiohttp import web
 from slack_sdk.errors import SlackApiError
@@ -14,6 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
+from bot.commands.common import stop_on_signals
 from bot.config import ConfigError, Settings
 from bot.runtime import open_agent
 from bot.turns import TurnHandler
@@ -70,15 +68,6 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
         raise ConfigError(f"Could not reach Slack to check SLACK_BOT_TOKEN: {exc}") from None
 
 
-async def serve_forever() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-
-
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     bot_token, signing_secret, app_token = slack_tokens(args.socket)
@@ -105,10 +94,10 @@ async def run(args: argparse.Namespace) -> int:
 
             socket = AsyncSocketModeHandler(adapter.app, app_token)
             await socket.connect_async()
-            await serve_forever()
+            await stop_on_signals().wait()
             await socket.close_async()
         else:
-            await serve_forever()
+            await stop_on_signals().wait()
         await adapter.close()
     finally:
         if runner:

@@ -6,6 +6,7 @@ import copy
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +43,11 @@ class Segment:
         return (
             f"{self.heading}\nWhat it is: {self.description}\nHow to use it: {self.usage}\n\n{body}"
         )
+
+
+@lru_cache(maxsize=1024)
+def tenant_filter(tenant: str) -> str:
+    return str(Tag("tenant") == tenant)
 
 
 def vector_bytes(vector: np.ndarray) -> bytes:
@@ -156,11 +162,12 @@ class VectorStore:
 
     # -- writes and reads ---------------------------------------------------------------------
 
-    def _scope(self, tenant: str | None, extra: FilterExpression | None = None):
+    def _scope(self, tenant: str | None, extra: FilterExpression | None = None) -> str | None:
+        """The query filter: the tenant's, and `extra`; as text (built once per tenant)."""
         if not self.TENANT_SCOPED:
-            return extra
-        scope = Tag("tenant") == validate_tenant(tenant or "")
-        return scope & extra if extra is not None else scope
+            return str(extra) if extra is not None else None
+        scope = tenant_filter(validate_tenant(tenant or ""))
+        return f"({scope} {extra})" if extra is not None else scope
 
     async def _write(self, items: Iterable[tuple[str, dict[str, Any], np.ndarray]]) -> list[str]:
         pipe = self.redis.pipeline(transaction=False)

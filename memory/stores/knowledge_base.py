@@ -278,21 +278,26 @@ class KnowledgeBase(VectorStore):
         query: str,
         vector: np.ndarray,
         k: int = 5,
-        candidates: int = 20,
+        candidates: int = 10,
         **filters: Any,
     ) -> list[Passage]:
-        """Hybrid search: vector and BM25 rankings fused by reciprocal rank."""
+        """Hybrid search: vector and BM25 rankings fused by reciprocal rank.
+
+        Both rankings return ids only; the passages' text is read for the final k alone.
+        `candidates` stays at 10: with a tenant filter, RediSearch answers larger KNN
+        queries on a big index by scanning every vector (k=20 took 29 ms at 100k chunks).
+        """
         extra = self.filters(**filters)
         terms = [
             t for t in re.findall(r"[\w\-]+", query.lower()) if t not in STOPWORDS and len(t) > 1
         ]
-        vector_hits = self._nearest(tenant, vector, candidates, self.RETURN_FIELDS, extra)
+        vector_hits = self._nearest(tenant, vector, candidates, ["chunk_index"], extra)
         if terms:
             text_query = TextQuery(
                 " ".join(terms),
                 text_field_name={"content": 1.0, "title": 2.0},
                 filter_expression=self._scope(tenant, extra),
-                return_fields=self.RETURN_FIELDS,
+                return_fields=["chunk_index"],
                 num_results=candidates,
                 stopwords=None,
             )
@@ -300,13 +305,19 @@ class KnowledgeBase(VectorStore):
         else:
             vector_rows, text_rows = await vector_hits, []
         scores: dict[str, float] = {}
-        rows: dict[str, dict[str, Any]] = {}
         for ranking in (vector_rows, text_rows):
             for rank, row in enumerate(ranking):
                 scores[row["id"]] = scores.get(row["id"], 0.0) + 1.0 / (RRF_K + rank + 1)
-                rows.setdefault(row["id"], row)
         best = sorted(scores, key=scores.__getitem__, reverse=True)[:k]
-        return [self._passage(rows[key], scores[key]) for key in best]
+        pipe = self.redis.pipeline(transaction=False)
+        for key in best:
+            pipe.hmget(key, self.RETURN_FIELDS)
+        rows = await pipe.execute()
+        return [
+            self._passage(dict(zip(self.RETURN_FIELDS, row, strict=True)), scores[key])
+            for key, row in zip(best, rows, strict=True)
+            if row[0] is not None  # deleted meanwhile
+        ]
 
     @staticmethod
     def _passage(row: dict[str, Any], score: float) -> Passage:
