@@ -155,6 +155,9 @@ class OpenAIEmbedder:
             return np.zeros((0, self.dims), dtype=np.float32)
         return _normalise(np.array(rows, dtype=np.float32))
 
+    async def aclose(self) -> None:
+        await self.client.close()
+
 
 class CachedEmbedder:
     """Wraps an embedder with a Redis cache keyed by model and text hash.
@@ -227,3 +230,9 @@ class CachedEmbedder:
 
     async def embed_one(self, text: str) -> np.ndarray:
         return (await self.embed([text]))[0]
+
+    async def aclose(self) -> None:
+        """Close the inner embedder's connections, if it holds any."""
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()

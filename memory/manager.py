@@ -45,4 +45,7 @@ class MemoryManager:
         return {store.index_name(): await store.reindex() for store in self.vector_stores}
 
     async def close(self) -> None:
+        close = getattr(self.embedder, "aclose", None)
+        if close is not None:
+            await close()
         await self.redis.aclose()

@@ -41,7 +41,7 @@ async def test_failing_tools_and_bad_arguments_go_back_to_the_model(world, tenan
     assert "not valid JSON" in results[1]
     assert "missing required parameter(s): query" in results[2]
     assert "unknown tool 'no_such_tool'" in results[3]
-    logs = await world.runtime.memory.tool_logs.for_thread(tenant, "t", failed_only=True)
+    logs = await world.runtime.memory.tool_logs.recent(tenant, "t", failed_only=True)
     assert len(logs) == 4 and {entry.iteration for entry in logs} == {1}
     assert any(entry.tool_input == '{"query": "memory' for entry in logs)
 

@@ -131,3 +131,30 @@ async def test_inspect_commands(memory, tenant, cli_env):
 
     bad = run_cli(cli_env, "memory", "threads", "--tenant", "no spaces allowed")
     assert bad.returncode == 2 and "Invalid tenant" in bad.stderr
+
+
+async def test_openai_embeddings_through_the_real_client(memory, redis_url):
+    """ARXIVSCOUT_EMBEDDINGS=openai: the real SDK against a local server; MiniLM indexes refuse it."""
+    from bot.config import Settings
+    from bot.runtime import make_embedder
+    from memory.connection import connect
+    from memory.embeddings import CachedEmbedder
+    from tests.support.scripted_openai import ScriptedOpenAI
+
+    async with ScriptedOpenAI(embedding_dims=1536) as server:
+        settings = Settings(
+            embeddings="openai", openai_api_key="k", openai_base_url=server.base_url
+        )
+        embedder = make_embedder(settings)
+        assert (embedder.model_name, embedder.dims) == ("text-embedding-3-small", 1536)
+        vectors = await embedder.embed(["a", "b", "c"])
+        assert vectors.shape == (3, 1536)
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+        assert server.embedding_requests[-1]["model"] == "text-embedding-3-small"
+        client = await connect(redis_url)
+        try:
+            with pytest.raises(IndexModelMismatch, match="text-embedding-3-small"):
+                await MemoryManager(client, CachedEmbedder(embedder, client)).open()
+        finally:
+            await client.aclose()
+            await embedder.aclose()

@@ -174,9 +174,9 @@ async def test_workflows_entities_summaries_tool_logs(memory, tenant):
     entry = await memory.tool_logs.get(tenant, log_id)
     assert entry.output == "x" * 10_000 and entry.tool_input == {"query": "MemGPT"}
     await memory.tool_logs.write(tenant, ToolLogEntry("t", "broken", {}, "", "error", error="boom"))
-    assert [
-        e.tool_name for e in await memory.tool_logs.for_thread(tenant, "t", failed_only=True)
-    ] == ["broken"]
+    assert [e.tool_name for e in await memory.tool_logs.recent(tenant, "t", failed_only=True)] == [
+        "broken"
+    ]
     with pytest.raises(UnknownToolLog):
         await memory.tool_logs.get(tenant, "log_missing")
 

@@ -104,3 +104,30 @@ def test_cli_refuses_redis_without_modules(tmp_path, cli_env, monkeypatch):
         assert "Traceback" not in result.stderr
     finally:
         plain.stop()
+
+
+async def test_memory_survives_a_restart(server, local_embedder):
+    from memory.embeddings import CachedEmbedder
+    from memory.manager import MemoryManager
+    from tests.test_memory_stores import add_memgpt
+
+    async def open_memory() -> MemoryManager:
+        client = await connect(server.ensure_running())
+        return await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
+
+    memory = await open_memory()
+    await memory.conversation.append("team", "t", "user", "remember me")
+    await add_memgpt(memory, "team")
+    await memory.close()
+    assert server.stop()
+
+    memory = await open_memory()  # a new server process, replaying the AOF
+    try:
+        assert [m.content for m in await memory.conversation.all("team", "t")] == ["remember me"]
+        question = "memory tiers"
+        hits = await memory.knowledge_base.search(
+            "team", question, await memory.embedder.embed_one(question)
+        )
+        assert hits and hits[0].arxiv_id == "2310.08560"
+    finally:
+        await memory.close()

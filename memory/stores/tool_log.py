@@ -5,21 +5,16 @@ The model gets a truncated result that names the log id; `read_tool_log` brings 
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
-
-from memory.keys import tenant_key, thread_key
-from memory.stores.base import decode
+from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 
-class UnknownToolLog(KeyError):
-    def __str__(self) -> str:
-        return f"No tool log with id {self.args[0]!r} in this workspace."
+class UnknownToolLog(UnknownRecord):
+    what = "tool log"
 
 
 @dataclass
@@ -36,48 +31,18 @@ class ToolLogEntry:
     created_at: float = field(default_factory=time.time)
 
 
-class ToolLogStore:
-    def __init__(self, redis: Redis) -> None:
-        self.redis = redis
-
-    @staticmethod
-    def key(tenant: str, log_id: str) -> str:
-        return tenant_key(tenant, "toollog", log_id)
-
-    @staticmethod
-    def thread_index(tenant: str, thread_id: str) -> str:
-        return thread_key(tenant, thread_id, "toollogs")
+class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
+    KIND, PLURAL = "toollog", "toollogs"
+    RECORD = ToolLogEntry
+    JSON_FIELDS = ("tool_input",)
+    MISSING = UnknownToolLog
 
     async def write(self, tenant: str, entry: ToolLogEntry) -> str:
-        fields = asdict(entry)
-        fields["tool_input"] = json.dumps(entry.tool_input, ensure_ascii=False)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key(tenant, entry.id), mapping=fields)
-        pipe.zadd(self.thread_index(tenant, entry.thread_id), {entry.id: entry.created_at})
-        await pipe.execute()
-        return entry.id
+        return (await self.save(tenant, entry)).id
 
-    async def get(self, tenant: str, log_id: str) -> ToolLogEntry:
-        row = await self.redis.hgetall(self.key(tenant, log_id.strip()))
-        if not row:
-            raise UnknownToolLog(log_id)
-        data = {decode(k): decode(v) for k, v in row.items()}
-        return ToolLogEntry(
-            id=data["id"],
-            thread_id=data["thread_id"],
-            tool_name=data["tool_name"],
-            tool_input=json.loads(data["tool_input"]),
-            output=data["output"],
-            status=data["status"],
-            error=data.get("error", ""),
-            duration_ms=float(data.get("duration_ms", 0)),
-            iteration=int(data.get("iteration", 0)),
-            created_at=float(data["created_at"]),
-        )
-
-    async def for_thread(
+    async def recent(
         self, tenant: str, thread_id: str, limit: int = 50, failed_only: bool = False
     ) -> list[ToolLogEntry]:
-        ids = await self.redis.zrevrange(self.thread_index(tenant, thread_id), 0, limit - 1)
-        entries = [await self.get(tenant, decode(i)) for i in ids]
+        """The thread's latest calls, newest first (optionally only those that failed)."""
+        entries = await self.for_thread(tenant, thread_id, newest_first=True, limit=limit)
         return [e for e in entries if e.status != "success"] if failed_only else entries
