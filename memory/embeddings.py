@@ -63,7 +63,7 @@ class LocalEmbedder:
     dims = 384
     SHORT_CHARS = 400  # mean length up to which ONNX is the faster runtime
 
-    def __init__(self, batch_size: int = 64, max_pass: int = 512) -> None:
+    def __init__(self, batch_size: int = 64, max_pass: int = 32) -> None:
         self.batch_size = batch_size
         self.max_pass = max_pass
         self._torch = None
