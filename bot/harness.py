@@ -88,7 +88,9 @@ class Harness:
     tool_context: dict[str, Any]
     window: int | None = None
     limits: ContextLimits = field(default_factory=ContextLimits)
-    _background: set[asyncio.Task] = field(default_factory=set)
+    background_workers: int = 4
+    _jobs: asyncio.Queue | None = None
+    _workers: list[asyncio.Task] = field(default_factory=list)
 
     # -- before the loop -----------------------------------------------------------------------
 
@@ -189,14 +191,37 @@ class Harness:
         self._spawn(self._write_artifacts(tenant, question, steps, answer))
 
     def _spawn(self, coroutine) -> None:
-        task = asyncio.create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """Queue background work for a few workers: in a burst of turns it waits its turn
+        instead of competing with the replies for the event loop."""
+        if self._jobs is None:
+            self._jobs = asyncio.Queue()
+            self._workers = [
+                asyncio.create_task(self._work(self._jobs)) for _ in range(self.background_workers)
+            ]
+        self._jobs.put_nowait(coroutine)
+
+    @staticmethod
+    async def _work(jobs: asyncio.Queue) -> None:
+        while True:
+            coroutine = await jobs.get()
+            try:
+                await coroutine
+            except Exception:  # each job logs its own failures; a worker never dies
+                log.exception("background job failed")
+            finally:
+                jobs.task_done()
 
     async def drain(self) -> None:
         """Wait for background writes (before shutdown, and in tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        if self._jobs is not None:
+            await self._jobs.join()
+
+    async def close(self) -> None:
+        await self.drain()
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers, self._jobs = [], None
 
     async def _write_artifacts(
         self, tenant: str, question: str, steps: list[Step], answer: str

@@ -62,7 +62,7 @@ class AgentRuntime:
         return self.agent.harness
 
     async def close(self) -> None:
-        await self.harness.drain()
+        await self.harness.close()
         await self.llm.aclose()
         await self.memory.close()
 

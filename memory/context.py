@@ -19,7 +19,7 @@ from memory.stores.entity import EntityStore
 from memory.stores.knowledge_base import KnowledgeBase, Passage
 from memory.stores.summary import SummaryStore
 from memory.stores.workflow import WorkflowStore
-from memory.tokens import count_tokens
+from memory.tokens import count_tokens_many
 
 
 @dataclass
@@ -93,9 +93,9 @@ async def assemble_context(
         EntityStore.segment(entities),
         SummaryStore.segment(summaries),
     ]
+    texts = [s.render() for s in segments]
+    counts = count_tokens_many(texts, memory.model)
     rendered = [
-        ContextSegment(s.name, text, count_tokens(text, memory.model))
-        for s in segments
-        for text in [s.render()]
+        ContextSegment(s.name, t, n) for s, t, n in zip(segments, texts, counts, strict=True)
     ]
     return AssembledContext(question, rendered, vector, passages, summaries, len(messages))

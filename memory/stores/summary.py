@@ -31,15 +31,14 @@ class SummaryStore(ThreadRecordStore[Summary]):
     MISSING = UnknownSummary
 
     async def descriptions(self, tenant: str, thread_id: str) -> list[tuple[str, str]]:
-        """(id, description) of a thread's summaries, oldest first: what the segment lists."""
-        ids = await self.ids(tenant, thread_id)
-        if not ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for summary_id in ids:
-            pipe.hget(self.key(tenant, summary_id), "description")
-        descriptions = await pipe.execute()
-        return [(i, decode(d) or "") for i, d in zip(ids, descriptions, strict=True)]
+        """(id, description) of a thread's summaries, oldest first, in one command: SORT over
+        the thread's index (in its own order) fetching each summary hash's description."""
+        rows = await self.redis.sort(
+            self.thread_index(tenant, thread_id),
+            by="nosort",
+            get=["#", f"{self.key(tenant, '*')}->description"],
+        )
+        return [(decode(rows[i]), decode(rows[i + 1]) or "") for i in range(0, len(rows), 2)]
 
     @staticmethod
     def segment(entries: list[tuple[str, str]]) -> Segment:
