@@ -28,6 +28,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/context_latency.py
 	$(BIN)/python bench/ingest_throughput.py
+	$(BIN)/python bench/harness_overhead.py
+	$(BIN)/python bench/concurrent_threads.py
+	$(BIN)/python bench/slack_load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

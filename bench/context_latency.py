@@ -52,7 +52,7 @@ from memory.stores.entity import Entity, EntityStore
 from memory.stores.knowledge_base import STOPWORDS, Chunk, KnowledgeBase, Paper
 from memory.stores.summary import Summary, SummaryStore
 from memory.stores.workflow import WorkflowStore
-from memory.tokens import count_tokens
+from memory.tokens import count_tokens_many
 
 TENANT = "bench-main"
 OTHER_TENANT = "bench-other"
@@ -483,7 +483,7 @@ async def print_breakdown(
         )
 
     def render(segments) -> int:
-        return sum(count_tokens(s.render(), memory.model) for s in segments)
+        return sum(count_tokens_many([s.render() for s in segments], memory.model))
 
     samples = timed_sync([lambda s=s: render(s) for s in rendered], [lambda: render(rendered[0])])
     tokens = statistics.median(render(s) for s in rendered)

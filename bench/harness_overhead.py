@@ -199,7 +199,7 @@ def instrument(runtime: AgentRuntime) -> Probe:
         ("workflows", "similar"), ("entities", "similar"), ("summaries", "descriptions"),
     ):  # fmt: skip
         probe.wrap(getattr(mem, store), method, f"    read {store}.{method} (concurrent)")
-    probe.wrap(memory.context, "count_tokens", "    count_tokens (segments)")
+    probe.wrap(memory.context, "count_tokens_many", "    count_tokens (segments)")
     probe.wrap(harness, "usage_percent", "  usage_percent (tiktoken)")
     probe.wrap(harness, "select_tools", "  select_tools")
     probe.wrap(mem.conversation, "append", "conversation.append (user+assistant)")
