@@ -38,6 +38,7 @@ from adapters.text import split_message
 from bot.agent import AgentEvent
 from bot.config import ConfigError
 from bot.dispatch import Deduplicator, Job, ThreadDispatcher
+from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
 from memory.keys import ROOT
 
@@ -54,13 +55,6 @@ NOT_IN_THREAD = (
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
-TOOL_LABELS = {
-    "arxiv_search_candidates": "searching arXiv",
-    "fetch_and_save_paper_to_kb": "saving the paper to the knowledge base",
-    "search_knowledge_base": "searching the knowledge base",
-    "summarize_and_store": "summarizing the thread",
-    "expand_summary": "expanding a summary",
-}
 
 
 def intents() -> discord.Intents:
@@ -350,7 +344,7 @@ class _StepStatus:
         self.message: discord.Message | None = None
 
     async def update(self, event: AgentEvent) -> None:
-        label = TOOL_LABELS.get(event.name, event.name)
+        label = TOOL_ACTIVITY.get(event.name, event.name)
         if event.kind == "tool_start":
             self.lines.append(f"⏳ {label}…")
         elif event.kind == "tool_end" and self.lines:

@@ -27,6 +27,7 @@ from adapters.slack_format import to_mrkdwn
 from adapters.text import split_message
 from bot.agent import AgentEvent
 from bot.dispatch import Deduplicator, Job, ThreadDispatcher
+from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
 from memory.keys import ROOT
 
@@ -46,14 +47,6 @@ IGNORED_SUBTYPES = {
 _THREAD_LINK = re.compile(
     r"/archives/(?P<channel>[A-Z0-9]+)/p(?P<ts>\d{16})(?:\?.*?thread_ts=(?P<thread>[\d.]+))?"
 )
-TOOL_STATUS = {
-    "arxiv_search_candidates": "Searching arXiv…",
-    "fetch_and_save_paper_to_kb": "Saving the paper to the knowledge base…",
-    "search_knowledge_base": "Searching the knowledge base…",
-    "summarize_and_store": "Summarizing the thread…",
-    "expand_summary": "Expanding a summary…",
-    "read_tool_log": "Reading a tool log…",
-}
 
 
 def thread_id(team: str, channel: str, thread_ts: str) -> str:
@@ -235,7 +228,7 @@ class SlackAdapter:
 
         async def on_event(event: AgentEvent) -> None:
             if event.kind == "tool_start" and not streamed:
-                await update(f"_{TOOL_STATUS.get(event.name, 'Working…')}_")
+                await update(f"_{TOOL_ACTIVITY.get(event.name, 'working').capitalize()}…_")
 
         async def on_delta(piece: str) -> None:
             streamed.append(piece)

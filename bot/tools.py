@@ -17,6 +17,16 @@ from memory.manager import MemoryManager
 
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log")
 
+# What a chat shows while a tool runs (every adapter uses these words).
+TOOL_ACTIVITY = {
+    "arxiv_search_candidates": "searching arXiv",
+    "fetch_and_save_paper_to_kb": "saving the paper to the knowledge base",
+    "search_knowledge_base": "searching the knowledge base",
+    "summarize_and_store": "summarizing the thread",
+    "expand_summary": "expanding a summary",
+    "read_tool_log": "reading a tool log",
+}
+
 
 @dataclass
 class ToolDeps:

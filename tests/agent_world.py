@@ -76,13 +76,18 @@ class World:
                 (ENTITY_INSTRUCTIONS, SUMMARY_INSTRUCTIONS)]  # fmt: skip
 
 
-async def open_world(
-    redis_url: str, data_dir: Path, window: int | None = None, **settings: Any
-) -> World:
+def memgpt_arxiv() -> ArxivReplay:
+    """A started arXiv replay that finds MemGPT by search and by id, and serves its PDF."""
     arxiv = ArxivReplay()
     arxiv.add_entry(memgpt_entry(), search_query="MemGPT")
     arxiv.pdfs[MEMGPT_ID] = make_pdf(MEMGPT_SECTIONS, title=MEMGPT_TITLE)
-    arxiv.start()
+    return arxiv.start()
+
+
+async def open_world(
+    redis_url: str, data_dir: Path, window: int | None = None, **settings: Any
+) -> World:
+    arxiv = memgpt_arxiv()
     model = ScriptedOpenAI()
     await model.start()
     config = Settings(

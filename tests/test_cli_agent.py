@@ -11,9 +11,8 @@ import pytest
 
 from bot.consolidation import SUMMARY_INSTRUCTIONS
 from bot.harness import ENTITY_INSTRUCTIONS
-from tests.agent_world import MEMGPT_SECTIONS
-from tests.support.arxiv_replay import MEMGPT_ID, MEMGPT_TITLE, ArxivReplay, memgpt_entry
-from tests.support.pdfs import make_pdf
+from tests.agent_world import memgpt_arxiv
+from tests.support.arxiv_replay import MEMGPT_ID
 from tests.support.scripted_openai import ScriptedOpenAI, call, text, tool_calls
 
 
@@ -55,10 +54,7 @@ def scenario_model(body: dict):
 
 @pytest.fixture(scope="module")
 def services():
-    arxiv = ArxivReplay()
-    arxiv.add_entry(memgpt_entry(), search_query="MemGPT")
-    arxiv.pdfs[MEMGPT_ID] = make_pdf(MEMGPT_SECTIONS, title=MEMGPT_TITLE)
-    arxiv.start()
+    arxiv = memgpt_arxiv()
     model = ScriptedOpenAI(responder=scenario_model)
     base_url = model.start_in_thread()
     yield base_url, arxiv
