@@ -53,6 +53,7 @@ from harness_overhead import (
     quiet_logs,
     timed_turn,
 )
+from model_server import TOOL_MARKER, start_model_process, stop_model_process
 from redis.asyncio import BlockingConnectionPool
 
 from tests.support.scripted_openai import call, text, tool_calls
@@ -156,7 +157,8 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
         arr = model.arrivals
         print(f"  model saw 1st request of a turn at t+  p50 {ms(pct(arr, 50))}  "
               f"p95 {ms(pct(arr, 95))}  max {ms(max(arr))}")  # fmt: skip
-    print(f"  max model requests in flight at once: {model.max_in_flight}")
+    if model.max_in_flight:
+        print(f"  max model requests in flight at once: {model.max_in_flight}")
     print("  per-turn phases (concurrent, so they include waiting for the event loop,")
     print("  the shared MiniLM batcher and the Redis connection pool):")
     for name in ("harness.before", "    question embedding", "      MiniLM pass (cache miss)",
@@ -257,7 +259,22 @@ def configure_pool(runtime, mode: str) -> str:
 
 async def run(args: argparse.Namespace, redis_url: str) -> None:
     model = Model()
-    async with bench_world(redis_url, model.respond) as (runtime, _server):
+    process, model_url = (
+        (await start_model_process(args.delay)) if args.model_process else (None, None)
+    )
+    if process is not None:
+        print(f"model: a separate process at {model_url} ({args.delay:g} s per reply)")
+    try:
+        await run_with_model(args, redis_url, model, model_url)
+    finally:
+        if process is not None:
+            await stop_model_process(process)
+
+
+async def run_with_model(
+    args: argparse.Namespace, redis_url: str, model: Model, model_url: str | None
+) -> None:
+    async with bench_world(redis_url, model.respond, model_url=model_url) as (runtime, _server):
         started = time.perf_counter()
         chunks = await fill_knowledge_base(runtime, sample_path(args.sample), args.papers)
         print(f"knowledge base: {chunks} chunks from {args.papers} unarXive papers "
@@ -287,6 +304,10 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
                 continue
             questions = distinct_questions(args.turns, offset)
             offset += args.turns
+            if (
+                model_url and variant == "tool"
+            ):  # the separate model reads its cue from the question
+                questions = [TOOL_MARKER + q for q in questions]
             await one_variant(runtime, model, variant, questions, args.delay,
                               variant == "tool", variant, args.profile or bool(args.profile_out),
                               args.profile_out)  # fmt: skip
@@ -322,6 +343,8 @@ def main() -> int:
                         help="cProfile the event-loop thread during the gather, print hot spots")  # fmt: skip
     parser.add_argument("--profile-out", help="also dump the cProfile stats to PATH.<variant>")
     parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
+    parser.add_argument("--model-process", action="store_true",
+                        help="serve the scripted model from its own process, as a remote model")  # fmt: skip
     args = parser.parse_args()
     with quiet_logs(), temporary_redis() as url:
         asyncio.run(run(args, url))

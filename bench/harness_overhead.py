@@ -212,8 +212,9 @@ def instrument(runtime: AgentRuntime) -> Probe:
 
 
 @asynccontextmanager
-async def bench_world(redis_url: str, responder, **settings: Any):
-    """The real agent over `redis_url`, talking to a scripted model served from another thread."""
+async def bench_world(redis_url: str, responder, model_url: str | None = None, **settings: Any):
+    """The real agent over `redis_url`, talking to a scripted model served from another thread
+    (or, with `model_url`, to a model served elsewhere)."""
     model = ScriptedOpenAI(responder=responder)
 
     def route(body: dict[str, Any]):
@@ -223,11 +224,12 @@ async def bench_world(redis_url: str, responder, **settings: Any):
         return None
 
     model.router = route
-    model.start_in_thread()  # its own loop and thread: the model is not the bot's CPU
+    if model_url is None:
+        model_url = model.start_in_thread()  # its own loop and thread
     with tempfile.TemporaryDirectory(prefix="arxivscout-bench-data-") as data_dir:
         config = Settings(
             redis_url=redis_url, data_dir=Path(data_dir), openai_api_key="bench-key",
-            openai_base_url=model.base_url, arxiv_api_url="http://127.0.0.1:9/unused",
+            openai_base_url=model_url, arxiv_api_url="http://127.0.0.1:9/unused",
             arxiv_delay_seconds=0.0, **settings,
         )  # fmt: skip
         runtime = await open_agent(config)
