@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 from redis.asyncio import Redis
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import FilterQuery, VectorQuery
+from redisvl.query import BaseQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
@@ -75,6 +75,7 @@ class VectorStore:
         self.redis = redis
         self.embedder = embedder
         self.index = AsyncSearchIndex(self.schema(embedder.dims), redis_client=redis)
+        self._ft = redis.ft(self.index_name())
 
     # -- schema and lifecycle -----------------------------------------------------------------
 
@@ -198,7 +199,7 @@ class VectorStore:
             filter_expression=self._scope(tenant, extra),
             num_results=k,
         )
-        return await self.index.query(query)
+        return await self._run(query)
 
     async def _list(
         self,
@@ -215,4 +216,14 @@ class VectorStore:
             num_results=limit,
             sort_by=sort_by,
         )
-        return await self.index.query(query)
+        return await self._run(query)
+
+    async def _run(self, query: BaseQuery) -> list[dict[str, Any]]:
+        """One FT.SEARCH on a handle made once: RedisVL's `index.query` builds a new search
+        handle and re-validates on every call, which a turn's five reads pay five times."""
+        result = await self._ft.search(query.query, query_params=query.params)
+        if isinstance(result, dict):  # RESP3
+            return [
+                {"id": r["id"], **r.get("extra_attributes", {})} for r in result.get("results", [])
+            ]
+        return [{k: v for k, v in vars(doc).items() if k != "payload"} for doc in result.docs]

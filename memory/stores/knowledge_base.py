@@ -293,7 +293,7 @@ class KnowledgeBase(VectorStore):
         vector_hits = self._nearest(tenant, vector, candidates, ["chunk_index"], extra)
         text_query = self.text_query(tenant, query, candidates, extra)
         if text_query is not None:
-            vector_rows, text_rows = await asyncio.gather(vector_hits, self.index.query(text_query))
+            vector_rows, text_rows = await asyncio.gather(vector_hits, self._run(text_query))
         else:
             vector_rows, text_rows = await vector_hits, []
         scores: dict[str, float] = {}
