@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -86,6 +87,7 @@ class SlackAdapter:
         self.dedup = Deduplicator(redis)
         self.dispatcher = ThreadDispatcher(redis, self.run_job)
         self.bot_user_id = ""
+        self._tasks: set[asyncio.Task] = set()
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -135,11 +137,18 @@ class SlackAdapter:
         await self._queue_summary(team, channel, thread_ts, user)
 
     async def on_expand_command(self, ack, command: dict, respond) -> None:
-        summary_id = command.get("text", "").strip()
-        await ack()
-        text = await self.handler.expand(command["team_id"], summary_id)
+        await ack()  # the answer goes to response_url after the acknowledgement
+        self._later(self._expand(command["team_id"], command.get("text", "").strip(), respond))
+
+    async def _expand(self, team: str, summary_id: str, respond) -> None:
+        text = await self.handler.expand(team, summary_id)
         for part in split_message(to_mrkdwn(text), SLACK_TEXT_LIMIT):
             await respond(text=part, response_type="ephemeral")
+
+    def _later(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def on_summarize_shortcut(self, ack, body: dict, shortcut: dict) -> None:
         await ack()
@@ -254,6 +263,8 @@ class SlackAdapter:
 
     async def wait_idle(self) -> None:
         await self.dispatcher.wait_idle()
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
         await self.wait_idle()
