@@ -162,9 +162,6 @@ class Passage:
     year: int | None
     score: float
 
-    def cite(self) -> str:
-        return f"[arXiv:{self.arxiv_id}] {self.title} — {self.url}"
-
 
 class KnowledgeBase(VectorStore):
     SCHEMA = {
