@@ -38,19 +38,20 @@ import traceback
 from itertools import product
 from typing import Any
 
-from common import sample_path, temporary_redis
+from common import sample_path
 from harness_overhead import (
     ANSWER,
     CURRENT,
     TEMPLATES,
     TENANT,
     TOPICS,
+    add_world_args,
     bench_world,
     fill_knowledge_base,
     instrument,
     ms,
     pct,
-    quiet_logs,
+    run_in_world,
     timed_turn,
 )
 from model_server import TOOL_MARKER, start_model_process, stop_model_process
@@ -330,25 +331,20 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--delay", type=float, default=1.0, help="seconds per model reply")
     parser.add_argument("--variant", choices=("text", "tool", "both"), default="both")
-    parser.add_argument("--papers", type=int, default=10, help="unarXive papers in the KB")
-    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument(
         "--redis-pool", choices=("app", "blocking", "unbounded"), default="app",
-        help="app: the pool the app builds (64, raises when exhausted); blocking: same size but "
-        "waiting for a free connection; unbounded: no limit (what-ifs, bench-only)",
+        help="app: the pool the app builds (blocking, 128 connections); blocking: a fresh "
+        "blocking pool of the same size; unbounded: no limit (what-ifs, bench-only)",
     )  # fmt: skip
     parser.add_argument("--warm-pool", action="store_true",
                         help="first run N concurrent zero-delay turns so the pools are open")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the event-loop thread during the gather, print hot spots")  # fmt: skip
     parser.add_argument("--profile-out", help="also dump the cProfile stats to PATH.<variant>")
-    parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
     parser.add_argument("--model-process", action="store_true",
                         help="serve the scripted model from its own process, as a remote model")  # fmt: skip
-    args = parser.parse_args()
-    with quiet_logs(), temporary_redis() as url:
-        asyncio.run(run(args, url))
-    return 0
+    add_world_args(parser)
+    return run_in_world(run, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -404,20 +404,29 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def add_world_args(parser: argparse.ArgumentParser) -> None:
+    """Options every agent benchmark shares."""
+    parser.add_argument("--papers", type=int, default=10, help="unarXive papers in the KB")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
+
+
+def run_in_world(run, args: argparse.Namespace) -> int:
+    """Run `run(args, redis_url)` against a throwaway embedded Redis, quietly."""
+    with quiet_logs(), temporary_redis() as url:
+        asyncio.run(run(args, url))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--threads", type=int, default=30)
-    parser.add_argument("--papers", type=int, default=10, help="unarXive papers in the KB")
-    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--bare-calls", type=int, default=100)
-    parser.add_argument("--sample", help="unarXive .tar.gz/.jsonl (default: the shared sample)")
     parser.add_argument("--no-drain", action="store_true",
                         help="let background entity extraction overlap the next turn")  # fmt: skip
-    args = parser.parse_args()
-    with quiet_logs(), temporary_redis() as url:
-        asyncio.run(run(args, url))
-    return 0
+    add_world_args(parser)
+    return run_in_world(run, parser.parse_args())
 
 
 if __name__ == "__main__":

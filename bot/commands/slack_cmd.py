@@ -70,7 +70,11 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
 
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    bot_token, signing_secret, app_token = slack_tokens(args.socket)
+    if args.socket:
+        from bot.commands.worker_cmd import serve
+
+        return await serve(use_slack=True, use_discord=False, port=args.port)
+    bot_token, signing_secret, _ = slack_tokens(socket=False)
     api_url = os.environ.get("SLACK_API_URL") or None
     identity = await check_bot_token(bot_token, api_url)  # before anything slow starts
     runtime = await open_agent(settings)
@@ -80,24 +84,14 @@ async def run(args: argparse.Namespace) -> int:
             TurnHandler(runtime), runtime.memory.redis, bot_token, signing_secret, api_url
         )
         await adapter.check_token()
-        runner = web.AppRunner(
-            build_web_app(runtime.memory.redis, None if args.socket else adapter.app)
-        )
+        runner = web.AppRunner(build_web_app(runtime.memory.redis, adapter.app))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", args.port).start()
-        mode = "Socket Mode" if args.socket else f"HTTP mode on :{args.port}/slack/events"
         print(
-            f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} ({mode})"
+            f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} "
+            f"(HTTP mode on :{args.port}/slack/events)"
         )
-        if args.socket:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-            socket = AsyncSocketModeHandler(adapter.app, app_token)
-            await socket.connect_async()
-            await stop_on_signals().wait()
-            await socket.close_async()
-        else:
-            await stop_on_signals().wait()
+        await stop_on_signals().wait()
         await adapter.close()
     finally:
         if runner:

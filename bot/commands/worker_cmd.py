@@ -28,11 +28,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
-    use_slack, use_discord = (
-        bool(os.environ.get("SLACK_APP_TOKEN")),
-        bool(os.environ.get("DISCORD_TOKEN")),
+    Settings.from_env()  # loads .env, where the tokens may live
+    return await serve(
+        use_slack=bool(os.environ.get("SLACK_APP_TOKEN")),
+        use_discord=bool(os.environ.get("DISCORD_TOKEN")),
+        port=int(os.environ["PORT"]) if os.environ.get("PORT") else None,
     )
+
+
+async def serve(use_slack: bool, use_discord: bool, port: int | None) -> int:
+    """Slack Socket Mode and/or Discord on one agent; /healthz on `port` if given.
+    (`arxivscout slack --socket` is this with Slack alone.)"""
+    settings = Settings.from_env()
     if not (use_slack or use_discord):
         raise ConfigError(
             "The worker serves Discord (set DISCORD_TOKEN) and/or Slack Socket Mode (set "
@@ -47,10 +54,10 @@ async def run(args: argparse.Namespace) -> int:
     handler = TurnHandler(runtime)
     cleanup = [runtime.close]
     try:
-        if os.environ.get("PORT"):
+        if port is not None:
             runner = web.AppRunner(build_web_app(runtime.memory.redis))
             await runner.setup()
-            await web.TCPSite(runner, "0.0.0.0", int(os.environ["PORT"])).start()
+            await web.TCPSite(runner, "0.0.0.0", port).start()
             cleanup.insert(0, runner.cleanup)
         waiters = [asyncio.create_task(stop_on_signals().wait())]
         if use_slack:
