@@ -8,6 +8,8 @@ import redis.asyncio as aredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from memory.autopipeline import AutoPipelineRedis
+
 MIN_SEARCH_VERSION = 20400  # RediSearch 2.4: vector similarity search
 
 WHAT_WORKS = (
@@ -80,7 +82,7 @@ async def connect(url: str, check: bool = True, warm: int = 32) -> aredis.Redis:
     pool = aredis.BlockingConnectionPool.from_url(
         url, max_connections=128, timeout=30, health_check_interval=30
     )
-    client = aredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
+    client = AutoPipelineRedis.from_pool(pool)  # owns the pool: aclose() closes it
     try:
         await client.ping()
     except (RedisConnectionError, OSError) as exc:

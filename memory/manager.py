@@ -42,7 +42,7 @@ class MemoryManager:
 
     async def reindex(self) -> dict[str, int]:
         """Re-embed every vector store with the configured embedder."""
-        return {store.index_name(): await store.reindex() for store in self.vector_stores}
+        return {store.family(): await store.reindex() for store in self.vector_stores}
 
     async def close(self) -> None:
         close = getattr(self.embedder, "aclose", None)

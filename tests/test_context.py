@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import subprocess
 import sys
 
@@ -15,7 +16,8 @@ from memory.manager import MemoryManager
 from memory.stores.base import IndexModelMismatch
 from memory.stores.entity import Entity
 from memory.stores.summary import Summary
-from memory.tokens import count_tokens
+from memory.tokens import count_tokens, encoding_for
+from tests.conftest import SHARED
 from tests.test_memory_stores import add_memgpt
 
 HEADINGS = ["Conversation", "Knowledge Base", "Workflow", "Entity", "Summary"]
@@ -158,3 +160,28 @@ async def test_openai_embeddings_through_the_real_client(memory, redis_url):
         finally:
             await client.aclose()
             await embedder.aclose()
+
+
+TRICKY = [
+    "end.\n\n[user] hi",
+    "a.\n\n/path and a.\n/b",
+    "x \n \ny\n\n\n\nz",
+    "<|endoftext|>\n\nspecial tokens are text here",
+    "emoji 🧠\n\n記憶 と 検索\n\n'quoted'\n's",
+    "\n\nleading newlines\n",
+    "numbers 12345678\n\n9876 and 1\n2",
+]
+
+
+@pytest.mark.parametrize("model", ["gpt-5-mini", "gpt-4o", "gpt-4"])
+def test_token_counts_block_by_block_are_exact(model):
+    """The counts are summed over newline-separated blocks (each remembered): they must equal
+    tiktoken's count of the whole text, whatever the text."""
+    seed = next((SHARED / "seed").glob("*.txt")).read_text()
+    rng = random.Random(5)
+    samples = TRICKY + [
+        seed[a : a + rng.randrange(1, 4000)] for a in rng.sample(range(len(seed)), 150)
+    ]
+    encoding = encoding_for(model)
+    for text in samples:
+        assert count_tokens(text, model) == len(encoding.encode(text, disallowed_special=())), text

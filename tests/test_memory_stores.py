@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import numpy as np
 import pytest
 
-from memory.keys import InvalidName
+from memory.connection import connect
+from memory.keys import INDEX_META_KEY, InvalidName
+from memory.manager import MemoryManager
+from memory.stores.base import vector_bytes
 from memory.stores.conversation import InvalidMessage
 from memory.stores.entity import Entity
-from memory.stores.knowledge_base import Chunk, Paper
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
 from memory.stores.summary import Summary, UnknownSummary
 from memory.stores.tool_log import ToolLogEntry, UnknownToolLog
+from memory.stores.workflow import WorkflowStore
 
 MEMGPT = Paper(
     arxiv_id="2310.08560v2",
@@ -246,3 +251,68 @@ def test_both_local_runtimes_give_the_same_vectors(local_embedder):
     torch_vectors = local_embedder._load_torch().encode(short, normalize_embeddings=True)
     assert np.allclose((onnx * torch_vectors).sum(axis=1), 1.0, atol=1e-4)
     assert local_embedder._runtime(long) is local_embedder._torch
+
+
+async def test_an_index_of_an_older_layout_is_rebuilt_and_keeps_its_records(memory, tenant):
+    """Before one index per tenant, each store had one shared index with a tenant tag. Opening
+    a store drops such an index (never its records), and the tenant's own index finds them."""
+    family = f"test_notes_{uuid.uuid4().hex[:8]}"
+
+    class Notes(WorkflowStore):  # a family of its own: rebuilding it disturbs no other test
+        SCHEMA = {**WorkflowStore.SCHEMA, "index": {"name": family, "prefix": f"test:{family}"}}
+
+    store = Notes(memory.redis, memory.embedder)
+    text = "QUERY: find MemGPT\nSTEPS:\n1. arxiv_search_candidates\nOUTCOME: found it"
+    vector = await memory.embedder.embed_one(text)
+    await memory.redis.execute_command(
+        "FT.CREATE", family, "ON", "HASH", "PREFIX", 1, f"test:{family}", "SCHEMA",
+        "tenant", "TAG", "text", "TEXT", "num_steps", "NUMERIC",
+        "embedding", "VECTOR", "HNSW", 6, "TYPE", "FLOAT32", "DIM", memory.embedder.dims,
+        "DISTANCE_METRIC", "COSINE",
+    )  # fmt: skip
+    await memory.redis.hset(
+        f"test:{family}:{tenant}:old",
+        mapping={"tenant": tenant, "text": text, "num_steps": 1, "embedding": vector_bytes(vector)},
+    )
+    await memory.redis.hset(INDEX_META_KEY, family, store.signature)  # the old record format
+
+    await store.open()
+    assert await store.existing_indexes() == []  # the shared index is gone...
+    assert await memory.redis.exists(f"test:{family}:{tenant}:old")  # ...its records are not
+    for _ in range(100):  # the tenant's index is built on first use, over the existing records
+        found = await store.similar(tenant, vector)
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    assert found == [text]
+    assert await store.existing_indexes() == [f"{family}:{tenant}"]
+    assert await store.similar(tenant + "-b", vector) == []
+    recorded = (await memory.redis.hget(INDEX_META_KEY, family)).decode()
+    assert recorded == f"{store.signature}#{store.layout()}"
+    await store.open()  # the current layout: nothing is rebuilt
+    assert await store.similar(tenant, vector) == [text]
+
+
+def test_text_half_searches_the_topic_words_only():
+    query = KnowledgeBase.text_query("Please explain the state-space models, and what they show")
+    assert query is not None and query.query_string() == "(state | space | models)"
+    assert KnowledgeBase.text_query("Can you explain what the papers say?") is None
+
+
+async def test_search_replies_read_alike_over_resp2_and_resp3(memory, tenant, redis_url):
+    await add_memgpt(memory, tenant)
+    question = "How does MemGPT manage memory tiers?"
+    vector = await memory.embedder.embed_one(question)
+    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "an LLM OS")])
+    client = await connect(f"{redis_url}?protocol=2")
+    try:
+        resp2 = MemoryManager(client, memory.embedder)
+        for manager in (memory, resp2):
+            passages = await manager.knowledge_base.search(tenant, question, vector, k=3)
+            assert [p.content for p in passages][:1] == [TEXTS[0]]
+            assert {p.chunk_index for p in passages} == {0, 1, 2}
+            assert await manager.entities.similar(tenant, vector) == [
+                Entity("MemGPT", "system", "an LLM OS")
+            ]
+    finally:
+        await client.aclose()

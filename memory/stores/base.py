@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
 from redis.asyncio import Redis
+from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import BaseQuery, FilterQuery, VectorQuery
-from redisvl.query.filter import FilterExpression, Tag
+from redisvl.query import FilterQuery, VectorQuery
+from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
 from memory.embeddings import Embedder
 from memory.keys import INDEX_META_KEY, validate_tenant
+
+log = logging.getLogger(__name__)
 
 
 class IndexModelMismatch(RuntimeError):
@@ -45,11 +50,6 @@ class Segment:
         )
 
 
-@lru_cache(maxsize=1024)
-def tenant_filter(tenant: str) -> str:
-    return str(Tag("tenant") == tenant)
-
-
 def vector_bytes(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
@@ -59,12 +59,14 @@ def decode(value: Any) -> Any:
 
 
 class VectorStore:
-    """A tenant-scoped RedisVL index of hashes with one embedding each.
+    """RedisVL indexes of hashes with one embedding each: one index per tenant.
 
     Subclasses give the schema as plain data (`SCHEMA`, without the vector field) and say which
     text is embedded (`embedding_text`). This base adds the vector field with the embedder's
-    dimensions, records model and dimensions beside the index, refuses to open an index built
-    with another model, and puts the tenant filter on every query so no read crosses tenants.
+    dimensions, records model and dimensions beside the indexes, and refuses to open indexes
+    built with another model. Each tenant gets an index of its own over its own keys
+    (`<prefix>:<tenant>:...`), created on its first read or write: a query names its tenant's
+    index, so no read can cross tenants, and none pays for filtering the other tenants out.
     """
 
     SCHEMA: ClassVar[dict[str, Any]]
@@ -74,30 +76,42 @@ class VectorStore:
     def __init__(self, redis: Redis, embedder: Embedder) -> None:
         self.redis = redis
         self.embedder = embedder
-        self.index = AsyncSearchIndex(self.schema(embedder.dims), redis_client=redis)
-        self._ft = redis.ft(self.index_name())
+        self._known: set[str] = set()  # indexes known to exist
+        self._creating = asyncio.Lock()
 
-    # -- schema and lifecycle -----------------------------------------------------------------
+    # -- names and schema ----------------------------------------------------------------------
 
     @classmethod
-    def index_name(cls) -> str:
+    def family(cls) -> str:
+        """The indexes' common name: `<family>:<tenant>` per tenant, or the one shared index."""
         return cls.SCHEMA["index"]["name"]
 
     @classmethod
     def prefix(cls) -> str:
         return cls.SCHEMA["index"]["prefix"]
 
-    @classmethod
-    def schema(cls, dims: int) -> IndexSchema:
-        data = copy.deepcopy(cls.SCHEMA)
-        data["index"].setdefault("storage_type", "hash")
+    def index_name(self, tenant: str | None) -> str:
+        if not self.TENANT_SCOPED:
+            return self.family()
+        return f"{self.family()}:{validate_tenant(tenant or '')}"
+
+    def key_prefix(self, tenant: str | None) -> str:
+        if not self.TENANT_SCOPED:
+            return f"{self.prefix()}:"
+        return f"{self.prefix()}:{validate_tenant(tenant or '')}:"
+
+    def schema(self, tenant: str | None) -> IndexSchema:
+        data = copy.deepcopy(self.SCHEMA)
+        data["index"].update(
+            name=self.index_name(tenant), prefix=self.key_prefix(tenant), storage_type="hash"
+        )
         data["fields"].append(
             {
-                "name": cls.VECTOR_FIELD,
+                "name": self.VECTOR_FIELD,
                 "type": "vector",
                 "attrs": {
                     "algorithm": "hnsw",
-                    "dims": dims,
+                    "dims": self.embedder.dims,
                     "distance_metric": "cosine",
                     "datatype": "float32",
                 },
@@ -109,36 +123,90 @@ class VectorStore:
     def signature(self) -> str:
         return f"{self.embedder.model_name}|{self.embedder.dims}"
 
+    @classmethod
+    def layout(cls) -> str:
+        """A digest of the schema and the index layout: when it changes, indexes are rebuilt."""
+        shape = json.dumps([cls.SCHEMA, cls.TENANT_SCOPED, cls.VECTOR_FIELD], sort_keys=True)
+        return hashlib.sha1(shape.encode()).hexdigest()[:12]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
     async def open(self) -> None:
-        """Create the index if needed; refuse one built with another embedding model."""
-        recorded = decode(await self.redis.hget(INDEX_META_KEY, self.index_name()))
-        if await self.index.exists():
-            if recorded and recorded != self.signature:
-                model, dims = recorded.split("|")
-                raise IndexModelMismatch(
-                    f"The index {self.index_name()} was built with {model} ({dims} dimensions), "
-                    f"but the configured embeddings are {self.embedder.model_name} "
-                    f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
-                    "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
-                )
-        else:
-            await self.index.create(overwrite=False)
-        await self.redis.hset(INDEX_META_KEY, self.index_name(), self.signature)
+        """Refuse indexes built with another embedding model; rebuild those of an older layout
+        (dropping only the index: the records stay, and are indexed again)."""
+        names = await self.existing_indexes()
+        recorded = decode(await self.redis.hget(INDEX_META_KEY, self.family())) or ""
+        model, _, layout = recorded.partition("#")
+        if names and model and model != self.signature:
+            model_name, dims = model.split("|")
+            raise IndexModelMismatch(
+                f"The index {self.family()} was built with {model_name} ({dims} dimensions), "
+                f"but the configured embeddings are {self.embedder.model_name} "
+                f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
+                "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
+            )
+        if names and layout != self.layout():
+            log.warning("rebuilding the %s indexes for their new layout", self.family())
+            await self._drop(names)
+            names = [n for n in names if n != self.family() or not self.TENANT_SCOPED]
+            for name in names:
+                await self._index(name.partition(":")[2] or None)
+        if not self.TENANT_SCOPED:
+            await self._index(None)
+        await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
+
+    def _recorded(self) -> str:
+        return f"{self.signature}#{self.layout()}"
+
+    async def existing_indexes(self) -> list[str]:
+        """This store's indexes in Redis (a tenant's appears on its first read or write)."""
+        listed = [decode(n) for n in await self.redis.execute_command("FT._LIST")]
+        return sorted(n for n in listed if n == self.family() or n.startswith(f"{self.family()}:"))
+
+    async def _drop(self, names: list[str]) -> None:
+        for name in names:
+            await self.redis.execute_command("FT.DROPINDEX", name)  # keeps the records
+            self._known.discard(name)
+
+    async def _index(self, tenant: str | None) -> str:
+        """The name of the tenant's index, creating the index on first use."""
+        name = self.index_name(tenant)
+        if name in self._known:
+            return name
+        async with self._creating:
+            if name not in self._known:
+                index = AsyncSearchIndex(self.schema(tenant), redis_client=self.redis)
+                try:
+                    await index.create(overwrite=False)
+                except Exception:  # another process created it first
+                    if not await index.exists():
+                        raise
+                await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
+                self._known.add(name)
+        return name
+
+    async def info(self, tenant: str | None) -> dict[str, Any]:
+        """FT.INFO of the tenant's index."""
+        await self._index(tenant)
+        return await AsyncSearchIndex(self.schema(tenant), redis_client=self.redis).info()
 
     async def reindex(self, batch_size: int = 128) -> int:
-        """Rebuild the index for the current embedder and re-embed every record."""
-        await self.index.delete(drop=False)
-        await self.index.create(overwrite=True, drop=False)
+        """Rebuild the indexes for the current embedder and re-embed every record."""
+        await self._drop(await self.existing_indexes())
+        await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
         total = 0
         async for keys, texts in self._scan_texts(batch_size):
             vectors = await self.embedder.embed(texts)
             pipe = self.redis.pipeline(transaction=False)
             for key, vector in zip(keys, vectors, strict=True):
+                await self._index(self.tenant_of(key))
                 pipe.hset(key, self.VECTOR_FIELD, vector_bytes(vector))
             await pipe.execute()
             total += len(keys)
-        await self.redis.hset(INDEX_META_KEY, self.index_name(), self.signature)
         return total
+
+    def tenant_of(self, key: str) -> str | None:
+        return key[len(self.prefix()) + 1 :].split(":", 1)[0] if self.TENANT_SCOPED else None
 
     async def _scan_texts(self, batch_size: int) -> AsyncIterator[tuple[list[str], list[str]]]:
         keys: list[str] = []
@@ -163,14 +231,10 @@ class VectorStore:
 
     # -- writes and reads ---------------------------------------------------------------------
 
-    def _scope(self, tenant: str | None, extra: FilterExpression | None = None) -> str | None:
-        """The query filter: the tenant's, and `extra`; as text (built once per tenant)."""
-        if not self.TENANT_SCOPED:
-            return str(extra) if extra is not None else None
-        scope = tenant_filter(validate_tenant(tenant or ""))
-        return f"({scope} {extra})" if extra is not None else scope
-
-    async def _write(self, items: Iterable[tuple[str, dict[str, Any], np.ndarray]]) -> list[str]:
+    async def _write(
+        self, tenant: str | None, items: Iterable[tuple[str, dict[str, Any], np.ndarray]]
+    ) -> list[str]:
+        await self._index(tenant)  # the index exists before its records: they are indexed now
         pipe = self.redis.pipeline(transaction=False)
         keys = []
         for key, fields, vector in items:
@@ -196,10 +260,10 @@ class VectorStore:
             vector=vector_bytes(vector),
             vector_field_name=self.VECTOR_FIELD,
             return_fields=return_fields,
-            filter_expression=self._scope(tenant, extra),
+            filter_expression=extra,
             num_results=k,
         )
-        return await self._run(query)
+        return await self._run(tenant, query)
 
     async def _list(
         self,
@@ -209,21 +273,38 @@ class VectorStore:
         extra: FilterExpression | None = None,
         sort_by: str | None = None,
     ) -> list[dict[str, Any]]:
-        scope = self._scope(tenant, extra)
         query = FilterQuery(
-            filter_expression=scope if scope is not None else "*",
+            filter_expression=extra if extra is not None else "*",
             return_fields=return_fields,
             num_results=limit,
             sort_by=sort_by,
         )
-        return await self._run(query)
+        return await self._run(tenant, query)
 
-    async def _run(self, query: BaseQuery) -> list[dict[str, Any]]:
-        """One FT.SEARCH on a handle made once: RedisVL's `index.query` builds a new search
-        handle and re-validates on every call, which a turn's five reads pay five times."""
-        result = await self._ft.search(query.query, query_params=query.params)
-        if isinstance(result, dict):  # RESP3
-            return [
-                {"id": r["id"], **r.get("extra_attributes", {})} for r in result.get("results", [])
-            ]
-        return [{k: v for k, v in vars(doc).items() if k != "payload"} for doc in result.docs]
+    async def _run(self, tenant: str | None, query: Query) -> list[dict[str, Any]]:
+        """One FT.SEARCH, its reply read here: RedisVL's `index.query` builds a search handle
+        and re-validates on every call, and redis-py's result objects cost more to build than
+        a small reply takes to read. Rows are {"id": key, field: raw value}."""
+        args: list[Any] = [await self._index(tenant), *query.get_args()]
+        params = getattr(query, "params", None)
+        if params:
+            args += ["PARAMS", 2 * len(params), *(x for kv in params.items() for x in kv)]
+        reply = await self.redis.execute_command("FT.SEARCH", *args)
+        return search_rows(reply, query)
+
+
+def search_rows(reply: Any, query: Query) -> list[dict[str, Any]]:
+    """FT.SEARCH's reply, RESP2 or RESP3, as rows."""
+    if isinstance(reply, dict):  # RESP3
+        results = reply.get(b"results", reply.get("results", []))
+        return [_row(r.get(b"id", r.get("id")), r.get(b"extra_attributes", {})) for r in results]
+    step = 1 + bool(query._with_scores) + (not query._no_content)
+    rows = []
+    for i in range(1, len(reply), step):
+        fields = reply[i + step - 1] if not query._no_content else []
+        rows.append(_row(reply[i], dict(zip(fields[::2], fields[1::2], strict=True))))
+    return rows
+
+
+def _row(key: Any, fields: dict[Any, Any]) -> dict[str, Any]:
+    return {"id": decode(key), **{decode(k): v for k, v in fields.items()}}

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from memory.keys import validate_tenant
 from memory.stores.base import Segment, VectorStore, decode
 
 MAX_DESCRIPTION = 1000
@@ -45,7 +44,6 @@ class EntityStore(VectorStore):
     SCHEMA = {
         "index": {"name": "arxivscout_entity", "prefix": "arxivscout:entity"},
         "fields": [
-            {"name": "tenant", "type": "tag"},
             {"name": "name", "type": "text"},
             {"name": "type", "type": "tag"},
             {"name": "description", "type": "text"},
@@ -60,7 +58,7 @@ class EntityStore(VectorStore):
         ).line()
 
     def key(self, tenant: str, name: str) -> str:
-        return f"{self.prefix()}:{validate_tenant(tenant)}:{_slug(name)}"
+        return f"{self.key_prefix(tenant)}{_slug(name)}"
 
     async def get(self, tenant: str, name: str) -> Entity | None:
         row = await self.redis.hmget(self.key(tenant, name), self.FIELDS)
@@ -94,18 +92,21 @@ class EntityStore(VectorStore):
         vectors = await self.embedder.embed([e.line() for e in items])
         now = time.time()
         await self._write(
-            (
-                self.key(tenant, e.name),
-                {
-                    "tenant": tenant,
-                    "name": e.name,
-                    "type": e.type,
-                    "description": e.description,
-                    "updated_at": now,
-                },
-                v,
-            )
-            for e, v in zip(items, vectors, strict=True)
+            tenant,
+            [
+                (
+                    self.key(tenant, e.name),
+                    {
+                        "tenant": tenant,
+                        "name": e.name,
+                        "type": e.type,
+                        "description": e.description,
+                        "updated_at": now,
+                    },
+                    v,
+                )
+                for e, v in zip(items, vectors, strict=True)
+            ],
         )
         return items
 

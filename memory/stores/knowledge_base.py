@@ -3,8 +3,8 @@
 Hybrid search runs a vector KNN query and a BM25 full-text query side by side (both with the
 tenant and metadata filters) and fuses their rankings with reciprocal rank fusion: exact terms
 (model names, acronyms) and paraphrases both find their passages. The text half matches terms
-verbatim (no stemming expansion, a third faster at 100k chunks): word forms and paraphrases
-are what the vector half is for.
+verbatim (no stemming expansion, a third faster at 100k chunks) and skips stopwords, which are
+not indexed at all: word forms and paraphrases are what the vector half is for.
 """
 
 from __future__ import annotations
@@ -17,97 +17,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from redisvl.query import TextQuery
+from redis.commands.search.query import Query
 from redisvl.query.filter import FilterExpression, Num, Tag
+from redisvl.utils.token_escaper import TokenEscaper
 
 from memory.keys import papers_key, validate_tenant
 from memory.stores.base import Segment, VectorStore, decode
+from memory.stores.stopwords import STOPWORDS
 
 RRF_K = 60
-STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "he",
-        "her",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "our",
-        "she",
-        "so",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "to",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "about",
-        "any",
-        "all",
-        "also",
-        "get",
-        "give",
-        "me",
-        "please",
-        "paper",
-        "papers",
-        "tell",
-        "show",
-        "find",
-    ]
-)
+_WORD = re.compile(r"\w+")  # RediSearch's own tokenizer splits at hyphens and punctuation
+_ESCAPER = TokenEscaper()
 _ARXIV_ID = re.compile(r"^(\d{4}\.\d{4,5}|[a-z\-]+(\.[A-Z]{2})?/\d{7})(v\d+)?$")
 
 
@@ -165,16 +85,20 @@ class Passage:
 
 class KnowledgeBase(VectorStore):
     SCHEMA = {
-        "index": {"name": "arxivscout_kb", "prefix": "arxivscout:kb"},
+        # The text fields are matched verbatim (see `text_query`), so no stems are indexed.
+        "index": {
+            "name": "arxivscout_kb",
+            "prefix": "arxivscout:kb",
+            "stopwords": sorted(STOPWORDS),
+        },
         "fields": [
-            {"name": "tenant", "type": "tag"},
             {"name": "arxiv_id", "type": "tag"},
-            {"name": "title", "type": "text", "attrs": {"weight": 2.0}},
+            {"name": "title", "type": "text", "attrs": {"weight": 2.0, "no_stem": True}},
             {"name": "authors", "type": "tag", "attrs": {"separator": "|"}},
             {"name": "categories", "type": "tag", "attrs": {"separator": "|"}},
             {"name": "year", "type": "numeric"},
             {"name": "chunk_index", "type": "numeric"},
-            {"name": "content", "type": "text"},
+            {"name": "content", "type": "text", "attrs": {"no_stem": True}},
         ],
     }
     RETURN_FIELDS = ["arxiv_id", "title", "section", "chunk_index", "content", "url", "year"]
@@ -184,7 +108,7 @@ class KnowledgeBase(VectorStore):
 
     @staticmethod
     def chunk_key(tenant: str, arxiv_id: str, index: int) -> str:
-        return f"arxivscout:kb:{validate_tenant(tenant)}:{arxiv_id}:{index}"
+        return f"{KnowledgeBase.prefix()}:{validate_tenant(tenant)}:{arxiv_id}:{index}"
 
     # -- papers ------------------------------------------------------------------------------
 
@@ -221,17 +145,20 @@ class KnowledgeBase(VectorStore):
             "url": paper.link,
         }
         await self._write(
-            (
-                self.chunk_key(tenant, arxiv_id, chunk.index),
-                {
-                    **common,
-                    "section": chunk.section,
-                    "chunk_index": chunk.index,
-                    "content": chunk.text,
-                },
-                vector,
-            )
-            for chunk, vector in zip(chunks, vectors, strict=True)
+            tenant,
+            [
+                (
+                    self.chunk_key(tenant, arxiv_id, chunk.index),
+                    {
+                        **common,
+                        "section": chunk.section,
+                        "chunk_index": chunk.index,
+                        "content": chunk.text,
+                    },
+                    vector,
+                )
+                for chunk, vector in zip(chunks, vectors, strict=True)
+            ],
         )
         record = {
             **asdict(paper),
@@ -287,10 +214,12 @@ class KnowledgeBase(VectorStore):
         queries on a big index by scanning every vector (k=20 took 29 ms at 100k chunks).
         """
         extra = self.filters(**filters)
-        vector_hits = self._nearest(tenant, vector, candidates, ["chunk_index"], extra)
-        text_query = self.text_query(tenant, query, candidates, extra)
+        vector_hits = self._nearest(tenant, vector, candidates, [], extra)
+        text_query = self.text_query(query, candidates, extra)
         if text_query is not None:
-            vector_rows, text_rows = await asyncio.gather(vector_hits, self._run(text_query))
+            text_rows, vector_rows = await asyncio.gather(
+                self._run(tenant, text_query), vector_hits
+            )
         else:
             vector_rows, text_rows = await vector_hits, []
         scores: dict[str, float] = {}
@@ -308,23 +237,29 @@ class KnowledgeBase(VectorStore):
             if row[0] is not None  # deleted meanwhile
         ]
 
+    @staticmethod
     def text_query(
-        self, tenant: str, query: str, candidates: int = 10, extra: FilterExpression | None = None
-    ) -> TextQuery | None:
-        """The BM25 half: the question's informative terms, matched verbatim."""
-        terms = [
-            t for t in re.findall(r"[\w\-]+", query.lower()) if t not in STOPWORDS and len(t) > 1
-        ]
+        query: str, candidates: int = 10, extra: FilterExpression | None = None
+    ) -> Query | None:
+        """The BM25 half: the question's informative terms, matched verbatim, ids only.
+
+        One union over every text field (the schema weighs title matches double), so each
+        term's postings are walked once; naming the fields would walk them once per field.
+        """
+        terms = dict.fromkeys(
+            t for t in _WORD.findall(query.lower()) if t not in STOPWORDS and len(t) > 1
+        )
         if not terms:
             return None
-        return TextQuery(
-            " ".join(terms),
-            text_field_name={"content": 1.0, "title": 2.0},
-            filter_expression=self._scope(tenant, extra),
-            return_fields=["chunk_index"],
-            num_results=candidates,
-            stopwords=None,
-        ).verbatim()  # exact terms: paraphrases and word forms are the vector half's job
+        union = " | ".join(_ESCAPER.escape(t) for t in terms)
+        return (
+            Query(f"({union}) {extra}" if extra is not None else f"({union})")
+            .verbatim()  # exact terms: paraphrases and word forms are the vector half's job
+            .scorer("BM25STD")
+            .no_content()
+            .paging(0, candidates)
+            .dialect(2)
+        )
 
     @staticmethod
     def _passage(row: dict[str, Any], score: float) -> Passage:

@@ -50,8 +50,11 @@ class ToolboxStore(VectorStore):
         if changed:
             vectors = await self.embedder.embed([self.embedding_text(r) for r in changed])
             await self._write(
-                (f"{self.prefix()}:{r['name']}", r, v)
-                for r, v in zip(changed, vectors, strict=True)
+                None,
+                [
+                    (f"{self.prefix()}:{r['name']}", r, v)
+                    for r, v in zip(changed, vectors, strict=True)
+                ],
             )
         return len(changed)
 

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 from redisvl.query.filter import Num
 
-from memory.keys import validate_tenant
 from memory.stores.base import Segment, VectorStore, decode
 
 
@@ -25,7 +24,6 @@ class WorkflowStore(VectorStore):
     SCHEMA = {
         "index": {"name": "arxivscout_workflow", "prefix": "arxivscout:workflow"},
         "fields": [
-            {"name": "tenant", "type": "tag"},
             {"name": "text", "type": "text"},
             {"name": "num_steps", "type": "numeric"},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
@@ -46,14 +44,14 @@ class WorkflowStore(VectorStore):
         text = workflow_text(query, steps, outcome)
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
-        key = f"{self.prefix()}:{validate_tenant(tenant)}:{uuid.uuid4().hex[:16]}"
+        key = f"{self.key_prefix(tenant)}{uuid.uuid4().hex[:16]}"
         fields = {
             "tenant": tenant,
             "text": text,
             "num_steps": len(steps),
             "created_at": time.time(),
         }
-        await self._write([(key, fields, vector)])
+        await self._write(tenant, [(key, fields, vector)])
         return key
 
     async def similar(self, tenant: str, vector: np.ndarray, k: int = 3) -> list[str]:
