@@ -3,12 +3,11 @@
 Before: assemble the context, check its size against the model's window (compact above 80 %),
 pick the tools for this question, persist the user message. Inside: run a tool call, log it in
 full, hand the model a truncated result. After: persist the answer, then write the workflow and
-the entities in the background so the reply is not delayed.
+the entities in the background (`bot.background`) so the reply is not delayed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
 from bot.llm import LLMClient, ToolCall
 from bot.prompt import AGENT_SYSTEM_PROMPT
@@ -88,13 +88,15 @@ class Harness:
     tool_context: dict[str, Any]
     window: int | None = None
     limits: ContextLimits = field(default_factory=ContextLimits)
-    background_workers: int = 4
-    _jobs: asyncio.Queue | None = None
-    _workers: list[asyncio.Task] = field(default_factory=list)
+    background: BackgroundWork = field(default_factory=BackgroundWork)
 
     # -- before the loop -----------------------------------------------------------------------
 
     async def before(self, tenant: str, thread_id: str, question: str) -> Prepared:
+        with self.background.foreground():
+            return await self._prepare(tenant, thread_id, question)
+
+    async def _prepare(self, tenant: str, thread_id: str, question: str) -> Prepared:
         context = await assemble_context(self.memory, tenant, thread_id, question, self.limits)
         usage = self.usage_percent(context)
         compacted = False
@@ -188,40 +190,14 @@ class Harness:
         **meta: Any,
     ) -> None:
         await self.memory.conversation.append(tenant, thread_id, "assistant", answer, **meta)
-        self._spawn(self._write_artifacts(tenant, question, steps, answer))
-
-    def _spawn(self, coroutine) -> None:
-        """Queue background work for a few workers: in a burst of turns it waits its turn
-        instead of competing with the replies for the event loop."""
-        if self._jobs is None:
-            self._jobs = asyncio.Queue()
-            self._workers = [
-                asyncio.create_task(self._work(self._jobs)) for _ in range(self.background_workers)
-            ]
-        self._jobs.put_nowait(coroutine)
-
-    @staticmethod
-    async def _work(jobs: asyncio.Queue) -> None:
-        while True:
-            coroutine = await jobs.get()
-            try:
-                await coroutine
-            except Exception:  # each job logs its own failures; a worker never dies
-                log.exception("background job failed")
-            finally:
-                jobs.task_done()
+        self.background.submit(self._write_artifacts(tenant, question, steps, answer))
 
     async def drain(self) -> None:
         """Wait for background writes (before shutdown, and in tests)."""
-        if self._jobs is not None:
-            await self._jobs.join()
+        await self.background.drain()
 
     async def close(self) -> None:
-        await self.drain()
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers, self._jobs = [], None
+        await self.background.close()
 
     async def _write_artifacts(
         self, tenant: str, question: str, steps: list[Step], answer: str

@@ -50,7 +50,7 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 on the CPU, offline; two runtimes for the same model and vectors.
 
-    Short texts (questions, entities, workflows) run on ONNX Runtime: about 3 ms for a question
+    Short texts (questions, entities, workflows) run on ONNX Runtime: about 4-5 ms for a question
     where torch takes 12-20 ms on 2 cores. Long passages (ingestion) run on sentence-transformers
     and torch, faster for long sequences. Both load lazily, once per process.
 
@@ -110,7 +110,7 @@ class LocalEmbedder:
         """Blocking encode, for callers already off the event loop."""
         runtime = self._runtime(texts)
         if runtime is self._onnx:
-            return runtime.encode(texts, batch_size=self.batch_size)
+            return runtime.encode(texts)
         vectors = runtime.encode(
             texts, batch_size=self.batch_size, normalize_embeddings=True,
             convert_to_numpy=True, show_progress_bar=False,

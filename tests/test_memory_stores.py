@@ -244,7 +244,10 @@ async def test_embedding_cache_returns_identical_vectors(memory):
 
 def test_both_local_runtimes_give_the_same_vectors(local_embedder):
     """Questions run on ONNX Runtime, long passages on torch: one model, one vector space."""
-    short = ["What does MemGPT page between?", "hello"]
+    # more than one ONNX batch, lengths out of order: each vector must come back in its place
+    short = ["What does MemGPT page between?", "hello"] + [
+        f"question {i} about {'long ' * (i * 7 % 11)}context memory" for i in range(20)
+    ]
     long = ["Transformers use attention over long contexts. " * 40] * 2
     onnx = local_embedder.encode_sync(short)
     assert local_embedder._onnx, "ONNX Runtime should serve short texts"
