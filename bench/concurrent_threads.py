@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import os
 import pstats
 import random
 import sys
@@ -113,12 +114,16 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
     if profiler is not None:
         profiler.enable()
     model.t0 = time.perf_counter()
+    cpu0 = (time.thread_time(), time.process_time())
     try:
         outcomes = await asyncio.gather(
             *(timed_turn(runtime, f"{tag}-{i:04d}", q) for i, q in enumerate(questions)),
             return_exceptions=True,
         )
         wall = time.perf_counter() - model.t0
+        loop_cpu, bot_cpu = (
+            b - a for a, b in zip(cpu0, (time.thread_time(), time.process_time()), strict=False)
+        )
     finally:
         if profiler is not None:
             profiler.disable()
@@ -140,6 +145,8 @@ async def one_variant(runtime, model: Model, label: str, questions: list[str],
     verdict = "MET" if wall <= limit and not errors else "MISSED"
     print(f"  wall time            {wall:8.3f} s     {target}: {verdict}")
     print(f"  turns per second     {len(records) / wall:8.1f}")
+    print(f"  CPU during the turns {bot_cpu:8.2f} s in the bot's process, of which the event "
+          f"loop {loop_cpu:.2f} s (the rest: embedding threads); {os.cpu_count()} cores")  # fmt: skip
     if errors:
         print(f"  FAILED turns         {sum(errors.values())} of {n}:")
         for message, count in errors.most_common(5):

@@ -13,7 +13,8 @@ filter has something to filter out), then times, one request at a time after a w
 Chunk texts are real unarXive paragraphs (long ones split to ~200 words), each embedded once
 with all-MiniLM-L6-v2. To reach N chunks the texts are reused across synthetic papers, and each
 reuse gets a small random perturbation of its vector (renormalised) so HNSW indexes distinct
-points. The script says so when it runs.
+points, and a tag of its synthetic paper at the end of its text, so no two passages read the
+same. The script says so when it runs.
 
 Usage: python bench/context_latency.py [--sizes 10000 100000] [--questions 300] [--breakdown]
                                        [--sample path/to/unarXive.tar.gz]
@@ -235,8 +236,10 @@ class KBLoader:
             ids = ids[: target - have]
             real = self.papers[paper_idx]
             paper = replace(real, arxiv_id=f"{real.arxiv_id}-s{g:05d}")  # one per synthetic paper
+            # each copy's text ends with its synthetic paper's tag: no two passages read the
+            # same, so the per-block token-count cache gets no hits real papers would not give
             chunks = [
-                Chunk(text=self.texts[i].text, section=self.texts[i].section, index=n)
+                Chunk(f"{self.texts[i].text} (s{g:05d})", self.texts[i].section, index=n)
                 for n, i in enumerate(ids)
             ]
             vectors = perturbed(self.vectors[ids], self.rng, self.noise)
@@ -580,7 +583,8 @@ async def run(args: argparse.Namespace, url: str) -> None:
         "DATA NOTE: each distinct text is embedded once with all-MiniLM-L6-v2; to reach N chunks\n"
         f"the texts are reused across synthetic papers of <= {CHUNKS_PER_PAPER} chunks, and every reuse gets\n"
         f"a random perturbation of its vector (Gaussian, norm ~{args.noise}, renormalised) so HNSW indexes\n"
-        "distinct points. Text (BM25) postings are therefore repeated ~N/texts times."
+        "distinct points, and its text a tag of its synthetic paper, so no two passages read the\n"
+        "same. Text (BM25) postings are therefore repeated ~N/texts times."
     )
     embedder = LocalEmbedder()
     start = time.perf_counter()

@@ -21,6 +21,14 @@ from memory.stores.base import Segment
 
 MAX_MESSAGE_CHARS = 200_000
 
+# One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
+# in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
+_APPEND_SCRIPT = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+return 1
+"""
+
 _MARK_SCRIPT = """
 -- KEYS[1] list; ARGV[1] first index; then pairs (expected, replacement)
 local first = tonumber(ARGV[1])
@@ -72,6 +80,7 @@ class ConversationStore:
         self.redis = redis
         self.recent = recent
         self._mark = redis.register_script(_MARK_SCRIPT)
+        self._append = redis.register_script(_APPEND_SCRIPT)
 
     @staticmethod
     def key(tenant: str, thread_id: str) -> str:
@@ -92,10 +101,10 @@ class ConversationStore:
         message = Message(
             role=role, content=clean_text(content), thread_id=thread_id, metadata=metadata
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.rpush(self.key(tenant, thread_id), message.to_json())
-        pipe.zadd(threads_key(tenant), {thread_id: message.timestamp})
-        await pipe.execute()
+        await self._append(
+            keys=[self.key(tenant, thread_id), threads_key(tenant)],
+            args=[message.to_json(), message.timestamp, thread_id],
+        )
         return message
 
     async def all(self, tenant: str, thread_id: str) -> list[Message]:
