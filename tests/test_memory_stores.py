@@ -280,15 +280,15 @@ async def test_an_index_of_an_older_layout_is_rebuilt_and_keeps_its_records(memo
     await memory.redis.hset(INDEX_META_KEY, family, store.signature)  # the old record format
 
     await store.open()
-    assert await store.existing_indexes() == []  # the shared index is gone...
-    assert await memory.redis.exists(f"test:{family}:{tenant}:old")  # ...its records are not
-    for _ in range(100):  # the tenant's index is built on first use, over the existing records
+    # the shared index is gone, its records are not, and their tenant has an index of its own
+    assert await store.existing_indexes() == [f"{family}:{tenant}"]
+    assert await memory.redis.exists(f"test:{family}:{tenant}:old")
+    for _ in range(100):  # Redis indexes the existing records in the background
         found = await store.similar(tenant, vector)
         if found:
             break
         await asyncio.sleep(0.05)
     assert found == [text]
-    assert await store.existing_indexes() == [f"{family}:{tenant}"]
     assert await store.similar(tenant + "-b", vector) == []
     recorded = (await memory.redis.hget(INDEX_META_KEY, family)).decode()
     assert recorded == f"{store.signature}#{store.layout()}"
@@ -319,3 +319,28 @@ async def test_search_replies_read_alike_over_resp2_and_resp3(memory, tenant, re
             ]
     finally:
         await client.aclose()
+
+
+async def test_a_changed_schema_rebuilds_each_tenants_index(memory, tenant):
+    family = f"test_notes_{uuid.uuid4().hex[:8]}"
+
+    class Notes(WorkflowStore):
+        SCHEMA = {**WorkflowStore.SCHEMA, "index": {"name": family, "prefix": f"test:{family}"}}
+
+    class NotesWithTopic(Notes):
+        SCHEMA = {
+            **Notes.SCHEMA,
+            "fields": [*Notes.SCHEMA["fields"], {"name": "topic", "type": "tag"}],
+        }
+
+    await Notes(memory.redis, memory.embedder).add(tenant, "find MemGPT", ["search"], "found")
+    store = NotesWithTopic(memory.redis, memory.embedder)
+    await store.open()
+    info = await store.info(tenant)
+    assert "topic" in str(info["attributes"])  # the rebuilt index has the new field
+    for _ in range(100):
+        found = await store.all(tenant)
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    assert len(found) == 1 and found[0].startswith("QUERY: find MemGPT")

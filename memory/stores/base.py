@@ -148,9 +148,11 @@ class VectorStore:
         if names and layout != self.layout():
             log.warning("rebuilding the %s indexes for their new layout", self.family())
             await self._drop(names)
-            names = [n for n in names if n != self.family() or not self.TENANT_SCOPED]
-            for name in names:
-                await self._index(name.partition(":")[2] or None)
+            tenants = {name.partition(":")[2] for name in names if name != self.family()}
+            if self.family() in names and self.TENANT_SCOPED:  # one shared index, from before
+                tenants |= {self.tenant_of(decode(key)) async for key in self._keys()}
+            for tenant in sorted(tenants, key=str):
+                await self._index(tenant)  # Redis indexes the existing records in the background
         if not self.TENANT_SCOPED:
             await self._index(None)
         await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
@@ -208,9 +210,12 @@ class VectorStore:
     def tenant_of(self, key: str) -> str | None:
         return key[len(self.prefix()) + 1 :].split(":", 1)[0] if self.TENANT_SCOPED else None
 
+    def _keys(self) -> AsyncIterator[Any]:
+        return self.redis.scan_iter(match=f"{self.prefix()}:*", count=1000)
+
     async def _scan_texts(self, batch_size: int) -> AsyncIterator[tuple[list[str], list[str]]]:
         keys: list[str] = []
-        async for key in self.redis.scan_iter(match=f"{self.prefix()}:*", count=1000):
+        async for key in self._keys():
             keys.append(decode(key))
             if len(keys) >= batch_size:
                 yield keys, await self._texts(keys)
