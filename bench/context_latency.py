@@ -53,7 +53,8 @@ from memory.manager import MemoryManager
 from memory.stores.base import vector_bytes
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import Entity, EntityStore
-from memory.stores.knowledge_base import STOPWORDS, Chunk, KnowledgeBase, Paper
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
+from memory.stores.stopwords import STOPWORDS
 from memory.stores.summary import Summary, SummaryStore
 from memory.stores.workflow import WorkflowStore
 from memory.tokens import block_tokens, count_tokens_many

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memory.stores.knowledge_base import STOPWORDS, Passage
+from memory.stores.knowledge_base import Passage
+from memory.stores.stopwords import STOPWORDS
 
 MIN_SHARED_WORDS = 3
 

@@ -21,7 +21,7 @@ from redis.commands.search.query import Query
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.token_escaper import TokenEscaper
 
-from memory.keys import papers_key, validate_tenant
+from memory.keys import papers_key
 from memory.stores.base import Segment, VectorStore, decode
 from memory.stores.stopwords import STOPWORDS
 
@@ -106,9 +106,8 @@ class KnowledgeBase(VectorStore):
     def embedding_text(self, record: dict[str, Any]) -> str:
         return record.get("content", "")
 
-    @staticmethod
-    def chunk_key(tenant: str, arxiv_id: str, index: int) -> str:
-        return f"{KnowledgeBase.prefix()}:{validate_tenant(tenant)}:{arxiv_id}:{index}"
+    def chunk_key(self, tenant: str, arxiv_id: str, index: int) -> str:
+        return f"{self.key_prefix(tenant)}{arxiv_id}:{index}"
 
     # -- papers ------------------------------------------------------------------------------
 
