@@ -3,6 +3,7 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY app app
 COPY bot bot
 COPY memory memory
 COPY adapters adapters

@@ -19,10 +19,12 @@ chat: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP)

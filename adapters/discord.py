@@ -1,16 +1,17 @@
-"""The Discord adapter (discord.py): translates gateway events to turns and back.
+"""The Discord adapter (discord.py): gateway events in, `Job`s out; typing, a step status and
+messages back. Everything between is the spine's (`adapters/spine.py`).
 
 - A mention of the bot in a server text channel opens a thread from that message and answers
   there. Later messages in that thread need no mention; nor do messages in any thread where
   the bot was mentioned once (participation is kept in Redis, so it holds across restarts and
   processes). Direct messages are answered in the DM channel.
-- Memory keys: thread id `discord:<guild>:<thread>` and tenant = the server (guild id); in DMs
-  thread id `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own
-  memory, never a server's.
-- The bot's own messages, other bots and system messages are ignored. Message ids are
-  de-duplicated (the gateway can redeliver on resume); turns run in `ThreadDispatcher`, one at
-  a time per thread in arrival order, across every process sharing the Redis. Jobs hold ids,
-  not discord.py objects: the channel is looked up when the job runs.
+- Scope: thread `discord:<guild>:<thread>` and tenant = the server (guild id); a channel that
+  `@everyone` cannot view is private. In DMs thread `discord:dm:<channel>` and tenant
+  `dm-<user>`, so a user's DMs are their own memory, never a server's.
+- The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
+  message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
+  arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
+  objects: the channel is looked up when the job runs.
 - Slash commands `/summarize` (in a thread the bot answers in, or a DM) and `/expand
   <summary_id>` (anywhere in the server or a DM).
 - Replies are split under 2,000 characters at paragraph or code-block boundaries; a typing
@@ -28,25 +29,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 
 import discord
 from discord import app_commands
-from redis.asyncio import Redis
 
-from adapters.text import split_message
+from adapters.spine import Job, Pipeline, Platform, Status
+from adapters.text import link_arxiv, split_message
 from bot.agent import AgentEvent
-from bot.config import ConfigError
-from bot.dispatch import Deduplicator, Job, ThreadDispatcher
+from bot.errors import ConfigError
 from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
-from memory.keys import ROOT
+from memory.scope import Scope, Visibility
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 THREAD_NAME_LIMIT = 100
-THREADS_KEY = f"{ROOT}:discord:threads"  # set of thread ids the bot answers in
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -77,12 +77,56 @@ def thread_name(text: str) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """Where a message's turn goes: memory keys and the channel to answer in."""
+    """Where a message's turn goes: its scope and the channel to answer in."""
 
-    tenant: str
-    thread_id: str
+    scope: Scope
     channel_id: int
     open_thread: bool = False  # a mention in a channel: open a thread from the message first
+
+
+def visibility(channel: discord.abc.Messageable) -> Visibility:
+    """A DM; a channel (or a thread's parent) that @everyone cannot view; or public."""
+    if isinstance(channel, discord.DMChannel):
+        return Visibility.DM
+    parent = channel.parent if isinstance(channel, discord.Thread) else channel
+    guild = getattr(parent, "guild", None)
+    if parent is None or guild is None:
+        return Visibility.PUBLIC
+    seen = parent.permissions_for(guild.default_role).view_channel
+    return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
+
+
+class DiscordPlatform(Platform):
+    name = "discord"
+    limit = DISCORD_LIMIT
+
+    def __init__(self, client: discord.Client) -> None:
+        self.client = client
+
+    def render(self, text: str) -> str:
+        return link_arxiv(text)
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        channel = await self.channel(job.reply["channel_id"])
+        if channel is None:
+            raise LookupError(f"channel {job.reply['channel_id']} is gone")
+        async with channel.typing():
+            yield StepStatus(channel)
+
+    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
+        assert isinstance(status, StepStatus)
+        for part in parts:
+            await status.channel.send(part)
+
+    async def channel(self, channel_id: int) -> discord.abc.Messageable | None:
+        channel = self.client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await self.client.fetch_channel(channel_id)
+            except (discord.NotFound, discord.Forbidden):
+                return None
+        return channel if isinstance(channel, discord.abc.Messageable) else None
 
 
 class _Client(discord.Client):
@@ -104,21 +148,15 @@ class _Client(discord.Client):
 
 class DiscordAdapter:
     def __init__(
-        self,
-        handler: TurnHandler,
-        redis: Redis,
-        *,
-        sync: bool = True,
-        sync_guild: int | None = None,
+        self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None
     ) -> None:
         self.handler = handler
-        self.redis = redis
+        self.presence = handler.memory.presence
         self.sync = sync
         self.sync_guild = sync_guild
         self.client = _Client(self)
         self.tree = app_commands.CommandTree(self.client)
-        self.dedup = Deduplicator(redis)
-        self.dispatcher = ThreadDispatcher(redis, self.run_job)
+        self.pipeline = Pipeline(DiscordPlatform(self.client), handler)
         self._register_commands()
 
     # -- start-up --------------------------------------------------------------------------
@@ -140,15 +178,17 @@ class DiscordAdapter:
             ) from None
 
     async def sync_commands(self) -> None:
-        """Register the slash commands (a guild sync shows up at once, a global one later)."""
+        """Register the slash commands: globally (shown within the hour), or in one server
+        (shown at once)."""
         if not self.sync:
             return
         try:
-            if self.sync_guild is not None:
+            if self.sync_guild is None:
+                await self.tree.sync()
+            else:  # one server only: synced globally too, every command would show twice there
                 guild = discord.Object(id=self.sync_guild)
                 self.tree.copy_global_to(guild=guild)
                 await self.tree.sync(guild=guild)
-            await self.tree.sync()
         except discord.HTTPException as exc:
             log.warning("could not sync slash commands: %s", exc)
 
@@ -175,7 +215,7 @@ class DiscordAdapter:
         route = await self.route(message, mentioned)
         if route is None:
             return
-        if not await self.dedup.first_time(f"discord:{message.id}"):
+        if not await self.handler.memory.events.first_time(f"discord:{message.id}"):
             return
         text = self._strip_mention(message, me.id)
         if not text:  # a bare mention; or, without the Message Content intent, any follow-up
@@ -186,32 +226,37 @@ class DiscordAdapter:
             route = await self._open_thread(message, route, text)
             if route is None:
                 return
-        job = {"kind": "turn", "event_id": f"discord:{message.id}", "message_id": message.id,
-               "channel_id": route.channel_id, "tenant": route.tenant,
-               "thread_id": route.thread_id, "user": str(message.author.id), "text": text}  # fmt: skip
-        self.handler.prefetch(text)
-        await self.dispatcher.submit(route.thread_id, job)
+        job = Job("turn", route.scope, text, reply={"channel_id": route.channel_id})
+        await self.pipeline.submit(job)  # the message id was de-duplicated above
         if mentioned and isinstance(message.channel, discord.Thread):
-            await self.remember_thread(message.channel.id)  # a thread someone else opened
+            await self.presence.join(route.scope)  # a thread someone else opened
 
     async def route(self, message: discord.Message, mentioned: bool) -> Route | None:
         """Which conversation a message belongs to, or None if the bot should stay quiet."""
-        channel = message.channel
+        channel, author = message.channel, message.author
         if message.guild is None:
             if not isinstance(channel, discord.DMChannel):
                 return None
-            return Route(f"dm-{message.author.id}", f"discord:dm:{channel.id}", channel.id)
-        tenant = str(message.guild.id)
+            tenant, thread = f"dm-{author.id}", f"discord:dm:{channel.id}"
+        else:
+            tenant = str(message.guild.id)
+            thread = f"discord:{tenant}:{channel.id}"
+        scope = Scope(
+            tenant, thread, str(channel.id), visibility(channel), str(author.id),
+            author.display_name,
+        )  # fmt: skip
+        if message.guild is None:
+            return Route(scope, channel.id)
         if isinstance(channel, discord.Thread):
-            if not (mentioned or await self.knows_thread(channel.id, channel.owner_id)):
+            if not (mentioned or await self.knows_thread(scope, channel.owner_id)):
                 return None
-            return Route(tenant, f"discord:{tenant}:{channel.id}", channel.id)
+            return Route(scope, channel.id)
         if not mentioned:
             return None
         if isinstance(channel, discord.TextChannel):
-            return Route(tenant, "", channel.id, open_thread=True)
+            return Route(scope, channel.id, open_thread=True)
         # voice-channel chat and the like cannot hold threads: the channel is the conversation
-        return Route(tenant, f"discord:{tenant}:{channel.id}", channel.id)
+        return Route(scope, channel.id)
 
     async def _open_thread(self, message: discord.Message, route: Route, text: str) -> Route | None:
         try:
@@ -224,8 +269,12 @@ class DiscordAdapter:
                 "Messages in Threads permissions here).",
             )
             return None
-        await self.remember_thread(thread.id)
-        return Route(route.tenant, f"discord:{route.tenant}:{thread.id}", thread.id)
+        # the thread is the place from now on: its follow-ups arrive with its own channel id
+        scope = replace(
+            route.scope, thread=f"discord:{route.scope.tenant}:{thread.id}", channel=str(thread.id)
+        )
+        await self.presence.join(scope)
+        return Route(scope, thread.id)
 
     @staticmethod
     def _my_roles(message: discord.Message, my_id: int) -> list[int]:
@@ -247,95 +296,51 @@ class DiscordAdapter:
         with contextlib.suppress(discord.HTTPException):
             await message.reply(text)
 
-    # -- Redis bookkeeping -----------------------------------------------------------------
-
-    async def remember_thread(self, thread_id: int) -> None:
-        await self.redis.sadd(THREADS_KEY, str(thread_id))
-
-    async def knows_thread(self, thread_id: int, owner_id: int | None = None) -> bool:
+    async def knows_thread(self, scope: Scope, owner_id: int | None = None) -> bool:
         """A thread the bot opened, or one where it was mentioned before (by any process)."""
         me = self.client.user
         if me is not None and owner_id == me.id:
             return True
-        return bool(await self.redis.sismember(THREADS_KEY, str(thread_id)))
-
-    # -- jobs: one at a time per thread ----------------------------------------------------
-
-    async def run_job(self, job: Job) -> None:
-        """Run one queued turn: typing indicator, tool-step status, the reply in parts."""
-        channel = await self._channel(job["channel_id"])
-        if channel is None:
-            log.warning("channel %s is gone; dropping %s", job["channel_id"], job["event_id"])
-            return
-        status = _StepStatus(channel)
-        try:
-            async with channel.typing():
-                reply = await self.handler.handle(
-                    job["tenant"], job["thread_id"], job["user"], job["text"],
-                    on_event=status.update,
-                )  # fmt: skip
-        except Exception:
-            log.exception("turn failed in %s", job["thread_id"])
-            await self.send(channel, "Sorry, something went wrong on my side. Please try again.")
-            return
-        await self.send(channel, reply.text)
-
-    async def _channel(self, channel_id: int) -> discord.abc.Messageable | None:
-        channel = self.client.get_channel(channel_id)
-        if channel is None:
-            try:
-                channel = await self.client.fetch_channel(channel_id)
-            except (discord.NotFound, discord.Forbidden):
-                return None
-        return channel if isinstance(channel, discord.abc.Messageable) else None
-
-    @staticmethod
-    async def send(channel: discord.abc.Messageable, text: str) -> None:
-        for part in split_message(text, DISCORD_LIMIT) or ["(no answer)"]:
-            await channel.send(part)
+        return await self.presence.joined(scope)
 
     # -- slash commands --------------------------------------------------------------------
 
     async def summarize_command(self, interaction: discord.Interaction) -> None:
-        scope = await self._thread_scope(interaction)
-        if scope is None:
+        scope = self._command_scope(interaction)
+        channel = interaction.channel
+        owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
+        known = interaction.guild_id is None or await self.knows_thread(scope, owner_id)
+        if interaction.channel_id is None or not known:
             await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
             return
         await interaction.response.defer(thinking=True)
-        await self._followup(interaction, await self.handler.summarize(*scope))
+        await self._followup(interaction, await self.handler.summarize(scope))
 
     async def expand_command(self, interaction: discord.Interaction, summary_id: str) -> None:
         await interaction.response.defer(thinking=True)
-        await self._followup(
-            interaction, await self.handler.expand(self._tenant(interaction), summary_id)
-        )
+        scope = self._command_scope(interaction)
+        await self._followup(interaction, await self.handler.expand(scope, summary_id))
 
     @staticmethod
-    def _tenant(interaction: discord.Interaction) -> str:
+    def _command_scope(interaction: discord.Interaction) -> Scope:
+        """The conversation a command was used in (its channel is the thread's id part)."""
+        user, channel_id = interaction.user, interaction.channel_id
         if interaction.guild_id is None:
-            return f"dm-{interaction.user.id}"
-        return str(interaction.guild_id)
-
-    async def _thread_scope(self, interaction: discord.Interaction) -> tuple[str, str] | None:
-        """(tenant, thread id) of the conversation a command was used in, if the bot has one."""
-        tenant, channel_id = self._tenant(interaction), interaction.channel_id
-        if channel_id is None:
-            return None
-        if interaction.guild_id is None:
-            return tenant, f"discord:dm:{channel_id}"
-        channel = interaction.channel
-        owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
-        if await self.knows_thread(channel_id, owner_id):
-            return tenant, f"discord:{tenant}:{channel_id}"
-        return None
+            tenant, thread = f"dm-{user.id}", f"discord:dm:{channel_id}"
+        else:
+            tenant = str(interaction.guild_id)
+            thread = f"discord:{tenant}:{channel_id}"
+        where = interaction.channel
+        seen = visibility(where) if where is not None else Visibility.PUBLIC
+        return Scope(tenant, thread, str(channel_id), seen, str(user.id), user.display_name)
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str) -> None:
-        for part in split_message(text, DISCORD_LIMIT) or ["(nothing to show)"]:
+        for part in split_message(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
             await interaction.followup.send(part)
 
 
-class _StepStatus:
+class StepStatus(Status):
     """One status message per turn, edited as tools start and finish."""
 
     def __init__(self, channel: discord.abc.Messageable) -> None:
@@ -343,7 +348,7 @@ class _StepStatus:
         self.lines: list[str] = []
         self.message: discord.Message | None = None
 
-    async def update(self, event: AgentEvent) -> None:
+    async def event(self, event: AgentEvent) -> None:
         label = TOOL_ACTIVITY.get(event.name, event.name)
         if event.kind == "tool_start":
             self.lines.append(f"⏳ {label}…")

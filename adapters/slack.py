@@ -1,11 +1,12 @@
-"""The Slack adapter (slack-bolt AsyncApp): translates Slack events to turns and back.
+"""The Slack adapter (slack-bolt AsyncApp): Slack events in, `Job`s out; placeholders and
+Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 
 - An @-mention in a channel is answered in its thread (`thread_ts`, else the message's `ts`);
   later messages in a thread the bot answered need no mention; direct messages work.
-- Thread id: `slack:<team>:<channel>:<thread_ts>`; tenant: the workspace (team id).
-- The bot's own messages, other bots, edits and deletions are ignored.
-- Listeners only acknowledge, de-duplicate and queue; turns run in `ThreadDispatcher`, one at
-  a time per thread across every process sharing the Redis.
+- Scope: tenant = the workspace (team id); thread `slack:<team>:<channel>:<thread_ts>`;
+  visibility from the channel (public channel, private channel, DM).
+- Bolt ignores the bot's own events; a middleware drops other bots, edits and deletions.
+  Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`.
@@ -14,30 +15,32 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from redis.asyncio import Redis
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack_format import to_mrkdwn
-from adapters.text import split_message
+from adapters.spine import Job, Pipeline, Platform, Status
+from adapters.text import link_arxiv, split_message
 from bot.agent import AgentEvent
-from bot.dispatch import Deduplicator, Job, ThreadDispatcher
 from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
-from memory.keys import ROOT
+from memory.scope import Scope, Visibility
 
 log = logging.getLogger(__name__)
 
 THINKING = "_Thinking…_"
-SLACK_TEXT_LIMIT = 3500
+SUMMARIZING = "_Summarizing the thread…_"
+MARKDOWN_LIMIT = 11_000  # a markdown block takes 12,000 characters
 UPDATE_EVERY_SECONDS = 1.0
-PARTICIPATION_TTL = 90 * 24 * 3600
 IGNORED_SUBTYPES = {
     "bot_message",
     "message_changed",
@@ -45,6 +48,7 @@ IGNORED_SUBTYPES = {
     "channel_join",
     "channel_leave",
 }
+DM = "dm"  # the thread of a direct message conversation with the bot
 _THREAD_LINK = re.compile(
     r"/archives/(?P<channel>[A-Z0-9]+)/p(?P<ts>\d{16})(?:\?.*?thread_ts=(?P<thread>[\d.]+))?"
 )
@@ -63,31 +67,91 @@ def parse_thread_link(text: str) -> tuple[str, str] | None:
     return match["channel"], ts
 
 
+def markdown(text: str) -> dict[str, Any]:
+    """A message body in standard Markdown (Slack's `markdown` block), with a text fallback."""
+    return {"text": text, "blocks": [{"type": "markdown", "text": text}]}
+
+
+class SlackStatus(Status):
+    """A placeholder message, edited with the tool in use and the answer as it grows."""
+
+    def __init__(self, client: AsyncWebClient, channel: str, ts: str) -> None:
+        self.client, self.channel, self.ts = client, channel, ts
+        self.streamed: list[str] = []
+        self._last_update = time.monotonic()
+
+    async def update(self, text: str) -> None:
+        await self.client.chat_update(channel=self.channel, ts=self.ts, **markdown(text))
+
+    async def event(self, event: AgentEvent) -> None:
+        if event.kind == "tool_start" and not self.streamed:
+            await self.update(f"_{TOOL_ACTIVITY.get(event.name, 'working').capitalize()}…_")
+
+    async def delta(self, piece: str) -> None:
+        self.streamed.append(piece)
+        if time.monotonic() - self._last_update >= UPDATE_EVERY_SECONDS:
+            self._last_update = time.monotonic()
+            await self.update(link_arxiv("".join(self.streamed))[:MARKDOWN_LIMIT] + " …")
+
+
+class SlackPlatform(Platform):
+    name = "slack"
+    limit = MARKDOWN_LIMIT
+    streams = True
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+
+    def render(self, text: str) -> str:
+        return link_arxiv(text)
+
+    @staticmethod
+    def _where(job: Job) -> dict[str, str]:
+        thread_ts = job.reply.get("thread_ts")
+        return {"channel": job.reply["channel"], **({"thread_ts": thread_ts} if thread_ts else {})}
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        first = THINKING if job.kind == "turn" else SUMMARIZING
+        posted = await self.client.chat_postMessage(**self._where(job), text=first)
+        yield SlackStatus(self.client, job.reply["channel"], posted["ts"])
+
+    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
+        assert isinstance(status, SlackStatus)
+        first, *rest = parts
+        await status.update(first)
+        for part in rest:
+            await self.client.chat_postMessage(**self._where(job), **markdown(part))
+
+
 class SlackAdapter:
+    """Reads Slack's events into jobs for the pipeline."""
+
     def __init__(
         self,
         handler: TurnHandler,
-        redis: Redis,
         bot_token: str,
         signing_secret: str | None = None,
         api_url: str | None = None,
     ) -> None:
         self.handler = handler
-        self.redis = redis
+        self.presence = handler.memory.presence
         # one HTTP session for every Web API call (the client opens one per call without it)
         self.session = aiohttp.ClientSession()
         options = {"base_url": api_url} if api_url else {}
         self.client = AsyncWebClient(token=bot_token, session=self.session, **options)
         self.app = AsyncApp(
-            client=self.client,
+            # bolt's own client holds no session: bolt deep-copies it for `lazy=` listeners
+            client=AsyncWebClient(token=bot_token, **options),
             signing_secret=signing_secret,
             request_verification_enabled=signing_secret is not None,
             process_before_response=True,  # listeners only queue: they finish in milliseconds
         )
-        self.dedup = Deduplicator(redis)
-        self.dispatcher = ThreadDispatcher(redis, self.run_job)
+        self.pipeline = Pipeline(SlackPlatform(self.client), handler)
         self.bot_user_id = ""
-        self._tasks: set[asyncio.Task] = set()
+        self._visibility: dict[tuple[str, str], Visibility] = {}
+        self._names: dict[tuple[str, str], str] = {}
+        self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -96,37 +160,51 @@ class SlackAdapter:
         self.bot_user_id = response["user_id"]
         return response.data
 
-    # -- listeners: acknowledge, de-duplicate, queue ---------------------------------------
+    # -- listeners: acknowledge, translate, queue ------------------------------------------
 
     def _register(self) -> None:
+        self.app.middleware(self.skip_noise)
         self.app.event("app_mention")(self.on_mention)
         self.app.event("message")(self.on_message)
         self.app.command("/summarize")(self.on_summarize_command)
-        self.app.command("/expand")(self.on_expand_command)
+        self.app.command("/expand")(ack=self.ack_expand, lazy=[self.expand])
         self.app.shortcut("summarize_thread")(self.on_summarize_shortcut)
 
+    @staticmethod
+    async def skip_noise(body: dict, next) -> BoltResponse | None:
+        """Acknowledge and drop what is never a question: other bots, edits, joins, empty text."""
+        event = body.get("event") if body.get("type") == "event_callback" else None
+        if event is not None and (
+            event.get("bot_id")
+            or event.get("subtype") in IGNORED_SUBTYPES
+            or not event.get("user")
+            or not event.get("text", "").strip()
+            or not event.get("channel")
+            or not event.get("ts")
+        ):
+            return BoltResponse(status=200, body="")
+        await next()
+        return None
+
     async def on_mention(self, body: dict, event: dict) -> None:
-        if self._ignored(event):
-            return
         await self._queue_turn(body, event, event.get("thread_ts") or event["ts"])
 
     async def on_message(self, body: dict, event: dict) -> None:
-        if self._ignored(event) or f"<@{self.bot_user_id}>" in event.get("text", ""):
-            return  # mentions arrive as app_mention too
-        if event.get("channel_type") == "im":
-            await self._queue_turn(body, event, event.get("thread_ts") or "dm")
-        elif event.get("thread_ts") and await self._participates(
-            body["team_id"], event["channel"], event["thread_ts"]
-        ):
-            await self._queue_turn(body, event, event["thread_ts"])
+        if event.get("channel_type") == "im":  # Slack sends no app_mention in DMs
+            await self._queue_turn(body, event, event.get("thread_ts") or DM)
+        elif f"<@{self.bot_user_id}>" in event.get("text", ""):
+            return  # arrives as app_mention too
+        elif event.get("thread_ts"):
+            scope = await self._scope(body["team_id"], event, event["thread_ts"])
+            if await self.presence.joined(scope):
+                await self._queue_turn(body, event, event["thread_ts"])
 
-    async def on_summarize_command(self, ack, body: dict, command: dict) -> None:
-        channel, team, user = command["channel_id"], command["team_id"], command["user_id"]
+    async def on_summarize_command(self, ack, command: dict) -> None:
+        team, user = command["team_id"], command["user_id"]
         link = parse_thread_link(command.get("text", ""))
-        if link:
-            channel, thread_ts = link
-        else:
-            thread_ts = await self._last_thread(team, channel, user)
+        here = await self._command_scope(command)
+        channel, thread_ts = link if link else (command["channel_id"], None)
+        thread_ts = thread_ts or await self.presence.last_thread(here)
         if not thread_ts:
             await ack(
                 "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
@@ -136,19 +214,19 @@ class SlackAdapter:
         await ack("Summarizing the thread…")
         await self._queue_summary(team, channel, thread_ts, user)
 
-    async def on_expand_command(self, ack, command: dict, respond) -> None:
-        await ack()  # the answer goes to response_url after the acknowledgement
-        self._later(self._expand(command["team_id"], command.get("text", "").strip(), respond))
+    @staticmethod
+    async def ack_expand(ack) -> None:
+        await ack()  # the answer goes to response_url, from the lazy listener
 
-    async def _expand(self, team: str, summary_id: str, respond) -> None:
-        text = await self.handler.expand(team, summary_id)
-        for part in split_message(to_mrkdwn(text), SLACK_TEXT_LIMIT):
-            await respond(text=part, response_type="ephemeral")
-
-    def _later(self, coroutine) -> None:
-        task = asyncio.create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def expand(self, command: dict, respond) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._lazy.add(task)
+            task.add_done_callback(self._lazy.discard)
+        scope = await self._command_scope(command)
+        text = await self.handler.expand(scope, command.get("text", "").strip())
+        for part in split_message(link_arxiv(text), MARKDOWN_LIMIT):
+            await respond(**markdown(part), response_type="ephemeral")
 
     async def on_summarize_shortcut(self, ack, body: dict, shortcut: dict) -> None:
         await ack()
@@ -159,112 +237,78 @@ class SlackAdapter:
             team, shortcut["channel"]["id"], thread_ts, shortcut["user"]["id"]
         )
 
-    def _ignored(self, event: dict) -> bool:
-        return bool(
-            event.get("bot_id")
-            or event.get("subtype") in IGNORED_SUBTYPES
-            or event.get("user") in (None, self.bot_user_id)
-            or not event.get("text", "").strip()
-        )
+    # -- translation -----------------------------------------------------------------------
 
     async def _queue_turn(self, body: dict, event: dict, thread_ts: str) -> None:
-        event_id = body.get("event_id") or f"{event['channel']}:{event['ts']}"
-        if not await self.dedup.first_time(f"slack:{event_id}"):
-            return
         team = body.get("team_id") or event.get("team")
+        scope = await self._scope(team, event, thread_ts)
         text = re.sub(rf"<@{self.bot_user_id}>\s*", "", event["text"]).strip()
-        job = {"kind": "turn", "team": team, "channel": event["channel"], "thread_ts": thread_ts,
-               "user": event["user"], "text": text, "event_id": event_id,
-               "reply_in_thread": thread_ts != "dm"}  # fmt: skip
-        self.handler.prefetch(text)
-        await self._remember(job)  # now, so a follow-up sent right after is recognised
-        await self.dispatcher.submit(thread_id(team, event["channel"], thread_ts), job)
+        job = Job(
+            "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
+            reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts},
+        )  # fmt: skip
+        if await self.pipeline.submit(job):
+            await self.presence.join(scope, reference=thread_ts)  # a follow-up needs no mention
 
     async def _queue_summary(self, team: str, channel: str, thread_ts: str, user: str) -> None:
-        job = {
-            "kind": "summarize",
-            "team": team,
-            "channel": channel,
-            "thread_ts": thread_ts,
-            "user": user,
-        }
-        await self.dispatcher.submit(thread_id(team, channel, thread_ts), job)
+        scope = await self._scope(team, {"channel": channel, "user": user}, thread_ts)
+        job = Job("summarize", scope, reply={"channel": channel, "thread_ts": thread_ts})
+        await self.pipeline.submit(job)
 
-    # -- Redis bookkeeping ---------------------------------------------------------------
-
-    def _participation_key(self, team: str, channel: str, thread_ts: str) -> str:
-        return f"{ROOT}:slack:in-thread:{team}:{channel}:{thread_ts}"
-
-    async def _participates(self, team: str, channel: str, thread_ts: str) -> bool:
-        return bool(await self.redis.exists(self._participation_key(team, channel, thread_ts)))
-
-    async def _remember(self, job: Job) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(
-            self._participation_key(job["team"], job["channel"], job["thread_ts"]),
-            1,
-            ex=PARTICIPATION_TTL,
+    async def _scope(self, team: str, event: dict, thread_ts: str) -> Scope:
+        channel, user = event["channel"], event.get("user", "")
+        return Scope(
+            tenant=team,
+            thread=thread_id(team, channel, thread_ts),
+            channel=channel,
+            visibility=await self._channel_visibility(team, channel, event.get("channel_type")),
+            user=user,
+            user_name=await self._user_name(team, user),
         )
-        pipe.hset(
-            f"{ROOT}:slack:last-thread:{job['team']}:{job['channel']}",
-            job["user"],
-            job["thread_ts"],
-        )
-        await pipe.execute()
 
-    async def _last_thread(self, team: str, channel: str, user: str) -> str | None:
-        value = await self.redis.hget(f"{ROOT}:slack:last-thread:{team}:{channel}", user)
-        return value.decode() if isinstance(value, bytes) else value
+    async def _command_scope(self, command: dict) -> Scope:
+        """Where a slash command was used: its channel, for what that person may see there."""
+        kind = {"directmessage": "im", "privategroup": "group"}.get(command.get("channel_name", ""))
+        team, channel = command["team_id"], command["channel_id"]
+        return Scope(
+            tenant=team, channel=channel, user=command["user_id"],
+            visibility=await self._channel_visibility(team, channel, kind),
+        )  # fmt: skip
 
-    # -- jobs: one at a time per thread ----------------------------------------------------
+    async def _channel_visibility(self, team: str, channel: str, kind: str | None) -> Visibility:
+        """Public, private or DM: from the event's channel_type, else asked of Slack once."""
+        if kind == "im" or channel.startswith("D"):
+            return Visibility.DM
+        if kind in ("group", "mpim"):
+            return Visibility.PRIVATE
+        if kind == "channel":
+            return Visibility.PUBLIC
+        if (team, channel) not in self._visibility:
+            info: dict[str, Any] = {}
+            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
+                info = (await self.client.conversations_info(channel=channel)).get("channel") or {}
+            private = info.get("is_private") or info.get("is_group") or info.get("is_mpim")
+            self._visibility[(team, channel)] = Visibility.PRIVATE if private else Visibility.PUBLIC
+        return self._visibility[(team, channel)]
 
-    async def run_job(self, job: Job) -> None:
-        if job["kind"] == "summarize":
-            await self._summarize(job)
-        else:
-            await self._turn(job)
-
-    async def _turn(self, job: Job) -> None:
-        channel = job["channel"]
-        where = {"thread_ts": job["thread_ts"]} if job["reply_in_thread"] else {}
-        placeholder = await self.client.chat_postMessage(channel=channel, text=THINKING, **where)
-        ts = placeholder["ts"]
-        streamed: list[str] = []
-        last_update = [time.monotonic()]
-
-        async def update(text: str) -> None:
-            await self.client.chat_update(channel=channel, ts=ts, text=text)
-
-        async def on_event(event: AgentEvent) -> None:
-            if event.kind == "tool_start" and not streamed:
-                await update(f"_{TOOL_ACTIVITY.get(event.name, 'working').capitalize()}…_")
-
-        async def on_delta(piece: str) -> None:
-            streamed.append(piece)
-            if time.monotonic() - last_update[0] >= UPDATE_EVERY_SECONDS:
-                last_update[0] = time.monotonic()
-                await update(to_mrkdwn("".join(streamed))[:SLACK_TEXT_LIMIT] + " …")
-
-        tid = thread_id(job["team"], channel, job["thread_ts"])
-        reply = await self.handler.handle(
-            job["team"], tid, job["user"], job["text"], on_event, on_delta
-        )
-        first, *rest = split_message(to_mrkdwn(reply.text), SLACK_TEXT_LIMIT) or ["(no answer)"]
-        await update(first)
-        for part in rest:
-            await self.client.chat_postMessage(channel=channel, text=part, **where)
-
-    async def _summarize(self, job: Job) -> None:
-        tid = thread_id(job["team"], job["channel"], job["thread_ts"])
-        text = await self.handler.summarize(job["team"], tid)
-        await self.client.chat_postMessage(
-            channel=job["channel"], thread_ts=job["thread_ts"], text=to_mrkdwn(text)
-        )
+    async def _user_name(self, team: str, user: str) -> str:
+        """A person's display name, asked of Slack once per process; their id if unknown."""
+        if not user:
+            return ""
+        if (team, user) not in self._names:
+            profile: dict[str, Any] = {}
+            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
+                found = (await self.client.users_info(user=user)).get("user") or {}
+                profile = {**found, **(found.get("profile") or {})}
+            self._names[(team, user)] = (
+                profile.get("display_name") or profile.get("real_name") or user
+            )
+        return self._names[(team, user)]
 
     async def wait_idle(self) -> None:
-        await self.dispatcher.wait_idle()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.pipeline.wait_idle()
+        while self._lazy:
+            await asyncio.gather(*list(self._lazy), return_exceptions=True)
 
     async def close(self) -> None:
         await self.wait_idle()

@@ -16,6 +16,12 @@ _CLOSE = "\n" + FENCE
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _LEADING_BLANK_LINES = re.compile(r"^(?:[ \t]*\n)+")
 MIN_LIMIT = 16
+_ARXIV_REF = re.compile(r"\[arXiv:(\d{4}\.\d{4,5}(?:v\d+)?)\](?!\()")
+
+
+def link_arxiv(markdown: str) -> str:
+    """`[arXiv:2310.08560]`, as the model cites, as a Markdown link to the paper's page."""
+    return _ARXIV_REF.sub(r"[arXiv:\1](https://arxiv.org/abs/\1)", markdown)
 
 
 def split_message(text: str, limit: int = 2000) -> list[str]:

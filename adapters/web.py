@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from aiohttp import web
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 
+from memory.manager import MemoryManager
 
-def health_routes(redis: Redis) -> list[web.RouteDef]:
+
+def health_routes(memory: MemoryManager) -> list[web.RouteDef]:
     async def healthz(request: web.Request) -> web.Response:
-        try:
-            await redis.ping()
-        except (RedisError, OSError) as exc:
-            return web.json_response({"ok": False, "redis": str(exc)}, status=503)
+        if not await memory.ping():
+            return web.json_response({"ok": False, "redis": "down"}, status=503)
         return web.json_response({"ok": True, "redis": "up"})
 
     return [web.get("/healthz", healthz)]
@@ -27,7 +25,7 @@ def slack_routes(app: AsyncApp) -> list[web.RouteDef]:
     return [web.post("/slack/events", events)]
 
 
-def build_web_app(redis: Redis, slack: AsyncApp | None = None) -> web.Application:
+def build_web_app(memory: MemoryManager, slack: AsyncApp | None = None) -> web.Application:
     app = web.Application()
-    app.add_routes(health_routes(redis) + (slack_routes(slack) if slack else []))
+    app.add_routes(health_routes(memory) + (slack_routes(slack) if slack else []))
     return app

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.settings import Settings
 from memory.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +30,17 @@ def free_port() -> int:
 def temporary_redis(prefix: str = "arxivscout-bench-") -> Iterator[str]:
     """An embedded Redis (search + JSON modules) in a temp dir on a free port; yields its URL.
 
-    The server is shut down and its directory removed on exit.
+    The server is shut down and its directory removed on exit. ARXIVSCOUT_REDIS_SERVER and
+    ARXIVSCOUT_REDIS_MODULES are honoured, as the app does (EmbeddedRedis no longer reads them).
     """
+    settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        server = EmbeddedRedis(Path(tmp), preferred_port=free_port())
+        server = EmbeddedRedis(
+            Path(tmp),
+            preferred_port=free_port(),
+            server_binary=settings.redis_server,
+            modules=settings.redis_modules,
+        )
         url = server.ensure_running()
         try:
             yield url

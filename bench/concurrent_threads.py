@@ -2,7 +2,7 @@
 
 Starts a throwaway embedded Redis and an in-process scripted OpenAI-compatible server whose every
 agent-loop reply takes `--delay` seconds (`await asyncio.sleep`), builds the real agent with
-`bot.runtime.open_agent`, fills the tenant's knowledge base with real unarXive papers, then
+`app.runtime.open_agent`, fills the tenant's knowledge base with real unarXive papers, then
 launches N turns together with `asyncio.gather` (distinct threads, distinct questions, so every
 question embedding is a real MiniLM pass) and reports wall time, turns/s and per-turn latency.
 
@@ -58,6 +58,7 @@ from harness_overhead import (
 from model_server import TOOL_MARKER, start_model_process, stop_model_process
 from redis.asyncio import BlockingConnectionPool
 
+from memory.scope import Scope
 from tests.support.scripted_openai import call, text, tool_calls
 
 TARGET_WALL_S = 2.5
@@ -290,13 +291,13 @@ async def run_with_model(
         print(f"redis pool: {configure_pool(runtime, args.redis_pool)}; "
               f"openai/httpx pool: {describe_http_pool(runtime)}")  # fmt: skip
         for i in range(args.warmup):  # MiniLM, tiktoken, connections (not measured)
-            await runtime.agent.run_turn(TENANT, "warmup", f"Warm-up question number {i}?")
+            await runtime.agent.run_turn(Scope(TENANT, "warmup"), f"Warm-up question number {i}?")
         await runtime.harness.drain()
         if args.warm_pool:  # steady state of a busy bot: Redis and HTTP pools already open
             model.delay, model.use_tool = 0.0, False
             warm = distinct_questions(args.turns, 0, seed=99)
             outcomes = await asyncio.gather(
-                *(runtime.agent.run_turn(TENANT, f"warm-{i}", f"{q} (warm-up)")
+                *(runtime.agent.run_turn(Scope(TENANT, f"warm-{i}"), f"{q} (warm-up)")
                   for i, q in enumerate(warm)),
                 return_exceptions=True,
             )  # fmt: skip

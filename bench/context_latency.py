@@ -50,6 +50,7 @@ from memory.context import assemble_context
 from memory.embeddings import LocalEmbedder
 from memory.ingest.unarxive import read_unarxive
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.base import vector_bytes
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import Entity, EntityStore
@@ -62,6 +63,7 @@ from memory.tokens import block_tokens, count_tokens_many
 TENANT = "bench-main"
 OTHER_TENANT = "bench-other"
 THREAD = "bench-thread"
+SCOPE = Scope(TENANT, THREAD)
 CHUNKS_PER_PAPER = 50
 MAX_WORDS = 200
 TARGET_A_MS = 5.0
@@ -252,7 +254,7 @@ class KBLoader:
 
         async def write(paper: Paper, chunks: list[Chunk], vectors: np.ndarray) -> int:
             async with gate:
-                return await self.kb.add_paper(tenant, paper, chunks, vectors)
+                return await self.kb.add_paper(Scope(tenant), paper, chunks, vectors)
 
         added = sum(await asyncio.gather(*(write(*job) for job in jobs)))
         self.loaded[tenant] = have
@@ -283,21 +285,22 @@ async def seed_memory(
     memory: MemoryManager, tenant: str, papers: list[Paper], texts: list[Text], seed: int
 ) -> None:
     """A 20-message thread, workflows, entities and summaries, so all five reads return items."""
+    scope = Scope(tenant, THREAD)
     rng = random.Random(seed)
     picks = rng.sample(texts, 40)
     questions = make_questions(papers, texts, 10, seed + 1)
     for i in range(10):
-        await memory.conversation.append(tenant, THREAD, "user", questions[i])
+        await memory.conversation.append(scope, "user", questions[i])
         answer = picks[i].text[:600]
         source = papers[picks[i].paper]
         await memory.conversation.append(
-            tenant, THREAD, "assistant", f"{answer} [arXiv:{source.arxiv_id}] {source.title}"
+            scope, "assistant", f"{answer} [arXiv:{source.arxiv_id}] {source.title}"
         )
     tools = ["search_knowledge_base", "search_arxiv", "add_paper", "expand_summary"]
     for i in range(6):
         p = papers[picks[10 + i].paper]
         steps = [f"{rng.choice(tools)}(query={p.title[:60]!r})" for _ in range(rng.randint(2, 4))]
-        await memory.workflows.add(tenant, questions[i], steps, picks[10 + i].text[:300])
+        await memory.workflows.add(scope, questions[i], steps, picks[10 + i].text[:300])
     entities = []
     for i in range(25):
         p = papers[picks[i % 40].paper]
@@ -305,11 +308,11 @@ async def seed_memory(
             entities.append(Entity(p.authors[0], "person", f"an author of '{p.title}'"))
         else:
             entities.append(Entity(p.title[:80], "paper", picks[i % 40].text[:200]))
-    await memory.entities.upsert(tenant, entities)
+    await memory.entities.upsert(scope, entities)
     for i in range(4):
         p = papers[picks[20 + i].paper]
         await memory.summaries.save(
-            tenant,
+            scope,
             Summary(
                 thread_id=THREAD,
                 description=f"discussion of '{p.title}' and {picks[20 + i].section or 'its results'}",
@@ -351,23 +354,23 @@ async def measure(
     breakdown: bool,
 ) -> dict[str, float]:
     kb = memory.knowledge_base
-    result = await assemble_context(memory, TENANT, THREAD, questions[0], vector=qvectors[0])
+    result = await assemble_context(memory, SCOPE, questions[0], vector=qvectors[0])
     print(
         "  segments returned (tokens): "
         + ", ".join(f"{s.name} {s.tokens}" for s in result.segments)
     )
     counts = {
-        "messages": len(await memory.conversation.recent_unsummarized(TENANT, THREAD, 20)),
+        "messages": len(await memory.conversation.recent_unsummarized(SCOPE, 20)),
         "passages": len(result.passages),
-        "workflows": len(await memory.workflows.similar(TENANT, qvectors[0])),
-        "entities": len(await memory.entities.similar(TENANT, qvectors[0])),
-        "summaries": len(await memory.summaries.descriptions(TENANT, THREAD)),
+        "workflows": len(await memory.workflows.similar(SCOPE, qvectors[0])),
+        "entities": len(await memory.entities.similar(SCOPE, qvectors[0])),
+        "summaries": len(await memory.summaries.descriptions(SCOPE)),
     }
     print("  items per read: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     assert all(counts.values()), f"a read returned nothing: {counts}"
 
     def ctx(q: str, v: np.ndarray | None = None):
-        return lambda: assemble_context(memory, TENANT, THREAD, q, vector=v)
+        return lambda: assemble_context(memory, SCOPE, q, vector=v)
 
     load1, _, _ = os.getloadavg()
     print(f"  machine: {os.cpu_count()} CPUs, load average (1 min) {load1:.2f} before measuring")
@@ -381,7 +384,7 @@ async def measure(
     def cold(q: str, v: np.ndarray):
         async def call():
             block_tokens.cache_clear()  # every segment's text tokenized afresh
-            return await assemble_context(memory, TENANT, THREAD, q, vector=v)
+            return await assemble_context(memory, SCOPE, q, vector=v)
 
         return call
 
@@ -456,14 +459,14 @@ async def print_breakdown(
     kb = memory.knowledge_base
     reads: dict[str, Callable[[str, np.ndarray], Awaitable[Any]]] = {
         "conversation.recent_unsummarized": lambda q, v: memory.conversation.recent_unsummarized(
-            TENANT, THREAD, 20
+            SCOPE, 20
         ),
-        "knowledge_base.search (hybrid)": lambda q, v: kb.search(TENANT, q, v, k=5),
+        "knowledge_base.search (hybrid)": lambda q, v: kb.search(SCOPE, q, v, k=5),
         "  - KB vector half (k=10)": lambda q, v: kb._nearest(TENANT, v, 10, ["chunk_index"]),
         "  - KB BM25 half (k=10)": lambda q, v: _maybe(kb, kb.text_query(q)),
-        "workflows.similar": lambda q, v: memory.workflows.similar(TENANT, v, k=3),
-        "entities.similar": lambda q, v: memory.entities.similar(TENANT, v, k=5),
-        "summaries.descriptions": lambda q, v: memory.summaries.descriptions(TENANT, THREAD),
+        "workflows.similar": lambda q, v: memory.workflows.similar(SCOPE, v, k=3),
+        "entities.similar": lambda q, v: memory.entities.similar(SCOPE, v, k=5),
+        "summaries.descriptions": lambda q, v: memory.summaries.descriptions(SCOPE),
     }
     print("  breakdown (each read alone, sequential, p50 / p95):")
     for name, read in reads.items():
@@ -477,11 +480,11 @@ async def print_breakdown(
     rendered = []
     for q, v in zip(questions[:100], qvectors[:100], strict=True):
         messages, passages, workflows, entities, summaries = await asyncio.gather(
-            memory.conversation.recent_unsummarized(TENANT, THREAD, 20),
-            kb.search(TENANT, q, v, k=5),
-            memory.workflows.similar(TENANT, v, k=3),
-            memory.entities.similar(TENANT, v, k=5),
-            memory.summaries.descriptions(TENANT, THREAD),
+            memory.conversation.recent_unsummarized(SCOPE, 20),
+            kb.search(SCOPE, q, v, k=5),
+            memory.workflows.similar(SCOPE, v, k=3),
+            memory.entities.similar(SCOPE, v, k=5),
+            memory.summaries.descriptions(SCOPE),
         )
         rendered.append(
             [
@@ -541,7 +544,7 @@ async def print_profile(memory: MemoryManager, questions: list[str], qvectors: n
     start = time.perf_counter()
     profiler.enable()
     for q, v in zip(questions, qvectors, strict=True):
-        await assemble_context(memory, TENANT, THREAD, q, vector=v)
+        await assemble_context(memory, SCOPE, q, vector=v)
     profiler.disable()
     wall = time.perf_counter() - start
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]

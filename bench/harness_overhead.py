@@ -2,7 +2,7 @@
 
 Starts a throwaway embedded Redis and an in-process scripted OpenAI-compatible server that answers
 at once with a plain text answer (no tool call), builds the real agent with
-`bot.runtime.open_agent`, fills one tenant's knowledge base with real unarXive papers (chunked and
+`app.runtime.open_agent`, fills one tenant's knowledge base with real unarXive papers (chunked and
 embedded with the local MiniLM model, as ingestion does), then runs sequential turns round-robin
 over several threads. Every question is distinct, so the question embedding (part of the
 harness: it is computed in `assemble_context`) is a real MiniLM pass, not a cache hit.
@@ -46,11 +46,12 @@ from common import sample_path, temporary_redis  # noqa: E402
 
 import bot.harness  # noqa: E402
 import memory.context  # noqa: E402
-from bot.config import Settings  # noqa: E402
+from app.runtime import AgentRuntime, open_agent  # noqa: E402
+from app.settings import Settings  # noqa: E402
 from bot.harness import ENTITY_INSTRUCTIONS  # noqa: E402
-from bot.runtime import AgentRuntime, open_agent  # noqa: E402
 from memory.ingest.chunking import chunk_paragraphs  # noqa: E402
 from memory.ingest.unarxive import read_unarxive  # noqa: E402
+from memory.scope import Scope  # noqa: E402
 from memory.tokens import encoding_for  # noqa: E402
 from tests.support.scripted_openai import ScriptedOpenAI, text  # noqa: E402
 
@@ -253,7 +254,7 @@ async def fill_knowledge_base(runtime: AgentRuntime, sample: Path, papers: int) 
         paper, paragraphs = item
         chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, encoding)
         vectors = await mem.embedder.inner.embed([c.text for c in chunks])  # uncached
-        total += await mem.knowledge_base.add_paper(TENANT, paper, chunks, vectors)
+        total += await mem.knowledge_base.add_paper(Scope(TENANT), paper, chunks, vectors)
     return total
 
 
@@ -273,11 +274,12 @@ def load() -> str:
 
 async def timed_turn(runtime: AgentRuntime, thread: str, question: str) -> dict[str, float]:
     """One run_turn with its phases recorded; 'turn' is the end-to-end wall time."""
+    scope = Scope(TENANT, thread)  # built before the clock starts, as an adapter does
     record: dict[str, float] = defaultdict(float)
     token = CURRENT.set(record)
     try:
         started = time.perf_counter()
-        result = await runtime.agent.run_turn(TENANT, thread, question)
+        result = await runtime.agent.run_turn(scope, question)
         record["turn"] = time.perf_counter() - started
     finally:
         record["_closed"] = 1.0
@@ -312,7 +314,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
 
         # Warm-up: MiniLM, tiktoken, the HTTP connection, Redis connections (not measured).
         for i in range(args.warmup):
-            await runtime.agent.run_turn(TENANT, "warmup", f"Warm-up question number {i}?")
+            await runtime.agent.run_turn(Scope(TENANT, "warmup"), f"Warm-up question number {i}?")
         await runtime.harness.drain()
 
         probe = instrument(runtime)
@@ -332,7 +334,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
         await runtime.harness.drain()
 
         # The model call by itself, with a real turn's messages (last thread, full history).
-        prepared = await runtime.harness.before(TENANT, "bare-call", qs[0][0])
+        prepared = await runtime.harness.before(Scope(TENANT, "bare-call"), qs[0][0])
         bare = await bare_round_trip(runtime, prepared.messages, args.bare_calls)
         # MiniLM on one distinct question, called directly (no event loop hop, no cache).
         local = runtime.memory.embedder.inner

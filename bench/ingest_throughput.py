@@ -20,9 +20,11 @@ from redis.asyncio import Redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.settings import Settings  # noqa: E402
 from memory.embeddings import LocalEmbedder  # noqa: E402
 from memory.ingest.pipeline import ingest  # noqa: E402
 from memory.redis_server import EmbeddedRedis  # noqa: E402
+from memory.scope import Scope  # noqa: E402
 from memory.stores.knowledge_base import KnowledgeBase  # noqa: E402
 from memory.tokens import encoding_for  # noqa: E402
 
@@ -44,7 +46,7 @@ async def run(source: Path, url: str) -> None:
     kb = KnowledgeBase(redis, embedder)
     await kb.open()
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    report = await ingest([str(source)], tenant, kb, embedder, encoding_for("gpt-4o"), None)
+    report = await ingest([str(source)], Scope(tenant), kb, embedder, encoding_for("gpt-4o"), None)
     await redis.aclose()
     other = report.seconds - report.seconds_embedding
     print(report.summary().splitlines()[0])
@@ -62,8 +64,14 @@ def main() -> None:
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else SAMPLE.resolve()
     if not source.is_file():
         sys.exit(f"No unarXive file at {source}: pass its path as the first argument.")
+    settings = Settings.from_env()  # ARXIVSCOUT_REDIS_SERVER / _MODULES, as the app reads them
     with tempfile.TemporaryDirectory(prefix="arxivscout-bench-") as tmp:
-        server = EmbeddedRedis(Path(tmp), preferred_port=_free_port())
+        server = EmbeddedRedis(
+            Path(tmp),
+            preferred_port=_free_port(),
+            server_binary=settings.redis_server,
+            modules=settings.redis_modules,
+        )
         url = server.ensure_running()
         try:
             asyncio.run(run(source, url))

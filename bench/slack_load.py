@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
+from app.runtime import open_agent
+from app.settings import Settings
 from bench.common import temporary_redis
-from bot.config import Settings
 from bot.harness import ENTITY_INSTRUCTIONS
-from bot.runtime import open_agent
-from bot.turns import TurnHandler
 from tests.support.scripted_openai import ScriptedOpenAI, text
 from tests.support.slack_api import MockSlackApi, SlackSender, mention
 
@@ -131,14 +130,12 @@ async def main(args: argparse.Namespace) -> int:
                             openai_base_url=peers["model"])  # fmt: skip
         runtime = await open_agent(settings)
         await runtime.memory.embedder.embed(["warm up the embedding model"])
-        handler = TurnHandler(runtime)
+        handler = runtime.turns()
         adapters, runners, urls = [], [], []
         for _ in range(2):
-            adapter = SlackAdapter(
-                handler, runtime.memory.redis, "xoxb-bench", SECRET, peers["slack_api"]
-            )
+            adapter = SlackAdapter(handler, "xoxb-bench", SECRET, peers["slack_api"])
             await adapter.check_token()
-            runner = web.AppRunner(build_web_app(runtime.memory.redis, adapter.app))
+            runner = web.AppRunner(build_web_app(runtime.memory, adapter.app))
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()

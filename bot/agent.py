@@ -12,6 +12,7 @@ from typing import Any, Literal
 from bot.citations import add_citations, sources_from_passages, sources_from_text
 from bot.harness import Harness, Step
 from bot.llm import DeltaCallback, LLMError
+from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -47,36 +48,34 @@ class Agent:
 
     async def run_turn(
         self,
-        tenant: str,
-        thread_id: str,
+        scope: Scope,
         question: str,
         on_event: EventCallback | None = None,
         on_delta: DeltaCallback | None = None,
     ) -> TurnResult:
-        prepared = await self.harness.before(tenant, thread_id, question)
+        """One question of `scope.user` in `scope.thread`, answered."""
+        prepared = await self.harness.before(scope, question)
         if prepared.compacted:
             await _emit(on_event, AgentEvent("compacted", detail=f"{prepared.usage_percent:.0f}%"))
         steps: list[Step] = []
         state = {"iterations": 0}
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                answer, reason = await self._loop(
-                    tenant, thread_id, prepared, steps, state, on_event, on_delta
-                )
+                answer, reason = await self._loop(scope, prepared, steps, state, on_event, on_delta)
         except TimeoutError:
             answer, reason = self._timed_out(steps), "timeout"
         except LLMError as exc:
-            log.warning("model error in thread %s: %s", thread_id, exc)
+            log.warning("model error in thread %s: %s", scope.thread, exc)
             answer, reason = self._model_failed(exc, steps), "error"
         sources = sources_from_passages(prepared.context.passages)
         for message in prepared.messages:
             if message["role"] == "tool":
                 sources += sources_from_text(message["content"])
         answer = add_citations(answer, sources)
-        await self.harness.after(tenant, thread_id, question, steps, answer, stop_reason=reason)
+        await self.harness.after(scope, question, steps, answer, stop_reason=reason)
         return TurnResult(answer, reason, state["iterations"], steps, prepared.tool_names)
 
-    async def _loop(self, tenant, thread_id, prepared, steps, state, on_event, on_delta):
+    async def _loop(self, scope, prepared, steps, state, on_event, on_delta):
         messages = prepared.messages
         for iteration in range(1, self.max_iterations + 1):
             state["iterations"] = iteration
@@ -86,7 +85,7 @@ class Agent:
             messages.append(reply.assistant_message())
             for call in reply.tool_calls:
                 await _emit(on_event, AgentEvent("tool_start", call.name, call.arguments))
-                output, step = await self.harness.run_tool(tenant, thread_id, call, iteration)
+                output, step = await self.harness.run_tool(scope, call, iteration)
                 steps.append(step)
                 await _emit(on_event, AgentEvent("tool_end", call.name, step.status))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})

@@ -1,9 +1,16 @@
-"""Work that must not delay replies (writing workflows and entities), run by a few workers.
+"""Work that must not delay replies (writing workflows and entities, indexing, summaries).
 
-The workers give way to turns being prepared: while any turn assembles its context, queued
-jobs wait (up to `max_wait`). In a burst of messages every turn is prepared first, and the jobs
-then use the time the turns spend waiting for the model, instead of competing with them for
-the CPU and the embedding model.
+Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before it returns, and a
+consumer loop runs them through per-kind handlers, in batches of one kind. A task is
+acknowledged only after its handler succeeds; one that fails is retried once it has been idle
+`claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
+a crashed process to a live one. Delivery is at least once: handlers must be idempotent.
+
+The work gives way to turns being prepared: while any turn assembles its context, the loop does
+not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
+messages every turn is prepared first, and the tasks then use the time the turns spend waiting
+for the model instead of competing with them for the CPU and the embedding model. Tasks left
+unread stay in Redis, where an idle process can take them.
 """
 
 from __future__ import annotations
@@ -11,25 +18,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Iterator
-from typing import Any
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+
+from memory.tasks import Task, TaskStream
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[list[dict]], Awaitable[None]]
+
+MAX_BACKOFF = 5.0  # seconds between retries while Redis is unreachable
+DRAIN_POLL = 0.05  # seconds between pending-count checks in drain()
+
 
 class BackgroundWork:
-    def __init__(self, workers: int = 4, max_wait: float = 10.0) -> None:
+    def __init__(
+        self,
+        stream: TaskStream,
+        handlers: Mapping[str, Handler],
+        *,
+        workers: int = 4,
+        max_wait: float = 10.0,
+        batch: int = 16,
+        claim_idle_ms: int = 30_000,
+        max_deliveries: int = 5,
+        block_ms: int = 1_000,
+    ) -> None:
+        self.stream = stream
+        self.handlers = dict(handlers)
         self.workers = workers
         self.max_wait = max_wait
-        self._jobs: asyncio.Queue | None = None
-        self._tasks: list[asyncio.Task] = []
+        self.batch = batch
+        self.claim_idle_ms = claim_idle_ms
+        self.max_deliveries = max_deliveries
+        self.block_ms = block_ms
+        # Claim often enough that a failed or orphaned task waits about claim_idle_ms, no more.
+        self._claim_every = min(max(claim_idle_ms / 2000, 0.05), 15.0)
+        self._next_claim = 0.0
+        self._slots = asyncio.Semaphore(workers)
+        self._stop = asyncio.Event()
+        self._consumer: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+        self._in_flight: set[str] = set()
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
 
     @contextlib.contextmanager
     def foreground(self) -> Iterator[None]:
-        """Mark a turn being prepared: background jobs wait until no turn is."""
+        """Mark a turn being prepared: background tasks wait until no turn is."""
         self._preparing += 1
         self._quiet.clear()
         try:
@@ -39,33 +76,155 @@ class BackgroundWork:
             if not self._preparing:
                 self._quiet.set()
 
-    def submit(self, job: Coroutine[Any, Any, Any]) -> None:
-        if self._jobs is None:
-            self._jobs = asyncio.Queue()
-            self._tasks = [asyncio.create_task(self._work(self._jobs)) for _ in range(self.workers)]
-        self._jobs.put_nowait(job)
+    async def submit(self, kind: str, payload: dict) -> str:
+        """Queue a task (in Redis before this returns) and make sure the consumer runs."""
+        if kind not in self.handlers:
+            raise ValueError(f"No handler for background task kind {kind!r}.")
+        task_id = await self.stream.add(kind, payload)
+        self.start()
+        return task_id
 
-    async def _work(self, jobs: asyncio.Queue) -> None:
-        while True:
-            job = await jobs.get()
-            try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.max_wait):
-                        await self._quiet.wait()
-                await job
-            except Exception:  # each job logs its own failures; a worker never dies
-                log.exception("background job failed")
-            finally:
-                jobs.task_done()
+    def start(self) -> None:
+        """Start the consumer loop, if it is not running (needs a running event loop)."""
+        if self._consumer is None or self._consumer.done():
+            self._stop.clear()
+            self._next_claim = 0.0  # claim what crashed consumers left, first thing
+            self._consumer = asyncio.create_task(self._consume(), name="background-consumer")
 
     async def drain(self) -> None:
-        """Wait until every queued job is done (before shutdown, and in tests)."""
-        if self._jobs is not None:
-            await self._jobs.join()
+        """Wait until every task on the stream (submitted by anyone) is done and acknowledged.
+        Tasks that keep failing hold this up until they are dead-lettered."""
+        if not await self.stream.pending_count():
+            return
+        self.start()
+        while await self.stream.pending_count():
+            await asyncio.sleep(DRAIN_POLL)
 
     async def close(self) -> None:
-        await self.drain()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks, self._jobs = [], None
+        """Stop reading, finish the batches in hand; unread and unfinished tasks stay in Redis
+        for the next process."""
+        self._stop.set()
+        if self._consumer is not None:
+            try:  # returns within block_ms, unless Redis hangs
+                await asyncio.wait_for(asyncio.shield(self._consumer), self.block_ms / 1000 + 5)
+            except TimeoutError:
+                self._consumer.cancel()  # a lost reply leaves entries pending: claimed later
+                await asyncio.gather(self._consumer, return_exceptions=True)
+            self._consumer = None
+        await asyncio.gather(*self._running, return_exceptions=True)
+
+    # -- the consumer ----------------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        backoff = 0.1
+        ready = False
+        while not self._stop.is_set():
+            try:
+                if not ready:
+                    await self.stream.ensure_group()
+                    ready = True
+                await self._step()
+                backoff = 0.1
+            except Exception:  # Redis down or failing: never fatal, retry after a pause
+                log.exception("background consumer failed; retrying in %.1fs", backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _step(self) -> None:
+        """Read (or claim) one batch when a worker is free and no turn is being prepared, and
+        start a runner per kind in it."""
+        await self._slots.acquire()
+        try:
+            deadline = asyncio.get_running_loop().time() + self.max_wait
+            await self._yield_to_turns(deadline)
+            tasks = [] if self._stop.is_set() else await self._fetch()
+        except BaseException:
+            self._slots.release()
+            raise
+        tasks = [t for t in tasks if t.id not in self._in_flight]  # reclaimed from ourselves
+        if not tasks:
+            self._slots.release()
+            return
+        by_kind: dict[str, list[Task]] = {}
+        for task in tasks:
+            by_kind.setdefault(task.kind, []).append(task)
+        for i, (kind, group) in enumerate(by_kind.items()):
+            if i:
+                await self._slots.acquire()
+            self._in_flight.update(t.id for t in group)
+            runner = asyncio.create_task(self._run(kind, group, deadline))
+            self._running.add(runner)
+            runner.add_done_callback(self._running.discard)
+
+    async def _fetch(self) -> list[Task]:
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_claim:
+            claimed = await self.stream.claim_stale(self.claim_idle_ms, self.batch)
+            # A full batch may mean more are stale: claim again next time.
+            self._next_claim = now if len(claimed) == self.batch else now + self._claim_every
+            if claimed:
+                return claimed
+        block = min(self.block_ms, max(1, int((self._next_claim - now) * 1000)))
+        return await self.stream.read(self.batch, block)
+
+    async def _run(self, kind: str, tasks: list[Task], deadline: float) -> None:
+        """One batch of one kind: ack on success, otherwise leave it pending (or dead-letter
+        what has used up its deliveries)."""
+        try:
+            await self._yield_to_turns(deadline)
+            handler = self.handlers.get(kind)
+            try:
+                if handler is None:
+                    raise LookupError(f"no handler for background task kind {kind!r}")
+                await handler([t.payload for t in tasks])
+            except Exception as exc:
+                await self._failed(kind, handler, tasks, exc)
+            else:
+                await self.stream.ack(tasks)
+        except Exception:  # Redis failed on ack: the tasks stay pending and are claimed again
+            log.exception("background %s: could not record the outcome", kind)
+        finally:
+            self._in_flight.difference_update(t.id for t in tasks)
+            self._slots.release()
+
+    async def _failed(
+        self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception
+    ) -> None:
+        ids = ", ".join(t.id for t in tasks)
+        log.warning("background %s failed for %s: %r", kind, ids, exc, exc_info=exc)
+        spent = [t for t in tasks if t.deliveries >= self.max_deliveries]
+        if handler is not None and len(tasks) > 1:
+            # Last chance for tasks that shared a batch: alone, so one bad task does not take
+            # the others down with it.
+            for task in spent:
+                try:
+                    await handler([task.payload])
+                except Exception as alone:
+                    await self._give_up(task, alone)
+                else:
+                    await self.stream.ack([task])
+            return
+        for task in spent:
+            await self._give_up(task, exc)
+
+    async def _give_up(self, task: Task, exc: Exception) -> None:
+        log.error("background %s %s dead-lettered after %d deliveries: %r",
+                  task.kind, task.id, task.deliveries, exc)  # fmt: skip
+        error = "".join(traceback.format_exception(exc))[-4000:]
+        await self.stream.dead_letter(task, error)
+
+    async def _yield_to_turns(self, deadline: float) -> None:
+        """Wait while a turn is being prepared, until `deadline` or close()."""
+        timeout = deadline - asyncio.get_running_loop().time()
+        if self._quiet.is_set() or self._stop.is_set() or timeout <= 0:
+            return
+        waits = [
+            asyncio.ensure_future(self._quiet.wait()),
+            asyncio.ensure_future(self._stop.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()

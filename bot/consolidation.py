@@ -13,6 +13,7 @@ import uuid
 
 from bot.llm import LLMClient
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.conversation import Message
 from memory.stores.summary import Summary
 
@@ -42,35 +43,29 @@ class Consolidator:
         self.memory = memory
         self.llm = llm
 
-    def _lock_key(self, tenant: str, thread_id: str) -> str:
-        return self.memory.conversation.key(tenant, thread_id) + ":summarizing"
-
-    async def _store(self, tenant: str, thread_id: str, make_note) -> Summary | None:
+    async def _store(self, scope: Scope, make_note) -> Summary | None:
         """Snapshot the unsummarized messages, store the note `make_note` writes, mark them."""
-        lock, token = self._lock_key(tenant, thread_id), uuid.uuid4().hex
-        if not await self.memory.redis.set(lock, token, nx=True, ex=LOCK_SECONDS):
+        conversation, token = self.memory.conversation, uuid.uuid4().hex
+        if not await conversation.claim_summarizing(scope, token, LOCK_SECONDS):
             raise SummaryInProgress("A summary of this thread is already being written.")
         try:
-            first, raw = await self.memory.conversation.unsummarized_snapshot(tenant, thread_id)
+            first, raw = await conversation.unsummarized_snapshot(scope)
             if not raw:
                 return None
             messages = [Message.from_json(r) for r in raw]
             description, text = await make_note(messages)
-            summary = Summary(thread_id, description, text, [m.id for m in messages])
-            await self.memory.summaries.save(tenant, summary)
+            summary = Summary(scope.thread, description, text, [m.id for m in messages])
+            await self.memory.summaries.save(scope, summary)
             try:
-                await self.memory.conversation.mark_summarized(
-                    tenant, thread_id, first, raw, summary.id
-                )
+                await conversation.mark_summarized(scope, first, raw, summary.id)
             except Exception:
-                await self.memory.summaries.delete(tenant, summary)
+                await self.memory.summaries.delete(scope, summary)
                 raise
             return summary
         finally:
-            if await self.memory.redis.get(lock) == token.encode():
-                await self.memory.redis.delete(lock)
+            await conversation.release_summarizing(scope, token)
 
-    async def summarize_and_store(self, tenant: str, thread_id: str) -> str:
+    async def summarize_and_store(self, scope: Scope) -> str:
         """The agent's tool: an LLM-written note for every unsummarized message of the thread."""
         if self.llm is None:
             raise RuntimeError("No model is configured to write summaries.")
@@ -88,7 +83,7 @@ class Consolidator:
             description = " ".join(str(data.get("description") or summary).split()[:12])
             return description, summary
 
-        summary = await self._store(tenant, thread_id, note)
+        summary = await self._store(scope, note)
         if summary is None:
             return "Nothing to summarize: every message of this thread is already summarized."
         return (
@@ -96,7 +91,7 @@ class Consolidator:
             f"({len(summary.message_ids)} messages)"
         )
 
-    async def compact(self, tenant: str, thread_id: str) -> Summary | None:
+    async def compact(self, scope: Scope) -> Summary | None:
         """Forced compaction: an extractive note, written without the model."""
 
         async def note(messages: list[Message]) -> tuple[str, str]:
@@ -106,17 +101,14 @@ class Consolidator:
             lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in messages]
             return " ".join(description.split()[:16]), "\n".join(lines)
 
-        return await self._store(tenant, thread_id, note)
+        return await self._store(scope, note)
 
-    async def expand_summary(self, tenant: str, summary_id: str) -> str:
-        """The summary and, in order, the original messages it covers."""
-        summary = await self.memory.summaries.get(tenant, summary_id)
+    async def expand_summary(self, scope: Scope, summary_id: str) -> str:
+        """The summary and, in order, the original messages it covers, if `scope` may see it."""
+        summary = await self.memory.summaries.get(scope, summary_id)
         covered = set(summary.message_ids)
-        messages = [
-            m
-            for m in await self.memory.conversation.all(tenant, summary.thread_id)
-            if m.id in covered
-        ]
+        thread = scope.in_thread(summary.thread_id)
+        messages = [m for m in await self.memory.conversation.all(thread) if m.id in covered]
         return (
             f"[Summary ID: {summary.id}] {summary.description}\n"
             f"Original messages ({len(messages)}), oldest first:\n{transcript(messages)}\n\n"

@@ -2,8 +2,8 @@
 
 Before: assemble the context, check its size against the model's window (compact above 80 %),
 pick the tools for this question, persist the user message. Inside: run a tool call, log it in
-full, hand the model a truncated result. After: persist the answer, then write the workflow and
-the entities in the background (`bot.background`) so the reply is not delayed.
+full, hand the model a truncated result. After: persist the answer, then queue the workflow and
+entity writes as durable background work (`bot.background`) so the reply is not delayed.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from bot.consolidation import Consolidator
 from bot.llm import LLMClient, ToolCall
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.toolbox import Toolbox, ToolResult
-from bot.tools import MEMORY_TOOLS
+from bot.tools import MEMORY_TOOLS, ToolContext
 from memory.context import AssembledContext, ContextLimits, assemble_context
+from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.entity import Entity
 from memory.stores.tool_log import ToolLogEntry
 from memory.tokens import context_window, count_tokens
@@ -79,36 +81,43 @@ class Step:
         return f"{self.name}({self.arguments}) -> {self.status}"
 
 
+ARTIFACTS = "artifacts"  # the background task kind that writes workflows and entities
+
+
 @dataclass
 class Harness:
     memory: MemoryManager
     llm: LLMClient
-    toolbox: Toolbox
+    toolbox: Toolbox[ToolContext]
     consolidator: Consolidator
-    tool_context: dict[str, Any]
+    arxiv: ArxivSource
+    encoding: Any
+    background: BackgroundWork
     window: int | None = None
     limits: ContextLimits = field(default_factory=ContextLimits)
-    background: BackgroundWork = field(default_factory=BackgroundWork)
+
+    def tool_context(self, scope: Scope) -> ToolContext:
+        return ToolContext(scope, self.memory, self.arxiv, self.consolidator, self.encoding)
 
     # -- before the loop -----------------------------------------------------------------------
 
-    async def before(self, tenant: str, thread_id: str, question: str) -> Prepared:
+    async def before(self, scope: Scope, question: str) -> Prepared:
         with self.background.foreground():
-            return await self._prepare(tenant, thread_id, question)
+            return await self._prepare(scope, question)
 
-    async def _prepare(self, tenant: str, thread_id: str, question: str) -> Prepared:
-        context = await assemble_context(self.memory, tenant, thread_id, question, self.limits)
+    async def _prepare(self, scope: Scope, question: str) -> Prepared:
+        context = await assemble_context(self.memory, scope, question, self.limits)
         usage = self.usage_percent(context)
         compacted = False
         if usage > COMPACT_THRESHOLD * 100:
-            compacted = await self.consolidator.compact(tenant, thread_id) is not None
+            compacted = await self.consolidator.compact(scope) is not None
             context = await assemble_context(
-                self.memory, tenant, thread_id, question, self.limits, vector=context.vector
+                self.memory, scope, question, self.limits, vector=context.vector
             )
             context = self._trim(context)
             usage = self.usage_percent(context)
-        tool_names = await self.select_tools(tenant, thread_id, context)
-        await self.memory.conversation.append(tenant, thread_id, "user", question)
+        tool_names = await self.select_tools(scope, context)
+        await self.memory.conversation.append(scope, "user", question)
         messages = [
             {"role": "system", "content": AGENT_SYSTEM_PROMPT},
             {"role": "user", "content": context.render()},
@@ -120,7 +129,7 @@ class Harness:
     def usage_percent(self, context: AssembledContext) -> float:
         """Tokens the model will be sent (system prompt, question, segments) over its window."""
         model = self.memory.model
-        window = self.window or context_window(model)
+        window = context_window(model, self.window)
         question = count_tokens(f"# Question\n{context.question}\n\n", model)
         return 100.0 * (prompt_tokens(model) + question + context.total_tokens) / window
 
@@ -135,37 +144,31 @@ class Harness:
             biggest.tokens = count_tokens(biggest.text, self.memory.model)
         return context
 
-    async def select_tools(
-        self, tenant: str, thread_id: str, context: AssembledContext
-    ) -> list[str]:
+    async def select_tools(self, scope: Scope, context: AssembledContext) -> list[str]:
         """Top-k tools by similarity, plus the memory tools whenever the thread needs them."""
         similar = await self.memory.toolbox.similar(context.vector, k=TOP_K_TOOLS)
         names = [n for n in similar if n in self.toolbox]
         needed = {
             "expand_summary": bool(context.summaries),
             "summarize_and_store": context.recent_messages >= 2,
-            "read_tool_log": await self.memory.redis.exists(
-                self.memory.tool_logs.thread_index(tenant, thread_id)
-            ),
+            "read_tool_log": await self.memory.tool_logs.exists_in(scope),
         }
         names += [n for n in MEMORY_TOOLS if needed[n] and n not in names and n in self.toolbox]
         return names
 
     # -- inside the loop -----------------------------------------------------------------------
 
-    async def run_tool(
-        self, tenant: str, thread_id: str, call: ToolCall, iteration: int
-    ) -> tuple[str, Step]:
-        context = {**self.tool_context, "tenant": tenant, "thread_id": thread_id}
+    async def run_tool(self, scope: Scope, call: ToolCall, iteration: int) -> tuple[str, Step]:
+        context = self.tool_context(scope)
         result: ToolResult = await self.toolbox.execute(call.name, call.arguments, context)
         try:
             tool_input: Any = json.loads(call.arguments or "{}")
         except json.JSONDecodeError:
             tool_input = call.arguments
         log_id = await self.memory.tool_logs.write(
-            tenant,
+            scope,
             ToolLogEntry(
-                thread_id=thread_id, tool_name=call.name, tool_input=tool_input,
+                thread_id=scope.thread, tool_name=call.name, tool_input=tool_input,
                 output=result.output, status=result.status, error=result.error or "",
                 duration_ms=result.duration_ms, iteration=iteration,
             ),
@@ -181,16 +184,15 @@ class Harness:
     # -- after the loop ------------------------------------------------------------------------
 
     async def after(
-        self,
-        tenant: str,
-        thread_id: str,
-        question: str,
-        steps: list[Step],
-        answer: str,
-        **meta: Any,
+        self, scope: Scope, question: str, steps: list[Step], answer: str, **meta: Any
     ) -> None:
-        await self.memory.conversation.append(tenant, thread_id, "assistant", answer, **meta)
-        self.background.submit(self._write_artifacts(tenant, question, steps, answer))
+        await self.memory.conversation.append(scope, "assistant", answer, **meta)
+        if steps or mentions_names(f"{question}\n{answer}"):  # else nothing to learn: "thanks"
+            await self.background.submit(
+                ARTIFACTS,
+                {"scope": scope.to_dict(), "question": question, "answer": answer,
+                 "steps": [s.describe() for s in steps]},
+            )  # fmt: skip
 
     async def drain(self) -> None:
         """Wait for background writes (before shutdown, and in tests)."""
@@ -199,21 +201,20 @@ class Harness:
     async def close(self) -> None:
         await self.background.close()
 
-    async def _write_artifacts(
-        self, tenant: str, question: str, steps: list[Step], answer: str
-    ) -> None:
-        try:
-            if steps:
-                await self.memory.workflows.add(
-                    tenant, question, [s.describe() for s in steps], answer
-                )
-            if not mentions_names(f"{question}\n{answer}"):
-                return  # nothing to extract: no model call for "thanks" or "ok"
-            entities = await self.extract_entities(question, answer)
-            if entities:
-                await self.memory.entities.upsert(tenant, entities)
-        except Exception:  # background work must never take the bot down
-            log.exception("writing workflow/entities failed")
+    async def write_artifacts(self, tasks: list[dict[str, Any]]) -> None:
+        """The background task: the workflow of a turn that used tools, and its entities."""
+        for task in tasks:
+            scope, question, answer = (
+                Scope.from_dict(task["scope"]),
+                task["question"],
+                task["answer"],
+            )
+            if task["steps"]:
+                await self.memory.workflows.add(scope, question, task["steps"], answer)
+            if mentions_names(f"{question}\n{answer}"):
+                entities = await self.extract_entities(question, answer)
+                if entities:
+                    await self.memory.entities.upsert(scope, entities)
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from bot.config import ConfigError, Settings
+from bot.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +180,6 @@ class LLMClient:
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
         self._client = openai_client(api_key, base_url, timeout_seconds, max_retries=0)
-
-    @classmethod
-    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> LLMClient:
-        return cls(
-            api_key=settings.openai_api_key,
-            base_url=settings.openai_base_url,
-            model=settings.openai_model,
-            timeout_seconds=settings.llm_timeout_seconds,
-            retry=retry,
-        )
 
     async def aclose(self) -> None:
         await self._client.close()

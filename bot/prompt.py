@@ -36,7 +36,7 @@ call `expand_summary(summary_id)` before relying on it.
    Conversation Memory > Knowledge Base evidence > older summaries.
 3. Use only the tools provided in this turn, with the minimum necessary calls.
 4. If memory is insufficient, state what is missing and use a tool.
-5. For conversation compaction, use `summarize_and_store` with `thread_id`.
+5. For conversation compaction, call `summarize_and_store` (it works on this thread).
 6. When an answer rests on Knowledge Base passages, cite each one as
    [arXiv:<id>] <title> <link>.
 7. A tool result that ends with "[Truncated. Full output saved in tool log as <log_id>]"

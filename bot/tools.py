@@ -1,19 +1,20 @@
 """The agent's tools. Each is a decorated function: its signature and docstring are its schema.
 
-`tenant`, `thread_id` and `deps` are injected by the harness from the turn, never chosen by the
-model, so no tool call can reach another team's or thread's memory.
+Each takes a typed `ToolContext` that the harness fills from the turn (its `Scope` and the
+services), never the model, so no tool call can reach another team's, place's or thread's memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from bot.consolidation import Consolidator
-from bot.toolbox import Injected, Toolbox
+from bot.toolbox import Toolbox
 from memory.ingest.arxiv_source import ArxivSource
 from memory.ingest.pipeline import fetch_and_save
 from memory.manager import MemoryManager
+from memory.scope import Scope
 
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log")
 
@@ -28,22 +29,22 @@ TOOL_ACTIVITY = {
 }
 
 
-@dataclass
-class ToolDeps:
-    """What the tools work with; one per agent, shared by all turns."""
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call works with: the place it runs in, and the agent's services."""
 
+    scope: Scope
     memory: MemoryManager
     arxiv: ArxivSource
     consolidator: Consolidator
     encoding: Any
 
 
-Deps = Annotated[ToolDeps, Injected("deps")]
-toolbox = Toolbox()
+toolbox: Toolbox[ToolContext] = Toolbox(ToolContext)
 
 
 @toolbox.register_tool
-async def arxiv_search_candidates(query: str, tenant: str, deps: Deps, max_results: int = 5) -> str:
+async def arxiv_search_candidates(ctx: ToolContext, query: str, max_results: int = 5) -> str:
     """Search arXiv for papers matching a query (title words, topic, or author) and list
     candidates with arXiv id, title, authors, date, abstract, and whether the team's
     knowledge base already holds each one.
@@ -53,12 +54,12 @@ async def arxiv_search_candidates(query: str, tenant: str, deps: Deps, max_resul
         max_results: how many candidates to return (1 to 20).
     """
     max_results = max(1, min(int(max_results), 20))
-    candidates = await deps.arxiv.search_candidates(query, max_results)
+    candidates = await ctx.arxiv.search_candidates(query, max_results)
     if not candidates:
         return f"No arXiv papers found for {query!r}."
     lines = []
     for i, c in enumerate(candidates, 1):
-        saved = await deps.memory.knowledge_base.has_paper(tenant, c.arxiv_id)
+        saved = await ctx.memory.knowledge_base.has_paper(ctx.scope, c.arxiv_id)
         authors = ", ".join(c.authors[:4]) + (" et al." if len(c.authors) > 4 else "")
         lines.append(
             f"{i}. arXiv:{c.arxiv_id} — {c.title} ({c.published[:10]}; {authors})\n"
@@ -69,7 +70,7 @@ async def arxiv_search_candidates(query: str, tenant: str, deps: Deps, max_resul
 
 
 @toolbox.register_tool
-async def fetch_and_save_paper_to_kb(arxiv_id: str, tenant: str, deps: Deps) -> str:
+async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
     """Download an arXiv paper's PDF and save its full text, chunked and embedded, to the
     team's knowledge base, so later questions are answered from it. The text itself is not
     returned; search the knowledge base for passages.
@@ -77,9 +78,9 @@ async def fetch_and_save_paper_to_kb(arxiv_id: str, tenant: str, deps: Deps) -> 
     Args:
         arxiv_id: the paper's arXiv id, e.g. "2310.08560".
     """
-    memory = deps.memory
+    memory = ctx.memory
     paper, chunks, already = await fetch_and_save(
-        arxiv_id, tenant, memory.knowledge_base, memory.embedder, deps.encoding, deps.arxiv
+        arxiv_id, ctx.scope, memory.knowledge_base, memory.embedder, ctx.encoding, ctx.arxiv
     )
     state = "was already in" if already else f"is now saved ({chunks} passages) to"
     return f"[arXiv:{paper.arxiv_id}] {paper.title} {state} the knowledge base. Link: {paper.link}"
@@ -87,9 +88,8 @@ async def fetch_and_save_paper_to_kb(arxiv_id: str, tenant: str, deps: Deps) -> 
 
 @toolbox.register_tool
 async def search_knowledge_base(
+    ctx: ToolContext,
     query: str,
-    tenant: str,
-    deps: Deps,
     k: int = 5,
     arxiv_id: str | None = None,
     author: str | None = None,
@@ -107,10 +107,10 @@ async def search_knowledge_base(
         year: only papers published in this year.
         category: only papers in this arXiv category, e.g. "cs.CL".
     """
-    memory = deps.memory
+    memory = ctx.memory
     vector = (await memory.embedder.embed([query]))[0]
     passages = await memory.knowledge_base.search(
-        tenant, query, vector, k=max(1, min(int(k), 10)),
+        ctx.scope, query, vector, k=max(1, min(int(k), 10)),
         arxiv_id=arxiv_id, author=author, year=year, category=category,
     )  # fmt: skip
     if not passages:
@@ -119,32 +119,35 @@ async def search_knowledge_base(
 
 
 @toolbox.register_tool
-async def summarize_and_store(tenant: str, thread_id: str, deps: Deps) -> str:
+async def summarize_and_store(ctx: ToolContext, thread_id: str | None = None) -> str:
     """Summarize this thread's conversation so far into summary memory and take the
     summarized messages out of the conversation context (they stay expandable by id).
+
+    Args:
+        thread_id: not needed: the tool always summarizes the current thread.
     """
-    return await deps.consolidator.summarize_and_store(tenant, thread_id)
+    return await ctx.consolidator.summarize_and_store(ctx.scope)
 
 
 @toolbox.register_tool
-async def expand_summary(summary_id: str, tenant: str, deps: Deps) -> str:
+async def expand_summary(ctx: ToolContext, summary_id: str) -> str:
     """Bring back a summary and the original messages it covers, in order, when a detail
     is only in Summary Memory.
 
     Args:
         summary_id: the id shown as [Summary ID: ...] in Summary Memory.
     """
-    return await deps.consolidator.expand_summary(tenant, summary_id)
+    return await ctx.consolidator.expand_summary(ctx.scope, summary_id)
 
 
 @toolbox.register_tool
-async def read_tool_log(log_id: str, tenant: str, deps: Deps, offset: int = 0) -> str:
+async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     """Read the full output of an earlier tool call whose result was truncated.
 
     Args:
         log_id: the id named in "[Truncated. Full output saved in tool log as <log_id>]".
         offset: character offset to start reading from, for very long outputs.
     """
-    entry = await deps.memory.tool_logs.get(tenant, log_id)
+    entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
     text = entry.output[max(0, int(offset)) :]
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"

@@ -1,4 +1,4 @@
-"""Connecting to Redis, and refusing one that lacks the Query Engine or JSON."""
+"""Connecting to Redis, and refusing one that lacks the Query Engine."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from memory.autopipeline import AutoPipelineRedis
 MIN_SEARCH_VERSION = 20400  # RediSearch 2.4: vector similarity search
 
 WHAT_WORKS = (
-    "ArxivScout needs Redis with the Query Engine (vector search) and JSON. These work: "
+    "ArxivScout needs Redis with the Query Engine (vector search). These work: "
     "Redis 8 or newer, Redis Stack 7.2+, Redis Cloud (any plan). These do not: Heroku Key-Value "
     "Store, Upstash, plain Redis 7 or older without modules. Or unset REDIS_URL to use the "
     "embedded Redis that ArxivScout starts itself."
@@ -36,7 +36,7 @@ def _text(value):
 
 
 async def check_capabilities(client: aredis.Redis) -> None:
-    """Probe for FT.* and JSON.* commands; MODULE LIST is not allowed everywhere."""
+    """Probe for the FT.* commands; MODULE LIST is not allowed everywhere."""
     try:
         modules = await client.module_list()
     except ResponseError:
@@ -51,20 +51,14 @@ async def check_capabilities(client: aredis.Redis) -> None:
             f"The Redis search module is version {search_version}, older than 2.4 "
             f"(no vector search). {WHAT_WORKS}"
         )
-    missing = []
-    for name, command in (
-        ("the Query Engine (FT.*)", ["FT._LIST"]),
-        ("JSON (JSON.*)", ["JSON.TYPE", "arxivscout:probe"]),
-    ):
-        try:
-            await client.execute_command(*command)
-        except ResponseError as exc:
-            if "unknown" in str(exc).lower():
-                missing.append(name)
-            else:
-                raise
-    if missing:
-        raise RedisCapabilityError(f"This Redis lacks {' and '.join(missing)}. {WHAT_WORKS}")
+    try:
+        await client.execute_command("FT._LIST")
+    except ResponseError as exc:
+        if "unknown" not in str(exc).lower():
+            raise
+        raise RedisCapabilityError(
+            f"This Redis lacks the Query Engine (FT.*). {WHAT_WORKS}"
+        ) from None
 
 
 async def warm_up(client: aredis.Redis, connections: int) -> None:

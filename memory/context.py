@@ -1,4 +1,4 @@
-"""Context assembly: one call turns (tenant, thread, question) into the memory segments.
+"""Context assembly: one call turns (scope, question) into the memory segments.
 
 The question is embedded once and that vector serves every vector read; the reads run
 concurrently; each segment comes back with its token count in the model's encoding.
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.base import Segment
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
@@ -69,8 +70,7 @@ class ContextLimits:
 
 async def assemble_context(
     memory: MemoryManager,
-    tenant: str,
-    thread_id: str,
+    scope: Scope,
     question: str,
     limits: ContextLimits | None = None,
     vector: np.ndarray | None = None,
@@ -80,11 +80,11 @@ async def assemble_context(
     if vector is None:
         vector = (await memory.embedder.embed([question]))[0]
     messages, passages, workflows, entities, summaries = await asyncio.gather(
-        memory.conversation.recent_unsummarized(tenant, thread_id, limits.recent_messages),
-        memory.knowledge_base.search(tenant, question, vector, k=limits.kb_passages, **kb_filters),
-        memory.workflows.similar(tenant, vector, k=limits.workflows),
-        memory.entities.similar(tenant, vector, k=limits.entities),
-        memory.summaries.descriptions(tenant, thread_id),
+        memory.conversation.recent_unsummarized(scope, limits.recent_messages),
+        memory.knowledge_base.search(scope, question, vector, k=limits.kb_passages, **kb_filters),
+        memory.workflows.similar(scope, vector, k=limits.workflows),
+        memory.entities.similar(scope, vector, k=limits.entities),
+        memory.summaries.descriptions(scope),
     )
     segments: list[Segment] = [
         ConversationStore.segment(messages),

@@ -17,6 +17,8 @@ from typing import Protocol
 import numpy as np
 from redis.asyncio import Redis
 
+from memory.keys import embedding_cache_key
+
 OPENAI_DIMENSIONS = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
@@ -152,17 +154,21 @@ class LocalEmbedder:
 class OpenAIEmbedder:
     """OpenAI (or any compatible server's) embeddings endpoint; dimensions known up front."""
 
-    def __init__(self, client, model_name: str = "text-embedding-3-small", batch_size: int = 256):
-        if model_name not in OPENAI_DIMENSIONS and "ARXIVSCOUT_EMBEDDING_DIMS" not in os.environ:
+    def __init__(
+        self,
+        client,
+        model_name: str = "text-embedding-3-small",
+        dims: int | None = None,
+        batch_size: int = 256,
+    ):
+        if dims is None and model_name not in OPENAI_DIMENSIONS:
             raise EmbeddingError(
                 f"Unknown dimensions for embedding model {model_name!r}: "
                 "set ARXIVSCOUT_EMBEDDING_DIMS."
             )
         self.client = client
         self.model_name = model_name
-        self.dims = int(
-            os.environ.get("ARXIVSCOUT_EMBEDDING_DIMS") or OPENAI_DIMENSIONS[model_name]
-        )
+        self.dims = dims or OPENAI_DIMENSIONS[model_name]
         self.batch_size = batch_size
 
     async def embed(self, texts: list[str]) -> np.ndarray:
@@ -199,7 +205,7 @@ class CachedEmbedder:
 
     def _key(self, text: str) -> str:
         digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
-        return f"arxivscout:embcache:{self.model_name}:{digest}"
+        return embedding_cache_key(self.model_name, digest)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

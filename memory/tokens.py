@@ -82,11 +82,10 @@ def count_tokens_many(texts: list[str], model: str) -> list[int]:
     return [count_tokens(t, model) for t in texts]
 
 
-def context_window(model: str) -> int:
-    """The model's context window in tokens (`ARXIVSCOUT_CONTEXT_WINDOW` overrides)."""
-    override = os.environ.get("ARXIVSCOUT_CONTEXT_WINDOW")
+def context_window(model: str, override: int | None = None) -> int:
+    """The model's context window in tokens (`override`: a configured window)."""
     if override:
-        return int(override)
+        return override
     name = model.split("/")[-1]
     for prefix, window in sorted(_WINDOWS.items(), key=lambda kv: -len(kv[0])):
         if name.startswith(prefix):

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.config import Settings
+from app.runtime import AgentRuntime, open_agent
+from app.settings import Settings
 from bot.consolidation import SUMMARY_INSTRUCTIONS
 from bot.harness import ENTITY_INSTRUCTIONS
-from bot.runtime import AgentRuntime, open_agent
 from tests.support.arxiv_replay import MEMGPT_ID, MEMGPT_TITLE, ArxivReplay, memgpt_entry
 from tests.support.pdfs import make_pdf
 from tests.support.scripted_openai import ScriptedOpenAI, text

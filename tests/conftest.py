@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.settings import Settings
 from memory.connection import connect
 from memory.embeddings import CachedEmbedder, LocalEmbedder
 from memory.manager import MemoryManager
@@ -23,6 +24,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def redis_options() -> dict[str, str | None]:
+    """The redis-server and modules the app would start (ARXIVSCOUT_REDIS_SERVER and
+    ARXIVSCOUT_REDIS_MODULES): EmbeddedRedis no longer reads the environment itself."""
+    settings = Settings.from_env()
+    return {"server_binary": settings.redis_server, "modules": settings.redis_modules}
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("arxivscout-data")
@@ -34,7 +42,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def redis_server(data_dir: Path):
-    server = EmbeddedRedis(data_dir, preferred_port=free_port())
+    server = EmbeddedRedis(data_dir, preferred_port=free_port(), **redis_options())
     server.ensure_running()
     yield server
     server.stop()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from memory.scope import Scope
 from tests.agent_world import MEMGPT_SENTENCE, close_world, open_world
 from tests.support.arxiv_replay import MEMGPT_ID
 from tests.support.scripted_openai import call, text, tool_calls
@@ -39,7 +40,7 @@ async def test_five_call_session(world, tenant):
         tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"})),
         text(f"I found it: MemGPT: Towards LLMs as Operating Systems (arXiv:{MEMGPT_ID})."),
     )
-    first = await agent.run_turn(tenant, THREAD, "Can you get me the paper MemGPT")
+    first = await agent.run_turn(Scope(tenant, THREAD), "Can you get me the paper MemGPT")
     await world.runtime.harness.drain()
     requests = world.model_requests()
     assert first.stop_reason == "final" and first.iterations == 2
@@ -55,7 +56,7 @@ async def test_five_call_session(world, tenant):
         tool_calls(call("fetch_and_save_paper_to_kb", {"arxiv_id": MEMGPT_ID})),
         text("Saved MemGPT to the knowledge base."),
     )
-    second = await agent.run_turn(tenant, THREAD, "Can you save the content of the paper")
+    second = await agent.run_turn(Scope(tenant, THREAD), "Can you save the content of the paper")
     await world.runtime.harness.drain()
     requests = world.model_requests()
     seen = user_context(requests[2])
@@ -64,12 +65,14 @@ async def test_five_call_session(world, tenant):
     assert "MemGPT (system): An LLM operating system." in seen  # entity memory of call 1
     assert [(s.name, s.status) for s in second.steps] == [("fetch_and_save_paper_to_kb", "success")]
     assert second.iterations == 2
-    assert await world.runtime.memory.knowledge_base.chunk_count(tenant, MEMGPT_ID) > 0
+    assert await world.runtime.memory.knowledge_base.chunk_count(Scope(tenant), MEMGPT_ID) > 0
     assert all(MEMGPT_SENTENCE not in json.dumps(r) for r in world.model.requests)
 
     # Call 3: answered from the knowledge base in one iteration, no tool.
     world.model.script(text("MemGPT treats the context window like RAM and pages memory tiers."))
-    third = await agent.run_turn(tenant, THREAD, "What are the main key takeaways from the paper")
+    third = await agent.run_turn(
+        Scope(tenant, THREAD), "What are the main key takeaways from the paper"
+    )
     await world.runtime.harness.drain()
     requests = world.model_requests()
     assert third.iterations == 1 and third.steps == []
@@ -86,14 +89,14 @@ async def test_five_call_session(world, tenant):
         text("I summarized our conversation."),
     )
     fourth = await agent.run_turn(
-        tenant, THREAD, "Summarize the conversation so far using your tool"
+        Scope(tenant, THREAD), "Summarize the conversation so far using your tool"
     )
     await world.runtime.harness.drain()
     assert [(s.name, s.status) for s in fourth.steps] == [("summarize_and_store", "success")]
-    summaries = await world.runtime.memory.summaries.for_thread(tenant, THREAD)
+    summaries = await world.runtime.memory.summaries.for_thread(Scope(tenant, THREAD))
     assert len(summaries) == 1
     summary_id = summaries[0].id
-    messages = await world.runtime.memory.conversation.all(tenant, THREAD)
+    messages = await world.runtime.memory.conversation.all(Scope(tenant, THREAD))
     assert [m.summary_id for m in messages[:-1]] == [summary_id] * 7
     assert messages[-1].summary_id == "" and messages[-1].role == "assistant"
     assert "Stored as [Summary ID: " in world.model_requests()[-1]["messages"][-1]["content"]
@@ -103,7 +106,7 @@ async def test_five_call_session(world, tenant):
         tool_calls(call("expand_summary", {"summary_id": summary_id})),
         text("Your first question was: Can you get me the paper MemGPT"),
     )
-    fifth = await agent.run_turn(tenant, THREAD, "What was my first question?")
+    fifth = await agent.run_turn(Scope(tenant, THREAD), "What was my first question?")
     requests = world.model_requests()
     seen = user_context(requests[-2])
     assert f"[Summary ID: {summary_id}] User asked for MemGPT" in seen

@@ -71,7 +71,7 @@ def env(cli_env, services):
 
 def arxivscout(env: dict, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args], env=env, input=stdin,
+        [sys.executable, "-m", "app.cli", *args], env=env, input=stdin,
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -13,6 +13,7 @@ import pytest
 
 from memory.context import assemble_context
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.base import IndexModelMismatch
 from memory.stores.entity import Entity
 from memory.stores.summary import Summary
@@ -49,15 +50,16 @@ class HashEmbedder:
 
 
 async def test_assembles_five_segments_with_token_counts(memory, tenant):
+    scope = Scope(tenant, "50000")
     await add_memgpt(memory, tenant)
-    await memory.conversation.append(tenant, "50000", "user", "Can you get me the paper MemGPT")
-    await memory.workflows.add(tenant, "find MemGPT", ["arxiv_search_candidates -> success"], "ok")
-    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM operating system")])
-    await memory.summaries.save(tenant, Summary("50000", "Earlier talk about memory", "...", []))
+    await memory.conversation.append(scope, "user", "Can you get me the paper MemGPT")
+    await memory.workflows.add(scope, "find MemGPT", ["arxiv_search_candidates -> success"], "ok")
+    await memory.entities.upsert(scope, [Entity("MemGPT", "system", "LLM operating system")])
+    await memory.summaries.save(scope, Summary("50000", "Earlier talk about memory", "...", []))
 
     counting = CountingEmbedder(memory.embedder)
     view = MemoryManager(memory.redis, counting, model="gpt-5-mini")
-    context = await assemble_context(view, tenant, "50000", "What does MemGPT do with memory?")
+    context = await assemble_context(view, scope, "What does MemGPT do with memory?")
     assert counting.calls == 1
     assert [s.name for s in context.segments] == HEADINGS
     for segment, name in zip(context.segments, HEADINGS, strict=True):
@@ -87,7 +89,7 @@ async def test_index_built_with_another_model_is_refused_until_reindex(memory, t
         with pytest.raises(IndexModelMismatch, match="all-MiniLM-L6-v2"):
             await memory.open()
         vector = (await other.embedder.embed(["x"]))[0]
-        hits = await other.knowledge_base.search(tenant, "memory tiers", vector)
+        hits = await other.knowledge_base.search(Scope(tenant), "memory tiers", vector)
         assert hits and all(h.arxiv_id == "2310.08560" for h in hits)
     finally:
         await memory.reindex()  # back to MiniLM for the other tests
@@ -96,7 +98,7 @@ async def test_index_built_with_another_model_is_refused_until_reindex(memory, t
 
 def run_cli(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args],
+        [sys.executable, "-m", "app.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -105,9 +107,10 @@ def run_cli(env, *args: str) -> subprocess.CompletedProcess:
 
 
 async def test_inspect_commands(memory, tenant, cli_env):
+    scope = Scope(tenant, "50000")
     await add_memgpt(memory, tenant)
-    await memory.conversation.append(tenant, "50000", "user", "Can you get me the paper MemGPT")
-    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM operating system")])
+    await memory.conversation.append(scope, "user", "Can you get me the paper MemGPT")
+    await memory.entities.upsert(scope, [Entity("MemGPT", "system", "LLM operating system")])
 
     result = run_cli(
         cli_env, "context", "--tenant", tenant, "--thread", "50000", "--json", "What is MemGPT?"
@@ -137,8 +140,8 @@ async def test_inspect_commands(memory, tenant, cli_env):
 
 async def test_openai_embeddings_through_the_real_client(memory, redis_url):
     """ARXIVSCOUT_EMBEDDINGS=openai: the real SDK against a local server; MiniLM indexes refuse it."""
-    from bot.config import Settings
-    from bot.runtime import make_embedder
+    from app.runtime import make_embedder
+    from app.settings import Settings
     from memory.connection import connect
     from memory.embeddings import CachedEmbedder
     from tests.support.scripted_openai import ScriptedOpenAI

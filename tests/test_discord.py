@@ -15,10 +15,11 @@ from adapters.discord import (
     thread_name,
 )
 from adapters.text import split_message
-from bot import cli
-from bot.commands import discord_cmd
-from bot.config import ConfigError
-from bot.turns import TurnHandler
+from app import cli
+from app.commands import discord_cmd
+from app.settings import Settings
+from bot.errors import ConfigError
+from memory.scope import Scope
 from tests.agent_world import close_world, open_world
 from tests.support.arxiv_replay import MEMGPT_ID
 from tests.support.discord_fakes import FakeDiscord
@@ -45,7 +46,7 @@ def fake() -> FakeDiscord:
 
 
 def new_adapter(world, fake: FakeDiscord) -> DiscordAdapter:
-    adapter = DiscordAdapter(TurnHandler(world.runtime), world.runtime.memory.redis, sync=False)
+    adapter = DiscordAdapter(world.runtime.turns(), sync=False)
     fake.attach(adapter.client)
     return adapter
 
@@ -57,12 +58,12 @@ def adapter(world, fake) -> DiscordAdapter:
 
 async def settle(world, *adapters: DiscordAdapter) -> None:
     for adapter in adapters:
-        await adapter.dispatcher.wait_idle()
+        await adapter.pipeline.wait_idle()
     await world.runtime.harness.drain()
 
 
 async def history(world, tenant: str, thread_id: str) -> list[tuple[str, str]]:
-    messages = await world.runtime.memory.conversation.all(tenant, thread_id)
+    messages = await world.runtime.memory.conversation.all(Scope(tenant, thread_id))
     return [(m.role, m.content) for m in messages]
 
 
@@ -163,6 +164,29 @@ async def test_direct_messages_use_the_users_own_memory(world, fake, adapter):
     ]
 
 
+async def test_who_spoke_and_who_may_see_it_are_stored(world, fake, adapter):
+    guild = fake.guild()
+    hidden = fake.text_channel(guild, private=True)  # @everyone cannot view it
+    user = fake.user(name="Ada")
+    await adapter.handle_message(fake.mention(hidden, user, "a private question"))
+    await settle(world, adapter)
+    thread = next(c for c in fake.channels.values() if isinstance(c, discord.Thread))
+    assert thread.parent_id == hidden.id
+    await adapter.handle_message(fake.message(thread, user, "a follow-up"))
+    await settle(world, adapter)
+
+    scope = Scope(str(guild.id), f"discord:{guild.id}:{thread.id}")
+    stored = await world.runtime.memory.conversation.all(scope)
+    assert [m.content for m in stored if m.role == "user"] == ["a private question", "a follow-up"]
+    assert {(m.author, m.author_name) for m in stored if m.role == "user"} == {
+        (str(user.id), "Ada")
+    }
+    # one thread, one audience: what the first turn learned is visible to the follow-ups
+    audiences = {m.audience for m in stored}
+    assert len(audiences) == 1, audiences
+    assert audiences.pop().startswith("private:")
+
+
 async def test_summarize_and_expand_commands(world, fake, adapter):
     guild = fake.guild()
     channel, user = fake.text_channel(guild), fake.user()
@@ -241,11 +265,11 @@ async def test_servers_do_not_see_each_others_memory(world, fake, adapter):
     await settle(world, adapter)
 
     entities = world.runtime.memory.entities
-    assert [e.name for e in await entities.all(str(guild_a.id))] == ["MemGPT"]
-    assert await entities.all(str(guild_b.id)) == []
+    assert [e.name for e in await entities.all(Scope(str(guild_a.id)))] == ["MemGPT"]
+    assert await entities.all(Scope(str(guild_b.id))) == []
     assert "An LLM OS." not in world.model_requests()[-1]["messages"][1]["content"]
-    in_a = await adapter.handler.context(str(guild_a.id), "discord:x:1", "MemGPT")
-    in_b = await adapter.handler.context(str(guild_b.id), "discord:x:1", "MemGPT")
+    in_a = await adapter.handler.context(Scope(str(guild_a.id), "discord:x:1"), "MemGPT")
+    in_b = await adapter.handler.context(Scope(str(guild_b.id), "discord:x:1"), "MemGPT")
     assert "An LLM OS." in in_a.memory_text() and "An LLM OS." not in in_b.memory_text()
 
 
@@ -258,8 +282,9 @@ async def test_rejected_token_is_a_config_error(world, adapter, monkeypatch):
         await adapter.start("not-a-token")
 
 
-def test_missing_token_is_one_clear_line(monkeypatch, capsys):
-    monkeypatch.setenv("DISCORD_TOKEN", "")  # set, so a .env cannot fill it in
+def test_missing_token_is_one_clear_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DISCORD_TOKEN", "")  # empty counts as unset
+    monkeypatch.chdir(tmp_path)  # and no .env file can fill it in
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     if discord_cmd not in cli.COMMANDS:
         monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, discord_cmd])
@@ -267,7 +292,7 @@ def test_missing_token_is_one_clear_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "DISCORD_TOKEN is not set" in err and "Traceback" not in err
     with pytest.raises(ConfigError, match="DISCORD_TOKEN"):
-        discord_cmd.discord_token()
+        Settings.from_env().require("discord_token", discord_cmd.TOKEN_WHY)
 
 
 def test_client_setup():

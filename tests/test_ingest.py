@@ -17,6 +17,7 @@ from memory.ingest.errors import IngestError
 from memory.ingest.pdf import pdf_paragraphs, read_pdf
 from memory.ingest.pipeline import fetch_and_save, ingest
 from memory.ingest.unarxive import read_unarxive
+from memory.scope import Scope
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.tokens import encoding_for
 from tests.support.arxiv_replay import (
@@ -59,6 +60,12 @@ async def kb(redis_url, local_embedder):
     await store.open()
     yield store
     await client.aclose()
+
+
+@pytest.fixture
+def scope(tenant) -> Scope:
+    """The tenant-wide scope ingestion writes to."""
+    return Scope(tenant)
 
 
 @pytest.fixture(scope="module")
@@ -245,9 +252,9 @@ async def test_pdf_download_errors(replay, source):
 # -- pipeline ---------------------------------------------------------------------------------
 
 
-async def test_ingest_arxiv_ids_dedup_and_failures(replay, source, kb, enc, tenant):
+async def test_ingest_arxiv_ids_dedup_and_failures(replay, source, kb, enc, scope):
     ids = [MEMGPT_ID, "1605.08386v1", "0000.0000", "abc", f"{MEMGPT_ID}v2"]
-    report = await ingest(ids, tenant, kb, kb.embedder, enc, source, progress=False)
+    report = await ingest(ids, scope, kb, kb.embedder, enc, source, progress=False)
     assert sorted(i for i, _, _ in report.ingested) == ["1605.08386", MEMGPT_ID]
     assert report.skipped == [(MEMGPT_ID, "listed more than once")]
     failed = dict(report.failed)
@@ -255,34 +262,34 @@ async def test_ingest_arxiv_ids_dedup_and_failures(replay, source, kb, enc, tena
     assert "not a valid arXiv id" in failed["abc"]
     assert report.chunks == sum(n for _, _, n in report.ingested) > 0
     assert 0 < report.seconds_embedding <= report.seconds
-    papers = {p["arxiv_id"]: p for p in await kb.papers(tenant)}
+    papers = {p["arxiv_id"]: p for p in await kb.papers(scope)}
     assert set(papers) == {"1605.08386", MEMGPT_ID}
     assert papers[MEMGPT_ID]["title"] == MEMGPT_TITLE
     hits = await kb.search(
-        tenant, "virtual context management", await kb.embedder.embed_one("memory tiers")
+        scope, "virtual context management", await kb.embedder.embed_one("memory tiers")
     )
     assert hits and hits[0].arxiv_id in papers
 
     before = len(replay.api_paths())
-    again = await ingest(ids[:2], tenant, kb, kb.embedder, enc, source, progress=False)
+    again = await ingest(ids[:2], scope, kb, kb.embedder, enc, source, progress=False)
     assert again.ingested == [] and len(again.skipped) == 2
     assert len(replay.api_paths()) == before  # nothing fetched for papers already stored
-    assert await kb.chunk_count(tenant, MEMGPT_ID) == papers[MEMGPT_ID]["chunks"]
+    assert await kb.chunk_count(scope, MEMGPT_ID) == papers[MEMGPT_ID]["chunks"]
 
 
-async def test_fetch_and_save(source, kb, enc, tenant):
-    paper, chunks, present = await fetch_and_save(MEMGPT_ID, tenant, kb, kb.embedder, enc, source)
+async def test_fetch_and_save(source, kb, enc, scope):
+    paper, chunks, present = await fetch_and_save(MEMGPT_ID, scope, kb, kb.embedder, enc, source)
     assert (paper.arxiv_id, paper.title, present) == (MEMGPT_ID, MEMGPT_TITLE, False)
     assert chunks >= 2 and paper.published == "2023-10-12"
-    again = await fetch_and_save(f"{MEMGPT_ID}v1", tenant, kb, kb.embedder, enc, source)
+    again = await fetch_and_save(f"{MEMGPT_ID}v1", scope, kb, kb.embedder, enc, source)
     assert again[1:] == (chunks, True)
     for bad, message in [("0000.0000", "no paper"), ("abc", "not a valid arXiv id")]:
         with pytest.raises(IngestError, match=message):
-            await fetch_and_save(bad, tenant, kb, kb.embedder, enc, source)
-    assert [p["arxiv_id"] for p in await kb.papers(tenant)] == [MEMGPT_ID]
+            await fetch_and_save(bad, scope, kb, kb.embedder, enc, source)
+    assert [p["arxiv_id"] for p in await kb.papers(scope)] == [MEMGPT_ID]
 
 
-async def test_ingest_pdf_files(tmp_path, kb, enc, tenant):
+async def test_ingest_pdf_files(tmp_path, kb, enc, scope):
     local = tmp_path / "notes.pdf"
     local.write_bytes(make_pdf(title="My Notes"))
     named = tmp_path / "2401.00001v2.pdf"
@@ -291,7 +298,7 @@ async def test_ingest_pdf_files(tmp_path, kb, enc, tenant):
     locked.write_bytes(make_encrypted_pdf())
     missing = str(tmp_path / "missing.pdf")
     sources = [str(local), str(named), str(locked), missing, str(local)]
-    report = await ingest(sources, tenant, kb, kb.embedder, enc, None, progress=False)
+    report = await ingest(sources, scope, kb, kb.embedder, enc, None, progress=False)
     ingested = {i: t for i, t, _ in report.ingested}
     local_id = next(i for i in ingested if i.startswith("local-"))
     assert len(local_id) == len("local-") + 12 and ingested[local_id] == "My Notes"
@@ -301,7 +308,7 @@ async def test_ingest_pdf_files(tmp_path, kb, enc, tenant):
     assert report.skipped == [(local_id, "listed more than once")]
 
 
-async def test_ingest_unarxive_sample_with_bad_lines(tmp_path, sample_lines, kb, enc, tenant):
+async def test_ingest_unarxive_sample_with_bad_lines(tmp_path, sample_lines, kb, enc, scope):
     broken = {"paper_id": "2212.00001", "metadata": {"title": "No body"}}
     path = tmp_path / "sample.jsonl"
     path.write_bytes(
@@ -320,10 +327,10 @@ async def test_ingest_unarxive_sample_with_bad_lines(tmp_path, sample_lines, kb,
     with pytest.raises(IngestError, match="line 2: not valid JSON"):
         list(read_unarxive(path))
 
-    report = await ingest([str(path)], tenant, kb, kb.embedder, enc, None, progress=False)
+    report = await ingest([str(path)], scope, kb, kb.embedder, enc, None, progress=False)
     assert len(report.ingested) == 3 and len(report.failed) == 2
     assert "line 2" in report.failed[0][1] and "missing field 'body_text'" in report.failed[1][1]
-    sections = await kb.search(tenant, "zeros of derivatives of random polynomials",
+    sections = await kb.search(scope, "zeros of derivatives of random polynomials",
                                await kb.embedder.embed_one("zeros of random polynomials"),
                                arxiv_id="2212.11867")  # fmt: skip
     assert sections and all(s.arxiv_id == "2212.11867" and s.section for s in sections)
@@ -341,7 +348,7 @@ async def test_unarxive_from_tar_gz(tmp_path, sample_lines):
         list(read_unarxive(tmp_path / "nope.jsonl"))
 
 
-async def test_odd_text_is_handled(tmp_path, kb, enc, tenant):
+async def test_odd_text_is_handled(tmp_path, kb, enc, scope):
     def line(paper_id: str, body: list[dict], abstract: str = "") -> bytes:
         record = {"paper_id": paper_id, "metadata": {"title": f"Paper {paper_id}"},
                   "abstract": {"text": abstract}, "body_text": body}  # fmt: skip
@@ -354,24 +361,24 @@ async def test_odd_text_is_handled(tmp_path, kb, enc, tenant):
     huge = line("2212.00014", [{"section": "Long", "text": _words("token", 3000)}])
     path = tmp_path / "odd.jsonl"
     path.write_bytes(invalid_utf8 + surrogate + empty + huge)
-    report = await ingest([str(path)], tenant, kb, kb.embedder, enc, None, progress=False)
+    report = await ingest([str(path)], scope, kb, kb.embedder, enc, None, progress=False)
     assert sorted(i for i, _, _ in report.ingested) == ["2212.00011", "2212.00012", "2212.00014"]
     assert len(report.failed) == 1 and "2212.00013 has no text" in report.failed[0][1]
     huge_chunks = dict((i, n) for i, _, n in report.ingested)["2212.00014"]
     assert huge_chunks > 10
     vector = await kb.embedder.embed_one("surrogate text")
-    hits = await kb.search(tenant, "surrogate", vector, arxiv_id="2212.00012")
+    hits = await kb.search(scope, "surrogate", vector, arxiv_id="2212.00012")
     assert [(h.section, h.content) for h in hits] == [("S", "lone surrogate text")]
-    hits = await kb.search(tenant, "cafe", vector, arxiv_id="2212.00011")
+    hits = await kb.search(scope, "cafe", vector, arxiv_id="2212.00011")
     assert hits[0].content == "caf\u00e9 ok"  # the invalid bytes are dropped, the rest kept
 
 
-async def test_unusable_sources_are_reported(tmp_path, kb, enc, tenant):
+async def test_unusable_sources_are_reported(tmp_path, kb, enc, scope):
     odd = tmp_path / "notes.txt"
     odd.write_text("hello")
-    report = await ingest([str(odd), "not an id"], tenant, kb, kb.embedder, enc, None,
+    report = await ingest([str(odd), "not an id"], scope, kb, kb.embedder, enc, None,
                           progress=False)  # fmt: skip
     failed = dict(report.failed)
     assert "unsupported file type" in failed[str(odd)]
     assert "not a valid arXiv id" in failed["not an id"]
-    assert await kb.papers(tenant) == []
+    assert await kb.papers(scope) == []

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 import openai
 import pytest
 
-from bot.config import ConfigError, Settings
+from app.runtime import llm_client
+from app.settings import Settings
+from bot.errors import ConfigError
 from bot.llm import (
     PLACEHOLDER_API_KEY,
     ChatReply,
@@ -71,7 +73,7 @@ def make_client(server: ScriptedOpenAI, **kw: object) -> LLMClient:
 # -- construction ----------------------------------------------------------------------------
 def test_missing_key_without_base_url_names_the_variable() -> None:
     with pytest.raises(LLMConfigError, match="OPENAI_API_KEY") as info:
-        LLMClient.from_settings(Settings(openai_api_key=None, openai_base_url=None))
+        llm_client(Settings(openai_api_key=None, openai_base_url=None))
     assert isinstance(info.value, ConfigError)  # the CLI's config handler catches it too
 
 
@@ -80,7 +82,7 @@ async def test_base_url_without_key_sends_placeholder(server: ScriptedOpenAI) ->
     settings = Settings(
         openai_base_url=server.base_url, openai_model="llama3", llm_timeout_seconds=5
     )
-    async with LLMClient.from_settings(settings, retry=FAST) as client:
+    async with llm_client(settings, retry=FAST) as client:
         reply = await client.chat(QUESTION)
     assert reply.content == "hi"
     assert server.request_headers[0]["Authorization"] == f"Bearer {PLACEHOLDER_API_KEY}"

@@ -11,6 +11,7 @@ import pytest
 from memory.connection import connect
 from memory.keys import INDEX_META_KEY, InvalidName
 from memory.manager import MemoryManager
+from memory.scope import Scope
 from memory.stores.base import vector_bytes
 from memory.stores.conversation import InvalidMessage
 from memory.stores.entity import Entity
@@ -36,13 +37,14 @@ TEXTS = [
 async def add_memgpt(memory, tenant: str) -> None:
     vectors = await memory.embedder.embed(TEXTS)
     chunks = [Chunk(text, "Introduction", i) for i, text in enumerate(TEXTS)]
-    await memory.knowledge_base.add_paper(tenant, MEMGPT, chunks, vectors)
+    await memory.knowledge_base.add_paper(Scope(tenant), MEMGPT, chunks, vectors)
 
 
 async def test_conversation_round_trip(memory, tenant):
-    await memory.conversation.append(tenant, "t1", "user", "Can you get me the paper MemGPT")
-    await memory.conversation.append(tenant, "t1", "assistant", "Here it is: arXiv 2310.08560")
-    messages = await memory.conversation.all(tenant, "t1")
+    scope = Scope(tenant, "t1")
+    await memory.conversation.append(scope, "user", "Can you get me the paper MemGPT")
+    await memory.conversation.append(scope, "assistant", "Here it is: arXiv 2310.08560")
+    messages = await memory.conversation.all(scope)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[0].content == "Can you get me the paper MemGPT"
     assert all(m.thread_id == "t1" and not m.summary_id for m in messages)
@@ -53,41 +55,46 @@ async def test_conversation_round_trip(memory, tenant):
 
 
 async def test_recent_conversation_is_bounded_and_oldest_first(memory, tenant):
+    scope = Scope(tenant, "t")
     for i in range(30):
-        await memory.conversation.append(tenant, "t", "user", f"message {i}")
-    recent = await memory.conversation.recent_unsummarized(tenant, "t", limit=10)
+        await memory.conversation.append(scope, "user", f"message {i}")
+    recent = await memory.conversation.recent_unsummarized(scope, limit=10)
     assert [m.content for m in recent] == [f"message {i}" for i in range(20, 30)]
 
 
 @pytest.mark.parametrize("content", ["", "   ", "x" * 200_001])
 async def test_bad_messages_are_refused_and_store_nothing(memory, tenant, content):
+    scope = Scope(tenant, "t")
     with pytest.raises(InvalidMessage):
-        await memory.conversation.append(tenant, "t", "user", content)
-    assert await memory.conversation.all(tenant, "t") == []
+        await memory.conversation.append(scope, "user", content)
+    assert await memory.conversation.all(scope) == []
 
 
 async def test_invalid_utf8_is_stored_cleanly(memory, tenant):
     text = b"caf\xe9 and \xff bytes".decode("utf-8", "surrogateescape")
-    message = await memory.conversation.append(tenant, "t", "user", text)
-    stored = (await memory.conversation.all(tenant, "t"))[0]
+    scope = Scope(tenant, "t")
+    message = await memory.conversation.append(scope, "user", text)
+    stored = (await memory.conversation.all(scope))[0]
     assert stored.content == message.content
     assert "caf" in stored.content and "bytes" in stored.content
 
 
 async def test_bad_tenant_and_thread_names(memory):
     with pytest.raises(InvalidName):
-        await memory.conversation.append("bad tenant!", "t", "user", "hi")
+        await memory.conversation.append(Scope("bad tenant!", "t"), "user", "hi")
     with pytest.raises(InvalidName):
-        await memory.conversation.append("ok", "", "user", "hi")
+        await memory.conversation.append(Scope("ok", ""), "user", "hi")
 
 
 async def test_fifty_concurrent_writers_lose_nothing_and_keep_order(memory, tenant):
+    scope = Scope(tenant, "busy")
+
     async def writer(w: int) -> None:
         for i in range(20):
-            await memory.conversation.append(tenant, "busy", "user", f"w{w}:{i}")
+            await memory.conversation.append(scope, "user", f"w{w}:{i}")
 
     await asyncio.gather(*(writer(w) for w in range(50)))
-    messages = await memory.conversation.all(tenant, "busy")
+    messages = await memory.conversation.all(scope)
     assert len(messages) == 1000
     by_writer: dict[str, list[int]] = {}
     for m in messages:
@@ -98,42 +105,44 @@ async def test_fifty_concurrent_writers_lose_nothing_and_keep_order(memory, tena
 
 
 async def test_summary_marking_is_atomic_with_new_messages(memory, tenant):
+    scope = Scope(tenant, "t")
     for text in ("first", "second"):
-        await memory.conversation.append(tenant, "t", "user", text)
-    first, raw = await memory.conversation.unsummarized_snapshot(tenant, "t")
+        await memory.conversation.append(scope, "user", text)
+    first, raw = await memory.conversation.unsummarized_snapshot(scope)
     # a message arrives while the summary is being written
-    await memory.conversation.append(tenant, "t", "user", "arrived meanwhile")
-    ids = await memory.conversation.mark_summarized(tenant, "t", first, raw, "sum_x")
-    messages = await memory.conversation.all(tenant, "t")
+    await memory.conversation.append(scope, "user", "arrived meanwhile")
+    ids = await memory.conversation.mark_summarized(scope, first, raw, "sum_x")
+    messages = await memory.conversation.all(scope)
     assert [m.summary_id for m in messages] == ["sum_x", "sum_x", ""]
     assert ids == [m.id for m in messages[:2]]
-    recent = await memory.conversation.recent_unsummarized(tenant, "t")
+    recent = await memory.conversation.recent_unsummarized(scope)
     assert [m.content for m in recent] == ["arrived meanwhile"]
-    first, raw = await memory.conversation.unsummarized_snapshot(tenant, "t")
+    first, raw = await memory.conversation.unsummarized_snapshot(scope)
     assert first == 2 and len(raw) == 1
 
 
 async def test_knowledge_base_hybrid_search_and_filters(memory, tenant):
+    scope = Scope(tenant)
     await add_memgpt(memory, tenant)
-    assert await memory.knowledge_base.has_paper(tenant, "2310.08560")
-    assert await memory.knowledge_base.has_paper(tenant, "2310.08560v1")
+    assert await memory.knowledge_base.has_paper(scope, "2310.08560")
+    assert await memory.knowledge_base.has_paper(scope, "2310.08560v1")
     question = "How does MemGPT manage memory tiers?"
     vector = await memory.embedder.embed_one(question)
-    passages = await memory.knowledge_base.search(tenant, question, vector, k=2)
+    passages = await memory.knowledge_base.search(scope, question, vector, k=2)
     assert passages[0].content == TEXTS[0]
     assert passages[0].arxiv_id == "2310.08560" and passages[0].year == 2023
     assert "arxiv.org/abs/2310.08560" in passages[0].url
     search = memory.knowledge_base.search
-    assert await search(tenant, question, vector, arxiv_id="2310.08560")
-    assert await search(tenant, question, vector, author="Charles Packer")
-    assert await search(tenant, question, vector, category="cs.AI")
-    assert await search(tenant, question, vector, year=2023)
-    assert await search(tenant, question, vector, year=(2020, 2024))
-    assert await search(tenant, question, vector, year=2019) == []
-    assert await search(tenant, question, vector, author="Nobody") == []
-    assert await search(tenant, question, vector, arxiv_id="1605.08386") == []
+    assert await search(scope, question, vector, arxiv_id="2310.08560")
+    assert await search(scope, question, vector, author="Charles Packer")
+    assert await search(scope, question, vector, category="cs.AI")
+    assert await search(scope, question, vector, year=2023)
+    assert await search(scope, question, vector, year=(2020, 2024))
+    assert await search(scope, question, vector, year=2019) == []
+    assert await search(scope, question, vector, author="Nobody") == []
+    assert await search(scope, question, vector, arxiv_id="1605.08386") == []
     # a term only the text ranking can find (exact word, unlike the question's meaning)
-    exact = await search(tenant, "multi-session", await memory.embedder.embed_one("weather"), k=1)
+    exact = await search(scope, "multi-session", await memory.embedder.embed_one("weather"), k=1)
     assert exact[0].content == TEXTS[2]
     segment = memory.knowledge_base.segment(passages).render()
     assert segment.startswith("## Knowledge Base Memory\n")
@@ -141,60 +150,59 @@ async def test_knowledge_base_hybrid_search_and_filters(memory, tenant):
 
 
 async def test_workflows_entities_summaries_tool_logs(memory, tenant):
+    scope = Scope(tenant, "t")
     await memory.workflows.add(
-        tenant, "find MemGPT", ["arxiv_search_candidates(MemGPT) -> success"], "found 2310.08560"
+        scope, "find MemGPT", ["arxiv_search_candidates(MemGPT) -> success"], "found 2310.08560"
     )
-    await memory.workflows.add(tenant, "just chat", [], "no tools")
+    await memory.workflows.add(scope, "just chat", [], "no tools")
     vector = await memory.embedder.embed_one("get me the MemGPT paper")
-    workflows = await memory.workflows.similar(tenant, vector)
+    workflows = await memory.workflows.similar(scope, vector)
     assert len(workflows) == 1 and workflows[0].startswith("QUERY: find MemGPT\nSTEPS:\n1. ")
 
     await memory.entities.upsert(
-        tenant, [Entity("MemGPT", "system", "An LLM OS with memory tiers.")]
+        scope, [Entity("MemGPT", "system", "An LLM OS with memory tiers.")]
     )
-    await memory.entities.upsert(tenant, [Entity("memgpt", "system", "Written at UC Berkeley.")])
-    entities = await memory.entities.all(tenant)
+    await memory.entities.upsert(scope, [Entity("memgpt", "system", "Written at UC Berkeley.")])
+    entities = await memory.entities.all(scope)
     assert len(entities) == 1
     assert entities[0].description == "An LLM OS with memory tiers. Written at UC Berkeley."
-    assert (await memory.entities.similar(tenant, vector))[0].name == "MemGPT"
+    assert (await memory.entities.similar(scope, vector))[0].name == "MemGPT"
 
     summary = await memory.summaries.save(
-        tenant, Summary("t", "User asked for MemGPT", "Full text", ["msg_1"])
+        scope, Summary("t", "User asked for MemGPT", "Full text", ["msg_1"])
     )
-    assert (await memory.summaries.get(tenant, summary.id)).message_ids == ["msg_1"]
-    assert await memory.summaries.descriptions(tenant, "t") == [
-        (summary.id, "User asked for MemGPT")
-    ]
+    assert (await memory.summaries.get(scope, summary.id)).message_ids == ["msg_1"]
+    assert await memory.summaries.descriptions(scope) == [(summary.id, "User asked for MemGPT")]
     assert (
         f"[Summary ID: {summary.id}] User asked for MemGPT"
-        in memory.summaries.segment(await memory.summaries.descriptions(tenant, "t")).render()
+        in memory.summaries.segment(await memory.summaries.descriptions(scope)).render()
     )
     with pytest.raises(UnknownSummary):
-        await memory.summaries.get(tenant, "sum_missing")
+        await memory.summaries.get(scope, "sum_missing")
 
     log_id = await memory.tool_logs.write(
-        tenant,
+        scope,
         ToolLogEntry("t", "arxiv_search_candidates", {"query": "MemGPT"}, "x" * 10_000, "success"),
     )
-    entry = await memory.tool_logs.get(tenant, log_id)
+    entry = await memory.tool_logs.get(scope, log_id)
     assert entry.output == "x" * 10_000 and entry.tool_input == {"query": "MemGPT"}
-    await memory.tool_logs.write(tenant, ToolLogEntry("t", "broken", {}, "", "error", error="boom"))
-    assert [e.tool_name for e in await memory.tool_logs.recent(tenant, "t", failed_only=True)] == [
+    await memory.tool_logs.write(scope, ToolLogEntry("t", "broken", {}, "", "error", error="boom"))
+    assert [e.tool_name for e in await memory.tool_logs.recent(scope, failed_only=True)] == [
         "broken"
     ]
     with pytest.raises(UnknownToolLog):
-        await memory.tool_logs.get(tenant, "log_missing")
+        await memory.tool_logs.get(scope, "log_missing")
 
 
 async def test_no_read_crosses_tenants(memory, tenant):
-    other = tenant + "-b"
+    mine, other = Scope(tenant, "shared-name"), Scope(tenant + "-b", "shared-name")
     await add_memgpt(memory, tenant)
-    await memory.workflows.add(tenant, "find MemGPT", ["arxiv_search_candidates -> success"], "ok")
-    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "LLM OS")])
-    await memory.conversation.append(tenant, "shared-name", "user", "secret of A")
-    summary = await memory.summaries.save(tenant, Summary("shared-name", "A's summary", "A", []))
+    await memory.workflows.add(mine, "find MemGPT", ["arxiv_search_candidates -> success"], "ok")
+    await memory.entities.upsert(mine, [Entity("MemGPT", "system", "LLM OS")])
+    await memory.conversation.append(mine, "user", "secret of A")
+    summary = await memory.summaries.save(mine, Summary("shared-name", "A's summary", "A", []))
     log_id = await memory.tool_logs.write(
-        tenant, ToolLogEntry("shared-name", "x", {}, "A", "success")
+        mine, ToolLogEntry("shared-name", "x", {}, "A", "success")
     )
 
     vector = await memory.embedder.embed_one("MemGPT memory tiers")
@@ -205,9 +213,9 @@ async def test_no_read_crosses_tenants(memory, tenant):
     assert await memory.workflows.all(other) == []
     assert await memory.entities.similar(other, vector) == []
     assert await memory.entities.all(other) == []
-    assert await memory.conversation.all(other, "shared-name") == []
-    assert await memory.conversation.threads(other) == []
-    assert await memory.summaries.descriptions(other, "shared-name") == []
+    assert await memory.conversation.all(other) == []
+    assert await memory.conversation.threads(other.tenant) == []
+    assert await memory.summaries.descriptions(other) == []
     with pytest.raises(UnknownSummary):
         await memory.summaries.get(other, summary.id)
     with pytest.raises(UnknownToolLog):
@@ -284,16 +292,16 @@ async def test_an_index_of_an_older_layout_is_rebuilt_and_keeps_its_records(memo
     assert await store.existing_indexes() == [f"{family}:{tenant}"]
     assert await memory.redis.exists(f"test:{family}:{tenant}:old")
     for _ in range(100):  # Redis indexes the existing records in the background
-        found = await store.similar(tenant, vector)
+        found = await store.similar(Scope(tenant), vector)
         if found:
             break
         await asyncio.sleep(0.05)
     assert found == [text]
-    assert await store.similar(tenant + "-b", vector) == []
+    assert await store.similar(Scope(tenant + "-b"), vector) == []
     recorded = (await memory.redis.hget(INDEX_META_KEY, family)).decode()
     assert recorded == f"{store.signature}#{store.layout()}"
     await store.open()  # the current layout: nothing is rebuilt
-    assert await store.similar(tenant, vector) == [text]
+    assert await store.similar(Scope(tenant), vector) == [text]
 
 
 def test_text_half_searches_the_topic_words_only():
@@ -306,15 +314,16 @@ async def test_search_replies_read_alike_over_resp2_and_resp3(memory, tenant, re
     await add_memgpt(memory, tenant)
     question = "How does MemGPT manage memory tiers?"
     vector = await memory.embedder.embed_one(question)
-    await memory.entities.upsert(tenant, [Entity("MemGPT", "system", "an LLM OS")])
+    scope = Scope(tenant)
+    await memory.entities.upsert(scope, [Entity("MemGPT", "system", "an LLM OS")])
     client = await connect(f"{redis_url}?protocol=2")
     try:
         resp2 = MemoryManager(client, memory.embedder)
         for manager in (memory, resp2):
-            passages = await manager.knowledge_base.search(tenant, question, vector, k=3)
+            passages = await manager.knowledge_base.search(scope, question, vector, k=3)
             assert [p.content for p in passages][:1] == [TEXTS[0]]
             assert {p.chunk_index for p in passages} == {0, 1, 2}
-            assert await manager.entities.similar(tenant, vector) == [
+            assert await manager.entities.similar(scope, vector) == [
                 Entity("MemGPT", "system", "an LLM OS")
             ]
     finally:
@@ -333,13 +342,14 @@ async def test_a_changed_schema_rebuilds_each_tenants_index(memory, tenant):
             "fields": [*Notes.SCHEMA["fields"], {"name": "topic", "type": "tag"}],
         }
 
-    await Notes(memory.redis, memory.embedder).add(tenant, "find MemGPT", ["search"], "found")
+    scope = Scope(tenant)
+    await Notes(memory.redis, memory.embedder).add(scope, "find MemGPT", ["search"], "found")
     store = NotesWithTopic(memory.redis, memory.embedder)
     await store.open()
     info = await store.info(tenant)
     assert "topic" in str(info["attributes"])  # the rebuilt index has the new field
     for _ in range(100):
-        found = await store.all(tenant)
+        found = await store.all(scope)
         if found:
             break
         await asyncio.sleep(0.05)

@@ -12,12 +12,12 @@ import redis
 
 from memory.connection import RedisCapabilityError, connect
 from memory.redis_server import EmbeddedRedis
-from tests.conftest import free_port
+from tests.conftest import free_port, redis_options
 
 
 @pytest.fixture
 def server(tmp_path):
-    embedded = EmbeddedRedis(tmp_path / "data", preferred_port=free_port())
+    embedded = EmbeddedRedis(tmp_path / "data", preferred_port=free_port(), **redis_options())
     yield embedded
     embedded.stop()
 
@@ -67,9 +67,11 @@ def test_stop_when_not_running(server):
     assert server.stop() is False
 
 
-async def test_redis_without_search_module_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv("ARXIVSCOUT_REDIS_MODULES", "")
-    plain = EmbeddedRedis(tmp_path / "plain", preferred_port=free_port())
+async def test_redis_without_search_module_is_refused(tmp_path):
+    binary = redis_options()["server_binary"]
+    plain = EmbeddedRedis(
+        tmp_path / "plain", preferred_port=free_port(), server_binary=binary, modules=""
+    )
     url = plain.ensure_running()
     try:
         with pytest.raises(RedisCapabilityError) as error:
@@ -87,13 +89,15 @@ async def test_unreachable_redis_url_is_a_clear_error():
         await connect(f"redis://user:secret@127.0.0.1:{free_port()}/0")
 
 
-def test_cli_refuses_redis_without_modules(tmp_path, cli_env, monkeypatch):
-    monkeypatch.setenv("ARXIVSCOUT_REDIS_MODULES", "")
-    plain = EmbeddedRedis(tmp_path / "plain", preferred_port=free_port())
+def test_cli_refuses_redis_without_modules(tmp_path, cli_env):
+    binary = redis_options()["server_binary"]
+    plain = EmbeddedRedis(
+        tmp_path / "plain", preferred_port=free_port(), server_binary=binary, modules=""
+    )
     url = plain.ensure_running()
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "bot.cli", "memory", "threads"],
+            [sys.executable, "-m", "app.cli", "memory", "threads"],
             env={**cli_env, "REDIS_URL": url},
             capture_output=True,
             text=True,
@@ -109,24 +113,26 @@ def test_cli_refuses_redis_without_modules(tmp_path, cli_env, monkeypatch):
 async def test_memory_survives_a_restart(server, local_embedder):
     from memory.embeddings import CachedEmbedder
     from memory.manager import MemoryManager
+    from memory.scope import Scope
     from tests.test_memory_stores import add_memgpt
 
     async def open_memory() -> MemoryManager:
         client = await connect(server.ensure_running())
         return await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
 
+    scope = Scope("team", "t")
     memory = await open_memory()
-    await memory.conversation.append("team", "t", "user", "remember me")
+    await memory.conversation.append(scope, "user", "remember me")
     await add_memgpt(memory, "team")
     await memory.close()
     assert server.stop()
 
     memory = await open_memory()  # a new server process, replaying the AOF
     try:
-        assert [m.content for m in await memory.conversation.all("team", "t")] == ["remember me"]
+        assert [m.content for m in await memory.conversation.all(scope)] == ["remember me"]
         question = "memory tiers"
         hits = await memory.knowledge_base.search(
-            "team", question, await memory.embedder.embed_one(question)
+            Scope("team"), question, await memory.embedder.embed_one(question)
         )
         assert hits and hits[0].arxiv_id == "2310.08560"
     finally:

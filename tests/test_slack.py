@@ -11,9 +11,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from adapters.slack import SlackAdapter, parse_thread_link
+from adapters.slack import SlackAdapter, parse_thread_link, thread_id
 from adapters.web import build_web_app
 from bot.turns import TurnHandler
+from memory.scope import Scope, Visibility
 from tests.agent_world import close_world, open_world
 from tests.support.arxiv_replay import MEMGPT_ID
 from tests.support.scripted_openai import call, text, tool_calls
@@ -31,11 +32,11 @@ SECRET = "test-signing-secret"
 
 
 class SlackInstance:
-    """One bot process: its own Bolt app, dispatcher and HTTP server, sharing Redis and agent."""
+    """One bot process: its own Bolt app, pipeline and HTTP server, sharing Redis and agent."""
 
-    def __init__(self, handler: TurnHandler, redis, api: MockSlackApi) -> None:
-        self.adapter = SlackAdapter(handler, redis, "xoxb-test", SECRET, api_url=api.base_url)
-        self.runner = web.AppRunner(build_web_app(redis, self.adapter.app))
+    def __init__(self, handler: TurnHandler, api: MockSlackApi) -> None:
+        self.adapter = SlackAdapter(handler, "xoxb-test", SECRET, api_url=api.base_url)
+        self.runner = web.AppRunner(build_web_app(handler.memory, self.adapter.app))
 
     async def start(self, session: aiohttp.ClientSession) -> SlackSender:
         await self.adapter.check_token()
@@ -52,8 +53,8 @@ async def slack(redis_url, tmp_path):
     api = MockSlackApi()
     await api.start()
     session = aiohttp.ClientSession()
-    handler = TurnHandler(world.runtime)
-    first, second = (SlackInstance(handler, world.runtime.memory.redis, api) for _ in range(2))
+    handler = world.runtime.turns()
+    first, second = (SlackInstance(handler, api) for _ in range(2))
     senders = [await first.start(session), await second.start(session)]
 
     class Env:
@@ -84,6 +85,11 @@ def ts(n: int) -> str:
     return f"1700000000.{n:06d}"
 
 
+def thread(team: str, thread_ts: str, channel: str = "C1") -> Scope:
+    """The scope a test reads a Slack thread's memory with."""
+    return Scope(team, thread_id(team, channel, thread_ts), channel=channel)
+
+
 async def test_mention_is_answered_in_its_thread_and_followups_need_no_mention(slack):
     team = f"T{time.time_ns()}"
     slack.world.model.script(text("Hello from ArxivScout"), text("Second answer"))
@@ -94,8 +100,12 @@ async def test_mention_is_answered_in_its_thread_and_followups_need_no_mention(s
     assert posts[0]["thread_ts"] == ts(1) and posts[0]["text"] == "_Thinking…_"
     assert slack.api.thread_texts("C1", ts(1)) == ["Hello from ArxivScout"]
     memory = slack.world.runtime.memory
-    stored = await memory.conversation.all(team, f"slack:{team}:C1:{ts(1)}")
+    stored = await memory.conversation.all(thread(team, ts(1)))
+    assert f"slack:{team}:C1:{ts(1)}" == thread(team, ts(1)).thread
     assert [m.content for m in stored] == ["hi there", "Hello from ArxivScout"]
+    # the person is named as Slack names them (users.info), the channel is public
+    assert (stored[0].author, stored[0].author_name) == ("U1", "Ada")
+    assert {m.audience for m in stored} == {"public"}
     seen = slack.world.model_requests()[0]["messages"][1]["content"]
     assert seen.startswith("# Question\nhi there\n") and BOT_USER not in seen
 
@@ -140,7 +150,7 @@ async def test_one_turn_at_a_time_per_thread_in_arrival_order(slack):
     await slack.b.event(message("question 2", ts(31), thread_ts=ts(30)), team=team)
     await slack.a.event(mention("question 3", ts(32), thread_ts=ts(30)), team=team)
     await slack.settle()
-    stored = await slack.world.runtime.memory.conversation.all(team, f"slack:{team}:C1:{ts(30)}")
+    stored = await slack.world.runtime.memory.conversation.all(thread(team, ts(30)))
     assert [m.content for m in stored] == [
         "question 1",
         "answer 1",
@@ -155,15 +165,15 @@ async def test_concurrent_events_in_one_thread_on_two_instances_keep_order(slack
     team = f"T{time.time_ns()}"
     memory = slack.world.runtime.memory
     # the bot is already in the thread
-    await slack.instances[0].adapter._remember(
-        {"team": team, "channel": "C1", "thread_ts": ts(40), "user": "U1"}
+    await memory.presence.join(
+        Scope(team, thread_id(team, "C1", ts(40)), channel="C1", user="U1"), reference=ts(40)
     )
     slack.world.model.script(*[text(f"answer {i}", delay=0.05) for i in range(6)])
     for i in range(6):
         sender = slack.a if i % 2 else slack.b
         await sender.event(message(f"question {i}", ts(41 + i), thread_ts=ts(40)), team=team)
     await slack.settle()
-    stored = [m.content for m in await memory.conversation.all(team, f"slack:{team}:C1:{ts(40)}")]
+    stored = [m.content for m in await memory.conversation.all(thread(team, ts(40)))]
     assert stored == [x for i in range(6) for x in (f"question {i}", f"answer {i}")]
 
 
@@ -195,11 +205,13 @@ async def test_summarize_command_shortcut_and_expand(slack):
     assert summary_post.startswith("Stored as [Summary ID: sum_")
     summary_id = summary_post.split("[Summary ID: ")[1].split("]")[0]
 
-    await slack.a.command("/expand", summary_id, slack.api.response_url + "2", team=team)
+    response = await slack.a.command("/expand", summary_id, slack.api.response_url + "2", team=team)
+    assert response.status == 200
     await slack.settle()
-    expanded = slack.api.responses[-1]
+    expanded = await slack.api.response("2")  # answered after the ack, to response_url
     assert expanded["response_type"] == "ephemeral"
     assert "[user] Can you get me the paper MemGPT" in expanded["text"]
+    assert expanded["blocks"] == [{"type": "markdown", "text": expanded["text"]}]
 
     # the message shortcut from a reply in the thread, and /summarize with a thread link
     slack.world.model.script(text("More."))
@@ -217,12 +229,7 @@ async def test_summarize_command_shortcut_and_expand(slack):
     await slack.a.command("/summarize", link, slack.api.response_url + "4", team=team)
     await slack.settle()
     assert "Nothing to summarize" in slack.api.thread_texts("C1", ts(60))[-1]
-    assert (
-        len(
-            await slack.world.runtime.memory.summaries.for_thread(team, f"slack:{team}:C1:{ts(60)}")
-        )
-        == 2
-    )
+    assert len(await slack.world.runtime.memory.summaries.for_thread(thread(team, ts(60)))) == 2
 
 
 async def test_summarize_without_any_thread_explains(slack):
@@ -262,10 +269,63 @@ async def test_direct_messages_and_formatting(slack):
     post = slack.api.of("chat.postMessage")[-1]
     assert post["channel"] == "D1" and "thread_ts" not in post
     update = slack.api.of("chat.update")[-1]
-    assert (
-        update["text"]
-        == "*Bold* see <https://arxiv.org/abs/2310.08560|arXiv:2310.08560> &amp; more"
+    # standard Markdown in a markdown block (no mrkdwn conversion, no escaping); the model's
+    # arXiv references become links to the paper
+    expected = "**Bold** see [arXiv:2310.08560](https://arxiv.org/abs/2310.08560) & more"
+    assert update["blocks"] == [{"type": "markdown", "text": expected}]
+    assert update["text"] == expected
+    stored = await slack.world.runtime.memory.conversation.all(
+        Scope(team, thread_id(team, "D1", "dm"), channel="D1", visibility=Visibility.DM)
     )
+    assert [m.content for m in stored] == [
+        "hello in a DM",
+        "**Bold** see [arXiv:2310.08560] & more",
+    ]
+    assert {m.audience for m in stored} == {"dm:D1"}
+
+
+async def test_private_channels_keep_their_memory_to_themselves(slack):
+    team = f"T{time.time_ns()}"
+    slack.api.private_channels.add("C9")  # a private channel with a C id, as Slack makes now
+    slack.world.model.script(text("in G1"), text("in C9"))
+    await slack.a.event(mention("hello G1", ts(95), channel="G1"), team=team)
+    await slack.a.event(mention("hello C9", ts(96), channel="C9"), team=team)
+    await slack.settle()
+    memory = slack.world.runtime.memory
+    for channel, n in (("G1", 95), ("C9", 96)):
+        stored = await memory.conversation.all(thread(team, ts(n), channel))
+        assert [m.content for m in stored] == [f"hello {channel}", f"in {channel}"]
+        assert {m.audience for m in stored} == {f"private:{channel}"}
+
+
+async def test_a_direct_message_that_mentions_the_bot_is_answered_once(slack):
+    team = f"T{time.time_ns()}"
+    slack.world.model.script(text("Answer in the DM"), text("a second answer"))
+    # Slack sends a DM as a message.im event only (never app_mention), mention or not
+    dm = message(f"<@{BOT_USER}> hello there", ts(85), channel="D2", channel_type="im")
+    assert (await slack.a.event(dm, team=team)).status == 200
+    await slack.settle()
+    posts = [p for p in slack.api.of("chat.postMessage") if p["channel"] == "D2"]
+    assert len(posts) == 1 and "thread_ts" not in posts[0]
+    assert slack.api.of("chat.update")[-1]["text"] == "Answer in the DM"
+    assert len(slack.world.model_requests()) == 1
+    seen = slack.world.model_requests()[0]["messages"][1]["content"]
+    assert seen.startswith("# Question\nhello there\n") and BOT_USER not in seen
+
+
+async def test_message_events_without_channel_or_ts_are_acknowledged_and_ignored(slack):
+    team = f"T{time.time_ns()}"
+    no_channel = message(f"<@{BOT_USER}> where am I?", ts(90), channel_type="im")
+    del no_channel["channel"]
+    no_ts = message(f"<@{BOT_USER}> when am I?", ts(91), channel="D3", channel_type="im")
+    del no_ts["ts"]
+    mention_no_ts = mention("no ts", ts(92))
+    del mention_no_ts["ts"]
+    for event in (no_channel, no_ts, mention_no_ts):
+        assert (await slack.a.event(event, team=team)).status == 200
+    await slack.settle()
+    assert slack.api.of("chat.postMessage") == []
+    assert slack.world.model_requests() == []
 
 
 async def test_healthz_checks_redis(slack):
@@ -288,7 +348,7 @@ def test_thread_links():
 
 async def arxivscout_slack(env: dict[str, str]) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "slack", "--port", "0", env=env,
+        sys.executable, "-m", "app.cli", "slack", "--port", "0", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     _, stderr = await asyncio.wait_for(process.communicate(), 120)

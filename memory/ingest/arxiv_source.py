@@ -151,10 +151,6 @@ class ArxivSource:
         self.client.query_url_format = self.api_url + "?{}"  # instance attribute: no global change
         self.client._session = _ThrottledSession(self.limiter, delay_seconds, timeout)
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> ArxivSource:
-        return cls(settings.arxiv_api_url, settings.arxiv_delay_seconds)
-
     # -- blocking calls (run in a worker thread by the async wrappers) -------------------------
 
     def _results(self, search: arxiv.Search) -> list[arxiv.Result]:

@@ -23,6 +23,7 @@ from memory.ingest.chunking import chunk_paragraphs
 from memory.ingest.errors import IngestError
 from memory.ingest.pdf import read_pdf
 from memory.ingest.unarxive import is_unarxive_path, read_unarxive
+from memory.scope import Scope
 from memory.stores.knowledge_base import KnowledgeBase, Paper, base_arxiv_id, is_arxiv_id
 
 EMBED_BATCH = 128
@@ -59,8 +60,8 @@ class IngestReport:
 class _Ingestor:
     """The state of one run: what was seen, the report, the progress bar."""
 
-    def __init__(self, tenant, kb, embedder, encoding, report, bar=None) -> None:
-        self.tenant, self.kb, self.embedder, self.encoding = tenant, kb, embedder, encoding
+    def __init__(self, scope, kb, embedder, encoding, report, bar=None) -> None:
+        self.scope, self.kb, self.embedder, self.encoding = scope, kb, embedder, encoding
         self.report, self.bar = report, bar
         self.seen: set[str] = set()
 
@@ -74,7 +75,7 @@ class _Ingestor:
         key = base_arxiv_id(arxiv_id)
         if key in self.seen:
             self.report.skipped.append((key, "listed more than once"))
-        elif await self.kb.has_paper(self.tenant, key):
+        elif await self.kb.has_paper(self.scope, key):
             self.report.skipped.append((key, "already in the knowledge base"))
         else:
             self.seen.add(key)
@@ -93,7 +94,7 @@ class _Ingestor:
             for i in range(0, len(texts), EMBED_BATCH)
         ]
         self.report.seconds_embedding += time.perf_counter() - started
-        written = await self.kb.add_paper(self.tenant, paper, chunks, np.concatenate(parts))
+        written = await self.kb.add_paper(self.scope, paper, chunks, np.concatenate(parts))
         self.report.ingested.append((base_arxiv_id(paper.arxiv_id), paper.title, written))
         self.report.chunks += written
         self.tick()
@@ -179,7 +180,7 @@ def _arxiv_id_of(source: str) -> str | None:
 
 async def ingest(
     sources: list[str],
-    tenant: str,
+    scope: Scope,
     kb: KnowledgeBase,
     embedder,
     encoding,
@@ -205,7 +206,7 @@ async def ingest(
     total = None if any(is_unarxive_path(p) for p in files) else known
     with tqdm(total=total, unit="paper", desc="Ingesting", file=sys.stderr,
               disable=not progress) as bar:  # fmt: skip
-        run = _Ingestor(tenant, kb, embedder, encoding, report, bar)
+        run = _Ingestor(scope, kb, embedder, encoding, report, bar)
         for source in bad:
             run.fail(source, IngestError(_why_unusable(source)))
         await run.arxiv_papers(ids, arxiv)
@@ -238,7 +239,7 @@ def _paper_of(record: dict) -> Paper:
 
 async def fetch_and_save(
     arxiv_id: str,
-    tenant: str,
+    scope: Scope,
     kb: KnowledgeBase,
     embedder,
     encoding,
@@ -250,14 +251,14 @@ async def fetch_and_save(
     Raises IngestError with a message fit for the user.
     """
     arxiv_id = check_arxiv_id(arxiv_id)
-    record = await kb.paper(tenant, arxiv_id)
+    record = await kb.paper(scope, arxiv_id)
     if record:
         return _paper_of(record), int(record["chunks"]), True
     report = IngestReport()
-    await _Ingestor(tenant, kb, embedder, encoding, report).arxiv_papers([arxiv_id], arxiv)
+    await _Ingestor(scope, kb, embedder, encoding, report).arxiv_papers([arxiv_id], arxiv)
     if report.failed:
         raise IngestError(report.failed[0][1])
-    record = await kb.paper(tenant, arxiv_id)
+    record = await kb.paper(scope, arxiv_id)
     if record is None:
         raise IngestError(f"arXiv {arxiv_id} was not stored")
     return _paper_of(record), int(record["chunks"]), not report.ingested

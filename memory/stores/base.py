@@ -20,7 +20,7 @@ from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
 from memory.embeddings import Embedder
-from memory.keys import INDEX_META_KEY, validate_tenant
+from memory.keys import INDEX_META_KEY, index_name, index_prefix
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,10 @@ class VectorStore:
         return cls.SCHEMA["index"]["prefix"]
 
     def index_name(self, tenant: str | None) -> str:
-        if not self.TENANT_SCOPED:
-            return self.family()
-        return f"{self.family()}:{validate_tenant(tenant or '')}"
+        return index_name(self.family(), tenant or "" if self.TENANT_SCOPED else None)
 
     def key_prefix(self, tenant: str | None) -> str:
-        if not self.TENANT_SCOPED:
-            return f"{self.prefix()}:"
-        return f"{self.prefix()}:{validate_tenant(tenant or '')}:"
+        return index_prefix(self.prefix(), tenant or "" if self.TENANT_SCOPED else None)
 
     def schema(self, tenant: str | None) -> IndexSchema:
         data = copy.deepcopy(self.SCHEMA)

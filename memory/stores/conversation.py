@@ -16,7 +16,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from memory.keys import thread_key, threads_key
+from memory.keys import messages_key, summarizing_key, threads_key
+from memory.locks import OwnedLocks
+from memory.scope import Scope
 from memory.stores.base import Segment
 
 MAX_MESSAGE_CHARS = 200_000
@@ -64,6 +66,9 @@ class Message:
     timestamp: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
     summary_id: str = ""
+    author: str = ""  # platform user id; empty for the assistant
+    author_name: str = ""
+    audience: str = ""  # who may see it (Scope.audience); empty in messages from before
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
@@ -81,14 +86,14 @@ class ConversationStore:
         self.recent = recent
         self._mark = redis.register_script(_MARK_SCRIPT)
         self._append = redis.register_script(_APPEND_SCRIPT)
+        self._locks = OwnedLocks(redis)
 
     @staticmethod
-    def key(tenant: str, thread_id: str) -> str:
-        return thread_key(tenant, thread_id, "messages")
+    def key(scope: Scope) -> str:
+        return messages_key(scope.tenant, scope.thread)
 
-    async def append(
-        self, tenant: str, thread_id: str, role: str, content: str, **metadata: Any
-    ) -> Message:
+    async def append(self, scope: Scope, role: str, content: str, **metadata: Any) -> Message:
+        """Store a message of `scope.thread`; a user's message is by `scope.user`."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -98,28 +103,29 @@ class ConversationStore:
                 f"A message is limited to {MAX_MESSAGE_CHARS:,} characters "
                 f"(this one has {len(content):,}). Save long texts to the knowledge base instead."
             )
+        by_user = role == "user"
         message = Message(
-            role=role, content=clean_text(content), thread_id=thread_id, metadata=metadata
-        )
+            role=role, content=clean_text(content), thread_id=scope.thread, metadata=metadata,
+            author=scope.user if by_user else "", author_name=scope.user_name if by_user else "",
+            audience=scope.audience,
+        )  # fmt: skip
         await self._append(
-            keys=[self.key(tenant, thread_id), threads_key(tenant)],
-            args=[message.to_json(), message.timestamp, thread_id],
+            keys=[self.key(scope), threads_key(scope.tenant)],
+            args=[message.to_json(), message.timestamp, scope.thread],
         )
         return message
 
-    async def all(self, tenant: str, thread_id: str) -> list[Message]:
-        rows = await self.redis.lrange(self.key(tenant, thread_id), 0, -1)
+    async def all(self, scope: Scope) -> list[Message]:
+        rows = await self.redis.lrange(self.key(scope), 0, -1)
         return [Message.from_json(r) for r in rows]
 
-    async def recent_unsummarized(
-        self, tenant: str, thread_id: str, limit: int | None = None
-    ) -> list[Message]:
-        rows = await self.redis.lrange(self.key(tenant, thread_id), -(limit or self.recent), -1)
+    async def recent_unsummarized(self, scope: Scope, limit: int | None = None) -> list[Message]:
+        rows = await self.redis.lrange(self.key(scope), -(limit or self.recent), -1)
         return [m for m in map(Message.from_json, rows) if not m.summary_id]
 
-    async def unsummarized_snapshot(self, tenant: str, thread_id: str) -> tuple[int, list[str]]:
+    async def unsummarized_snapshot(self, scope: Scope) -> tuple[int, list[str]]:
         """The index of the first unsummarized message and the raw JSON of all that follow."""
-        rows = await self.redis.lrange(self.key(tenant, thread_id), 0, -1)
+        rows = await self.redis.lrange(self.key(scope), 0, -1)
         first = len(rows)
         for i in range(len(rows) - 1, -1, -1):
             if Message.from_json(rows[i]).summary_id:
@@ -128,7 +134,7 @@ class ConversationStore:
         return first, [r.decode() if isinstance(r, bytes) else r for r in rows[first:]]
 
     async def mark_summarized(
-        self, tenant: str, thread_id: str, first: int, raw: list[str], summary_id: str
+        self, scope: Scope, first: int, raw: list[str], summary_id: str
     ) -> list[str]:
         """Set `summary_id` on exactly the messages read by `unsummarized_snapshot`."""
         args: list[Any] = [first]
@@ -139,8 +145,16 @@ class ConversationStore:
             ids.append(message.id)
             args += [original, message.to_json()]
         if raw:
-            await self._mark(keys=[self.key(tenant, thread_id)], args=args)
+            await self._mark(keys=[self.key(scope)], args=args)
         return ids
+
+    async def claim_summarizing(self, scope: Scope, token: str, seconds: int) -> bool:
+        """Take the thread's summary lock: one summary of a thread is written at a time."""
+        key = summarizing_key(scope.tenant, scope.thread)
+        return await self._locks.acquire(key, token, seconds * 1000)
+
+    async def release_summarizing(self, scope: Scope, token: str) -> None:
+        await self._locks.release(summarizing_key(scope.tenant, scope.thread), token)
 
     async def threads(self, tenant: str) -> list[tuple[str, float]]:
         rows = await self.redis.zrevrange(threads_key(tenant), 0, -1, withscores=True)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from memory.keys import ENTITY_INDEX, ENTITY_PREFIX
+from memory.scope import Scope
 from memory.stores.base import Segment, VectorStore, decode
 
 MAX_DESCRIPTION = 1000
@@ -42,7 +44,7 @@ def merge_descriptions(old: str, new: str) -> str:
 
 class EntityStore(VectorStore):
     SCHEMA = {
-        "index": {"name": "arxivscout_entity", "prefix": "arxivscout:entity"},
+        "index": {"name": ENTITY_INDEX, "prefix": ENTITY_PREFIX},
         "fields": [
             {"name": "name", "type": "text"},
             {"name": "type", "type": "tag"},
@@ -66,7 +68,7 @@ class EntityStore(VectorStore):
             return None
         return Entity(*(decode(v) or "" for v in row))
 
-    async def upsert(self, tenant: str, entities: list[Entity]) -> list[Entity]:
+    async def upsert(self, scope: Scope, entities: list[Entity]) -> list[Entity]:
         """Write entities, merging each with the stored one of the same name."""
         merged: dict[str, Entity] = {}
         for entity in entities:
@@ -74,7 +76,7 @@ class EntityStore(VectorStore):
             if not name:
                 continue
             slug = _slug(name)
-            known = merged.get(slug) or await self.get(tenant, name)
+            known = merged.get(slug) or await self.get(scope.tenant, name)
             if known:
                 entity = Entity(
                     known.name,
@@ -92,12 +94,12 @@ class EntityStore(VectorStore):
         vectors = await self.embedder.embed([e.line() for e in items])
         now = time.time()
         await self._write(
-            tenant,
+            scope.tenant,
             [
                 (
-                    self.key(tenant, e.name),
+                    self.key(scope.tenant, e.name),
                     {
-                        "tenant": tenant,
+                        "tenant": scope.tenant,
                         "name": e.name,
                         "type": e.type,
                         "description": e.description,
@@ -110,12 +112,12 @@ class EntityStore(VectorStore):
         )
         return items
 
-    async def similar(self, tenant: str, vector: np.ndarray, k: int = 5) -> list[Entity]:
-        rows = await self._nearest(tenant, vector, k, self.FIELDS)
+    async def similar(self, scope: Scope, vector: np.ndarray, k: int = 5) -> list[Entity]:
+        rows = await self._nearest(scope.tenant, vector, k, self.FIELDS)
         return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
 
-    async def all(self, tenant: str, limit: int = 200) -> list[Entity]:
-        rows = await self._list(tenant, self.FIELDS, limit, sort_by="updated_at")
+    async def all(self, scope: Scope, limit: int = 200) -> list[Entity]:
+        rows = await self._list(scope.tenant, self.FIELDS, limit, sort_by="updated_at")
         return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
 
     @staticmethod

@@ -21,7 +21,8 @@ from redis.commands.search.query import Query
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.token_escaper import TokenEscaper
 
-from memory.keys import papers_key
+from memory.keys import KB_INDEX, KB_PREFIX, papers_key
+from memory.scope import Scope
 from memory.stores.base import Segment, VectorStore, decode
 from memory.stores.stopwords import STOPWORDS
 
@@ -87,8 +88,8 @@ class KnowledgeBase(VectorStore):
     SCHEMA = {
         # The text fields are matched verbatim (see `text_query`), so no stems are indexed.
         "index": {
-            "name": "arxivscout_kb",
-            "prefix": "arxivscout:kb",
+            "name": KB_INDEX,
+            "prefix": KB_PREFIX,
             "stopwords": sorted(STOPWORDS),
         },
         "fields": [
@@ -111,20 +112,20 @@ class KnowledgeBase(VectorStore):
 
     # -- papers ------------------------------------------------------------------------------
 
-    async def has_paper(self, tenant: str, arxiv_id: str) -> bool:
-        return bool(await self.redis.hexists(papers_key(tenant), base_arxiv_id(arxiv_id)))
+    async def has_paper(self, scope: Scope, arxiv_id: str) -> bool:
+        return bool(await self.redis.hexists(papers_key(scope.tenant), base_arxiv_id(arxiv_id)))
 
-    async def paper(self, tenant: str, arxiv_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.hget(papers_key(tenant), base_arxiv_id(arxiv_id))
+    async def paper(self, scope: Scope, arxiv_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(papers_key(scope.tenant), base_arxiv_id(arxiv_id))
         return json.loads(raw) if raw else None
 
-    async def papers(self, tenant: str) -> list[dict[str, Any]]:
-        rows = await self.redis.hgetall(papers_key(tenant))
+    async def papers(self, scope: Scope) -> list[dict[str, Any]]:
+        rows = await self.redis.hgetall(papers_key(scope.tenant))
         papers = [json.loads(v) for v in rows.values()]
         return sorted(papers, key=lambda p: p.get("ingested_at", 0))
 
     async def add_paper(
-        self, tenant: str, paper: Paper, chunks: list[Chunk], vectors: np.ndarray
+        self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray
     ) -> int:
         """Store a paper's chunks with their vectors; returns the number of chunks written.
 
@@ -135,7 +136,7 @@ class KnowledgeBase(VectorStore):
             raise ValueError("one vector per chunk is needed")
         arxiv_id = base_arxiv_id(paper.arxiv_id)
         common = {
-            "tenant": tenant,
+            "tenant": scope.tenant,
             "arxiv_id": arxiv_id,
             "title": paper.title,
             "authors": "|".join(a.replace("|", " ") for a in paper.authors),
@@ -144,10 +145,10 @@ class KnowledgeBase(VectorStore):
             "url": paper.link,
         }
         await self._write(
-            tenant,
+            scope.tenant,
             [
                 (
-                    self.chunk_key(tenant, arxiv_id, chunk.index),
+                    self.chunk_key(scope.tenant, arxiv_id, chunk.index),
                     {
                         **common,
                         "section": chunk.section,
@@ -165,11 +166,11 @@ class KnowledgeBase(VectorStore):
             "chunks": len(chunks),
             "ingested_at": time.time(),
         }
-        await self.redis.hset(papers_key(tenant), arxiv_id, json.dumps(record))
+        await self.redis.hset(papers_key(scope.tenant), arxiv_id, json.dumps(record))
         return len(chunks)
 
-    async def chunk_count(self, tenant: str, arxiv_id: str) -> int:
-        record = await self.paper(tenant, arxiv_id)
+    async def chunk_count(self, scope: Scope, arxiv_id: str) -> int:
+        record = await self.paper(scope, arxiv_id)
         return int(record["chunks"]) if record else 0
 
     # -- search ------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ class KnowledgeBase(VectorStore):
 
     async def search(
         self,
-        tenant: str,
+        scope: Scope,
         query: str,
         vector: np.ndarray,
         k: int = 5,
@@ -213,11 +214,11 @@ class KnowledgeBase(VectorStore):
         queries on a big index by scanning every vector (k=20 took 29 ms at 100k chunks).
         """
         extra = self.filters(**filters)
-        vector_hits = self._nearest(tenant, vector, candidates, [], extra)
+        vector_hits = self._nearest(scope.tenant, vector, candidates, [], extra)
         text_query = self.text_query(query, candidates, extra)
         if text_query is not None:
             text_rows, vector_rows = await asyncio.gather(
-                self._run(tenant, text_query), vector_hits
+                self._run(scope.tenant, text_query), vector_hits
             )
         else:
             vector_rows, text_rows = await vector_hits, []

@@ -10,7 +10,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from redis.asyncio import Redis
 
-from memory.keys import tenant_key, thread_key
+from memory.keys import record_key, thread_records_key
+from memory.scope import Scope
 from memory.stores.base import decode
 
 R = TypeVar("R")
@@ -26,7 +27,8 @@ class UnknownRecord(KeyError):
 
 
 class ThreadRecordStore(Generic[R]):
-    """Records are dataclasses with `id`, `thread_id` and `created_at`."""
+    """Records are dataclasses with `id`, `thread_id`, `created_at` and `audience` (who may
+    see them: `Scope.audience` of the place they were written in)."""
 
     KIND: ClassVar[str]  # the key part of a record, e.g. "summary"
     PLURAL: ClassVar[str]  # the key part of a thread's index, e.g. "summaries"
@@ -40,47 +42,53 @@ class ThreadRecordStore(Generic[R]):
         self._types = {f.name: hints[f.name] for f in dataclasses.fields(self.RECORD)}
 
     def key(self, tenant: str, record_id: str) -> str:
-        return tenant_key(tenant, self.KIND, record_id)
+        return record_key(tenant, self.KIND, record_id)
 
-    def thread_index(self, tenant: str, thread_id: str) -> str:
-        return thread_key(tenant, thread_id, self.PLURAL)
+    def thread_index(self, scope: Scope) -> str:
+        return thread_records_key(scope.tenant, scope.thread, self.PLURAL)
 
-    async def save(self, tenant: str, record: R) -> R:
+    async def save(self, scope: Scope, record: R) -> R:
+        """Store a record of `scope.thread`, visible where `scope` may see."""
+        record.audience = scope.audience
         fields = dataclasses.asdict(record)
         for name in self.JSON_FIELDS:
             fields[name] = json.dumps(fields[name], ensure_ascii=False)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key(tenant, record.id), mapping=fields)
-        pipe.zadd(self.thread_index(tenant, record.thread_id), {record.id: record.created_at})
+        pipe.hset(self.key(scope.tenant, record.id), mapping=fields)
+        pipe.zadd(self.thread_index(scope), {record.id: record.created_at})
         await pipe.execute()
         return record
 
-    async def delete(self, tenant: str, record: R) -> None:
+    async def delete(self, scope: Scope, record: R) -> None:
         pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(self.key(tenant, record.id))
-        pipe.zrem(self.thread_index(tenant, record.thread_id), record.id)
+        pipe.delete(self.key(scope.tenant, record.id))
+        pipe.zrem(self.thread_index(scope), record.id)
         await pipe.execute()
 
-    async def get(self, tenant: str, record_id: str) -> R:
-        row = await self.redis.hgetall(self.key(tenant, record_id.strip()))
+    async def get(self, scope: Scope, record_id: str) -> R:
+        """The record, if `scope` may see it; otherwise it is not found, whatever exists."""
+        row = await self.redis.hgetall(self.key(scope.tenant, record_id.strip()))
         if not row:
             raise self.MISSING(record_id)
-        return self._decode(row)
+        record = self._decode(row)
+        if not scope.can_see(record.audience):
+            raise self.MISSING(record_id)
+        return record
 
-    async def ids(
-        self, tenant: str, thread_id: str, newest_first: bool = False, limit: int = 0
-    ) -> list[str]:
-        index, stop = self.thread_index(tenant, thread_id), (limit - 1 if limit else -1)
+    async def exists_in(self, scope: Scope) -> bool:
+        """True when `scope.thread` has at least one record of this kind."""
+        return bool(await self.redis.exists(self.thread_index(scope)))
+
+    async def ids(self, scope: Scope, newest_first: bool = False, limit: int = 0) -> list[str]:
+        index, stop = self.thread_index(scope), (limit - 1 if limit else -1)
         rows = await (self.redis.zrevrange if newest_first else self.redis.zrange)(index, 0, stop)
         return [decode(r) for r in rows]
 
-    async def for_thread(
-        self, tenant: str, thread_id: str, newest_first: bool = False, limit: int = 0
-    ) -> list[R]:
-        ids = await self.ids(tenant, thread_id, newest_first, limit)
+    async def for_thread(self, scope: Scope, newest_first: bool = False, limit: int = 0) -> list[R]:
+        ids = await self.ids(scope, newest_first, limit)
         pipe = self.redis.pipeline(transaction=False)
         for record_id in ids:
-            pipe.hgetall(self.key(tenant, record_id))
+            pipe.hgetall(self.key(scope.tenant, record_id))
         return [self._decode(row) for row in await pipe.execute() if row]
 
     def _decode(self, row: dict) -> R:

@@ -6,6 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from memory.scope import Scope
 from memory.stores.base import Segment, decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
@@ -22,6 +23,7 @@ class Summary:
     message_ids: list[str]
     id: str = field(default_factory=lambda: f"sum_{uuid.uuid4().hex[:10]}")
     created_at: float = field(default_factory=time.time)
+    audience: str = ""
 
 
 class SummaryStore(ThreadRecordStore[Summary]):
@@ -30,13 +32,13 @@ class SummaryStore(ThreadRecordStore[Summary]):
     JSON_FIELDS = ("message_ids",)
     MISSING = UnknownSummary
 
-    async def descriptions(self, tenant: str, thread_id: str) -> list[tuple[str, str]]:
+    async def descriptions(self, scope: Scope) -> list[tuple[str, str]]:
         """(id, description) of a thread's summaries, oldest first, in one command: SORT over
         the thread's index (in its own order) fetching each summary hash's description."""
         rows = await self.redis.sort(
-            self.thread_index(tenant, thread_id),
+            self.thread_index(scope),
             by="nosort",
-            get=["#", f"{self.key(tenant, '*')}->description"],
+            get=["#", f"{self.key(scope.tenant, '*')}->description"],
         )
         return [(decode(rows[i]), decode(rows[i + 1]) or "") for i in range(0, len(rows), 2)]
 

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory.scope import Scope
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 
@@ -29,6 +30,7 @@ class ToolLogEntry:
     iteration: int = 0
     id: str = field(default_factory=lambda: f"log_{uuid.uuid4().hex[:12]}")
     created_at: float = field(default_factory=time.time)
+    audience: str = ""
 
 
 class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
@@ -37,12 +39,12 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     JSON_FIELDS = ("tool_input",)
     MISSING = UnknownToolLog
 
-    async def write(self, tenant: str, entry: ToolLogEntry) -> str:
-        return (await self.save(tenant, entry)).id
+    async def write(self, scope: Scope, entry: ToolLogEntry) -> str:
+        return (await self.save(scope, entry)).id
 
     async def recent(
-        self, tenant: str, thread_id: str, limit: int = 50, failed_only: bool = False
+        self, scope: Scope, limit: int = 50, failed_only: bool = False
     ) -> list[ToolLogEntry]:
         """The thread's latest calls, newest first (optionally only those that failed)."""
-        entries = await self.for_thread(tenant, thread_id, newest_first=True, limit=limit)
+        entries = await self.for_thread(scope, newest_first=True, limit=limit)
         return [e for e in entries if e.status != "success"] if failed_only else entries

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from memory.keys import TOOLBOX_INDEX, TOOLBOX_PREFIX
 from memory.stores.base import VectorStore, decode
 
 CATALOG_SECONDS = 300.0
@@ -22,7 +23,7 @@ CATALOG_SECONDS = 300.0
 class ToolboxStore(VectorStore):
     TENANT_SCOPED = False  # tools are code, the same for every tenant
     SCHEMA = {
-        "index": {"name": "arxivscout_toolbox", "prefix": "arxivscout:tool"},
+        "index": {"name": TOOLBOX_INDEX, "prefix": TOOLBOX_PREFIX},
         "fields": [
             {"name": "name", "type": "tag"},
             {"name": "description", "type": "text"},

@@ -5,13 +5,15 @@ Retrieved by similarity to the new question, so a known procedure is reused, not
 
 from __future__ import annotations
 
+import hashlib
 import time
-import uuid
 from typing import Any
 
 import numpy as np
 from redisvl.query.filter import Num
 
+from memory.keys import WORKFLOW_INDEX, WORKFLOW_PREFIX
+from memory.scope import Scope
 from memory.stores.base import Segment, VectorStore, decode
 
 
@@ -22,7 +24,7 @@ def workflow_text(query: str, steps: list[str], outcome: str) -> str:
 
 class WorkflowStore(VectorStore):
     SCHEMA = {
-        "index": {"name": "arxivscout_workflow", "prefix": "arxivscout:workflow"},
+        "index": {"name": WORKFLOW_INDEX, "prefix": WORKFLOW_PREFIX},
         "fields": [
             {"name": "text", "type": "text"},
             {"name": "num_steps", "type": "numeric"},
@@ -35,7 +37,7 @@ class WorkflowStore(VectorStore):
 
     async def add(
         self,
-        tenant: str,
+        scope: Scope,
         query: str,
         steps: list[str],
         outcome: str,
@@ -44,22 +46,24 @@ class WorkflowStore(VectorStore):
         text = workflow_text(query, steps, outcome)
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
-        key = f"{self.key_prefix(tenant)}{uuid.uuid4().hex[:16]}"
+        # the same workflow written twice (a retried background task) is one record
+        digest = hashlib.sha1(f"{scope.thread}\n{text}".encode()).hexdigest()[:16]
+        key = f"{self.key_prefix(scope.tenant)}{digest}"
         fields = {
-            "tenant": tenant,
+            "tenant": scope.tenant,
             "text": text,
             "num_steps": len(steps),
             "created_at": time.time(),
         }
-        await self._write(tenant, [(key, fields, vector)])
+        await self._write(scope.tenant, [(key, fields, vector)])
         return key
 
-    async def similar(self, tenant: str, vector: np.ndarray, k: int = 3) -> list[str]:
-        rows = await self._nearest(tenant, vector, k, ["text"], Num("num_steps") > 0)
+    async def similar(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[str]:
+        rows = await self._nearest(scope.tenant, vector, k, ["text"], Num("num_steps") > 0)
         return [decode(r["text"]) for r in rows]
 
-    async def all(self, tenant: str, limit: int = 100) -> list[str]:
-        rows = await self._list(tenant, ["text", "created_at"], limit, sort_by="created_at")
+    async def all(self, scope: Scope, limit: int = 100) -> list[str]:
+        rows = await self._list(scope.tenant, ["text", "created_at"], limit, sort_by="created_at")
         return [decode(r["text"]) for r in rows]
 
     @staticmethod

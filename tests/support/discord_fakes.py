@@ -78,11 +78,17 @@ class FakeDiscord:
 
     # -- people and places ---------------------------------------------------------------------
 
-    def user(self, bot: bool = False) -> Any:
-        return spec(discord.User, id=self.snowflake(), bot=bot, name="someone")
+    def user(self, bot: bool = False, name: str = "someone") -> Any:
+        return spec(
+            discord.User, id=self.snowflake(), bot=bot, name=name, global_name=None,
+            display_name=name,
+        )  # fmt: skip
 
     def guild(self) -> Any:
-        return spec(discord.Guild, id=self.snowflake())
+        """A server; its @everyone role has the server's id, as on Discord."""
+        guild_id = self.snowflake()
+        everyone = spec(discord.Role, id=guild_id, name="@everyone")
+        return spec(discord.Guild, id=guild_id, default_role=everyone)
 
     def _messageable(self, cls: type, **attrs: Any) -> Any:
         channel = spec(cls, id=self.snowflake(), **attrs)
@@ -91,12 +97,22 @@ class FakeDiscord:
         self.channels[channel.id] = channel
         return channel
 
-    def text_channel(self, guild: Any) -> Any:
-        return self._messageable(discord.TextChannel, guild=guild)
+    def text_channel(self, guild: Any, private: bool = False) -> Any:
+        """A server text channel; a private one is hidden from @everyone."""
+        channel = self._messageable(discord.TextChannel, guild=guild)
+
+        def permissions_for(target: Any, /) -> discord.Permissions:
+            hidden = private and target is guild.default_role
+            return discord.Permissions(view_channel=not hidden)
+
+        channel.permissions_for.side_effect = permissions_for
+        return channel
 
     def thread(self, guild: Any, owner_id: int, parent_id: int | None = None) -> Any:
+        """A thread in `parent_id`'s channel (a new public text channel if not given)."""
+        parent = self.channels.get(parent_id) if parent_id else self.text_channel(guild)
         return self._messageable(
-            discord.Thread, guild=guild, owner_id=owner_id, parent_id=parent_id or 0
+            discord.Thread, guild=guild, owner_id=owner_id, parent_id=parent.id, parent=parent
         )
 
     def dm_channel(self, recipient: Any) -> Any:

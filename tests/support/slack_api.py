@@ -6,6 +6,7 @@ Like slack-bolt's own tests, the real `AsyncWebClient` is pointed at a local ser
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -23,6 +24,7 @@ from tests.support.threaded import ThreadedServer
 
 BOT_USER = "UBOT"
 INVALID_TOKEN = "xoxb-invalid"
+USERS = {"U1": "Ada", "U2": "Grace", BOT_USER: "arxivscout"}  # id -> display name
 
 
 @dataclass
@@ -36,12 +38,15 @@ class MockSlackApi(ThreadedServer):
     team_id: str = "T1"
     calls: list[ApiCall] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)  # posts to response_url
+    responded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by response id
     base_url: str = ""
+    users: dict[str, str] = field(default_factory=lambda: dict(USERS))
+    private_channels: set[str] = field(default_factory=set)  # besides "G…" ids
     _ts = itertools.count(1)
 
     async def start(self) -> str:
         app = web.Application()
-        app.router.add_post("/api/{method}", self._api)
+        app.router.add_route("*", "/api/{method}", self._api)  # Slack takes GET and POST
         app.router.add_post("/respond/{id}", self._respond)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -56,10 +61,11 @@ class MockSlackApi(ThreadedServer):
         await self._runner.cleanup()
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
+        query = dict(request.query)
         raw = await request.text()
         if request.content_type == "application/json":
-            return json.loads(raw or "{}")
-        return dict(parse_qsl(raw))
+            return {**query, **json.loads(raw or "{}")}
+        return {**query, **dict(parse_qsl(raw))}
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -80,27 +86,73 @@ class MockSlackApi(ThreadedServer):
             return web.json_response(
                 {"ok": True, "channel": params.get("channel"), "ts": params.get("ts")}
             )
+        if method == "users.info":
+            return web.json_response(self._user(params.get("user", "")))
+        if method == "conversations.info":
+            return web.json_response(self._conversation(params.get("channel", "")))
         return web.json_response({"ok": True})
 
+    def _user(self, user_id: str) -> dict[str, Any]:
+        """users.info as Slack answers it: the name a person chose is profile.display_name."""
+        name = self.users.get(user_id)
+        if name is None:
+            return {"ok": False, "error": "user_not_found"}
+        profile = {"display_name": name, "real_name": f"{name} Example"}
+        return {"ok": True, "user": {"id": user_id, "team_id": self.team_id,
+                                     "name": name.lower(), "real_name": profile["real_name"],
+                                     "is_bot": user_id == BOT_USER, "profile": profile}}  # fmt: skip
+
+    def _conversation(self, channel: str) -> dict[str, Any]:
+        """conversations.info: "G…" (legacy private groups) and listed channels are private."""
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        im, group = channel.startswith("D"), channel.startswith("G")
+        private = group or channel in self.private_channels
+        return {"ok": True, "channel": {"id": channel, "is_channel": not (im or group),
+                                        "is_group": group, "is_im": im, "is_mpim": False,
+                                        "is_private": private}}  # fmt: skip
+
     async def _respond(self, request: web.Request) -> web.Response:
-        self.responses.append(json.loads(await request.text()))
+        body = json.loads(await request.text())
+        self.responses.append(body)
+        self.responded.setdefault(request.match_info["id"], []).append(body)
         return web.Response(text="ok")
 
     # -- what the adapter did -------------------------------------------------------------
+
+    async def response(self, response_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The latest post to `response_url + response_id`, waiting for it to arrive: an app
+        answers there after acknowledging, whenever its work is done."""
+        deadline = time.monotonic() + timeout
+        while not self.responded.get(response_id):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing was posted to response_url {response_id!r}")
+            await asyncio.sleep(0.02)
+        return self.responded[response_id][-1]
 
     def of(self, method: str) -> list[dict[str, Any]]:
         return [c.params for c in self.calls if c.method == method]
 
     def thread_texts(self, channel: str, thread_ts: str) -> list[str]:
-        """What the bot's messages in a thread finally say (each post after its last update)."""
-        final = {c.params["ts"]: c.params["text"] for c in self.calls if c.method == "chat.update"}
+        """What the bot's messages in a thread finally show (each post after its last update):
+        the markdown block's text when the message has blocks, else its text."""
+        final = {c.params["ts"]: shown(c.params) for c in self.calls if c.method == "chat.update"}
         return [
-            final.get(c.params["_ts"], c.params.get("text", ""))
+            final.get(c.params["_ts"], shown(c.params))
             for c in self.calls
             if c.method == "chat.postMessage"
             and c.params.get("channel") == channel
             and c.params.get("thread_ts") == thread_ts
         ]
+
+
+def shown(params: dict[str, Any]) -> str:
+    """What a user sees of a message: its markdown block(s), else its fallback text."""
+    blocks = params.get("blocks")
+    if isinstance(blocks, str):  # form-encoded calls carry blocks as JSON
+        blocks = json.loads(blocks)
+    texts = [b.get("text", "") for b in blocks or [] if b.get("type") == "markdown"]
+    return "\n".join(texts) if texts else params.get("text", "")
 
 
 def sign(secret: str, body: str, timestamp: int | None = None) -> dict[str, str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bot.config import Settings
-from bot.runtime import embedded_redis
+from app.runtime import embedded_redis
+from app.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

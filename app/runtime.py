@@ -1,24 +1,34 @@
-"""Wiring: Settings -> Redis (embedded or REDIS_URL) -> embedder -> MemoryManager."""
+"""Wiring: Settings -> Redis (embedded or REDIS_URL) -> embedder -> memory -> agent.
+
+The one place that turns configuration into running parts; everything below gets plain values.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.settings import Settings
 from bot.agent import Agent
-from bot.config import Settings
+from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
-from bot.harness import Harness
-from bot.llm import LLMClient, openai_client
+from bot.harness import ARTIFACTS, Harness
+from bot.llm import LLMClient, RetryPolicy, openai_client
+from bot.tools import toolbox
+from bot.turns import TurnHandler
 from memory.connection import connect
 from memory.embeddings import CachedEmbedder, LocalEmbedder, OpenAIEmbedder
 from memory.ingest.arxiv_source import ArxivSource
+from memory.keys import task_stream
 from memory.manager import MemoryManager
 from memory.redis_server import EmbeddedRedis
+from memory.tasks import TaskStream
 from memory.tokens import encoding_for
 
 
 def embedded_redis(settings: Settings) -> EmbeddedRedis:
-    return EmbeddedRedis(settings.data_dir)
+    return EmbeddedRedis(
+        settings.data_dir, server_binary=settings.redis_server, modules=settings.redis_modules
+    )
 
 
 def redis_url(settings: Settings) -> str:
@@ -31,8 +41,22 @@ def make_embedder(settings: Settings):
         client = openai_client(
             settings.openai_api_key, settings.openai_base_url, settings.llm_timeout_seconds
         )
-        return OpenAIEmbedder(client, settings.openai_embedding_model)
+        return OpenAIEmbedder(client, settings.openai_embedding_model, settings.embedding_dims)
     return LocalEmbedder()
+
+
+def llm_client(settings: Settings, retry: RetryPolicy | None = None) -> LLMClient:
+    return LLMClient(
+        api_key=settings.openai_api_key,
+        base_url=settings.openai_base_url,
+        model=settings.openai_model,
+        timeout_seconds=settings.llm_timeout_seconds,
+        retry=retry,
+    )
+
+
+def arxiv_source(settings: Settings) -> ArxivSource:
+    return ArxivSource(settings.arxiv_api_url, settings.arxiv_delay_seconds)
 
 
 async def open_memory(settings: Settings, check_indexes: bool = True) -> MemoryManager:
@@ -61,6 +85,9 @@ class AgentRuntime:
     def harness(self) -> Harness:
         return self.agent.harness
 
+    def turns(self) -> TurnHandler:
+        return TurnHandler(self.agent)
+
     async def close(self) -> None:
         await self.harness.close()
         await self.llm.aclose()
@@ -68,21 +95,21 @@ class AgentRuntime:
 
 
 async def open_agent(settings: Settings, window: int | None = None) -> AgentRuntime:
-    """The agent over memory: tools indexed in the toolbox store, ready for turns."""
-    llm = LLMClient.from_settings(settings)  # fails first, and clearly, without a key
+    """The agent over memory: tools indexed in the toolbox store, background work running."""
+    llm = llm_client(settings)  # fails first, and clearly, without a key
     memory = await open_memory(settings)
     try:
-        from bot.tools import ToolDeps, toolbox
-
         await memory.toolbox.register([tool.record() for tool in toolbox])
         consolidator = Consolidator(memory, llm)
-        deps = ToolDeps(
-            memory,
-            ArxivSource.from_settings(settings),
-            consolidator,
-            encoding_for(settings.openai_model),
+        background = BackgroundWork(
+            TaskStream(memory.redis, task_stream()),
+            {ARTIFACTS: lambda tasks: harness.write_artifacts(tasks)},
         )
-        harness = Harness(memory, llm, toolbox, consolidator, {"deps": deps}, window=window)
+        harness = Harness(
+            memory, llm, toolbox, consolidator, arxiv_source(settings),
+            encoding_for(settings.openai_model), background,
+            window=window or settings.context_window,
+        )  # fmt: skip
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
     except BaseException:
         await memory.close()

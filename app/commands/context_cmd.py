@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bot.commands.common import add_json, add_tenant, memory_session, print_json
+from app.commands.common import add_json, add_tenant, memory_session, print_json, tenant_scope
 from memory.context import assemble_context
 
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     async with memory_session() as memory:
-        context = await assemble_context(memory, args.tenant, args.thread, args.question)
+        context = await assemble_context(memory, tenant_scope(args, args.thread), args.question)
     if args.json:
         print_json(context.to_json())
         return 0

@@ -6,9 +6,9 @@ import argparse
 import time
 from dataclasses import asdict
 
-from bot.commands.common import add_json, add_tenant, memory_session, print_json
-from bot.config import Settings
-from bot.runtime import open_memory
+from app.commands.common import add_json, add_tenant, memory_session, print_json, tenant_scope
+from app.runtime import open_memory
+from app.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,28 +58,25 @@ async def _threads(memory, args):
 
 
 async def _thread(memory, args):
+    scope = tenant_scope(args, args.thread_id)
     return {
         "thread_id": args.thread_id,
-        "messages": [asdict(m) for m in await memory.conversation.all(args.tenant, args.thread_id)],
-        "summaries": [
-            asdict(s) for s in await memory.summaries.for_thread(args.tenant, args.thread_id)
-        ],
-        "tool_logs": [
-            asdict(e) for e in await memory.tool_logs.for_thread(args.tenant, args.thread_id)
-        ],
+        "messages": [asdict(m) for m in await memory.conversation.all(scope)],
+        "summaries": [asdict(s) for s in await memory.summaries.for_thread(scope)],
+        "tool_logs": [asdict(e) for e in await memory.tool_logs.for_thread(scope)],
     }
 
 
 async def _papers(memory, args):
-    return await memory.knowledge_base.papers(args.tenant)
+    return await memory.knowledge_base.papers(tenant_scope(args))
 
 
 async def _workflows(memory, args):
-    return await memory.workflows.all(args.tenant)
+    return await memory.workflows.all(tenant_scope(args))
 
 
 async def _entities(memory, args):
-    return [asdict(e) for e in await memory.entities.all(args.tenant)]
+    return [asdict(e) for e in await memory.entities.all(tenant_scope(args))]
 
 
 VIEWS = {

@@ -11,11 +11,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from bot.config import Settings
-from bot.runtime import open_memory
+from app.runtime import open_memory
+from app.settings import Settings
 from memory.manager import MemoryManager
+from memory.scope import Scope
 
 DEFAULT_TENANT = "local"
+
+
+def tenant_scope(args: argparse.Namespace, thread: str = "") -> Scope:
+    """The scope of a command run by the operator on the server: the tenant (and a thread)."""
+    return Scope(args.tenant, thread)
 
 
 def add_tenant(parser: argparse.ArgumentParser) -> None:

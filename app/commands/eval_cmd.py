@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bot.config import Settings
-from bot.evaluation import run_scenario
-from bot.runtime import open_agent
+from app.evaluation import run_scenario
+from app.runtime import open_agent
+from app.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 
 from aiohttp import web
 
 from adapters.web import build_web_app
-from bot.commands.common import stop_on_signals
-from bot.commands.discord_cmd import discord_token
-from bot.commands.slack_cmd import check_bot_token, slack_tokens
-from bot.config import ConfigError, Settings
-from bot.runtime import open_agent
-from bot.turns import TurnHandler
+from app.commands.common import stop_on_signals
+from app.commands.discord_cmd import TOKEN_WHY
+from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token
+from app.runtime import open_agent
+from app.settings import Settings
+from bot.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,34 +27,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    Settings.from_env()  # loads .env, where the tokens may live
+    settings = Settings.from_env()
     return await serve(
-        use_slack=bool(os.environ.get("SLACK_APP_TOKEN")),
-        use_discord=bool(os.environ.get("DISCORD_TOKEN")),
-        port=int(os.environ["PORT"]) if os.environ.get("PORT") else None,
+        settings,
+        use_slack=bool(settings.slack_app_token),
+        use_discord=bool(settings.discord_token),
+        port=settings.port,
     )
 
 
-async def serve(use_slack: bool, use_discord: bool, port: int | None) -> int:
+async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: int | None) -> int:
     """Slack Socket Mode and/or Discord on one agent; /healthz on `port` if given.
     (`arxivscout slack --socket` is this with Slack alone.)"""
-    settings = Settings.from_env()
     if not (use_slack or use_discord):
         raise ConfigError(
             "The worker serves Discord (set DISCORD_TOKEN) and/or Slack Socket Mode (set "
             "SLACK_APP_TOKEN and SLACK_BOT_TOKEN); neither is set."
         )
-    api_url = os.environ.get("SLACK_API_URL") or None
     if use_slack:  # every token is checked before anything slow starts
-        bot_token, _, app_token = slack_tokens(socket=True)
-        await check_bot_token(bot_token, api_url)
-    token = discord_token() if use_discord else ""
+        bot_token = settings.require("slack_bot_token", BOT_TOKEN_WHY, prefix="xoxb-")
+        app_token = settings.require(
+            "slack_app_token", "an app-level token with connections:write.", prefix="xapp-"
+        )
+        await check_bot_token(bot_token, settings.slack_api_url)
+    token = settings.require("discord_token", TOKEN_WHY) if use_discord else ""
     runtime = await open_agent(settings)
-    handler = TurnHandler(runtime)
+    handler = runtime.turns()
     cleanup = [runtime.close]
     try:
         if port is not None:
-            runner = web.AppRunner(build_web_app(runtime.memory.redis))
+            runner = web.AppRunner(build_web_app(runtime.memory))
             await runner.setup()
             await web.TCPSite(runner, "0.0.0.0", port).start()
             cleanup.insert(0, runner.cleanup)
@@ -65,7 +66,7 @@ async def serve(use_slack: bool, use_discord: bool, port: int | None) -> int:
 
             from adapters.slack import SlackAdapter
 
-            slack = SlackAdapter(handler, runtime.memory.redis, bot_token, api_url=api_url)
+            slack = SlackAdapter(handler, bot_token, api_url=settings.slack_api_url)
             await slack.check_token()
             socket = AsyncSocketModeHandler(slack.app, app_token)
             await socket.connect_async()
@@ -74,7 +75,7 @@ async def serve(use_slack: bool, use_discord: bool, port: int | None) -> int:
         if use_discord:
             from adapters.discord import DiscordAdapter
 
-            discord_adapter = DiscordAdapter(handler, runtime.memory.redis)
+            discord_adapter = DiscordAdapter(handler)
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:

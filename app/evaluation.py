@@ -6,8 +6,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from app.runtime import AgentRuntime
 from bot.agent import TurnResult
-from bot.runtime import AgentRuntime
+from memory.scope import Scope
 
 MEMGPT_ID = "2310.08560"
 FIRST_QUESTION = "Can you get me the paper MemGPT"
@@ -17,33 +18,33 @@ FIRST_QUESTION = "Can you get me the paper MemGPT"
 class Check:
     question: str
     expectation: str
-    passed: Callable[[AgentRuntime, str, str, TurnResult], Awaitable[bool]]
+    passed: Callable[[AgentRuntime, Scope, TurnResult], Awaitable[bool]]
 
 
 def _called(result: TurnResult, name: str) -> bool:
     return any(step.name == name and step.status == "success" for step in result.steps)
 
 
-async def _found(runtime, tenant, thread, result) -> bool:
+async def _found(runtime, scope, result) -> bool:
     return _called(result, "arxiv_search_candidates") and "memgpt" in result.answer.lower()
 
 
-async def _saved(runtime, tenant, thread, result) -> bool:
+async def _saved(runtime, scope, result) -> bool:
     return _called(result, "fetch_and_save_paper_to_kb") and (
-        await runtime.memory.knowledge_base.chunk_count(tenant, MEMGPT_ID) > 0
+        await runtime.memory.knowledge_base.chunk_count(scope, MEMGPT_ID) > 0
     )
 
 
-async def _from_memory(runtime, tenant, thread, result) -> bool:
+async def _from_memory(runtime, scope, result) -> bool:
     return not result.steps and result.stop_reason == "final" and len(result.answer) > 40
 
 
-async def _summarized(runtime, tenant, thread, result) -> bool:
-    messages = await runtime.memory.conversation.all(tenant, thread)
+async def _summarized(runtime, scope, result) -> bool:
+    messages = await runtime.memory.conversation.all(scope)
     return _called(result, "summarize_and_store") and all(m.summary_id for m in messages[:-1])
 
 
-async def _expanded(runtime, tenant, thread, result) -> bool:
+async def _expanded(runtime, scope, result) -> bool:
     return _called(result, "expand_summary") and "memgpt" in result.answer.lower()
 
 
@@ -63,13 +64,15 @@ SCENARIO = [
 
 
 async def run_scenario(runtime: AgentRuntime, tenant: str, report: Callable[[str], None]) -> bool:
-    thread = f"eval-{uuid.uuid4().hex[:8]}"
-    report(f"Five-call session in thread {thread} (tenant {tenant}), model {runtime.llm.model}")
+    scope = Scope.local(f"eval-{uuid.uuid4().hex[:8]}", tenant)
+    report(
+        f"Five-call session in thread {scope.thread} (tenant {tenant}), model {runtime.llm.model}"
+    )
     all_passed = True
     for number, check in enumerate(SCENARIO, 1):
-        result = await runtime.agent.run_turn(tenant, thread, check.question)
+        result = await runtime.agent.run_turn(scope, check.question)
         await runtime.harness.drain()
-        passed = await check.passed(runtime, tenant, thread, result)
+        passed = await check.passed(runtime, scope, result)
         all_passed &= passed
         tools = ", ".join(s.name for s in result.steps) or "no tool"
         report(f"{'PASS' if passed else 'FAIL'} {number}. {check.question!r}: {check.expectation}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bot.commands.common import add_tenant, memory_session
-from bot.config import Settings
+from app.commands.common import add_tenant, memory_session, tenant_scope
+from app.runtime import arxiv_source
+from app.settings import Settings
 from memory.tokens import encoding_for
 
 
@@ -24,15 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from memory.ingest.arxiv_source import ArxivSource
     from memory.ingest.pipeline import ingest
 
     settings = Settings.from_env()
-    arxiv = ArxivSource(settings.arxiv_api_url, delay_seconds=settings.arxiv_delay_seconds)
+    arxiv = arxiv_source(settings)
     async with memory_session(settings) as memory:
         report = await ingest(
             args.sources,
-            args.tenant,
+            tenant_scope(args),
             memory.knowledge_base,
             memory.embedder,
             encoding_for(settings.openai_model),

@@ -6,10 +6,10 @@ import argparse
 import uuid
 
 from adapters.terminal import TerminalChat
-from bot.commands.common import add_tenant
-from bot.config import Settings
-from bot.runtime import open_agent
-from bot.turns import TurnHandler
+from app.commands.common import add_tenant
+from app.runtime import open_agent
+from app.settings import Settings
+from memory.scope import Scope
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ async def run_chat(args: argparse.Namespace) -> int:
     runtime = await open_agent(Settings.from_env())
     try:
         thread = args.thread or f"cli:{uuid.uuid4().hex[:8]}"
-        return await TerminalChat(TurnHandler(runtime), args.tenant, thread).run()
+        return await TerminalChat(runtime.turns(), Scope.local(thread, args.tenant)).run()
     finally:
         await runtime.close()
 
@@ -37,9 +37,7 @@ async def run_chat(args: argparse.Namespace) -> int:
 async def run_ask(args: argparse.Namespace) -> int:
     runtime = await open_agent(Settings.from_env())
     try:
-        reply = await TurnHandler(runtime).handle(
-            args.tenant, args.thread, "terminal", args.question
-        )
+        reply = await runtime.turns().handle(Scope.local(args.thread, args.tenant), args.question)
         print(reply.text)
         return 0 if reply.result is None or reply.result.stop_reason == "final" else 1
     finally:

@@ -7,7 +7,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from bot.commands import (
+from app.commands import (
     chat_cmd,
     context_cmd,
     discord_cmd,
@@ -18,7 +18,21 @@ from bot.commands import (
     slack_cmd,
     worker_cmd,
 )
-from bot.errors import USER_ERRORS
+from bot.errors import ConfigError
+from memory.connection import RedisCapabilityError
+from memory.embeddings import EmbeddingError
+from memory.keys import InvalidName
+from memory.redis_server import EmbeddedRedisError
+from memory.stores.base import IndexModelMismatch
+from memory.stores.conversation import InvalidMessage
+from memory.stores.summary import UnknownSummary
+from memory.stores.tool_log import UnknownToolLog
+
+# The errors a user can cause or meet: printed as one line instead of a trace.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
+    InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
+)  # fmt: skip
 
 COMMANDS = [
     chat_cmd,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from aiohttp import web
 from slack_sdk.errors import SlackApiError
@@ -11,10 +10,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
-from bot.commands.common import stop_on_signals
-from bot.config import ConfigError, Settings
-from bot.runtime import open_agent
-from bot.turns import TurnHandler
+from app.commands.common import stop_on_signals
+from app.runtime import open_agent
+from app.settings import Settings
+from bot.errors import ConfigError
+
+BOT_TOKEN_WHY = "the bot token from OAuth & Permissions."
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,34 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--socket", action="store_true", help="use Socket Mode (needs SLACK_APP_TOKEN)"
     )
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "3000")),
+    parser.add_argument("--port", type=int, default=None,
                         help="HTTP port for /slack/events and /healthz (default: $PORT or 3000)")  # fmt: skip
     parser.set_defaults(handler=run)
-
-
-def require(name: str, prefix: str, why: str) -> str:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        raise ConfigError(f"{name} is not set: {why}")
-    if prefix and not value.startswith(prefix):
-        raise ConfigError(f"{name} should start with '{prefix}' (got '{value[:5]}…'): {why}")
-    return value
-
-
-def slack_tokens(socket: bool) -> tuple[str, str | None, str | None]:
-    """(bot token, signing secret, app token), each checked and named when missing."""
-    bot = require("SLACK_BOT_TOKEN", "xoxb-", "the bot token from OAuth & Permissions.")
-    if socket:
-        return (
-            bot,
-            None,
-            require("SLACK_APP_TOKEN", "xapp-", "an app-level token with connections:write."),
-        )
-    return (
-        bot,
-        require("SLACK_SIGNING_SECRET", "", "from Basic Information → App Credentials."),
-        None,
-    )
 
 
 async def check_bot_token(token: str, api_url: str | None) -> dict:
@@ -70,26 +46,25 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
 
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    port = args.port if args.port is not None else settings.port or 3000
     if args.socket:
-        from bot.commands.worker_cmd import serve
+        from app.commands.worker_cmd import serve
 
-        return await serve(use_slack=True, use_discord=False, port=args.port)
-    bot_token, signing_secret, _ = slack_tokens(socket=False)
-    api_url = os.environ.get("SLACK_API_URL") or None
-    identity = await check_bot_token(bot_token, api_url)  # before anything slow starts
+        return await serve(settings, use_slack=True, use_discord=False, port=port)
+    bot_token = settings.require("slack_bot_token", BOT_TOKEN_WHY, prefix="xoxb-")
+    secret = settings.require("slack_signing_secret", "from Basic Information → App Credentials.")
+    identity = await check_bot_token(bot_token, settings.slack_api_url)  # before anything slow
     runtime = await open_agent(settings)
     runner = None
     try:
-        adapter = SlackAdapter(
-            TurnHandler(runtime), runtime.memory.redis, bot_token, signing_secret, api_url
-        )
+        adapter = SlackAdapter(runtime.turns(), bot_token, secret, settings.slack_api_url)
         await adapter.check_token()
-        runner = web.AppRunner(build_web_app(runtime.memory.redis, adapter.app))
+        runner = web.AppRunner(build_web_app(runtime.memory, adapter.app))
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", args.port).start()
+        await web.TCPSite(runner, "0.0.0.0", port).start()
         print(
             f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} "
-            f"(HTTP mode on :{args.port}/slack/events)"
+            f"(HTTP mode on :{port}/slack/events)"
         )
         await stop_on_signals().wait()
         await adapter.close()

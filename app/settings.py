@@ -1,0 +1,124 @@
+"""All configuration, read once from the environment (and a `.env` file) into one typed object.
+
+Nothing below `app/` reads the environment: the wiring (`app/runtime.py`) hands each part the
+values it needs. A wrong value is a `ConfigError` that names the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from platformdirs import user_data_dir
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.errors import ConfigError
+
+DEFAULT_ARXIV_API_URL = "https://export.arxiv.org/api/query"
+
+
+def env(*names: str) -> AliasChoices:
+    """The variable(s) a field is read from; the field's own name works in code too."""
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    """Everything ArxivScout can be configured with, and its defaults (see the README)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", env_ignore_empty=True, populate_by_name=True,
+        frozen=True,
+    )  # fmt: skip
+
+    # memory
+    redis_url: str | None = Field(None, validation_alias=env("REDIS_URL", "redis_url"))
+    data_dir: Path = Field(
+        default_factory=lambda: Path(user_data_dir("arxivscout")),
+        validation_alias=env("ARXIVSCOUT_DATA_DIR", "data_dir"),
+    )
+    redis_server: str | None = Field(
+        None, validation_alias=env("ARXIVSCOUT_REDIS_SERVER", "redis_server")
+    )
+    redis_modules: str | None = Field(
+        None, validation_alias=env("ARXIVSCOUT_REDIS_MODULES", "redis_modules")
+    )
+    embeddings: Literal["local", "openai"] = Field(
+        "local", validation_alias=env("ARXIVSCOUT_EMBEDDINGS", "embeddings")
+    )
+    embedding_dims: int | None = Field(
+        None, validation_alias=env("ARXIVSCOUT_EMBEDDING_DIMS", "embedding_dims")
+    )
+    # the model
+    openai_api_key: str | None = Field(
+        None, validation_alias=env("OPENAI_API_KEY", "openai_api_key")
+    )
+    openai_base_url: str | None = Field(
+        None, validation_alias=env("OPENAI_BASE_URL", "openai_base_url")
+    )
+    openai_model: str = Field("gpt-5-mini", validation_alias=env("OPENAI_MODEL", "openai_model"))
+    openai_embedding_model: str = Field(
+        "text-embedding-3-small",
+        validation_alias=env("OPENAI_EMBEDDING_MODEL", "openai_embedding_model"),
+    )
+    llm_timeout_seconds: float = Field(
+        60.0, gt=0, validation_alias=env("ARXIVSCOUT_LLM_TIMEOUT", "llm_timeout_seconds")
+    )
+    turn_timeout_seconds: float = Field(
+        300.0, gt=0, validation_alias=env("ARXIVSCOUT_TURN_TIMEOUT", "turn_timeout_seconds")
+    )
+    context_window: int | None = Field(
+        None, gt=0, validation_alias=env("ARXIVSCOUT_CONTEXT_WINDOW", "context_window")
+    )
+    # arXiv
+    arxiv_api_url: str = Field(
+        DEFAULT_ARXIV_API_URL, validation_alias=env("ARXIV_API_URL", "arxiv_api_url")
+    )
+    arxiv_delay_seconds: float = Field(
+        3.0, ge=0, validation_alias=env("ARXIV_DELAY_SECONDS", "arxiv_delay_seconds")
+    )
+    # platforms
+    slack_bot_token: str | None = Field(
+        None, validation_alias=env("SLACK_BOT_TOKEN", "slack_bot_token")
+    )
+    slack_signing_secret: str | None = Field(
+        None, validation_alias=env("SLACK_SIGNING_SECRET", "slack_signing_secret")
+    )
+    slack_app_token: str | None = Field(
+        None, validation_alias=env("SLACK_APP_TOKEN", "slack_app_token")
+    )
+    slack_api_url: str | None = Field(None, validation_alias=env("SLACK_API_URL", "slack_api_url"))
+    discord_token: str | None = Field(None, validation_alias=env("DISCORD_TOKEN", "discord_token"))
+    port: int | None = Field(None, validation_alias=env("PORT", "port"))
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """The settings of this process; a bad value is a ConfigError naming its variable."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{_variable(error['loc'])}: {error['msg']} (got {error.get('input')!r})"
+                for error in exc.errors()
+            )
+            raise ConfigError(f"Invalid configuration: {problems}") from None
+
+    def require(self, field: str, why: str, prefix: str = "") -> str:
+        """A setting that this command needs, checked before anything slow starts."""
+        value = (getattr(self, field) or "").strip()
+        name = _variable((field,))
+        if not value:
+            raise ConfigError(f"{name} is not set: {why}")
+        if prefix and not value.startswith(prefix):
+            raise ConfigError(f"{name} should start with '{prefix}' (got '{value[:5]}…'): {why}")
+        return value
+
+
+def _variable(location: tuple) -> str:
+    """The environment variable behind a field (its first alias)."""
+    field = str(location[0]) if location else ""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return field.upper()

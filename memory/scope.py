@@ -1,0 +1,80 @@
+"""Where a memory read or write happens: tenant, thread, channel, visibility and the person.
+
+An adapter builds one `Scope` per incoming message; every store takes it instead of loose
+strings, so the privacy rules live here, once. A place is public (a channel the whole team can
+read), private (a channel only its members can read) or a direct message (one person and the
+bot). What is said in a public place may be shown anywhere in the tenant; what is said in a
+private channel or a DM only where it was said. `audience` is the tag stored with each item and
+`can_see` the rule applied on every read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from memory.keys import validate_tenant, validate_thread
+
+PUBLIC = "public"
+
+
+class Visibility(StrEnum):
+    PUBLIC = "public"
+    PRIVATE = "private"
+    DM = "dm"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One place in one tenant, seen by one person; `thread` is empty for tenant-wide work."""
+
+    tenant: str
+    thread: str = ""
+    channel: str = ""
+    visibility: Visibility = Visibility.PUBLIC
+    user: str = ""
+    user_name: str = ""
+
+    def __post_init__(self) -> None:
+        validate_tenant(self.tenant)
+        if self.thread:
+            validate_thread(self.thread)
+        object.__setattr__(self, "visibility", Visibility(self.visibility))
+
+    @property
+    def audience(self) -> str:
+        """Who may see what is learned here: everyone (`public`), or this channel or DM only."""
+        if self.visibility is Visibility.PUBLIC:
+            return PUBLIC
+        return f"{self.visibility.value}:{self.channel or self.thread}"
+
+    @property
+    def audiences(self) -> tuple[str, ...]:
+        """Every audience whose memory may be shown here."""
+        own = self.audience
+        return (PUBLIC,) if own == PUBLIC else (PUBLIC, own)
+
+    def can_see(self, audience: str | None) -> bool:
+        """True when an item learned for `audience` may be shown in this place."""
+        return (audience or PUBLIC) in self.audiences
+
+    def in_thread(self, thread: str) -> Scope:
+        return replace(self, thread=thread)
+
+    @property
+    def speaker(self) -> str:
+        """The name the conversation shows for this person."""
+        return self.user_name or self.user or "user"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "visibility": self.visibility.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scope:
+        return cls(**data)
+
+    @classmethod
+    def local(cls, thread: str = "", tenant: str = "local", user: str = "local") -> Scope:
+        """The terminal: one person, talking in the open of their own tenant."""
+        return cls(tenant, thread, channel="terminal", user=user, user_name=user)

@@ -1,0 +1,197 @@
+"""Durable background tasks: a Redis stream read through a consumer group.
+
+Work that must happen after a reply (workflows, entities, later indexing and summaries) is
+added to the stream before the reply goes out, so a crash cannot lose it. Consumers read new
+entries with XREADGROUP; an entry stays in the group's pending list until XACK, and a live
+process takes over a dead consumer's entries with XAUTOCLAIM. Delivery is at least once, so
+handlers must be idempotent. Acknowledged entries are deleted at once (XACK + XDEL), which
+keeps the stream small and makes its length the number of unfinished tasks; this assumes one
+consumer group per stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import redis.asyncio as aredis
+from redis.exceptions import ResponseError
+
+DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    kind: str
+    payload: dict
+    deliveries: int = 1
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def default_consumer() -> str:
+    """Unique per process (and per instance): a restarted process must not inherit the
+    pending entries of its previous life under the same name, they are claimed instead."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class TaskStream:
+    """One stream of tasks, read by the consumer group `group` as `consumer`."""
+
+    def __init__(
+        self, redis: aredis.Redis, stream: str, group: str = "workers", consumer: str | None = None
+    ) -> None:
+        self.redis = redis
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer or default_consumer()
+        self.dead_stream = f"{stream}:dead"
+
+    async def ensure_group(self) -> None:
+        """Create the group (and the stream) if missing; from id 0, so tasks added before the
+        group existed are delivered too."""
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def add(self, kind: str, payload: dict) -> str:
+        """Queue a task; durable (as far as Redis persists) once this returns. Never trimmed."""
+        fields = {"kind": kind, "payload": json.dumps(payload, separators=(",", ":"))}
+        return _text(await self.redis.xadd(self.stream, fields))
+
+    async def read(self, count: int, block_ms: int) -> list[Task]:
+        """New entries for this consumer, waiting up to `block_ms` for some to arrive."""
+        reply = await self._recreating_group(
+            partial(
+                self.redis.xreadgroup,
+                self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms,
+            )
+        )  # fmt: skip
+        return [task for entries in _streams(reply) for task in _tasks(entries)]
+
+    async def claim_stale(self, min_idle_ms: int, count: int) -> list[Task]:
+        """Take over up to `count` entries delivered at least `min_idle_ms` ago and not acked
+        (their consumer died, or their handler failed), with their delivery counts."""
+        claimed: list[Task] = []
+        cursor = "0-0"
+        while len(claimed) < count:
+            reply = await self._recreating_group(
+                partial(
+                    self.redis.xautoclaim, self.stream, self.group, self.consumer, min_idle_ms,
+                    start_id=cursor, count=count - len(claimed),
+                )
+            )  # fmt: skip
+            if not reply:
+                break
+            # Entries deleted meanwhile come back as nil (Redis 6.2) or in reply[2] (7+): skip.
+            claimed += _tasks(reply[1])
+            cursor = _text(reply[0])
+            if cursor == "0-0":
+                break
+        if not claimed:
+            return []
+        counts = await self._delivery_counts([t.id for t in claimed], self.consumer)
+        return [Task(t.id, t.kind, t.payload, counts.get(t.id, t.deliveries)) for t in claimed]
+
+    async def ack(self, tasks: Iterable[Task]) -> None:
+        """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""
+        ids = [t.id for t in tasks]
+        if not ids:
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(self.stream, self.group, *ids)
+            pipe.xdel(self.stream, *ids)
+            await pipe.execute()
+
+    async def pending_count(self) -> int:
+        """Tasks not yet acknowledged, delivered or not (the stream's length, see above)."""
+        return int(await self.redis.xlen(self.stream))
+
+    async def deliveries(self, task_id: str) -> int:
+        """How many times the task was delivered; 0 if it is not pending."""
+        counts = await self._delivery_counts([task_id], consumer=None)
+        return counts.get(task_id, 0)
+
+    async def dead_letter(self, task: Task, error: str) -> None:
+        """Give up on a task: copy it with its error to `<stream>:dead`, then ack it."""
+        fields = {
+            "id": task.id,
+            "kind": task.kind,
+            "payload": json.dumps(task.payload, separators=(",", ":")),
+            "deliveries": str(task.deliveries),
+            "error": error,
+            "consumer": self.consumer,
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.dead_stream, fields, maxlen=DEAD_MAXLEN, approximate=True)
+            pipe.xack(self.stream, self.group, task.id)
+            pipe.xdel(self.stream, task.id)
+            await pipe.execute()
+
+    async def _delivery_counts(self, ids: list[str], consumer: str | None) -> dict[str, int]:
+        """XPENDING (extended form) per id, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.xpending_range(
+                    self.stream, self.group, min=task_id, max=task_id, count=1,
+                    consumername=consumer,
+                )  # fmt: skip
+            replies = await pipe.execute()
+        return {
+            _text(row["message_id"]): int(row["times_delivered"])
+            for rows in replies
+            for row in rows
+        }
+
+    async def _recreating_group(self, command: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a group command; if the stream or group vanished (flushed, deleted), recreate
+        the group and try once more."""
+        try:
+            return await command()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        await self.ensure_group()
+        return await command()
+
+
+def _streams(reply: Any) -> list[Any]:
+    """XREADGROUP's entries per stream, whichever shape the client returns (list or dict)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(reply.values())
+    return [entries for _name, entries in reply]
+
+
+def _tasks(entries: Any) -> list[Task]:
+    tasks = []
+    for entry in entries or []:
+        if entry is None or entry[0] is None or not entry[1]:
+            continue  # an entry deleted while pending
+        tasks.append(_task(_text(entry[0]), {_text(k): v for k, v in entry[1].items()}))
+    return tasks
+
+
+def _task(task_id: str, fields: dict[str, Any]) -> Task:
+    """A malformed entry (not written by `add`) becomes a task of kind "invalid", which no
+    handler takes: it fails, and is dead-lettered, instead of wedging the consumer."""
+    kind = _text(fields.get("kind", ""))
+    try:
+        payload = json.loads(fields["payload"])
+        if isinstance(payload, dict) and kind:
+            return Task(task_id, kind, payload)
+    except (KeyError, ValueError):
+        pass
+    return Task(task_id, "invalid", {_text(k): _text(v) for k, v in fields.items()})
