@@ -15,7 +15,9 @@ from bot.harness import ARTIFACTS, Harness
 from bot.llm import LLMClient, RetryPolicy, openai_client
 from bot.tools import toolbox
 from bot.turns import TurnHandler
+from bot.upkeep import Upkeep
 from memory.connection import connect
+from memory.context import ContextLimits
 from memory.embeddings import CachedEmbedder, LocalEmbedder, OpenAIEmbedder
 from memory.ingest.arxiv_source import ArxivSource
 from memory.keys import task_stream
@@ -101,15 +103,14 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
     try:
         await memory.toolbox.register([tool.record() for tool in toolbox])
         consolidator = Consolidator(memory, llm)
-        background = BackgroundWork(
-            TaskStream(memory.redis, task_stream()),
-            {ARTIFACTS: lambda tasks: harness.write_artifacts(tasks)},
-        )
+        background = BackgroundWork(TaskStream(memory.redis, task_stream()))
+        upkeep = Upkeep(memory, consolidator, background, ContextLimits(settings.memory_tokens))
         harness = Harness(
             memory, llm, toolbox, consolidator, arxiv_source(settings),
-            encoding_for(settings.openai_model), background,
+            encoding_for(settings.openai_model), background, upkeep,
             window=window or settings.context_window,
         )  # fmt: skip
+        background.handle({**upkeep.handlers(), ARTIFACTS: harness.write_artifacts})
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
     except BaseException:
         await memory.close()

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
+from memory.context import DEFAULT_MEMORY_TOKENS
 
 DEFAULT_ARXIV_API_URL = "https://export.arxiv.org/api/query"
 
@@ -67,6 +68,10 @@ class Settings(BaseSettings):
     turn_timeout_seconds: float = Field(
         300.0, gt=0, validation_alias=env("ARXIVSCOUT_TURN_TIMEOUT", "turn_timeout_seconds")
     )
+    memory_tokens: int = Field(
+        DEFAULT_MEMORY_TOKENS, ge=200,
+        validation_alias=env("ARXIVSCOUT_MEMORY_TOKENS", "memory_tokens"),
+    )  # fmt: skip
     context_window: int | None = Field(
         None, gt=0, validation_alias=env("ARXIVSCOUT_CONTEXT_WINDOW", "context_window")
     )

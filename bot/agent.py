@@ -72,7 +72,7 @@ class Agent:
             if message["role"] == "tool":
                 sources += sources_from_text(message["content"])
         answer = add_citations(answer, sources)
-        await self.harness.after(scope, question, steps, answer, stop_reason=reason)
+        await self.harness.after(scope, prepared, steps, answer, stop_reason=reason)
         return TurnResult(answer, reason, state["iterations"], steps, prepared.tool_names)
 
     async def _loop(self, scope, prepared, steps, state, on_event, on_delta):

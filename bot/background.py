@@ -35,7 +35,7 @@ class BackgroundWork:
     def __init__(
         self,
         stream: TaskStream,
-        handlers: Mapping[str, Handler],
+        handlers: Mapping[str, Handler] | None = None,
         *,
         workers: int = 4,
         max_wait: float = 10.0,
@@ -45,7 +45,7 @@ class BackgroundWork:
         block_ms: int = 1_000,
     ) -> None:
         self.stream = stream
-        self.handlers = dict(handlers)
+        self.handlers: dict[str, Handler] = dict(handlers or {})
         self.workers = workers
         self.max_wait = max_wait
         self.batch = batch
@@ -83,6 +83,10 @@ class BackgroundWork:
         task_id = await self.stream.add(kind, payload)
         self.start()
         return task_id
+
+    def handle(self, handlers: Mapping[str, Handler]) -> None:
+        """Add handlers (for parts built after this, which queue their tasks through it)."""
+        self.handlers.update(handlers)
 
     def start(self) -> None:
         """Start the consumer loop, if it is not running (needs a running event loop)."""

@@ -2,23 +2,47 @@
 
 `summarize_and_store` asks the model for a durable note; `compact` is the harness's forced,
 deterministic variant (no model call, so it cannot fail when the context is too full to send).
-Both store a summary first and then mark exactly the messages they read: a message arriving
-meanwhile stays unsummarized, and a failure never leaves messages marked with no summary.
+
+Rolling summaries keep a thread's recent window (its unsummarized messages) short: `roll`, run
+in the background after turns, summarizes the oldest unsummarized messages once they render past
+a target, leaving the newest that fit half of it, and merges the oldest summaries into one
+higher-level summary when they pile up. `ensure_window` is the foreground guard for when the
+background falls behind: a deterministic compaction, no model call.
+
+Every writer holds the thread's summary lock, stores a summary first and then marks exactly the
+messages it read (the first n unsummarized ones: a compare-and-set that keeps the summarized
+messages a prefix). A message arriving meanwhile stays unsummarized, and a failure never leaves
+messages marked with no summary, so every message is always either unsummarized or covered by
+exactly one top-level summary.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-from bot.llm import LLMClient
+from bot.llm import LLMClient, LLMError
 from memory.manager import MemoryManager
 from memory.scope import Scope
-from memory.stores.conversation import Message
+from memory.stores.conversation import MarkConflict, Message, message_tokens
 from memory.stores.summary import Summary
+from memory.tokens import count_tokens, encoding_for
+
+log = logging.getLogger(__name__)
 
 LOCK_SECONDS = 120
+LOCK_POLL_SECONDS = 0.05
+ENSURE_WAIT_SECONDS = 1.0  # how long ensure_window waits for a background summary
 COMPACT_CHARS_PER_MESSAGE = 300
+MAX_TOP_SUMMARIES = 8  # beyond this many top-level summaries, roll merges the oldest
+MODEL_TOKENS_PER_REQUEST = 24_000
+REQUEST_OVERHEAD_TOKENS = 16  # chat framing of the two messages of a summary request
+MIN_CHUNK_TOKENS = 64
 
 SUMMARY_INSTRUCTIONS = """\
 You consolidate a research assistant's conversation into a durable memory note.
@@ -29,6 +53,15 @@ Write JSON with two keys:
   tone and preferences. Keep every arXiv id and the user's own questions.
 Answer with the JSON object only."""
 
+# A request over notes instead of messages (chunks of a long batch, or summaries to merge) is
+# sent with the same instructions, the notes introduced by this line.
+PARTS_HEADER = (
+    "The conversation is given as notes on its consecutive parts, oldest first. "
+    "Combine them into one note.\n\n"
+)
+
+Note = tuple[str, str]  # (description, text)
+
 
 class SummaryInProgress(RuntimeError):
     """Another summary of the same thread is being written."""
@@ -38,50 +71,185 @@ def transcript(messages: list[Message]) -> str:
     return "\n".join(f"[{m.role}] {m.content}" for m in messages)
 
 
+def compact_note(messages: list[Message]) -> Note:
+    """The deterministic note: where and how it started, and each message cut short."""
+    start = time.strftime("%Y-%m-%d %H:%M", time.localtime(messages[0].timestamp))
+    first_question = next((m.content for m in messages if m.role == "user"), "")
+    description = f"Compacted {len(messages)} messages from {start}: {first_question}"
+    lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in messages]
+    return " ".join(description.split()[:16]), "\n".join(lines)
+
+
+def merged_note(children: list[Summary]) -> Note:
+    """The deterministic note of merged summaries: their descriptions."""
+    description = f"{len(children)} earlier summaries: " + "; ".join(
+        c.description for c in children
+    )
+    text = "\n".join(f"[Summary ID: {c.id}] {c.description}" for c in children)
+    return " ".join(description.split()[:24]), text
+
+
+def parse_note(data: Any) -> Note:
+    """The model's JSON answer as a note; ValueError when it is not one."""
+    if not isinstance(data, dict) or not str(data.get("summary", "")).strip():
+        raise ValueError("the model's summary was not a JSON object with a 'summary'")
+    summary = str(data["summary"]).strip()
+    description = " ".join(str(data.get("description") or summary).split()[:12])
+    return description, summary
+
+
+def newest_within(costs: list[int], budget: int) -> int:
+    """How many of the newest items (by their token `costs`) fit in `budget` together."""
+    kept, total = 0, 0
+    for cost in reversed(costs):
+        if total + cost > budget:
+            break
+        total, kept = total + cost, kept + 1
+    return kept
+
+
 class Consolidator:
     def __init__(self, memory: MemoryManager, llm: LLMClient | None) -> None:
         self.memory = memory
         self.llm = llm
 
+    # -- the lock and the commit -----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, scope: Scope, wait: float = 0.0) -> AsyncIterator[Callable]:
+        """Hold the thread's summary lock (waiting up to `wait` seconds for it, else
+        `SummaryInProgress`); yields a coroutine function that renews it."""
+        conversation, token = self.memory.conversation, uuid.uuid4().hex
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while not await conversation.claim_summarizing(scope, token, LOCK_SECONDS):
+            if loop.time() >= deadline:
+                raise SummaryInProgress("A summary of this thread is already being written.")
+            await asyncio.sleep(LOCK_POLL_SECONDS)
+
+        async def renew() -> None:
+            if not await conversation.renew_summarizing(scope, token, LOCK_SECONDS):
+                log.warning("summary lock of %s lost; the marking still checks", scope.thread)
+
+        try:
+            yield renew
+        finally:
+            await conversation.release_summarizing(scope, token)
+
+    async def _commit(
+        self, scope: Scope, first: int, raw: list[str], messages: list[Message], note: Note
+    ) -> Summary:
+        """Store a summary of `messages` (read as `raw` from index `first`), then mark them;
+        if the marking fails, the summary is deleted again."""
+        description, text = note
+        summary = Summary(scope.thread, description, text, [m.id for m in messages])
+        await self.memory.summaries.save(scope, summary)
+        try:
+            await self.memory.conversation.mark_summarized(scope, first, raw, summary.id)
+        except MarkConflict:  # nothing was marked
+            await self.memory.summaries.delete(scope, summary)
+            raise
+        except BaseException:  # cancelled, or the reply lost: the marking may have happened
+            await asyncio.shield(self._undo_unless_marked(scope, summary, first))
+            raise
+        return summary
+
+    async def _undo_unless_marked(self, scope: Scope, summary: Summary, first: int) -> None:
+        try:
+            if await self.memory.conversation.summary_id_at(scope, first) != summary.id:
+                await self.memory.summaries.delete(scope, summary)
+        except Exception:
+            log.exception("could not check whether summary %s marked its messages", summary.id)
+
     async def _store(self, scope: Scope, make_note) -> Summary | None:
         """Snapshot the unsummarized messages, store the note `make_note` writes, mark them."""
-        conversation, token = self.memory.conversation, uuid.uuid4().hex
-        if not await conversation.claim_summarizing(scope, token, LOCK_SECONDS):
-            raise SummaryInProgress("A summary of this thread is already being written.")
-        try:
-            first, raw = await conversation.unsummarized_snapshot(scope)
+        async with self._lock(scope):
+            first, raw = await self.memory.conversation.unsummarized_snapshot(scope)
             if not raw:
                 return None
             messages = [Message.from_json(r) for r in raw]
-            description, text = await make_note(messages)
-            summary = Summary(scope.thread, description, text, [m.id for m in messages])
-            await self.memory.summaries.save(scope, summary)
-            try:
-                await conversation.mark_summarized(scope, first, raw, summary.id)
-            except Exception:
-                await self.memory.summaries.delete(scope, summary)
-                raise
-            return summary
-        finally:
-            await conversation.release_summarizing(scope, token)
+            return await self._commit(scope, first, raw, messages, await make_note(messages))
+
+    # -- the model's notes -------------------------------------------------------------------------
+
+    async def _ask(self, content: str, renew: Callable[[], Awaitable[None]] | None) -> Note:
+        if renew is not None:
+            await renew()
+        data = await self.llm.complete_json(
+            [
+                {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+                {"role": "user", "content": content},
+            ]
+        )
+        return parse_note(data)
+
+    def _budget(self, limit: int) -> int:
+        """Tokens of the transcript in a request of at most `limit` tokens."""
+        fixed = count_tokens(SUMMARY_INSTRUCTIONS, self.memory.model) + REQUEST_OVERHEAD_TOKENS
+        return max(limit - fixed, MIN_CHUNK_TOKENS)
+
+    def _cut(self, item: str, tokens: int) -> str:
+        """`item` shortened to about `tokens` tokens (no cut when it fits)."""
+        model = self.memory.model
+        if count_tokens(item, model) <= tokens:
+            return item
+        encoding = encoding_for(model)
+        ids = encoding.encode(item, disallowed_special=())
+        return encoding.decode(ids[: max(tokens - 8, 1)]) + " [...]"
+
+    def _chunks(self, items: list[str], budget: int) -> list[list[str]]:
+        """Consecutive items in groups whose lines (joined by newlines) fit `budget` tokens.
+        Each item starts with '[', so its tokens with its newline add up exactly."""
+        model = self.memory.model
+        chunks: list[list[str]] = [[]]
+        used = 0
+        for item in items:
+            item = self._cut(item, budget - 1)
+            cost = count_tokens(item + "\n", model)
+            if chunks[-1] and used + cost > budget:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(item)
+            used += cost
+        return chunks
+
+    async def _model_note(
+        self,
+        items: list[str],
+        limit: int,
+        renew: Callable[[], Awaitable[None]] | None = None,
+        parts: bool = False,
+    ) -> Note:
+        """A model-written note over transcript lines (`parts`: over notes), in requests of at
+        most `limit` tokens: a longer input is written in chunks that fit, whose notes are
+        then combined by one more request."""
+        header = PARTS_HEADER if parts else ""
+        parts_budget = max(
+            self._budget(limit) - count_tokens(PARTS_HEADER, self.memory.model), MIN_CHUNK_TOKENS
+        )
+        chunks = self._chunks(items, parts_budget if parts else self._budget(limit))
+        if len(chunks) == 1:
+            return await self._ask(header + "\n".join(chunks[0]), renew)
+        notes = []
+        for chunk in chunks:
+            notes.append(await self._ask(header + "\n".join(chunk), renew))
+        share = max(parts_budget // len(notes) - 1, 1)
+        lines = [
+            self._cut(f"[Part {i}] {description}\n{text}", share)
+            for i, (description, text) in enumerate(notes, 1)
+        ]
+        return await self._ask(PARTS_HEADER + "\n".join(lines), renew)
+
+    # -- the agent's tool, forced compaction, expansion ---------------------------------------------
 
     async def summarize_and_store(self, scope: Scope) -> str:
         """The agent's tool: an LLM-written note for every unsummarized message of the thread."""
         if self.llm is None:
             raise RuntimeError("No model is configured to write summaries.")
 
-        async def note(messages: list[Message]) -> tuple[str, str]:
-            data = await self.llm.complete_json(
-                [
-                    {"role": "system", "content": SUMMARY_INSTRUCTIONS},
-                    {"role": "user", "content": transcript(messages)},
-                ]
-            )
-            if not isinstance(data, dict) or not str(data.get("summary", "")).strip():
-                raise ValueError("the model's summary was not a JSON object with a 'summary'")
-            summary = str(data["summary"]).strip()
-            description = " ".join(str(data.get("description") or summary).split()[:12])
-            return description, summary
+        async def note(messages: list[Message]) -> Note:
+            lines = [f"[{m.role}] {m.content}" for m in messages]
+            return await self._model_note(lines, MODEL_TOKENS_PER_REQUEST)
 
         summary = await self._store(scope, note)
         if summary is None:
@@ -94,12 +262,8 @@ class Consolidator:
     async def compact(self, scope: Scope) -> Summary | None:
         """Forced compaction: an extractive note, written without the model."""
 
-        async def note(messages: list[Message]) -> tuple[str, str]:
-            start = time.strftime("%Y-%m-%d %H:%M", time.localtime(messages[0].timestamp))
-            first_question = next((m.content for m in messages if m.role == "user"), "")
-            description = f"Compacted {len(messages)} messages from {start}: {first_question}"
-            lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in messages]
-            return " ".join(description.split()[:16]), "\n".join(lines)
+        async def note(messages: list[Message]) -> Note:
+            return compact_note(messages)
 
         return await self._store(scope, note)
 
@@ -114,3 +278,114 @@ class Consolidator:
             f"Original messages ({len(messages)}), oldest first:\n{transcript(messages)}\n\n"
             f"Summary:\n{summary.text}"
         )
+
+    # -- rolling summaries ----------------------------------------------------------------------
+
+    async def roll(
+        self,
+        scope: Scope,
+        target_tokens: int,
+        model_tokens_per_request: int = MODEL_TOKENS_PER_REQUEST,
+    ) -> list[Summary]:
+        """Keep the thread's recent window short; returns the summaries it wrote.
+
+        When the unsummarized messages render past `target_tokens`, the oldest are summarized
+        (by the model when there is one), leaving the newest that fit `target_tokens // 2`.
+        Then, when the thread has more than MAX_TOP_SUMMARIES top-level summaries, the oldest
+        are merged into one higher-level summary. A failed model call (LLMError, or an answer
+        that is no note) raises, nothing marked, so the background task is retried, unless the
+        backlog is past twice the target: then the note is the deterministic one.
+        `SummaryInProgress` when another summary of the thread is being written. Idempotent."""
+        if target_tokens <= 0:
+            raise ValueError("target_tokens must be positive")
+        written: list[Summary] = []
+        async with self._lock(scope) as renew:
+            summary = await self._roll_window(scope, target_tokens, model_tokens_per_request, renew)
+            if summary is not None:
+                written.append(summary)
+            merged = await self._merge_summaries(scope, model_tokens_per_request, renew)
+            if merged is not None:
+                written.append(merged)
+        return written
+
+    async def _roll_window(
+        self, scope: Scope, target: int, limit: int, renew: Callable[[], Awaitable[None]]
+    ) -> Summary | None:
+        first, raw = await self.memory.conversation.unsummarized_snapshot(scope)
+        messages = [Message.from_json(r) for r in raw]
+        costs = message_tokens(messages, self.memory.model)
+        backlog = sum(costs)
+        if backlog <= target:
+            return None
+        n = len(messages) - newest_within(costs, target // 2)
+        batch = messages[:n]
+        if self.llm is None:
+            note = compact_note(batch)
+        else:
+            try:
+                note = await self._model_note(
+                    [f"[{m.role}] {m.content}" for m in batch], limit, renew
+                )
+            except (LLMError, ValueError) as exc:
+                if backlog <= 2 * target:
+                    raise
+                log.warning("rolling summary of %s: the model failed (%s); compacting instead",
+                            scope.thread, exc)  # fmt: skip
+                note = compact_note(batch)
+        return await self._commit(scope, first, raw[:n], batch, note)
+
+    async def _merge_summaries(
+        self, scope: Scope, limit: int, renew: Callable[[], Awaitable[None]]
+    ) -> Summary | None:
+        """Merge the oldest top-level summaries into one when there are too many, so that
+        MAX_TOP_SUMMARIES // 2 remain."""
+        summaries = await self.memory.summaries.for_thread(scope)
+        if len(summaries) <= MAX_TOP_SUMMARIES:
+            return None
+        children = summaries[: len(summaries) - MAX_TOP_SUMMARIES // 2 + 1]
+        if self.llm is None:
+            note = merged_note(children)
+        else:
+            items = [f"[Summary ID: {c.id}] {c.description}\n{c.text}" for c in children]
+            try:
+                note = await self._model_note(items, limit, renew, parts=True)
+            except (LLMError, ValueError) as exc:
+                if len(summaries) <= 2 * MAX_TOP_SUMMARIES:
+                    raise
+                log.warning("merging summaries of %s: the model failed (%s); listing instead",
+                            scope.thread, exc)  # fmt: skip
+                note = merged_note(children)
+        description, text = note
+        merged = Summary(
+            scope.thread, description, text,
+            [message_id for child in children for message_id in child.message_ids],
+            level=max(child.level for child in children) + 1,
+        )  # fmt: skip
+        return await self.memory.summaries.merge(scope, merged, children)
+
+    async def ensure_window(self, scope: Scope, hard_cap_tokens: int) -> Summary | None:
+        """The foreground guard before a turn's context is assembled: when the unsummarized
+        messages render past `hard_cap_tokens`, compact the oldest deterministically (no model
+        call) so the rest fit `hard_cap_tokens // 2`. If a background summary holds the thread
+        (more than ENSURE_WAIT_SECONDS), or a concurrent writer got there first, it leaves the
+        window as it is (None) rather than fail the turn."""
+        model = self.memory.model
+        messages = await self.memory.conversation.unsummarized(scope)
+        if sum(message_tokens(messages, model)) <= hard_cap_tokens:
+            return None
+        try:
+            async with self._lock(scope, wait=ENSURE_WAIT_SECONDS):
+                first, raw = await self.memory.conversation.unsummarized_snapshot(scope)
+                messages = [Message.from_json(r) for r in raw]
+                costs = message_tokens(messages, model)
+                if sum(costs) <= hard_cap_tokens:  # the background caught up meanwhile
+                    return None
+                n = len(messages) - newest_within(costs, hard_cap_tokens // 2)
+                return await self._commit(
+                    scope, first, raw[:n], messages[:n], compact_note(messages[:n])
+                )
+        except SummaryInProgress:
+            log.info("window of %s not compacted: a summary is being written", scope.thread)
+        except MarkConflict as exc:
+            log.warning("window of %s not compacted: %s", scope.thread, exc)
+        return None

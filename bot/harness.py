@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -21,10 +21,12 @@ from bot.llm import LLMClient, ToolCall
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.toolbox import Toolbox, ToolResult
 from bot.tools import MEMORY_TOOLS, ToolContext
+from bot.upkeep import Upkeep
 from memory.context import AssembledContext, ContextLimits, assemble_context
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
 from memory.scope import Scope
+from memory.stores.conversation import Message
 from memory.stores.entity import Entity
 from memory.stores.tool_log import ToolLogEntry
 from memory.tokens import context_window, count_tokens
@@ -68,6 +70,7 @@ class Prepared:
     tool_names: list[str]
     usage_percent: float
     compacted: bool = False
+    question: Message | None = None  # the user's message, as stored
 
 
 @dataclass
@@ -81,7 +84,7 @@ class Step:
         return f"{self.name}({self.arguments}) -> {self.status}"
 
 
-ARTIFACTS = "artifacts"  # the background task kind that writes workflows and entities
+ARTIFACTS = "artifacts"  # the background task that writes a turn's workflow and entities
 
 
 @dataclass
@@ -93,8 +96,12 @@ class Harness:
     arxiv: ArxivSource
     encoding: Any
     background: BackgroundWork
+    upkeep: Upkeep
     window: int | None = None
-    limits: ContextLimits = field(default_factory=ContextLimits)
+
+    @property
+    def limits(self) -> ContextLimits:
+        return self.upkeep.limits
 
     def tool_context(self, scope: Scope) -> ToolContext:
         return ToolContext(scope, self.memory, self.arxiv, self.consolidator, self.encoding)
@@ -107,6 +114,11 @@ class Harness:
 
     async def _prepare(self, scope: Scope, question: str) -> Prepared:
         context = await assemble_context(self.memory, scope, question, self.limits)
+        if context.window_overflows(self.limits.window_cap):  # the background roll fell behind
+            await self.consolidator.ensure_window(scope, self.limits.window_cap)
+            context = await assemble_context(
+                self.memory, scope, question, self.limits, vector=context.vector
+            )
         usage = self.usage_percent(context)
         compacted = False
         if usage > COMPACT_THRESHOLD * 100:
@@ -117,14 +129,13 @@ class Harness:
             context = self._trim(context)
             usage = self.usage_percent(context)
         tool_names = await self.select_tools(scope, context)
-        await self.memory.conversation.append(scope, "user", question)
+        stored = await self.memory.conversation.append(scope, "user", question)
         messages = [
             {"role": "system", "content": AGENT_SYSTEM_PROMPT},
             {"role": "user", "content": context.render()},
         ]
-        return Prepared(
-            context, messages, self.toolbox.schemas(tool_names), tool_names, usage, compacted
-        )
+        schemas = self.toolbox.schemas(tool_names)
+        return Prepared(context, messages, schemas, tool_names, usage, compacted, stored)
 
     def usage_percent(self, context: AssembledContext) -> float:
         """Tokens the model will be sent (system prompt, question, segments) over its window."""
@@ -152,6 +163,8 @@ class Harness:
             "expand_summary": bool(context.summaries),
             "summarize_and_store": context.recent_messages >= 2,
             "read_tool_log": await self.memory.tool_logs.exists_in(scope),
+            # there is more said before than the context shows
+            "search_conversations": bool(context.episodes or context.summaries),
         }
         names += [n for n in MEMORY_TOOLS if needed[n] and n not in names and n in self.toolbox]
         return names
@@ -184,9 +197,17 @@ class Harness:
     # -- after the loop ------------------------------------------------------------------------
 
     async def after(
-        self, scope: Scope, question: str, steps: list[Step], answer: str, **meta: Any
+        self, scope: Scope, prepared: Prepared, steps: list[Step], answer: str, **meta: Any
     ) -> None:
-        await self.memory.conversation.append(scope, "assistant", answer, **meta)
+        """Store the answer; queue what the turn taught: its messages for episodic recall, a
+        rolling summary if the recent window grew past its share, the workflow and entities."""
+        answered = await self.memory.conversation.append(scope, "assistant", answer, **meta)
+        context, question = prepared.context, prepared.context.question
+        said = [m for m in (prepared.question, answered) if m is not None]
+        window = context.segment("Conversation").tokens + count_tokens(
+            f"{question}\n{answer}", self.memory.model
+        )
+        await self.upkeep.after_messages(scope, said, window)
         if steps or mentions_names(f"{question}\n{answer}"):  # else nothing to learn: "thanks"
             await self.background.submit(
                 ARTIFACTS,

@@ -7,7 +7,8 @@ services), never the model, so no tool call can reach another team's, place's or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
@@ -16,7 +17,7 @@ from memory.ingest.pipeline import fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import Scope
 
-MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log")
+MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
 
 # What a chat shows while a tool runs (every adapter uses these words).
 TOOL_ACTIVITY = {
@@ -26,6 +27,7 @@ TOOL_ACTIVITY = {
     "summarize_and_store": "summarizing the thread",
     "expand_summary": "expanding a summary",
     "read_tool_log": "reading a tool log",
+    "search_conversations": "searching past conversations",
 }
 
 
@@ -151,3 +153,47 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
     text = entry.output[max(0, int(offset)) :]
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
+
+
+@toolbox.register_tool
+async def search_conversations(
+    ctx: ToolContext,
+    query: str,
+    where: Literal["thread", "team"] = "team",
+    author: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    k: int = 10,
+) -> str:
+    """Search what was said before, in this thread or in every conversation of the team you
+    may see, when Episodic Memory does not show enough: decisions, who said what, when.
+
+    Args:
+        query: what the messages should be about.
+        where: "thread" for this thread only, "team" for every conversation visible here.
+        author: only messages by this person (their name or user id).
+        since: only messages on or after this date, YYYY-MM-DD.
+        until: only messages on or before this date, YYYY-MM-DD.
+        k: how many messages to return (1 to 30).
+    """
+    memory = ctx.memory
+    vector = (await memory.embedder.embed([query]))[0]
+    episodes = await memory.episodes.search(
+        ctx.scope, query, vector, k=max(1, min(int(k), 30)),
+        thread=ctx.scope.thread if where == "thread" else None, author=author,
+        since=_day(since), until=_day(until, end=True),
+    )  # fmt: skip
+    if not episodes:
+        return "No matching messages."
+    return memory.episodes.render(episodes)
+
+
+def _day(value: str | None, end: bool = False) -> float | None:
+    """A YYYY-MM-DD date as a timestamp (its start, or its end), UTC."""
+    if not value:
+        return None
+    try:
+        start = datetime.strptime(value.strip()[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"dates are YYYY-MM-DD, got {value!r}") from None
+    return start.timestamp() + (86_399.999 if end else 0.0)

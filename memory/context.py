@@ -1,7 +1,10 @@
 """Context assembly: one call turns (scope, question) into the memory segments.
 
 The question is embedded once and that vector serves every vector read; the reads run
-concurrently; each segment comes back with its token count in the model's encoding.
+concurrently; each segment comes back with its exact token count in the model's encoding. The
+conversation-derived segments share one budget (`ContextLimits.memory_tokens`): the summaries
+and the recent window first, then Episodic Memory, the past messages most relevant to the
+question that the window does not show, fills what is left.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from memory.scope import Scope
 from memory.stores.base import Segment
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
+from memory.stores.episodic import Episode, EpisodicStore
 from memory.stores.knowledge_base import KnowledgeBase, Passage
 from memory.stores.summary import SummaryStore
 from memory.stores.workflow import WorkflowStore
-from memory.tokens import count_tokens_many
+from memory.tokens import count_tokens, count_tokens_many
+
+CONVERSATION_DERIVED = ("Conversation", "Episodic", "Summary")
 
 
 @dataclass
@@ -38,6 +44,23 @@ class AssembledContext:
     passages: list[Passage] = field(default_factory=list)
     summaries: list[tuple[str, str]] = field(default_factory=list)
     recent_messages: int = 0
+    episodes: list[Episode] = field(default_factory=list)
+
+    window_messages: int = 0  # unsummarized messages of the thread, shown or not
+
+    def segment(self, name: str) -> ContextSegment:
+        return next(s for s in self.segments if s.name == name)
+
+    def window_overflows(self, cap: int) -> bool:
+        """True when the recent window is larger than `cap` tokens or could not all be shown."""
+        return (
+            self.recent_messages < self.window_messages or self.segment("Conversation").tokens > cap
+        )
+
+    @property
+    def memory_tokens(self) -> int:
+        """Tokens of the conversation-derived segments (what ARXIVSCOUT_MEMORY_TOKENS caps)."""
+        return sum(s.tokens for s in self.segments if s.name in CONVERSATION_DERIVED)
 
     @property
     def total_tokens(self) -> int:
@@ -60,12 +83,51 @@ class AssembledContext:
         }
 
 
+DEFAULT_MEMORY_TOKENS = 6000
+
+
 @dataclass
 class ContextLimits:
-    recent_messages: int = 20
+    """How much of each memory a turn's context may hold.
+
+    `memory_tokens` caps the conversation-derived segments together (Conversation, Episodic,
+    Summary): the Summary segment gets at most `summary_share` of it, the recent window (every
+    unsummarized message: rolling summaries keep it near `window_share`, and the harness compacts
+    beyond twice that) what it needs, and Episodic Memory the rest.
+    """
+
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS
     kb_passages: int = 5
     workflows: int = 3
     entities: int = 5
+    summary_share: float = 0.15
+    window_share: float = 0.25
+
+    @property
+    def window_target(self) -> int:
+        """Unsummarized tokens beyond which the background rolls a summary."""
+        return int(self.memory_tokens * self.window_share)
+
+    @property
+    def window_cap(self) -> int:
+        """Unsummarized tokens beyond which the turn compacts before it is answered."""
+        return 2 * self.window_target
+
+
+def newest_that_fit(segment: Segment, budget: int, model: str) -> tuple[str, int]:
+    """The segment rendered with as many of its newest items as fit `budget` tokens."""
+    items = segment.items
+    low, high = 0, len(items)
+    while low < high:  # the most items (newest first) whose rendering fits
+        mid = (low + high + 1) // 2
+        segment.items = items[len(items) - mid :]
+        if count_tokens(segment.render(), model) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    segment.items = items[len(items) - low :]
+    text = segment.render()
+    return text, count_tokens(text, model)
 
 
 async def assemble_context(
@@ -77,25 +139,43 @@ async def assemble_context(
     **kb_filters: Any,
 ) -> AssembledContext:
     limits = limits or ContextLimits()
+    model = memory.model
     if vector is None:
         vector = (await memory.embedder.embed([question]))[0]
-    messages, passages, workflows, entities, summaries = await asyncio.gather(
-        memory.conversation.recent_unsummarized(scope, limits.recent_messages),
+    window, passages, workflows, entities, summaries = await asyncio.gather(
+        memory.conversation.unsummarized(scope),
         memory.knowledge_base.search(scope, question, vector, k=limits.kb_passages, **kb_filters),
         memory.workflows.similar(scope, vector, k=limits.workflows),
         memory.entities.similar(scope, vector, k=limits.entities),
         memory.summaries.descriptions(scope),
     )
-    segments: list[Segment] = [
-        ConversationStore.segment(messages),
+    budget = limits.memory_tokens
+    summary_text, summary_tokens = newest_that_fit(
+        SummaryStore.segment(summaries), int(budget * limits.summary_share), model
+    )
+    conversation = ConversationStore.segment(window)
+    conversation_text, conversation_tokens = newest_that_fit(
+        conversation, max(limits.window_cap, budget - summary_tokens), model
+    )
+    episodes = await memory.episodes.recall(
+        scope, question, vector, budget - summary_tokens - conversation_tokens, model,
+        exclude_ids=frozenset(m.id for m in window),
+    )  # fmt: skip
+    episodic_text = EpisodicStore.render(episodes)
+    others: list[Segment] = [
         KnowledgeBase.segment(passages),
         WorkflowStore.segment(workflows),
         EntityStore.segment(entities),
-        SummaryStore.segment(summaries),
     ]
-    texts = [s.render() for s in segments]
-    counts = count_tokens_many(texts, memory.model)
+    texts = [s.render() for s in others]
+    counts = count_tokens_many(texts, model)
     rendered = [
-        ContextSegment(s.name, t, n) for s, t, n in zip(segments, texts, counts, strict=True)
+        ContextSegment("Conversation", conversation_text, conversation_tokens),
+        ContextSegment("Episodic", episodic_text, count_tokens(episodic_text, model)),
+        *(ContextSegment(s.name, t, n) for s, t, n in zip(others, texts, counts, strict=True)),
+        ContextSegment("Summary", summary_text, summary_tokens),
     ]
-    return AssembledContext(question, rendered, vector, passages, summaries, len(messages))
+    return AssembledContext(
+        question, rendered, vector, passages, summaries, len(conversation.items), episodes,
+        window_messages=len(window),
+    )  # fmt: skip

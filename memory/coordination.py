@@ -15,6 +15,7 @@ from memory.keys import (
     seen_event_key,
     turn_lock_key,
     turn_queue_key,
+    upgrade_key,
 )
 from memory.locks import OwnedLocks
 from memory.scope import Scope
@@ -88,3 +89,22 @@ class ThreadPresence:
         return decode(
             await self.redis.hget(last_thread_key(scope.tenant, scope.channel), scope.user)
         )
+
+
+class Upgrades:
+    """One-time steps on upgrade (e.g. back-filling a new index): done once, by one process."""
+
+    DONE = "done"
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def claim(self, name: str, ttl_seconds: int = 3600) -> bool:
+        """True for the one process that should run step `name` now (not done, not running)."""
+        return bool(await self.redis.set(upgrade_key(name), "running", nx=True, ex=ttl_seconds))
+
+    async def done(self, name: str) -> bool:
+        return decode(await self.redis.get(upgrade_key(name))) == self.DONE
+
+    async def finish(self, name: str) -> None:
+        await self.redis.set(upgrade_key(name), self.DONE)

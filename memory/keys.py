@@ -122,6 +122,22 @@ def index_prefix(prefix: str, tenant: str | None) -> str:
     return f"{prefix}:" if tenant is None else f"{prefix}:{validate_tenant(tenant)}:"
 
 
+def upgrade_key(name: str) -> str:
+    """Set once a one-time upgrade step (e.g. a back-fill) is done; held while it runs."""
+    return f"{ROOT}:upgrade:{name}"
+
+
+def tenants_pattern() -> str:
+    """Matches each tenant's thread list (`threads_key`), to find every tenant."""
+    return f"{ROOT}:t:*:threads"
+
+
 def task_stream() -> str:
     """The stream of background work (see memory/tasks.py)."""
     return f"{ROOT}:tasks"
+
+
+def summarized_count_key(tenant: str, thread_id: str) -> str:
+    """How many messages at the head of a thread's list are summarized (the summarized prefix's
+    length), kept by the marking script so the unsummarized ones are read without a scan."""
+    return thread_key(tenant, thread_id, "messages", "summarized")

@@ -8,11 +8,13 @@ import asyncio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from memory.coordination import EventLog, ThreadPresence, TurnQueue
+from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
-from memory.stores.base import VectorStore
+from memory.keys import tenant_key
+from memory.stores.base import VectorStore, delete_matching
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
+from memory.stores.episodic import EpisodicStore
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.summary import SummaryStore
 from memory.stores.tool_log import ToolLogStore
@@ -32,15 +34,17 @@ class MemoryManager:
         self.workflows = WorkflowStore(redis, embedder)
         self.toolbox = ToolboxStore(redis, embedder)
         self.entities = EntityStore(redis, embedder)
+        self.episodes = EpisodicStore(redis, embedder)
         self.summaries = SummaryStore(redis)
         self.tool_logs = ToolLogStore(redis)
         self.events = EventLog(redis)
         self.turns = TurnQueue(redis)
         self.presence = ThreadPresence(redis)
+        self.upgrades = Upgrades(redis)
 
     @property
     def vector_stores(self) -> list[VectorStore]:
-        return [self.knowledge_base, self.workflows, self.toolbox, self.entities]
+        return [self.knowledge_base, self.workflows, self.toolbox, self.entities, self.episodes]
 
     async def open(self) -> MemoryManager:
         await asyncio.gather(*(store.open() for store in self.vector_stores))
@@ -49,6 +53,13 @@ class MemoryManager:
     async def reindex(self) -> dict[str, int]:
         """Re-embed every vector store with the configured embedder."""
         return {store.family(): await store.reindex() for store in self.vector_stores}
+
+    async def drop_tenant(self, tenant: str) -> None:
+        """Erase everything a tenant's memory holds (temporary tenants of evaluations)."""
+        for store in self.vector_stores:
+            if store.TENANT_SCOPED:
+                await store.drop_tenant(tenant)
+        await delete_matching(self.redis, tenant_key(tenant, "*"))
 
     async def ping(self) -> bool:
         """True when Redis answers (health checks)."""

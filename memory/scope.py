@@ -78,3 +78,17 @@ class Scope:
     def local(cls, thread: str = "", tenant: str = "local", user: str = "local") -> Scope:
         """The terminal: one person, talking in the open of their own tenant."""
         return cls(tenant, thread, channel="terminal", user=user, user_name=user)
+
+
+def legacy_audience(thread: str) -> str:
+    """Who may see a message stored before messages kept their audience. Whether its channel
+    was public is not known any more, so a chat platform's message stays in its own channel
+    (`slack:<team>:<channel>:<ts>`, `discord:<guild>:<thread>`); a terminal's is public."""
+    parts = thread.split(":")
+    if parts[0] == "slack" and len(parts) >= 4:
+        dm = parts[2].startswith("D")  # Slack's DM channel ids
+        return f"{(Visibility.DM if dm else Visibility.PRIVATE).value}:{parts[2]}"
+    if parts[0] == "discord" and len(parts) >= 3:
+        dm = parts[1] == "dm"
+        return f"{(Visibility.DM if dm else Visibility.PRIVATE).value}:{parts[2]}"
+    return PUBLIC

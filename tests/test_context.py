@@ -21,7 +21,7 @@ from memory.tokens import count_tokens, encoding_for
 from tests.conftest import SHARED
 from tests.test_memory_stores import add_memgpt
 
-HEADINGS = ["Conversation", "Knowledge Base", "Workflow", "Entity", "Summary"]
+HEADINGS = ["Conversation", "Episodic", "Knowledge Base", "Workflow", "Entity", "Summary"]
 
 
 class CountingEmbedder:
@@ -49,7 +49,7 @@ class HashEmbedder:
         return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
-async def test_assembles_five_segments_with_token_counts(memory, tenant):
+async def test_assembles_six_segments_with_token_counts(memory, tenant):
     scope = Scope(tenant, "50000")
     await add_memgpt(memory, tenant)
     await memory.conversation.append(scope, "user", "Can you get me the paper MemGPT")
@@ -119,7 +119,8 @@ async def test_inspect_commands(memory, tenant, cli_env):
     data = json.loads(result.stdout)
     assert [s["name"] for s in data["segments"]] == HEADINGS
     assert all(s["tokens"] > 0 for s in data["segments"])
-    assert "2310.08560" in data["segments"][1]["text"]
+    knowledge = next(s for s in data["segments"] if s["name"] == "Knowledge Base")
+    assert "2310.08560" in knowledge["text"]
 
     text = run_cli(cli_env, "context", "--tenant", tenant, "--thread", "50000", "What is MemGPT?")
     assert "<!-- Knowledge Base Memory:" in text.stdout and "## Entity Memory" in text.stdout

@@ -1,23 +1,46 @@
-"""`arxivscout eval scenario`: the seed's five-call session against the configured model."""
+"""`arxivscout eval scenario|locomo`: the seed's five-call session against the configured model,
+and LoCoMo's evidence recall of the context assembly (no model needed)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
 
 from app.evaluation import run_scenario
-from app.runtime import open_agent
+from app.locomo import DEFAULT_DATA, LocomoEval, load, text_report
+from app.runtime import llm_client, open_agent, open_memory
 from app.settings import Settings
+from bot.background import BackgroundWork
+from bot.consolidation import Consolidator
+from bot.errors import ConfigError
+from bot.upkeep import Upkeep
+from memory.context import ContextLimits
+from memory.keys import task_stream
+from memory.tasks import TaskStream
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("eval", help="evaluate the agent against the real model")
-    parser.add_argument("name", choices=["scenario"], help="the evaluation to run")
-    parser.add_argument("--tenant", default="eval", help="tenant to run in (default: eval)")
+    parser = sub.add_parser("eval", help="evaluate the agent (scenario) or its memory (locomo)")
+    parser.add_argument("name", choices=["scenario", "locomo"], help="the evaluation to run")
+    parser.add_argument("--tenant", default="eval", help="scenario: tenant to run in")
+    parser.add_argument("--data", type=Path, default=None,
+                        help=f"locomo: a file in LoCoMo's layout (default: {DEFAULT_DATA})")  # fmt: skip
+    parser.add_argument("--budget", type=int, default=2000,
+                        help="locomo: tokens for the conversation-derived segments (default 2000)")  # fmt: skip
+    parser.add_argument("--dump", type=Path, help="locomo: one JSON line per question to FILE")
+    parser.add_argument("--json", action="store_true", help="locomo: print the report as JSON")
+    parser.add_argument("--answer", action="store_true",
+                        help="locomo: the model answers each question and an LLM judge grades it")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    if args.name == "locomo":
+        return await run_locomo(args, settings)
     if not settings.openai_api_key:
         print("OPENAI_API_KEY is not set: the scenario needs a real model, so nothing was run.")
         return 0
@@ -26,3 +49,32 @@ async def run(args: argparse.Namespace) -> int:
         return 0 if await run_scenario(runtime, args.tenant, print) else 1
     finally:
         await runtime.close()
+
+
+async def run_locomo(args: argparse.Namespace, settings: Settings) -> int:
+    data = args.data or DEFAULT_DATA
+    if not data.is_file():
+        raise ConfigError(f"No LoCoMo file at {data}: pass one with --data.")
+    if args.answer and not (settings.openai_api_key or settings.openai_base_url):
+        raise ConfigError("--answer needs a model: set OPENAI_API_KEY (or OPENAI_BASE_URL).")
+    conversations = load(data)
+    has_model = bool(settings.openai_api_key or settings.openai_base_url)
+    llm = llm_client(settings) if has_model else None
+    memory = await open_memory(settings)
+    background = BackgroundWork(TaskStream(memory.redis, task_stream()))
+    upkeep = Upkeep(memory, Consolidator(memory, llm), background, ContextLimits(args.budget))
+    background.handle(upkeep.handlers())
+    evaluation = LocomoEval(memory, upkeep, args.budget, llm if args.answer else None)
+    try:
+        with open(args.dump, "w") if args.dump else contextlib.nullcontext() as dump:
+            report = await evaluation.run(conversations, dump)
+    finally:
+        await background.close()
+        if llm is not None:
+            await llm.aclose()
+        await memory.close()
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        print()
+    print(text_report(report))
+    return 0

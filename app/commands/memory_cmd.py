@@ -72,11 +72,11 @@ async def _papers(memory, args):
 
 
 async def _workflows(memory, args):
-    return await memory.workflows.all(tenant_scope(args))
+    return await memory.workflows.all(tenant_scope(args), everywhere=True)
 
 
 async def _entities(memory, args):
-    return [asdict(e) for e in await memory.entities.all(tenant_scope(args))]
+    return [asdict(e) for e in await memory.entities.all(tenant_scope(args), everywhere=True)]
 
 
 VIEWS = {

@@ -16,11 +16,12 @@ from redis.asyncio import Redis
 from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
-from redisvl.query.filter import FilterExpression
+from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
 from memory.embeddings import Embedder
 from memory.keys import INDEX_META_KEY, index_name, index_prefix
+from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class VectorStore:
     SCHEMA: ClassVar[dict[str, Any]]
     TENANT_SCOPED: ClassVar[bool] = True
     VECTOR_FIELD: ClassVar[str] = "embedding"
+    DEFAULTS: ClassVar[dict[str, str]] = {}  # values of fields that older records lack
 
     def __init__(self, redis: Redis, embedder: Embedder) -> None:
         self.redis = redis
@@ -144,6 +146,7 @@ class VectorStore:
         if names and layout != self.layout():
             log.warning("rebuilding the %s indexes for their new layout", self.family())
             await self._drop(names)
+            await self._fill_defaults()
             tenants = {name.partition(":")[2] for name in names if name != self.family()}
             if self.family() in names and self.TENANT_SCOPED:  # one shared index, from before
                 tenants |= {self.tenant_of(decode(key)) async for key in self._keys()}
@@ -155,6 +158,22 @@ class VectorStore:
 
     def _recorded(self) -> str:
         return f"{self.signature}#{self.layout()}"
+
+    async def _fill_defaults(self) -> None:
+        """Give records of an older layout the fields it added (HSETNX: nothing is replaced)."""
+        if not self.DEFAULTS:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        async for key in self._keys():
+            for field_name, value in self.DEFAULTS.items():
+                pipe.hsetnx(key, field_name, value)
+            if len(pipe) >= 1000:
+                await pipe.execute()
+        await pipe.execute()
+
+    def audience_filter(self, scope: Scope) -> FilterExpression:
+        """Only records learned where `scope` may see them (see memory/scope.py)."""
+        return Tag("audience") == list(scope.audiences)
 
     async def existing_indexes(self) -> list[str]:
         """This store's indexes in Redis (a tenant's appears on its first read or write)."""
@@ -182,6 +201,14 @@ class VectorStore:
                 await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
                 self._known.add(name)
         return name
+
+    async def drop_tenant(self, tenant: str) -> None:
+        """Delete a tenant's index and every record under its keys."""
+        name = self.index_name(tenant)
+        if name in await self.existing_indexes():
+            await self.redis.execute_command("FT.DROPINDEX", name, "DD")
+        self._known.discard(name)
+        await delete_matching(self.redis, f"{self.key_prefix(tenant)}*")
 
     async def info(self, tenant: str | None) -> dict[str, Any]:
         """FT.INFO of the tenant's index."""
@@ -292,6 +319,19 @@ class VectorStore:
             args += ["PARAMS", 2 * len(params), *(x for kv in params.items() for x in kv)]
         reply = await self.redis.execute_command("FT.SEARCH", *args)
         return search_rows(reply, query)
+
+
+async def delete_matching(redis: Redis, pattern: str) -> int:
+    """Delete every key matching `pattern`, in batches (SCAN, not KEYS: Redis stays responsive)."""
+    deleted, batch = 0, []
+    async for key in redis.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            deleted += await redis.delete(*batch)
+            batch = []
+    if batch:
+        deleted += await redis.delete(*batch)
+    return deleted
 
 
 def search_rows(reply: Any, query: Query) -> list[dict[str, Any]]:

@@ -1,9 +1,12 @@
 """Conversation memory: every message of a thread, in a Redis list, oldest first.
 
-Summarized messages always form a prefix of the list (a summary covers every unsummarized
-message that existed when it started), so the unsummarized ones are a suffix: reading the recent
-conversation is one LRANGE. Marking messages with a summary id is one Lua script that checks
-each element is still what the summarizer read, so a concurrent append is never lost or marked.
+Summarized messages always form a prefix of the list (a summary covers the oldest unsummarized
+messages, all of them or the first n), so the unsummarized ones are a suffix: the thread's
+recent window. The prefix's length is kept in a counter beside the list, so reading the window
+is one script (the counter and an LRANGE from it); threads from before the counter are scanned
+from the end once and the counter stored. Marking messages with a summary id is one Lua script
+that checks each element is still what the summarizer read and that the marked messages extend
+the summarized prefix, and moves the counter: a concurrent append is never lost or marked.
 """
 
 from __future__ import annotations
@@ -16,25 +19,44 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from memory.keys import messages_key, summarizing_key, threads_key
+from memory.keys import (
+    messages_key,
+    summarized_count_key,
+    summarizing_key,
+    tenants_pattern,
+    threads_key,
+)
 from memory.locks import OwnedLocks
 from memory.scope import Scope
-from memory.stores.base import Segment
+from memory.stores.base import Segment, decode
+from memory.tokens import count_tokens
 
 MAX_MESSAGE_CHARS = 200_000
 
 # One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
 # in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
+# The message's position in its thread (`seq`, the JSON's last field) is filled in here.
 _APPEND_SCRIPT = """
-redis.call('RPUSH', KEYS[1], ARGV[1])
+local seq = redis.call('LLEN', KEYS[1])
+local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
+redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-return 1
+return seq
 """
 
 _MARK_SCRIPT = """
--- KEYS[1] list; ARGV[1] first index; then pairs (expected, replacement)
+-- KEYS[1] list, KEYS[2] summarized-prefix counter; ARGV[1] first index;
+-- then pairs (expected, replacement)
 local first = tonumber(ARGV[1])
 local n = (#ARGV - 1) / 2
+if first > 0 then
+  local before = redis.call('LINDEX', KEYS[1], first - 1)
+  local sid = before and cjson.decode(before)['summary_id']
+  if type(sid) ~= 'string' or sid == '' then
+    return redis.error_reply('CHANGED message ' .. (first - 1) .. ' is not summarized: '
+      .. 'the summarized messages would not be a prefix')
+  end
+end
 for i = 0, n - 1 do
   local current = redis.call('LINDEX', KEYS[1], first + i)
   if current ~= ARGV[2 + 2 * i] then
@@ -44,12 +66,36 @@ end
 for i = 0, n - 1 do
   redis.call('LSET', KEYS[1], first + i, ARGV[3 + 2 * i])
 end
+redis.call('SET', KEYS[2], first + n)
 return n
 """
+
+# The counter and the list from one message before it (to check the counter), atomically.
+_TAIL_SCRIPT = """
+local count = redis.call('GET', KEYS[2])
+if not count then return {-1, {}} end
+count = tonumber(count)
+local start = count > 0 and count - 1 or 0
+return {count, redis.call('LRANGE', KEYS[1], start, -1)}
+"""
+
+# Store a counter found by scanning, unless it was moved meanwhile (compare-and-set).
+_SET_COUNT_SCRIPT = """
+local current = redis.call('GET', KEYS[1]) or '-1'
+if current == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+
+ITEM_SEPARATOR = "\n\n"  # between two items of a rendered segment (Segment.render)
 
 
 class InvalidMessage(ValueError):
     """A message that cannot be stored (empty, too long, wrong role)."""
+
+
+class MarkConflict(RuntimeError):
+    """The messages to mark changed since they were read, or would not extend the summarized
+    prefix: nothing was marked."""
 
 
 def clean_text(text: str) -> str:
@@ -69,6 +115,19 @@ class Message:
     author: str = ""  # platform user id; empty for the assistant
     author_name: str = ""
     audience: str = ""  # who may see it (Scope.audience); empty in messages from before
+    seq: int = -1  # its position in the thread, set when it is stored (-1: not yet)
+
+    @property
+    def speaker(self) -> str:
+        """Who the Conversation segment shows as saying it: the user's name, or the role."""
+        if self.role == "user":
+            return self.author_name or self.author or "user"
+        return self.role
+
+    @property
+    def line(self) -> str:
+        """The message as an item of the Conversation segment."""
+        return f"[{self.speaker}] {self.content}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
@@ -76,6 +135,19 @@ class Message:
     @classmethod
     def from_json(cls, raw: str | bytes) -> Message:
         return cls(**json.loads(raw))
+
+
+def message_tokens(messages: list[Message], model: str) -> list[int]:
+    """Each message's share of the tokens of the Conversation segment's items (`Message.line`
+    joined by `ITEM_SEPARATOR`), separator included but for the last: the shares add up to the
+    exact count of the joined items, and the shares of the newest k messages to the exact
+    count of those k alone. (Each item starts with '[', where `count_tokens` cuts its blocks,
+    so a separator never merges with what follows.)"""
+    last = len(messages) - 1
+    return [
+        count_tokens(m.line if i == last else m.line + ITEM_SEPARATOR, model)
+        for i, m in enumerate(messages)
+    ]
 
 
 class ConversationStore:
@@ -86,14 +158,29 @@ class ConversationStore:
         self.recent = recent
         self._mark = redis.register_script(_MARK_SCRIPT)
         self._append = redis.register_script(_APPEND_SCRIPT)
+        self._tail = redis.register_script(_TAIL_SCRIPT)
+        self._set_count = redis.register_script(_SET_COUNT_SCRIPT)
         self._locks = OwnedLocks(redis)
 
     @staticmethod
     def key(scope: Scope) -> str:
         return messages_key(scope.tenant, scope.thread)
 
-    async def append(self, scope: Scope, role: str, content: str, **metadata: Any) -> Message:
-        """Store a message of `scope.thread`; a user's message is by `scope.user`."""
+    @staticmethod
+    def count_key(scope: Scope) -> str:
+        return summarized_count_key(scope.tenant, scope.thread)
+
+    async def append(
+        self,
+        scope: Scope,
+        role: str,
+        content: str,
+        timestamp: float | None = None,
+        **metadata: Any,
+    ) -> Message:
+        """Store a message of `scope.thread`; a user's message is by `scope.user`. `timestamp`
+        (seconds since the epoch) dates it, when given: replayed conversations keep their
+        dates; otherwise it is now."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -109,34 +196,75 @@ class ConversationStore:
             author=scope.user if by_user else "", author_name=scope.user_name if by_user else "",
             audience=scope.audience,
         )  # fmt: skip
-        await self._append(
-            keys=[self.key(scope), threads_key(scope.tenant)],
-            args=[message.to_json(), message.timestamp, scope.thread],
+        if timestamp is not None:
+            message.timestamp = float(timestamp)
+        message.seq = int(
+            await self._append(
+                keys=[self.key(scope), threads_key(scope.tenant)],
+                args=[message.to_json(), message.timestamp, scope.thread],
+            )
         )
         return message
 
     async def all(self, scope: Scope) -> list[Message]:
-        rows = await self.redis.lrange(self.key(scope), 0, -1)
-        return [Message.from_json(r) for r in rows]
+        messages = [Message.from_json(r) for r in await self.redis.lrange(self.key(scope), 0, -1)]
+        for i, message in enumerate(messages):
+            message.seq = i  # messages stored before `seq` was kept have none
+        return messages
 
     async def recent_unsummarized(self, scope: Scope, limit: int | None = None) -> list[Message]:
         rows = await self.redis.lrange(self.key(scope), -(limit or self.recent), -1)
         return [m for m in map(Message.from_json, rows) if not m.summary_id]
 
+    async def unsummarized(self, scope: Scope) -> list[Message]:
+        """Every unsummarized message of the thread (its recent window), oldest first."""
+        return (await self._window(scope))[2]
+
+    async def unsummarized_tokens(self, scope: Scope, model: str) -> int:
+        """Exact tokens of the unsummarized messages as the Conversation segment renders them
+        (its items, without the segment's fixed heading); per-block counts are cached, so this
+        is cheap after every turn."""
+        return sum(message_tokens(await self.unsummarized(scope), model))
+
     async def unsummarized_snapshot(self, scope: Scope) -> tuple[int, list[str]]:
         """The index of the first unsummarized message and the raw JSON of all that follow."""
-        rows = await self.redis.lrange(self.key(scope), 0, -1)
+        first, raw, _ = await self._window(scope)
+        return first, raw
+
+    async def _window(self, scope: Scope) -> tuple[int, list[str], list[Message]]:
+        """(index of the first unsummarized message, their raw JSON, the messages)."""
+        count, rows = await self._tail(keys=[self.key(scope), self.count_key(scope)])
+        count = int(count)
+        raw = [decode(r) for r in rows]
+        if count >= 0:
+            # The counter is checked, not trusted: the message before it must be summarized
+            # and the one at it (if any) unsummarized.
+            head = 1 if count > 0 else 0
+            messages = [Message.from_json(r) for r in raw[head:]]
+            before_ok = head == 0 or (len(raw) >= 1 and bool(Message.from_json(raw[0]).summary_id))
+            if before_ok and not (messages and messages[0].summary_id):
+                return count, raw[head:], messages
+        first, raw = await self._scan(scope)
+        await self._set_count(keys=[self.count_key(scope)], args=[count, first])
+        return first, raw, [Message.from_json(r) for r in raw]
+
+    async def _scan(self, scope: Scope) -> tuple[int, list[str]]:
+        """The summarized prefix found by reading the whole list from its end."""
+        rows = [decode(r) for r in await self.redis.lrange(self.key(scope), 0, -1)]
         first = len(rows)
         for i in range(len(rows) - 1, -1, -1):
             if Message.from_json(rows[i]).summary_id:
                 break
             first = i
-        return first, [r.decode() if isinstance(r, bytes) else r for r in rows[first:]]
+        return first, rows[first:]
 
     async def mark_summarized(
         self, scope: Scope, first: int, raw: list[str], summary_id: str
     ) -> list[str]:
-        """Set `summary_id` on exactly the messages read by `unsummarized_snapshot`."""
+        """Set `summary_id` on exactly the messages read by `unsummarized_snapshot`, or on the
+        first n of them (`raw[:n]`): compare-and-set, and the summarized messages stay a prefix.
+        Raises `MarkConflict` (marking nothing) when one changed or `first` is not the end of
+        the summarized prefix."""
         args: list[Any] = [first]
         ids = []
         for original in raw:
@@ -145,8 +273,18 @@ class ConversationStore:
             ids.append(message.id)
             args += [original, message.to_json()]
         if raw:
-            await self._mark(keys=[self.key(scope)], args=args)
+            try:
+                await self._mark(keys=[self.key(scope), self.count_key(scope)], args=args)
+            except Exception as exc:
+                if "CHANGED" in str(exc):
+                    raise MarkConflict(str(exc)) from exc
+                raise
         return ids
+
+    async def summary_id_at(self, scope: Scope, index: int) -> str:
+        """The summary id of the message at `index` (empty if unsummarized or missing)."""
+        row = await self.redis.lindex(self.key(scope), index)
+        return Message.from_json(row).summary_id if row else ""
 
     async def claim_summarizing(self, scope: Scope, token: str, seconds: int) -> bool:
         """Take the thread's summary lock: one summary of a thread is written at a time."""
@@ -156,13 +294,23 @@ class ConversationStore:
     async def release_summarizing(self, scope: Scope, token: str) -> None:
         await self._locks.release(summarizing_key(scope.tenant, scope.thread), token)
 
+    async def renew_summarizing(self, scope: Scope, token: str, seconds: int) -> bool:
+        """Keep the summary lock through a long summary; False when it was lost."""
+        key = summarizing_key(scope.tenant, scope.thread)
+        return await self._locks.renew(key, token, seconds * 1000)
+
+    async def tenants(self) -> list[str]:
+        """Every tenant that has a conversation (a scan: for upgrades, not for turns)."""
+        found = [decode(k) async for k in self.redis.scan_iter(match=tenants_pattern(), count=1000)]
+        return sorted(key.split(":")[2] for key in found)
+
     async def threads(self, tenant: str) -> list[tuple[str, float]]:
         rows = await self.redis.zrevrange(threads_key(tenant), 0, -1, withscores=True)
         return [(r.decode() if isinstance(r, bytes) else r, score) for r, score in rows]
 
     @staticmethod
     def segment(messages: list[Message]) -> Segment:
-        items = [f"[{m.role}] {m.content}" for m in messages]
+        items = [m.line for m in messages]
         return Segment(
             name="Conversation",
             description="the most recent messages of this thread that no summary covers yet, oldest first.",

@@ -1,6 +1,7 @@
 """Entity memory: the people, organisations, systems and papers a team's threads mention.
 
-One record per (tenant, name); a new mention of a known name merges its description in.
+One record per (tenant, audience, name): what a DM or a private channel taught stays there (see
+memory/scope.py). A new mention of a known name merges its description in.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from memory.keys import ENTITY_INDEX, ENTITY_PREFIX
-from memory.scope import Scope
+from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode
 
 MAX_DESCRIPTION = 1000
@@ -50,8 +51,10 @@ class EntityStore(VectorStore):
             {"name": "type", "type": "tag"},
             {"name": "description", "type": "text"},
             {"name": "updated_at", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "audience", "type": "tag"},
         ],
     }
+    DEFAULTS = {"audience": PUBLIC}  # entities from before scopes were learned team-wide
     FIELDS = ["name", "type", "description"]
 
     def embedding_text(self, record: dict[str, Any]) -> str:
@@ -59,11 +62,13 @@ class EntityStore(VectorStore):
             record.get("name", ""), record.get("type", ""), record.get("description", "")
         ).line()
 
-    def key(self, tenant: str, name: str) -> str:
-        return f"{self.key_prefix(tenant)}{_slug(name)}"
+    def key(self, scope: Scope, name: str) -> str:
+        place = "" if scope.audience == PUBLIC else f"{scope.audience}|"
+        return f"{self.key_prefix(scope.tenant)}{place}{_slug(name)}"
 
-    async def get(self, tenant: str, name: str) -> Entity | None:
-        row = await self.redis.hmget(self.key(tenant, name), self.FIELDS)
+    async def get(self, scope: Scope, name: str) -> Entity | None:
+        """The entity of that name learned in `scope`'s own place (public, or this channel)."""
+        row = await self.redis.hmget(self.key(scope, name), self.FIELDS)
         if row[0] is None:
             return None
         return Entity(*(decode(v) or "" for v in row))
@@ -76,7 +81,7 @@ class EntityStore(VectorStore):
             if not name:
                 continue
             slug = _slug(name)
-            known = merged.get(slug) or await self.get(scope.tenant, name)
+            known = merged.get(slug) or await self.get(scope, name)
             if known:
                 entity = Entity(
                     known.name,
@@ -97,13 +102,14 @@ class EntityStore(VectorStore):
             scope.tenant,
             [
                 (
-                    self.key(scope.tenant, e.name),
+                    self.key(scope, e.name),
                     {
                         "tenant": scope.tenant,
                         "name": e.name,
                         "type": e.type,
                         "description": e.description,
                         "updated_at": now,
+                        "audience": scope.audience,
                     },
                     v,
                 )
@@ -113,11 +119,16 @@ class EntityStore(VectorStore):
         return items
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 5) -> list[Entity]:
-        rows = await self._nearest(scope.tenant, vector, k, self.FIELDS)
+        """The entities nearest the question among those `scope` may see."""
+        rows = await self._nearest(
+            scope.tenant, vector, k, self.FIELDS, self.audience_filter(scope)
+        )
         return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
 
-    async def all(self, scope: Scope, limit: int = 200) -> list[Entity]:
-        rows = await self._list(scope.tenant, self.FIELDS, limit, sort_by="updated_at")
+    async def all(self, scope: Scope, limit: int = 200, everywhere: bool = False) -> list[Entity]:
+        """Those `scope` may see; `everywhere`: the whole tenant's (for its operator)."""
+        where = None if everywhere else self.audience_filter(scope)
+        rows = await self._list(scope.tenant, self.FIELDS, limit, where, sort_by="updated_at")
         return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
 
     @staticmethod

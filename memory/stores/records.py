@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from redis.asyncio import Redis
 
 from memory.keys import record_key, thread_records_key
-from memory.scope import Scope
+from memory.scope import Scope, legacy_audience
 from memory.stores.base import decode
 
 R = TypeVar("R")
@@ -71,7 +71,7 @@ class ThreadRecordStore(Generic[R]):
         if not row:
             raise self.MISSING(record_id)
         record = self._decode(row)
-        if not scope.can_see(record.audience):
+        if not scope.can_see(record.audience or legacy_audience(record.thread_id)):
             raise self.MISSING(record_id)
         return record
 

@@ -13,7 +13,7 @@ import numpy as np
 from redisvl.query.filter import Num
 
 from memory.keys import WORKFLOW_INDEX, WORKFLOW_PREFIX
-from memory.scope import Scope
+from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode
 
 
@@ -29,8 +29,10 @@ class WorkflowStore(VectorStore):
             {"name": "text", "type": "text"},
             {"name": "num_steps", "type": "numeric"},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "audience", "type": "tag"},
         ],
     }
+    DEFAULTS = {"audience": PUBLIC}  # workflows from before scopes were learned team-wide
 
     def embedding_text(self, record: dict[str, Any]) -> str:
         return record.get("text", "")
@@ -54,16 +56,22 @@ class WorkflowStore(VectorStore):
             "text": text,
             "num_steps": len(steps),
             "created_at": time.time(),
+            "audience": scope.audience,
         }
         await self._write(scope.tenant, [(key, fields, vector)])
         return key
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[str]:
-        rows = await self._nearest(scope.tenant, vector, k, ["text"], Num("num_steps") > 0)
+        """Workflows nearest the question among those `scope` may see."""
+        where = (Num("num_steps") > 0) & self.audience_filter(scope)
+        rows = await self._nearest(scope.tenant, vector, k, ["text"], where)
         return [decode(r["text"]) for r in rows]
 
-    async def all(self, scope: Scope, limit: int = 100) -> list[str]:
-        rows = await self._list(scope.tenant, ["text", "created_at"], limit, sort_by="created_at")
+    async def all(self, scope: Scope, limit: int = 100, everywhere: bool = False) -> list[str]:
+        """Those `scope` may see; `everywhere`: the whole tenant's (for its operator)."""
+        where = None if everywhere else self.audience_filter(scope)
+        fields = ["text", "created_at"]
+        rows = await self._list(scope.tenant, fields, limit, where, sort_by="created_at")
         return [decode(r["text"]) for r in rows]
 
     @staticmethod

@@ -1,0 +1,100 @@
+"""Memory upkeep after messages are stored: index them for episodic recall, and roll the
+thread's recent window into summaries when it grows past its share of the context.
+
+Both run as durable background tasks (bot/background.py), after the reply. The bot's turns and
+`arxivscout eval locomo` queue them the same way, through `after_messages`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict
+from typing import Any
+
+from bot.background import BackgroundWork
+from bot.consolidation import Consolidator, SummaryInProgress
+from memory.context import ContextLimits
+from memory.manager import MemoryManager
+from memory.scope import PUBLIC, Scope, legacy_audience
+from memory.stores.conversation import Message
+from memory.stores.episodic import Episode
+
+EPISODES = "episodes"  # task: index messages for episodic recall
+ROLL = "roll"  # task: summarize what left a thread's recent window
+BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
+BACKFILL_BATCH = 64
+
+
+class Upkeep:
+    def __init__(
+        self,
+        memory: MemoryManager,
+        consolidator: Consolidator,
+        background: BackgroundWork,
+        limits: ContextLimits | None = None,
+    ) -> None:
+        self.memory = memory
+        self.consolidator = consolidator
+        self.background = background
+        self.limits = limits or ContextLimits()
+
+    def handlers(self) -> dict[str, Any]:
+        return {EPISODES: self.index_episodes, ROLL: self.roll_summaries}
+
+    async def after_messages(self, scope: Scope, messages: list[Message], window: int) -> None:
+        """Queue the indexing of `messages`, and a roll if the window (its tokens) is past its
+        share: both in Redis before this returns."""
+        await self.background.submit(
+            EPISODES, {"scope": scope.to_dict(), "messages": [asdict(m) for m in messages]}
+        )
+        if window > self.limits.window_target:
+            await self.background.submit(ROLL, {"scope": scope.to_dict()})
+
+    async def index_episodes(self, tasks: list[dict[str, Any]]) -> None:
+        """Embed messages and add them to episodic memory, one batch per tenant."""
+        by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
+        for task in tasks:
+            scope = Scope.from_dict(task["scope"])
+            episodes = [episode_of(Message(**m), scope.channel) for m in task["messages"]]
+            by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
+        for scope, episodes in by_tenant.values():
+            vectors = await self.memory.embedder.embed([e.embedding_text for e in episodes])
+            await self.memory.episodes.add(scope, episodes, vectors)
+
+    async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
+        """Summarize what left the recent window of each thread named in `tasks`."""
+        for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
+            with contextlib.suppress(SummaryInProgress):  # that other summary rolls the window
+                await self.consolidator.roll(scope, self.limits.window_target)
+
+    async def backfill(self) -> int:
+        """Queue, once per Redis, the indexing of every message stored before episodic memory
+        existed; returns how many messages were queued (0 when done before, or by another
+        process now). Re-running it is harmless: an indexed message is only written again."""
+        upgrades = self.memory.upgrades
+        if await upgrades.done(BACKFILL) or not await upgrades.claim(BACKFILL):
+            return 0
+        queued = 0
+        for tenant in await self.memory.conversation.tenants():
+            for thread, _ in await self.memory.conversation.threads(tenant):
+                messages = await self.memory.conversation.all(Scope(tenant, thread))
+                for message in messages:
+                    message.audience = message.audience or legacy_audience(thread)
+                for start in range(0, len(messages), BACKFILL_BATCH):
+                    batch = messages[start : start + BACKFILL_BATCH]
+                    scope = Scope(tenant, thread)
+                    await self.background.submit(
+                        EPISODES, {"scope": scope.to_dict(), "messages": [asdict(m) for m in batch]}
+                    )
+                queued += len(messages)
+        await upgrades.finish(BACKFILL)
+        return queued
+
+
+def episode_of(message: Message, channel: str) -> Episode:
+    """A stored message as episodic memory keeps it."""
+    return Episode(
+        message.id, message.thread_id, channel, audience=message.audience or PUBLIC,
+        author=message.author, author_name=message.author_name, role=message.role,
+        text=message.content, ts=message.timestamp, seq=max(message.seq, 0),
+    )  # fmt: skip

@@ -1,0 +1,775 @@
+"""Episodic memory: every message of every thread of a tenant, found again when it matters.
+
+Each message is a hash with its text, its embeddings and where, when and by whom it was said.
+For a question, Redis proposes candidates: BM25 over its words, KNN over all messages, and KNN
+over the messages of the people it names in this thread, all filtered to what the asking place
+may see. Their scores are z-scored and summed, so each half counts by how far a message stands
+out; priors for a named author, a named date, this thread and a conversation's opening message
+adjust that, and every message borrows from its neighbours' scores (an answer sits next to its
+question; a story goes on in the speaker's next message), the neighbours of the best ones
+joining the candidates. The best are packed into the token budget by value per token, a short
+hit with the message it replies to. Only the chosen messages' texts are read. Rendering is
+compact: a header per thread, `Name: text` lines, the date where it changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import math
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from redis.asyncio import Redis
+from redisvl.utils.token_escaper import TokenEscaper
+
+from memory.embeddings import Embedder
+from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
+from memory.scope import PUBLIC, Scope
+from memory.stores.base import Segment, VectorStore, decode, vector_bytes
+from memory.stores.stopwords import STOPWORDS
+from memory.tokens import block_tokens, count_tokens
+
+SEP = "\x1f"  # tag separator: validated thread ids, like channel and user ids, never hold it
+DAY = 86400.0
+OPENING_GAP = 4 * 3600.0  # a message this long after the one before opens a conversation
+NAMES_TTL = 60.0  # seconds a process trusts its list of a tenant's author names
+MAX_PARTS = 8
+PART_CHARS = 40  # a shorter sentence joins the next one: alone, its vector says little
+ESTIMATE_MODEL = "gpt-4o"  # whose tokens a stored line count is in (o200k)
+FIELDS = ["thread", "channel", "audience", "author", "author_name", "role", "text", "ts", "seq"]
+ROW = ["msg", "meta"]  # what a candidate row carries (see `EpisodicStore._common`)
+_WORD = re.compile(r"\w+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_TAG_ESCAPER = TokenEscaper(re.compile(TokenEscaper.TAG_ESCAPED_CHARS))
+_TEXT_ESCAPER = TokenEscaper()
+_ASKING = """
+ever recently last time times anything something someone kind type sort mention mentioned talk
+talked said ask asked think thought like likely both
+"""
+QUESTION_WORDS = frozenset(_ASKING.split())  # they phrase a question, not name its subject
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+_M = "|".join(_MONTHS)
+_DAY_FIRST = re.compile(rf"\b(\d{{1,2}}) ({_M}),? (\d{{4}})\b", re.I)
+_MONTH_FIRST = re.compile(rf"\b({_M}) (\d{{1,2}}),? (\d{{4}})\b", re.I)
+_ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTH_YEAR = re.compile(rf"\b({_M}),? (\d{{4}})\b", re.I)
+
+
+@dataclass
+class Episode:
+    """One message as episodic memory keeps it; `seq` is its position in its thread."""
+
+    id: str
+    thread: str
+    channel: str = ""
+    audience: str = PUBLIC
+    author: str = ""
+    author_name: str = ""
+    role: str = "user"
+    text: str = ""
+    ts: float = 0.0
+    seq: int = 0
+
+    @property
+    def speaker(self) -> str:
+        name = self.author_name or self.author or self.role
+        return name.lstrip("/ \t") or self.role  # a line starts where the token counter cuts
+
+    @property
+    def date(self) -> str:
+        return time.strftime("%Y-%m-%d", time.gmtime(self.ts))
+
+    @property
+    def embedding_text(self) -> str:
+        """What a message's vector embeds: who said it, then what, so that a question about
+        someone lands nearer their own messages than the ones addressed to them."""
+        return f"{self.speaker}: {self.text}"
+
+    def part_texts(self) -> list[str]:
+        """What the vectors of its parts embed (see `parts`): none for a one-part message."""
+        return [f"{self.speaker}: {part}" for part in parts(self.text)]
+
+    def line(self, when: str = "") -> str:
+        """Its line in the rendering, after `when` it was said (given where that changes)."""
+        head = f"{when} {self.speaker}" if when else self.speaker
+        return f"{head}: {self.text.strip()}\n"
+
+
+@dataclass
+class Ranking:
+    """The knobs of recall, tuned on LoCoMo's development split (bench/locomo_recall.py)."""
+
+    text_candidates: int = 100  # BM25
+    vector_candidates: int = 50  # KNN over every message
+    named_candidates: int = 150  # KNN over this thread's messages by the people named
+    text_weight: float = 1.0
+    vector_weight: float = 1.0
+    author_bonus: float = 1.0  # the question names the message's author
+    thread_bonus: float = 0.6  # the message is from the thread the question is asked in
+    date_bonus: float = 2.0  # the message is from around a date the question names
+    date_days: float = 3.0  # how far around a named day
+    opener_bonus: float = 0.5  # the message opens a conversation
+    question_penalty: float = 0.3  # the message asks: its answer says more
+    smoothing: float = 0.7  # share of the better adjacent message's score borrowed
+    smoothing_far: float = 0.5  # the same, from two messages away
+    context_neighbours: int = 20  # best candidates whose neighbours join the candidates
+    short_tokens: int = 10  # a hit this short is shown with the message it replies to
+    answer_tokens: int = 16  # a hit this short is shown with its question, or its answer
+    cost_exponent: float = 0.3  # priority = exp(score) / tokens**exponent
+
+
+@dataclass
+class _Question:
+    """What recall reads from a question: words for BM25, named authors, named periods."""
+
+    terms: list[str]
+    named: list[str]
+    periods: list[tuple[float, float]]
+
+
+@dataclass
+class _Filter:
+    """What a read may return. `clause` filters the KNN queries; when `broad` (only the
+    audience and the recent window stand in the way: most messages pass) the BM25 and tag
+    lookups go unfiltered and `admits` filters their rows here, which spares Redis walking
+    the long `public` postings (half of a BM25 query's time at 100k messages)."""
+
+    scope: Scope
+    clause: str
+    broad: bool
+    skip: tuple[str, int] | None = None  # (thread, seq): that thread from seq on is hidden
+
+    @property
+    def lookup(self) -> str:
+        return "" if self.broad else self.clause
+
+    def admits(self, c: _Candidate) -> bool:
+        hidden = self.skip is not None and c.thread == self.skip[0] and c.seq >= self.skip[1]
+        return self.scope.can_see(c.audience) and not hidden
+
+
+@dataclass
+class _Candidate:
+    """A message as ranking sees it: where and when, from its row's `meta`; no text."""
+
+    id: str
+    thread: str
+    seq: int
+    ts: float
+    names: tuple[str, ...]
+    audience: str
+    opens: bool  # it opens a conversation (see `_openers`)
+    asks: bool  # it ends with a question mark
+    tokens: int  # its line's tokens, in ESTIMATE_MODEL's encoding
+    text_score: float = 0.0
+    cosine: float | None = None
+    neighbour: bool = False  # found as the neighbour of a candidate, not by a search
+    own: float = 0.0  # its own score: fused, plus the priors
+    score: float = 0.0  # after smoothing
+
+    @classmethod
+    def from_row(cls, row: dict[bytes, Any]) -> _Candidate:
+        seq, ts, flags, tokens, names, thread, audience = decode(row[b"meta"]).split(SEP, 6)
+        return cls(decode(row[b"msg"]), thread, int(seq), float(ts), tuple(names.split()),
+                   audience, "o" in flags, "q" in flags, int(tokens))  # fmt: skip
+
+    @property
+    def day(self) -> int:
+        return int(self.ts // DAY)
+
+
+class EpisodicStore(VectorStore):
+    SCHEMA = {
+        # Matched verbatim (see `_candidates`), so no stems are indexed.
+        "index": {"name": EPISODE_INDEX, "prefix": EPISODE_PREFIX, "stopwords": sorted(STOPWORDS)},
+        "fields": [
+            {"name": "text", "type": "text", "attrs": {"no_stem": True}},
+            *(
+                {"name": name, "type": "tag", "attrs": {"separator": SEP, "case_sensitive": True}}
+                for name in ("thread", "channel", "audience", "author", "names", "role", "pos")
+            ),
+            {"name": "ts", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "seq", "type": "numeric"},
+        ],
+    }
+
+    def __init__(self, redis: Redis, embedder: Embedder, ranking: Ranking | None = None) -> None:
+        super().__init__(redis, embedder)
+        self.ranking = ranking or Ranking()
+        self._names: dict[str, tuple[float, frozenset[str]]] = {}
+
+    def embedding_text(self, record: dict[str, Any]) -> str:
+        if record.get("part"):  # a part's embedding text, as embedded
+            return record["part"]
+        return Episode("", "", author=record.get("author", ""), role=record.get("role", "user"),
+                       author_name=record.get("author_name", ""),
+                       text=record.get("text", "")).embedding_text  # fmt: skip
+
+    def key(self, tenant: str, episode_id: str) -> str:
+        return f"{self.key_prefix(tenant)}{episode_id}"
+
+    def part_key(self, tenant: str, episode_id: str, n: int) -> str:
+        return f"{self.key(tenant, episode_id)}{SEP}{n}"
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def add(
+        self, scope: Scope, episodes: list[Episode], vectors: np.ndarray | None = None
+    ) -> None:
+        """Store messages with the vectors of their `embedding_text` (embedded here when not
+        given); a message stored again (same id) is overwritten. A message without an audience
+        gets the scope's.
+
+        A message of several sentences also gets a vector per part (`parts`), stored beside it
+        under `<key><SEP><n>`: a long message about many things is found by the one it shares
+        with the question, which its whole vector blurs. Parts carry the message's tags, so
+        every filter applies to them, but no indexed text: BM25 sees the message once.
+        """
+        if vectors is None:
+            vectors = await self.embedder.embed([e.embedding_text for e in episodes])
+        if len(episodes) != len(vectors):
+            raise ValueError("one vector per episode is needed")
+        pieces = [(e, n, part) for e in episodes for n, part in enumerate(e.part_texts())]
+        part_vectors = await self.embedder.embed([part for _, _, part in pieces])
+        opens = await self._openers(scope, episodes)
+        common = {e.id: self._common(scope, e, e.id in opens) for e in episodes}
+        rows = [
+            (self.key(scope.tenant, e.id), {**common[e.id], "text": e.text, "channel": e.channel,
+             "author": e.author, "author_name": e.author_name, "role": e.role,
+             "pos": _pos(e.thread, e.seq)}, vector)
+            for e, vector in zip(episodes, vectors, strict=True)
+        ]  # fmt: skip
+        rows += [
+            (self.part_key(scope.tenant, e.id, n), {**common[e.id], "part": part}, vector)
+            for (e, n, part), vector in zip(pieces, part_vectors, strict=True)
+        ]
+        await self.redis.delete(*self._part_keys(scope.tenant, [e.id for e in episodes]))
+        await self._write(scope.tenant, rows)
+        if scope.tenant in self._names:
+            when, known = self._names[scope.tenant]
+            self._names[scope.tenant] = (when, known.union(*(_names(e) for e in episodes)))
+
+    @staticmethod
+    def _common(scope: Scope, e: Episode, opens: bool) -> dict[str, Any]:
+        """The fields a message and its parts share: the filters' tags, and `meta`."""
+        audience = e.audience or scope.audience
+        flags = ("o" if opens else "") + ("q" if _asks(e.text) else "")
+        tokens = count_tokens(e.line(), ESTIMATE_MODEL)
+        names = " ".join(_names(e))
+        meta = SEP.join(
+            [str(e.seq), repr(float(e.ts)), flags, str(tokens), names, e.thread, audience]
+        )
+        return {"thread": e.thread, "audience": audience, "names": SEP.join(_names(e)),
+                "ts": e.ts, "seq": e.seq, "msg": e.id, "meta": meta}  # fmt: skip
+
+    async def _openers(self, scope: Scope, episodes: list[Episode]) -> set[str]:
+        """The ids of the messages that open a conversation: first in their thread, or said
+        OPENING_GAP after the message before. An opener is where a topic is brought up (the
+        news, the question, the decision), so recall favours it."""
+        before = {(e.thread, e.seq): e.ts for e in episodes}
+        missing = {(e.thread, e.seq - 1) for e in episodes if e.seq > 0} - before.keys()
+        if missing:
+            for c in await self._at(scope.tenant, missing, ""):
+                before[(c.thread, c.seq)] = c.ts
+        return {
+            e.id
+            for e in episodes
+            if e.ts - before.get((e.thread, e.seq - 1), float("-inf")) >= OPENING_GAP
+        }
+
+    def _part_keys(self, tenant: str, ids: list[str]) -> list[str]:
+        return [self.part_key(tenant, i, n) for i in ids for n in range(MAX_PARTS)]
+
+    async def delete(self, scope: Scope, ids: Iterable[str]) -> int:
+        """Forget messages (and their parts); returns how many messages were stored."""
+        ids = list(ids)
+        if not ids:
+            return 0
+        found = await self.redis.delete(*(self.key(scope.tenant, i) for i in ids))
+        await self.redis.delete(*self._part_keys(scope.tenant, ids))
+        return int(found)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        scope: Scope,
+        query: str,
+        vector: np.ndarray,
+        k: int = 10,
+        thread: str | None = None,
+        author: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[Episode]:
+        """Plain top-k hybrid search (the `search_conversations` tool), best first."""
+        clause = _filter(scope, thread=thread, author=author, since=since, until=until)
+        broad = not (thread or author or since is not None or until is not None)
+        question = await self._read(scope, query)
+        where = _Filter(scope, clause, broad)
+        candidates = await self._candidates(scope, question, vector, where, max(k, 20))
+        self._score(scope, question, candidates)
+        self._smooth(candidates)
+        best = sorted(candidates.values(), key=lambda c: -c.score)[:k]
+        found = await self._fetch(scope, {c.id: (c.thread, c.seq) for c in best})
+        return [found[c.id] for c in best if c.id in found]
+
+    async def recall(
+        self,
+        scope: Scope,
+        question: str,
+        vector: np.ndarray,
+        budget_tokens: int,
+        model: str,
+        exclude_ids: frozenset[str] = frozenset(),
+        exclude_thread_seq_from: int | None = None,
+        thread_only: bool = False,
+        author: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[Episode]:
+        """The messages most worth showing for `question`, whose rendering (`render`) fits
+        `budget_tokens` in `model`'s encoding, in rendering order.
+
+        `exclude_ids` (or every message of this thread from `exclude_thread_seq_from` on) are
+        the ones the recent window already shows.
+        """
+        if count_tokens(self.render([]), model) > budget_tokens:
+            return []
+        skip = None
+        if exclude_thread_seq_from is not None and scope.thread:
+            skip = (scope.thread, exclude_thread_seq_from)
+        clause = _filter(
+            scope, thread=scope.thread if thread_only else None, author=author,
+            since=since, until=until, skip_from=skip,
+        )  # fmt: skip
+        broad = not (thread_only or author or since is not None or until is not None)
+        where = _Filter(scope, clause, broad, skip)
+        read = await self._read(scope, question)
+        candidates = await self._candidates(scope, read, vector, where)
+        for episode_id in exclude_ids & candidates.keys():
+            del candidates[episode_id]
+        if not candidates:
+            return []
+        self._score(scope, read, candidates)  # to know the best, whose neighbours to read
+        await self._expand(scope, candidates, where, exclude_ids)
+        self._score(scope, read, candidates)
+        self._smooth(candidates)
+        units = self._pack(candidates, budget_tokens, model)
+        places = {i: (candidates[i].thread, candidates[i].seq) for unit in units for i in unit}
+        found = await self._fetch(scope, places)
+        chosen = [[found[i] for i in unit if i in found] for unit in units]
+        while chosen and count_tokens(self.render(_ordered(chosen)), model) > budget_tokens:
+            chosen.pop()  # the estimate fell short: drop the least valuable
+        return _ordered(chosen)
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    async def _read(self, scope: Scope, question: str) -> _Question:
+        words = dict.fromkeys(_WORD.findall(question.lower()))
+        authors = await self._author_names(scope.tenant)
+        named = [w for w in words if w in authors and w not in STOPWORDS]  # not "will", "may"
+        # A name in a message mostly addresses someone: the named authors' own messages are
+        # found by the named KNN and the author prior instead.
+        skip = STOPWORDS | QUESTION_WORDS | authors
+        terms = [w for w in words if len(w) > 1 and w not in skip]
+        return _Question(terms, named, mentioned_periods(question, self.ranking.date_days))
+
+    async def _author_names(self, tenant: str) -> frozenset[str]:
+        """The words of the tenant's author names, read from the index once a minute."""
+        cached = self._names.get(tenant)
+        if cached and time.monotonic() - cached[0] < NAMES_TTL:
+            return cached[1]
+        reply = await self.redis.execute_command("FT.TAGVALS", await self._index(tenant), "names")
+        names = frozenset(decode(v) for v in reply)
+        self._names[tenant] = (time.monotonic(), names)
+        return names
+
+    async def _candidates(
+        self,
+        scope: Scope,
+        question: _Question,
+        vector: np.ndarray,
+        where: _Filter,
+        least: int = 0,
+    ) -> dict[str, _Candidate]:
+        """Candidates from up to three queries at once, ids and `meta` only: BM25 over the
+        question's words, KNN over all messages, and KNN over this thread's messages by the
+        people the question names (a question about the past is mostly about someone, and
+        their own messages are where the answer is; the thread keeps that set small)."""
+        r = self.ranking
+        index = await self._index(scope.tenant)
+        knn = [self._knn(index, where.clause, vector, max(r.vector_candidates, least), where.broad)]
+        if question.named and scope.thread and r.named_candidates:
+            here = f"{_tags('names', question.named)} {_tags('thread', [scope.thread])}"
+            knn.append(
+                self._knn(index, f"{here} {where.clause}", vector, r.named_candidates, False)
+            )
+        bm25 = []
+        if question.terms:
+            union = " | ".join(_TEXT_ESCAPER.escape(t) for t in question.terms)
+            query = f"({union}) {where.lookup}".strip()
+            bm25.append(self._bm25(index, query, max(r.text_candidates, least)))
+        replies = await asyncio.gather(*knn, *bm25)
+        out: dict[str, _Candidate] = {}
+        for reply in replies[: len(knn)]:
+            for _, row in _rows(reply):
+                cosine = 1.0 - float(row[b"dist"])
+                c = out.get(decode(row[b"msg"]))
+                if c is None:
+                    c = _Candidate.from_row(row)
+                    out[c.id] = c
+                c.cosine = max(c.cosine if c.cosine is not None else -1.0, cosine)
+        for reply in replies[len(knn) :]:
+            for score, row in _rows(reply):
+                c = out.get(decode(row[b"msg"])) or _Candidate.from_row(row)
+                out[c.id] = c
+                c.text_score = float(score)
+        return {i: c for i, c in out.items() if where.admits(c)}
+
+    def _bm25(self, index: str, query: str, k: int) -> Any:
+        return self.redis.execute_command(
+            "FT.SEARCH", index, query, "VERBATIM", "WITHSCORES", "SCORER", "BM25STD",
+            "RETURN", len(ROW), *ROW, "LIMIT", 0, k, "DIALECT", 2,
+        )  # fmt: skip
+
+    def _knn(self, index: str, where: str, vector: np.ndarray, k: int, batches: bool) -> Any:
+        """A KNN query. With a filter most messages pass, HNSW batches: RediSearch would
+        otherwise pick a brute-force scan of every vector (23 ms at 100k messages)."""
+        policy = " HYBRID_POLICY BATCHES" if batches else ""
+        return self.redis.execute_command(
+            "FT.SEARCH", index, f"({where})=>[KNN {k} @{self.VECTOR_FIELD} $vec{policy} AS dist]",
+            "PARAMS", 2, "vec", vector_bytes(vector), "SORTBY", "dist",
+            "RETURN", len(ROW) + 1, *ROW, "dist", "LIMIT", 0, k, "DIALECT", 2,
+        )  # fmt: skip
+
+    async def _at(self, tenant: str, places: set[tuple[str, int]], where: str) -> list[_Candidate]:
+        """The messages at these (thread, seq) places: one tag lookup."""
+        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
+        reply = await self.redis.execute_command(
+            "FT.SEARCH", await self._index(tenant), f"@pos:{{{tags}}} {where}".strip(),
+            "RETURN", len(ROW), *ROW, "LIMIT", 0, len(places), "DIALECT", 2,
+        )  # fmt: skip
+        return [_Candidate.from_row(row) for _, row in _rows(reply)]
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def _score(self, scope: Scope, question: _Question, candidates: dict[str, _Candidate]) -> None:
+        """Each candidate's own score: z-scored BM25 plus z-scored cosine, plus the priors.
+        Neighbours (`_expand`) start from the lowest fused score."""
+        r = self.ranking
+        found = [c for c in candidates.values() if not c.neighbour]
+        text = np.array([c.text_score for c in found])
+        known = [c.cosine for c in found if c.cosine is not None]
+        floor = min(known, default=0.0)  # beyond the KNN lists: at most their last cosine
+        cosine = np.array([floor if c.cosine is None else c.cosine for c in found])
+        fused = r.text_weight * _z(text) + r.vector_weight * _z(cosine)
+        low = float(fused.min()) if len(fused) else 0.0
+        for c, f in zip(found, fused, strict=True):
+            c.own = float(f)
+        named = set(question.named)
+        for c in candidates.values():
+            own = low if c.neighbour else c.own
+            own += r.author_bonus * bool(named.intersection(c.names))
+            own += r.thread_bonus * (c.thread == scope.thread)
+            own += r.opener_bonus * c.opens - r.question_penalty * c.asks
+            own += r.date_bonus * any(start <= c.ts < end for start, end in question.periods)
+            c.own = c.score = own
+
+    def _smooth(self, candidates: dict[str, _Candidate]) -> None:
+        """A message borrows from its best neighbour within two messages: the answer sits
+        next to the question, the story goes on in the speaker's next message."""
+        r = self.ranking
+        at = {(c.thread, c.seq): c.own for c in candidates.values()}
+        low = min(at.values(), default=0.0)
+        weights = ((-2, r.smoothing_far), (-1, r.smoothing), (1, r.smoothing), (2, r.smoothing_far))
+        for c in candidates.values():
+            near = [w * (at[(c.thread, c.seq + d)] - low) for d, w in weights
+                    if (c.thread, c.seq + d) in at]  # fmt: skip
+            c.score = c.own + max(near, default=0.0)
+
+    async def _expand(
+        self,
+        scope: Scope,
+        candidates: dict[str, _Candidate],
+        where: _Filter,
+        exclude_ids: frozenset[str],
+    ) -> None:
+        """Add the messages around the best candidates: as candidates of their own (scored by
+        their neighbours) and as context for short hits."""
+        r = self.ranking
+        have = {(c.thread, c.seq) for c in candidates.values()}
+        best = sorted(candidates.values(), key=lambda c: -c.own)[: r.context_neighbours]
+        reach = (-2, -1, 1, 2) if r.smoothing_far else (-1, 1)
+        wanted = {(c.thread, c.seq + d) for c in best for d in reach} - have
+        if wanted:
+            for c in await self._at(scope.tenant, wanted, where.lookup):
+                if c.id not in exclude_ids and where.admits(c):
+                    c.neighbour = True
+                    candidates[c.id] = c
+
+    # -- packing -------------------------------------------------------------------------------
+
+    def _pack(self, candidates: dict[str, _Candidate], budget: int, model: str) -> list[list[str]]:
+        """Greedy by value per token: each hit with the context it needs, until the budget.
+        Returns the units (lists of ids) in the order they were taken.
+
+        Costs are the lines' stored token counts plus the headers a new thread or date adds:
+        an estimate, which `recall` checks on the rendering.
+        """
+        r = self.ranking
+        at = {(c.thread, c.seq): c for c in candidates.values()}
+        units = []
+        for c in _leading(candidates.values(), 2 * budget):
+            members = [c]
+            before, after = at.get((c.thread, c.seq - 1)), at.get((c.thread, c.seq + 1))
+  # what a short reply, or an answer, responds to
+  # the answer to a short question
+            cost = sum(m.tokens for m in members)
+            units.append((c.score - r.cost_exponent * math.log(cost), members))
+        units.sort(key=lambda u: -u[0])
+        used = _heading_tokens(model)
+        date_cost = _date_tokens(model)
+        taken: set[str] = set()
+        threads: set[str] = set()
+        days: set[tuple[str, int]] = set()
+        out: list[list[str]] = []
+        for _, members in units:
+            if budget - used < 8:  # full: no line is that short
+                break
+            fresh = [m for m in members if m.id not in taken]
+            cost = 0
+            for m in fresh:
+                cost += m.tokens
+                if m.thread not in threads:
+                    cost += len(m.thread) // 3 + 8  # its header, about
+                if (m.thread, m.day) not in days:
+                    cost += date_cost
+            if not fresh or used + cost > budget:
+                continue
+            used += cost
+            for m in fresh:
+                taken.add(m.id)
+                threads.add(m.thread)
+                days.add((m.thread, m.day))
+            out.append([m.id for m in fresh])
+        return out
+
+    async def _fetch(self, scope: Scope, places: dict[str, tuple[str, int]]) -> dict[str, Episode]:
+        """The chosen messages (id -> (thread, seq)), whole: one tag lookup, unfiltered (every
+        id was admitted already; the audience is checked again all the same)."""
+        if not places:
+            return {}
+        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in places.values())
+        reply = await self.redis.execute_command(
+            "FT.SEARCH", await self._index(scope.tenant), f"@pos:{{{tags}}}",
+            "RETURN", len(FIELDS) + 1, "msg", *FIELDS, "LIMIT", 0, 2 * len(places), "DIALECT", 2,
+        )  # fmt: skip
+        found = (_episode(row) for _, row in _rows(reply))
+        return {e.id: e for e in found if e.id in places and scope.can_see(e.audience)}
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    @classmethod
+    def render(cls, episodes: list[Episode]) -> str:
+        """The segment as the context shows it (what `recall`'s budget covers)."""
+        return cls.segment(episodes).render()
+
+    @staticmethod
+    def segment(episodes: list[Episode]) -> Segment:
+        """Threads in the order given, each oldest first, one `Name: text` line a message; the
+        day starts the line where it changes (`8 May 2023`, the year only when it changes), and
+        a blank line marks skipped messages."""
+        threads: dict[str, list[Episode]] = {}
+        for e in episodes:
+            threads.setdefault(e.thread, []).append(e)
+        items = []
+        for members in threads.values():
+            members.sort(key=lambda e: e.seq)
+            lines = [_thread_line(members[0])]
+            last: Episode | None = None
+            year = 0
+            for e in members:
+                if last is not None and e.seq != last.seq + 1:
+                    lines.append("\n")
+                when = ""
+                if last is None or e.date != last.date:
+                    day = time.gmtime(e.ts)
+                    when = f"{day.tm_mday} {calendar.month_abbr[day.tm_mon]}"
+                    when += f" {day.tm_year}" if day.tm_year != year else ""
+                    year = day.tm_year
+                lines.append(e.line(when))
+                last = e
+            items.append("".join(lines).rstrip("\n"))
+        return Segment(
+            name="Episodic",
+            description="earlier messages of this team's threads that bear on the question.",
+            usage="recall who said what and when: a date holds until the next one, a year "
+            "too; a blank line marks skipped messages.",
+            items=items,
+            empty_note="(no related earlier messages)",
+        )
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def mentioned_periods(question: str, around: float = 3.0) -> list[tuple[float, float]]:
+    """The periods (UTC timestamps) of the days and months a question names: `3 June, 2023`,
+    `June 3, 2023` or `2023-06-03` (give or take `around` days), or a whole `June 2023`
+    (and the week after it: what happened in June is often told in early July)."""
+    periods = []
+    days = [(int(d), _MONTHS[m.lower()], int(y)) for d, m, y in _DAY_FIRST.findall(question)]
+    days += [(int(d), _MONTHS[m.lower()], int(y)) for m, d, y in _MONTH_FIRST.findall(question)]
+    days += [(int(d), int(m), int(y)) for y, m, d in _ISO.findall(question)]
+    for day, month, year in days:
+        try:
+            ts = datetime(year, month, day, tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+        periods.append((ts - around * DAY, ts + (around + 1) * DAY))
+    if not days:
+        for month, year in _MONTH_YEAR.findall(question):
+            start = datetime(int(year), _MONTHS[month.lower()], 1, tzinfo=UTC).timestamp()
+            length = calendar.monthrange(int(year), _MONTHS[month.lower()])[1]
+            periods.append((start, start + (length + 7) * DAY))
+    return periods
+
+
+def parts(text: str) -> list[str]:
+    """A message's sentences, the short ones joined to the next, at most MAX_PARTS (the
+    sentences spread evenly); none when the message is one part."""
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        sentence = sentence.strip()
+        if not sentence:
+            continue
+        if out and len(out[-1]) < PART_CHARS:
+            out[-1] += " " + sentence
+        else:
+            out.append(sentence)
+    if len(out) > 1 and len(out[-1]) < PART_CHARS:
+        last = out.pop()
+        out[-1] += " " + last
+    if len(out) > MAX_PARTS:
+        size = -(-len(out) // MAX_PARTS)
+        out = [" ".join(out[i : i + size]) for i in range(0, len(out), size)]
+    return out if len(out) > 1 else []
+
+
+def _asks(text: str) -> bool:
+    return text.rstrip().endswith("?")
+
+
+def _names(e: Episode) -> list[str]:
+    """The words of the author's name, as the `names` tag holds them."""
+    return list(dict.fromkeys(_WORD.findall(e.author_name.lower())))
+
+
+def _pos(thread: str, seq: int) -> str:
+    return f"{seq}@{thread}"
+
+
+def _tags(field_name: str, values: Iterable[str]) -> str:
+    return f"@{field_name}:{{{'|'.join(_TAG_ESCAPER.escape(v) for v in values)}}}"
+
+
+def _filter(
+    scope: Scope,
+    thread: str | None = None,
+    author: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    skip_from: tuple[str, int] | None = None,
+) -> str:
+    """The query clause every read carries: what this place may see, and the caller's filters."""
+    parts = [_tags("audience", scope.audiences)]
+    if thread:
+        parts.append(_tags("thread", [thread]))
+    if author:
+        parts.append(_tags("author", [author]))
+    if since is not None or until is not None:
+        low = "-inf" if since is None else repr(float(since))
+        high = "+inf" if until is None else repr(float(until))
+        parts.append(f"@ts:[{low} {high}]")
+    if skip_from is not None:
+        parts.append(f"-({_tags('thread', [skip_from[0]])} @seq:[{skip_from[1]} +inf])")
+    return " ".join(parts)
+
+
+def _rows(reply: Any) -> list[tuple[float, dict[bytes, Any]]]:
+    """FT.SEARCH's reply, RESP2 or RESP3, as (score, fields by their names as bytes); the
+    score when WITHSCORES. Nothing is decoded here: this runs for every candidate."""
+    if isinstance(reply, dict):
+        rows = [(r.get(b"score") or 0.0, r[b"extra_attributes"]) for r in reply[b"results"]]
+    else:
+        step = 3 if len(reply) > 2 and not isinstance(reply[2], list) else 2
+        rows = [
+            (float(reply[i + 1]) if step == 3 else 0.0,
+             dict(zip(reply[i + step - 1][::2], reply[i + step - 1][1::2], strict=True)))
+            for i in range(1, len(reply), step)
+        ]  # fmt: skip
+    if rows and isinstance(next(iter(rows[0][1]), b""), str):  # a client decoding replies
+        rows = [(score, {k.encode(): v for k, v in row.items()}) for score, row in rows]
+    return rows
+
+
+def _episode(row: dict[bytes, Any]) -> Episode:
+    def text(name: str) -> str:
+        return decode(row.get(name.encode())) or ""
+
+    return Episode(
+        id=text("msg"), thread=text("thread"), channel=text("channel"),
+        audience=text("audience") or PUBLIC, author=text("author"),
+        author_name=text("author_name"), role=text("role") or "user", text=text("text"),
+        ts=float(text("ts") or 0), seq=int(float(text("seq") or 0)),
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def _heading_tokens(model: str) -> int:
+    """What the segment costs before its first thread."""
+    return count_tokens(EpisodicStore.segment([]).render().rsplit("\n", 1)[0], model)
+
+
+@lru_cache(maxsize=16)
+def _date_tokens(model: str) -> int:
+    """What a date costs at the start of a line."""
+    return block_tokens(model, "28 Sep Name: x\n") - block_tokens(model, "Name: x\n")
+
+
+def _leading(candidates: Iterable[_Candidate], tokens: int) -> list[_Candidate]:
+    """The best candidates, as many as take `tokens`: the rest could not make it in."""
+    out = []
+    for c in sorted(candidates, key=lambda c: -c.score):
+        out.append(c)
+        tokens -= c.tokens
+        if tokens < 0:
+            break
+    return out
+
+
+def _z(values: np.ndarray) -> np.ndarray:
+    spread = values.std() if len(values) else 0.0
+    return (values - values.mean()) / spread if spread > 1e-9 else np.zeros_like(values)
+
+
+def _thread_line(e: Episode) -> str:
+    where = f"#{e.channel} " if e.channel else ""
+    return f"{where}thread {e.thread}\n"
+
+
+def _ordered(units: list[list[Episode]]) -> list[Episode]:
+    """Rendering order: threads by their best unit, messages by position."""
+    rank: dict[str, int] = {}
+    for unit in units:
+        for e in unit:
+            rank.setdefault(e.thread, len(rank))
+    return sorted((e for unit in units for e in unit), key=lambda e: (rank[e.thread], e.seq))

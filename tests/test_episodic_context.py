@@ -1,0 +1,136 @@
+"""Nothing said is forgotten: the context of a turn, past the recent window, and `eval locomo`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from memory.context import CONVERSATION_DERIVED, assemble_context
+from memory.scope import Scope, Visibility
+from memory.tokens import count_tokens
+from tests.agent_world import close_world, open_world
+from tests.support.scripted_openai import text
+
+FILLER = "Let us keep going with the reading list for the seminar, paper by paper."
+
+
+@pytest.fixture
+async def world(redis_url, tmp_path):
+    world = await open_world(redis_url, tmp_path, memory_tokens=1200)
+    yield world
+    await close_world(world)
+
+
+def speaker(tenant: str, thread: str, user: str, name: str) -> Scope:
+    return Scope(tenant, thread, "C1", Visibility.PUBLIC, user, name)
+
+
+async def say(world, scope: Scope, content: str) -> None:
+    """A message stored and queued as after a turn (indexing, rolling summary)."""
+    memory, upkeep = world.runtime.memory, world.runtime.harness.upkeep
+    message = await memory.conversation.append(scope, "user", content)
+    window = count_tokens(
+        "\n\n".join(
+            f"[{m.speaker}] {m.content}" for m in await memory.conversation.unsummarized(scope)
+        ),
+        memory.model,
+    )
+    await upkeep.after_messages(scope, [message], window)
+
+
+async def test_old_messages_of_this_and_other_threads_are_recalled(world, tenant):
+    ada = speaker(tenant, "slack:T:C1:1.0", "U1", "Ada")
+    bo = speaker(tenant, "slack:T:C1:1.0", "U2", "Bo")
+    await say(world, ada, "Decision: we evaluate the retriever with nDCG@10 on BEIR, not MRR.")
+    for i in range(40):  # push the decision far out of the recent window
+        await say(world, bo if i % 2 else ada, f"{FILLER} ({i})")
+    other = speaker(tenant, "slack:T:C2:9.0", "U3", "Cy")
+    await say(world, other, "The GPU quota for the lab was raised to 64 A100s in October.")
+    await world.runtime.harness.drain()
+
+    limits = world.runtime.harness.limits
+    question = "Which metric did we decide for the retriever, and how many GPUs does the lab have?"
+    context = await assemble_context(world.runtime.memory, ada, question, limits)
+    conversation, episodic = context.segment("Conversation"), context.segment("Episodic")
+    assert "nDCG@10" not in conversation.text  # out of the window...
+    assert "nDCG@10" in episodic.text  # ...but recalled, with who said it
+    assert "Ada" in episodic.text and "64 A100s" in episodic.text and "Cy" in episodic.text
+    assert conversation.text.count("[Bo]") and conversation.text.count("[Ada]")  # speakers
+    assert episodic.text.startswith("## Episodic Memory\nWhat it is: ")
+    shown = [m for m in await world.runtime.memory.conversation.unsummarized(ada)]
+    for message in shown:  # nothing the window shows is recalled again
+        assert message.content not in episodic.text
+    derived = sum(s.tokens for s in context.segments if s.name in CONVERSATION_DERIVED)
+    assert derived <= limits.memory_tokens == 1200
+    for segment in context.segments:  # counts stay exact
+        assert segment.tokens == count_tokens(segment.text, world.runtime.memory.model)
+
+
+async def test_a_turn_indexes_its_messages_and_the_agent_sees_them_later(world, tenant):
+    first = Scope(tenant, "cli:a", "terminal", user="local", user_name="local")
+    world.model.script(text("Noted: the deadline is March 3."), text("It is March 3."))
+    await world.agent.run_turn(first, "Remember that the camera-ready deadline is March 3.")
+    await world.runtime.harness.drain()
+    second = first.in_thread("cli:b")
+    await world.agent.run_turn(second, "When is the camera-ready deadline?")
+    seen = world.model_requests()[-1]["messages"][1]["content"]
+    episodic = seen.split("## Episodic Memory")[1].split("## ")[0]
+    assert "camera-ready deadline is March 3" in episodic and "local" in episodic
+
+
+def locomo_fixture(path) -> None:
+    """Two sessions between two people, and questions whose evidence is a turn of each."""
+    turns_1 = [
+        {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a greyhound named Pixel last week!"},
+        {"speaker": "Ben", "dia_id": "D1:2", "text": "Congrats! I am training for the Lisbon marathon."},
+        *[{"speaker": "Ana" if i % 2 else "Ben", "dia_id": f"D1:{i}", "text": f"{FILLER} {i}"}
+          for i in range(3, 40)],
+    ]  # fmt: skip
+    turns_2 = [
+        {
+            "speaker": "Ben",
+            "dia_id": "D2:1",
+            "text": "I finished the Lisbon marathon in 3 hours 41.",
+        },
+        {"speaker": "Ana", "dia_id": "D2:2", "text": "Pixel learned to fetch the newspaper."},
+    ]
+    sample = {
+        "sample_id": "tiny-1",
+        "conversation": {
+            "speaker_a": "Ana", "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns_1,
+            "session_2_date_time": "10:00 am on 20 June, 2023", "session_2": turns_2,
+        },
+        "qa": [
+            {"question": "What is the name of Ana's dog?", "answer": "Pixel",
+             "evidence": ["D1:1"], "category": 4},
+            {"question": "Which marathon did Ben train for?", "answer": "Lisbon",
+             "evidence": ["D1:2; D2:1"], "category": 1},
+            {"question": "Is this adversarial?", "adversarial_answer": "x", "evidence": ["D1:3"],
+             "category": 5},
+        ],
+    }  # fmt: skip
+    path.write_text(json.dumps([sample]))
+
+
+def test_eval_locomo_on_a_small_file(cli_env, tmp_path):
+    data, dump = tmp_path / "tiny.json", tmp_path / "dump.jsonl"
+    locomo_fixture(data)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "eval", "locomo", "--data", str(data), "--budget",
+         "600", "--dump", str(dump), "--json"],
+        env=cli_env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == "recall 1.000 over 2 questions at 600 tokens", result.stdout
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert report["questions"] == 2 and set(report["recall_by_category"]) == {
+        "1 multi-hop", "4 single-hop"}  # fmt: skip
+    rows = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert [r["evidence"] for r in rows] == [["D1:1"], ["D1:2", "D2:1"]]
+    assert "Pixel" in rows[0]["text"] and "Lisbon marathon in 3 hours 41" in rows[1]["text"]
+    assert max(r["tokens"] for r in rows) <= 600
