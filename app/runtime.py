@@ -111,6 +111,7 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
             window=window or settings.context_window,
         )  # fmt: skip
         background.handle({**upkeep.handlers(), ARTIFACTS: harness.write_artifacts})
+        await upkeep.backfill()  # once per Redis: messages stored before episodic memory
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
     except BaseException:
         await memory.close()

@@ -8,10 +8,15 @@ import sys
 
 import pytest
 
+from bot.upkeep import BACKFILL
+from memory.connection import connect
 from memory.context import CONVERSATION_DERIVED, assemble_context
+from memory.keys import messages_key, threads_key
+from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope, Visibility
 from memory.tokens import count_tokens
 from tests.agent_world import close_world, open_world
+from tests.conftest import free_port
 from tests.support.scripted_openai import text
 
 FILLER = "Let us keep going with the reading list for the seminar, paper by paper."
@@ -134,3 +139,40 @@ def test_eval_locomo_on_a_small_file(cli_env, tmp_path):
     assert [r["evidence"] for r in rows] == [["D1:1"], ["D1:2", "D2:1"]]
     assert "Pixel" in rows[0]["text"] and "Lisbon marathon in 3 hours 41" in rows[1]["text"]
     assert max(r["tokens"] for r in rows) <= 600
+
+
+async def test_threads_stored_before_are_backfilled_once(tmp_path, tenant):
+    """Messages written before episodic memory existed (old JSON: no audience, no seq) are
+    indexed when a bot first starts on the upgraded code, keeping DMs private."""
+    server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port())
+    url = server.ensure_running()
+    try:
+        client = await connect(url)
+        for thread, words in (("slack:T:C1:1.0", "the cryostat arrives Tuesday"),
+                              ("slack:T:D1:dm", "my visa interview is Friday")):  # fmt: skip
+            old = {"role": "user", "content": words, "id": f"msg_{thread[-3:]}",
+                   "thread_id": thread, "timestamp": 1.7e9, "metadata": {}, "summary_id": ""}  # fmt: skip
+            await client.rpush(messages_key(tenant, thread), json.dumps(old))
+            await client.zadd(threads_key(tenant), {thread: 1.7e9})
+        await client.aclose()
+        world = await open_world(url, tmp_path)
+        try:
+            await world.runtime.harness.drain()
+            memory = world.runtime.memory
+            assert await memory.upgrades.done(BACKFILL)
+            assert await world.runtime.harness.upkeep.backfill() == 0  # once only
+            channel = Scope(tenant, "slack:T:C1:2.0", "C1", Visibility.PRIVATE)
+            dm = Scope(tenant, "slack:T:D1:dm", "D1", Visibility.DM)
+            elsewhere = Scope(tenant, "slack:T:C7:3.0", "C7")
+            for scope, expected in ((channel, {"cryostat"}), (dm, {"visa"}),
+                                    (elsewhere, set())):  # fmt: skip
+                found = set()
+                for word in ("cryostat", "visa"):
+                    vector = (await memory.embedder.embed([word]))[0]
+                    hits = await memory.episodes.search(scope, word, vector, k=5)
+                    found |= {word for e in hits if word in e.text}
+                assert found == expected, scope
+        finally:
+            await close_world(world)
+    finally:
+        server.stop()

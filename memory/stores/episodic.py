@@ -10,6 +10,10 @@ question; a story goes on in the speaker's next message), the neighbours of the 
 joining the candidates. The best are packed into the token budget by value per token, a short
 hit with the message it replies to. Only the chosen messages' texts are read. Rendering is
 compact: a header per thread, `Name: text` lines, the date where it changes.
+
+Privacy: the KNN queries carry the audience filter; BM25 and the tag lookups run unfiltered
+when nothing but the audience restricts them (filtering there walks the long `public` postings)
+and every row they return passes `Scope.can_see` here before it is used.
 """
 
 from __future__ import annotations
@@ -530,8 +534,12 @@ class EpisodicStore(VectorStore):
         for c in _leading(candidates.values(), 2 * budget):
             members = [c]
             before, after = at.get((c.thread, c.seq - 1)), at.get((c.thread, c.seq + 1))
-  # what a short reply, or an answer, responds to
-  # the answer to a short question
+            if before is not None and (
+                c.tokens < r.short_tokens or (c.tokens < r.answer_tokens and before.asks)
+            ):
+                members.insert(0, before)  # what a short reply, or an answer, responds to
+            if after is not None and c.tokens < r.answer_tokens and c.asks:
+                members.append(after)  # the answer to a short question
             cost = sum(m.tokens for m in members)
             units.append((c.score - r.cost_exponent * math.log(cost), members))
         units.sort(key=lambda u: -u[0])
