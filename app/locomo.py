@@ -52,7 +52,7 @@ class Turn:
 
     @property
     def content(self) -> str:
-        """What is stored: the words, and a shared photo's caption (people refer to photos)."""
+        """What is stored: the words, with a shared photo's caption (see `load`)."""
         return self.text
 
 
@@ -137,7 +137,7 @@ def load(path: Path) -> list[Conversation]:
             start = session_time(talk[f"session_{number}_date_time"])
             for i, turn in enumerate(talk[f"session_{number}"]):
                 text = turn["text"]
-                if turn.get("blip_caption"):
+                if turn.get("blip_caption"):  # people refer to the photos they share
                     text += f" [shares an image: {turn['blip_caption']}]"
                 turns.append(Turn(turn["dia_id"], turn["speaker"], text, start + i))
         questions = [

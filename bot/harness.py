@@ -8,6 +8,7 @@ entity writes as durable background work (`bot.background`) so the reply is not 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -16,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from bot.background import BackgroundWork
-from bot.consolidation import Consolidator
+from bot.consolidation import Consolidator, SummaryInProgress
 from bot.llm import LLMClient, ToolCall
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.toolbox import Toolbox, ToolResult
@@ -122,7 +123,8 @@ class Harness:
         usage = self.usage_percent(context)
         compacted = False
         if usage > COMPACT_THRESHOLD * 100:
-            compacted = await self.consolidator.compact(scope) is not None
+            with contextlib.suppress(SummaryInProgress):  # a background roll is at it
+                compacted = await self.consolidator.compact(scope) is not None
             context = await assemble_context(
                 self.memory, scope, question, self.limits, vector=context.vector
             )
