@@ -360,7 +360,7 @@ async def measure(
         + ", ".join(f"{s.name} {s.tokens}" for s in result.segments)
     )
     counts = {
-        "messages": len(await memory.conversation.recent_unsummarized(SCOPE, 20)),
+        "messages": len(await memory.conversation.unsummarized(SCOPE)),
         "passages": len(result.passages),
         "workflows": len(await memory.workflows.similar(SCOPE, qvectors[0])),
         "entities": len(await memory.entities.similar(SCOPE, qvectors[0])),
@@ -458,8 +458,9 @@ async def print_breakdown(
     """Each of the five reads (and the KB's two halves, and rendering) timed on its own."""
     kb = memory.knowledge_base
     reads: dict[str, Callable[[str, np.ndarray], Awaitable[Any]]] = {
-        "conversation.recent_unsummarized": lambda q, v: memory.conversation.recent_unsummarized(
-            SCOPE, 20
+        "conversation.unsummarized": lambda q, v: memory.conversation.unsummarized(SCOPE),
+        "episodes.recall (2000 tokens)": lambda q, v: memory.episodes.recall(
+            SCOPE, q, v, 2000, memory.model
         ),
         "knowledge_base.search (hybrid)": lambda q, v: kb.search(SCOPE, q, v, k=5),
         "  - KB vector half (k=10)": lambda q, v: kb._nearest(TENANT, v, 10, ["chunk_index"]),
@@ -480,7 +481,7 @@ async def print_breakdown(
     rendered = []
     for q, v in zip(questions[:100], qvectors[:100], strict=True):
         messages, passages, workflows, entities, summaries = await asyncio.gather(
-            memory.conversation.recent_unsummarized(SCOPE, 20),
+            memory.conversation.unsummarized(SCOPE),
             kb.search(SCOPE, q, v, k=5),
             memory.workflows.similar(SCOPE, v, k=3),
             memory.entities.similar(SCOPE, v, k=5),

@@ -196,10 +196,11 @@ def instrument(runtime: AgentRuntime) -> Probe:
     probe.wrap(mem.embedder, "embed", "    question embedding")
     probe.wrap(mem.embedder.inner, "embed", "      MiniLM pass (cache miss)")
     for store, method in (
-        ("conversation", "recent_unsummarized"), ("knowledge_base", "search"),
+        ("conversation", "unsummarized"), ("knowledge_base", "search"),
         ("workflows", "similar"), ("entities", "similar"), ("summaries", "descriptions"),
     ):  # fmt: skip
         probe.wrap(getattr(mem, store), method, f"    read {store}.{method} (concurrent)")
+    probe.wrap(mem.episodes, "recall", "    read episodes.recall (after the reads)")
     probe.wrap(memory.context, "count_tokens_many", "    count_tokens (segments)")
     probe.wrap(harness, "usage_percent", "  usage_percent (tiktoken)")
     probe.wrap(harness, "select_tools", "  select_tools")

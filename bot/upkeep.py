@@ -58,8 +58,7 @@ class Upkeep:
             episodes = [episode_of(Message(**m), scope.channel) for m in task["messages"]]
             by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
         for scope, episodes in by_tenant.values():
-            vectors = await self.memory.embedder.embed([e.embedding_text for e in episodes])
-            await self.memory.episodes.add(scope, episodes, vectors)
+            await self.memory.episodes.add(scope, episodes)  # embeds messages and their parts
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""

@@ -236,12 +236,15 @@ class EpisodicStore(VectorStore):
         with the question, which its whole vector blurs. Parts carry the message's tags, so
         every filter applies to them, but no indexed text: BM25 sees the message once.
         """
-        if vectors is None:
-            vectors = await self.embedder.embed([e.embedding_text for e in episodes])
+        pieces = [(e, n, part) for e in episodes for n, part in enumerate(e.part_texts())]
+        parts = [part for _, _, part in pieces]
+        if vectors is None:  # messages and parts in one embedding pass
+            both = await self.embedder.embed([e.embedding_text for e in episodes] + parts)
+            vectors, part_vectors = both[: len(episodes)], both[len(episodes) :]
+        else:
+            part_vectors = await self.embedder.embed(parts)
         if len(episodes) != len(vectors):
             raise ValueError("one vector per episode is needed")
-        pieces = [(e, n, part) for e in episodes for n, part in enumerate(e.part_texts())]
-        part_vectors = await self.embedder.embed([part for _, _, part in pieces])
         opens = await self._openers(scope, episodes)
         common = {e.id: self._common(scope, e, e.id in opens) for e in episodes}
         rows = [
