@@ -288,7 +288,9 @@ async def test_private_channels_keep_their_memory_to_themselves(slack):
     team = f"T{time.time_ns()}"
     slack.api.private_channels.add("C9")  # a private channel with a C id, as Slack makes now
     slack.world.model.script(text("in G1"), text("in C9"))
+    # one turn at a time: the scripted model answers in call order
     await slack.a.event(mention("hello G1", ts(95), channel="G1"), team=team)
+    await slack.settle()
     await slack.a.event(mention("hello C9", ts(96), channel="C9"), team=team)
     await slack.settle()
     memory = slack.world.runtime.memory
