@@ -26,27 +26,32 @@ Threads, Send Messages in Threads and Read Message History.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 import discord
 from discord import app_commands
 
-from adapters.spine import Job, Pipeline, Platform, Status
-from adapters.text import link_arxiv, split_message
+from adapters.spine import NOT_TAKEN, Job, MemoryUnavailable, Pipeline, Platform, Status
+from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
 from bot.errors import ConfigError
 from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
+from memory.errors import memory_unavailable
 from memory.scope import Scope, Visibility
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 THREAD_NAME_LIMIT = 100
+RESUBMIT_EVERY_SECONDS = 5.0
+RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -114,10 +119,14 @@ class DiscordPlatform(Platform):
         async with channel.typing():
             yield StepStatus(channel)
 
-    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, StepStatus)
-        for part in parts:
-            await status.channel.send(part)
+        await status.channel.send(part)
+
+    async def notice(self, job: Job, text: str) -> None:
+        channel = await self.channel(job.reply["channel_id"])
+        if channel is not None:
+            await channel.send(text)
 
     async def channel(self, channel_id: int) -> discord.abc.Messageable | None:
         channel = self.client.get_channel(channel_id)
@@ -137,6 +146,7 @@ class _Client(discord.Client):
         self.adapter = adapter
 
     async def setup_hook(self) -> None:
+        self.adapter.pipeline.start()  # take over the threads of processes that died
         await self.adapter.sync_commands()
 
     async def on_ready(self) -> None:
@@ -157,6 +167,7 @@ class DiscordAdapter:
         self.client = _Client(self)
         self.tree = app_commands.CommandTree(self.client)
         self.pipeline = Pipeline(DiscordPlatform(self.client), handler)
+        self._waiting: set[asyncio.Task] = set()  # messages waiting for the memory to be back
         self._register_commands()
 
     # -- start-up --------------------------------------------------------------------------
@@ -205,7 +216,19 @@ class DiscordAdapter:
     # -- messages: filter, de-duplicate, queue ---------------------------------------------
 
     async def handle_message(self, message: discord.Message) -> None:
-        """Queue a turn for a message the bot should answer; ignore everything else."""
+        """Queue a turn for a message the bot should answer; ignore everything else. Discord
+        does not redeliver: while the memory is unreachable, the message is kept here and
+        tried again (the person is told once)."""
+        delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
+        try:
+            await self._take(message, delivery)
+        except Exception as exc:
+            if not (memory_unavailable(exc) or isinstance(exc, MemoryUnavailable)):
+                raise
+            await self._reply_quietly(message, NOT_TAKEN)
+            self._retry_later(message, delivery)
+
+    async def _take(self, message: discord.Message, delivery: str) -> None:
         me = self.client.user
         if me is None or message.author.bot or message.author.id == me.id:
             return
@@ -215,7 +238,9 @@ class DiscordAdapter:
         route = await self.route(message, mentioned)
         if route is None:
             return
-        if not await self.handler.memory.events.first_time(f"discord:{message.id}"):
+        if not await self.handler.memory.events.first_time(
+            route.scope.tenant, f"discord:{message.id}", taker=delivery
+        ):
             return
         text = self._strip_mention(message, me.id)
         if not text:  # a bare mention; or, without the Message Content intent, any follow-up
@@ -227,9 +252,27 @@ class DiscordAdapter:
             if route is None:
                 return
         job = Job("turn", route.scope, text, reply={"channel_id": route.channel_id})
-        await self.pipeline.submit(job)  # the message id was de-duplicated above
+        # the message id was de-duplicated above; the job goes in as a new one
+        await self.pipeline.submit(job, notify=False)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
+
+    def _retry_later(self, message: discord.Message, delivery: str) -> None:
+        async def retry() -> None:
+            for _ in range(RESUBMIT_TRIES):
+                await asyncio.sleep(RESUBMIT_EVERY_SECONDS)
+                try:
+                    await self._take(message, delivery)
+                    return
+                except Exception as exc:
+                    if not (memory_unavailable(exc) or isinstance(exc, MemoryUnavailable)):
+                        log.exception("message %s could not be queued", message.id)
+                        return
+            log.error("memory stayed unavailable; message %s not answered", message.id)
+
+        task = asyncio.create_task(retry())
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
 
     async def route(self, message: discord.Message, mentioned: bool) -> Route | None:
         """Which conversation a message belongs to, or None if the bot should stay quiet."""
@@ -336,7 +379,7 @@ class DiscordAdapter:
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str) -> None:
-        for part in split_message(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
+        for part in split_for_delivery(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
             await interaction.followup.send(part)
 
 

@@ -7,6 +7,11 @@ Everything else happens here, the same way for every platform:
     submit: de-duplicate -> prefetch the question's embedding -> the thread's queue in Redis
     drain:  one job at a time per thread (across processes) -> run the turn or the command
     run:    answer -> split to the platform's size -> send; any failure -> the one failure reply
+
+Jobs are delivered at least once and answered exactly once: a job stays in its thread's
+running slot (with its progress) until delivered, under a lease its process renews; when a
+process dies, any live one takes the thread over (`Pipeline.start`), and a delivered job is
+recorded so a re-run or a platform's retry never answers twice.
 """
 
 from __future__ import annotations
@@ -17,35 +22,72 @@ import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from adapters.text import split_message
+from adapters.text import split_for_delivery
 from bot.agent import AgentEvent
 from bot.turns import TurnHandler
+from memory.errors import memory_unavailable
 from memory.scope import Scope
+from memory.text import clean_text
 
 log = logging.getLogger(__name__)
 
-LOCK_TTL_MS = 30_000
+LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
+RECOVER_EVERY_SECONDS = 5.0  # how often a process looks for threads whose lease lapsed
+SHUTDOWN_GRACE_SECONDS = 25.0  # what a stopping process gives running turns to finish
+SUBMIT_TIMEOUT_SECONDS = 4.0  # an unreachable memory is reported within 5 s
+MAX_ATTEMPTS = 3  # a job that keeps killing its process is given up after this many runs
+
 FAILURE = (
     "Sorry, something went wrong on my side and I could not answer this. Your message is "
     "saved; please try again in a moment."
 )
+MEMORY_DOWN = (
+    "My memory (Redis) is unreachable right now, so I cannot answer yet. Your message is "
+    "kept: I will answer here as soon as my memory is back."
+)
+NOT_TAKEN = (
+    "My memory (Redis) is unreachable right now. I will answer this as soon as it is back; "
+    "if I have not within a few minutes, please send it again."
+)
+GAVE_UP = (
+    "Sorry, I tried to answer this several times and failed each time. Your message is "
+    "saved; please rephrase it or try again later."
+)
 
 JobKind = Literal["turn", "summarize"]
+Save = Callable[[], Awaitable[object]]
+
+
+class MemoryUnavailable(RuntimeError):
+    """A job could not be queued because Redis is unreachable (the person was told)."""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
 
 
 @dataclass
 class Job:
-    """One thing to do in one thread: answer a message, or summarize the thread."""
+    """One thing to do in one thread: answer a message, or summarize the thread.
+
+    `progress` is what a run has done so far (the placeholder it posted, the answer, how many
+    parts were sent); the pipeline saves it in Redis, so a re-run after a crash picks up there
+    instead of answering twice."""
 
     kind: JobKind
     scope: Scope
     text: str = ""
     event_id: str = ""  # the platform's id of the event, for de-duplication
     reply: dict[str, Any] = field(default_factory=dict)  # where to answer, in platform terms
+    id: str = field(default_factory=_new_id)
+    progress: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.text = clean_text(self.text)  # a lone surrogate cannot even be queued
 
     def to_json(self) -> str:
         return json.dumps({**self.__dict__, "scope": self.scope.to_dict()}, ensure_ascii=False)
@@ -79,89 +121,213 @@ class Platform(ABC):
 
     @contextlib.asynccontextmanager
     async def working(self, job: Job) -> AsyncIterator[Status]:
-        """Shown while `job` runs (a placeholder, a typing indicator)."""
+        """Shown while `job` runs (a placeholder, a typing indicator). What it posts that a
+        re-run should reuse, it records in `job.progress` (saved once this yields)."""
         yield Status()
 
     @abstractmethod
-    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
-        """Deliver the answer, already split to `limit`, where `job.reply` says."""
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+        """Deliver part `index` of the answer (already split to `limit`) where `job.reply`
+        says. Part 0 may replace what `working` showed."""
+
+    @abstractmethod
+    async def notice(self, job: Job, text: str) -> None:
+        """Tell the person something outside a turn (their message could not be queued)."""
 
 
 class Pipeline:
-    """De-duplication, per-thread ordering, the turn, splitting, sending, failure replies."""
+    """De-duplication, per-thread ordering, the turn, splitting, sending, failure replies,
+    and taking over the threads of processes that died."""
 
-    def __init__(self, platform: Platform, handler: TurnHandler, lock_ttl_ms: int = LOCK_TTL_MS):
+    def __init__(self, platform: Platform, handler: TurnHandler, lease_ms: int = LEASE_MS):
         self.platform = platform
         self.handler = handler
         self.memory = handler.memory
-        self.lock_ttl_ms = lock_ttl_ms
+        self.lease_ms = lease_ms
+        self.recover_every = RECOVER_EVERY_SECONDS
         self._draining: set[asyncio.Task] = set()
+        self._recovering: asyncio.Task | None = None
+        self._stopping = False
 
-    async def submit(self, job: Job) -> bool:
-        """Queue a job unless its event was taken before; False for a redelivery."""
-        if job.event_id and not await self.memory.events.first_time(
-            f"{self.platform.name}:{job.event_id}"
-        ):
-            return False
+    # -- taking jobs -----------------------------------------------------------------------
+
+    async def submit(self, job: Job, notify: bool = True) -> bool:
+        """Queue a job unless its event was taken before; False for a redelivery. Raises
+        `MemoryUnavailable` when Redis cannot be reached (after telling the person, if
+        `notify`), so the platform can ask for a redelivery."""
         if job.kind == "turn":
             self.handler.prefetch(job.text)
-        await self.memory.turns.push(job.scope, job.to_json())
-        task = asyncio.create_task(self._drain(job.scope))
+        try:
+            async with asyncio.timeout(SUBMIT_TIMEOUT_SECONDS):
+                queued = await self.memory.turns.push(
+                    job.scope, job.to_json(), job.event_id, watch=self.platform.name
+                )
+        except Exception as exc:
+            if not (memory_unavailable(exc) or isinstance(exc, TimeoutError)):
+                raise
+            log.warning("memory unavailable; %s in %s not queued", job.kind, job.scope.thread)
+            if notify:
+                await self._notice(job, NOT_TAKEN)
+            raise MemoryUnavailable(str(exc)) from exc
+        if queued:
+            self.start()
+            self._spawn(job.scope)
+        return queued
+
+    def start(self) -> None:
+        """Look for threads whose lease lapsed (a process died) and run them; idempotent."""
+        if self._recovering is None or self._recovering.done():
+            self._recovering = asyncio.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        while not self._stopping:
+            try:
+                for scope in await self.memory.turns.busy(self.platform.name):
+                    if not await self.memory.turns.leased(scope):
+                        self._spawn(scope)
+            except Exception as exc:  # memory down: look again later
+                log.debug("recovery scan failed: %s", exc)
+            await asyncio.sleep(self.recover_every)
+
+    def _spawn(self, scope: Scope) -> None:
+        if self._stopping:
+            return  # a live process takes it (it stays queued in Redis)
+        task = asyncio.create_task(self._drain_safely(scope))
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
-        return True
 
-    async def run(self, job: Job) -> None:
-        """Run one job now and deliver its outcome: an answer, or the failure reply."""
-        async with self.platform.working(job) as status:
-            try:
-                text = await self._outcome(job, status)
-            except Exception:
-                log.exception("%s failed in thread %s", job.kind, job.scope.thread)
-                text = FAILURE
-            parts = split_message(self.platform.render(text), self.platform.limit)
-            await self.platform.send(job, status, parts or ["(no answer)"])
+    # -- running jobs ----------------------------------------------------------------------
 
-    async def _outcome(self, job: Job, status: Status) -> str:
-        if job.kind == "summarize":
-            return await self.handler.summarize(job.scope)
-        on_delta = status.delta if self.platform.streams else None
-        reply = await self.handler.handle(job.scope, job.text, status.event, on_delta)
-        return reply.text
-
-    async def wait_idle(self) -> None:
-        """Wait until this process has no thread to drain (shutdown, tests, benchmarks)."""
-        while self._draining:
-            await asyncio.gather(*list(self._draining), return_exceptions=True)
+    async def _drain_safely(self, scope: Scope) -> None:
+        try:
+            await self._drain(scope)
+        except Exception as exc:  # the jobs stay in Redis; the lease lapses; recovery retries
+            log.warning("draining %s stopped (%s); it will be retried", scope.thread, exc)
 
     async def _drain(self, scope: Scope) -> None:
-        """Run the thread's queued jobs while holding its lock; another process holding it
-        runs ours too, since it pops until the queue is empty."""
+        """Run the thread's jobs while holding its lease; jobs pushed by other processes
+        meanwhile are run too, since it takes until the queue is empty."""
         turns = self.memory.turns
-        while True:
+        while not self._stopping:
             token = uuid.uuid4().hex
-            if not await turns.lock(scope, token, self.lock_ttl_ms):
+            if not await turns.lease(scope, token, self.lease_ms):
                 return
             keeper = asyncio.create_task(self._keep(scope, token))
             try:
-                while (raw := await turns.pop(scope)) is not None:
-                    await self._run_queued(raw)
+                while not self._stopping and (taken := await turns.take(scope, token)):
+                    await self._run_taken(scope, token, Job.from_json(taken.job))
+            except asyncio.CancelledError:  # shutdown: another process runs it from here
+                await asyncio.shield(turns.hand_back(scope, token))
+                raise
             finally:
                 keeper.cancel()
-                await turns.unlock(scope, token)
-            # a job pushed after our last pop but before the unlock would wait forever
-            if not await turns.length(scope):
+            if not await turns.release(scope, token):
                 return
 
     async def _keep(self, scope: Scope, token: str) -> None:
-        """Renew the lock while a long turn runs, so no other process starts the thread."""
+        """Renew the lease while a long turn runs, so no other process takes the thread."""
         with contextlib.suppress(asyncio.CancelledError):
             while True:
-                await asyncio.sleep(self.lock_ttl_ms / 3000)
-                await self.memory.turns.renew(scope, token, self.lock_ttl_ms)
+                await asyncio.sleep(self.lease_ms / 3000)
+                with contextlib.suppress(Exception):  # a blip: the next renewal may work
+                    await self.memory.turns.renew(scope, token, self.lease_ms)
 
-    async def _run_queued(self, raw: str) -> None:
+    async def _run_taken(self, scope: Scope, token: str, job: Job) -> None:
+        turns = self.memory.turns
+        if not await turns.delivered(scope, job.id):  # else a re-run after delivery
+            await self.run(job, save=lambda: turns.save(scope, token, job.to_json()))
+        await turns.complete(scope, job.id)
+
+    async def run(self, job: Job, save: Save | None = None) -> None:
+        """Run one job now and deliver its outcome: an answer, or a reply saying what went
+        wrong. `save` keeps `job.progress` (the queue's running slot). Raises only when the
+        memory is unreachable, after saying so: the job stays queued and runs again."""
+        job.progress["attempts"] = job.progress.get("attempts", 0) + 1
         try:
-            await self.run(Job.from_json(raw))
+            await self._run(job, save or _nothing)
+        except Exception as exc:
+            if memory_unavailable(exc):
+                raise
+            # the platform failed around the turn (the channel is gone, the bot was removed)
+            log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
+
+    async def _run(self, job: Job, save: Save) -> None:
+        attempts = job.progress["attempts"]
+        async with self.platform.working(job) as status:
+            await save()
+            text = job.progress.get("answer")
+            if text is None:
+                text = GAVE_UP if attempts > MAX_ATTEMPTS else await self._outcome(job, status)
+                job.progress["answer"] = text
+                await save()
+            parts = split_for_delivery(self.platform.render(text), self.platform.limit) or ["…"]
+            for index, part in enumerate(parts):
+                if index < job.progress.get("sent", 0):
+                    continue  # delivered by an earlier run
+                await self._deliver(job, status, index, part)
+                job.progress["sent"] = index + 1
+                await save()
+
+    async def _outcome(self, job: Job, status: Status) -> str:
+        try:
+            if job.kind == "summarize":
+                return await self.handler.summarize(job.scope)
+            on_delta = status.delta if self.platform.streams else None
+            reply = await self.handler.handle(
+                job.scope, job.text, status.event, on_delta, turn_id=job.id
+            )
+            return reply.text
+        except Exception as exc:
+            if memory_unavailable(exc):
+                log.warning("memory unavailable during %s in %s", job.kind, job.scope.thread)
+                with contextlib.suppress(Exception):
+                    await self.platform.deliver(job, status, 0, MEMORY_DOWN)
+                raise
+            log.exception("%s failed in thread %s", job.kind, job.scope.thread)
+            return FAILURE
+
+    async def _deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+        try:
+            await self.platform.deliver(job, status, index, part)
         except Exception:
-            log.exception("job could not be delivered: %s", raw[:200])
+            log.exception("could not deliver part %d in %s", index, job.scope.thread)
+            if index == 0:
+                await self._notice(job, FAILURE)
+
+    async def _notice(self, job: Job, text: str) -> None:
+        try:
+            await self.platform.notice(job, text)
+        except Exception:
+            log.exception("could not tell the person in %s: %s", job.scope.thread, text[:60])
+
+    # -- stopping --------------------------------------------------------------------------
+
+    async def wait_idle(self) -> None:
+        """Wait until this process has no thread to drain (tests, benchmarks)."""
+        while self._draining:
+            await asyncio.gather(*list(self._draining), return_exceptions=True)
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+        """Stop taking jobs; give running ones `grace` seconds, then hand them back to the
+        queue for another process (their progress is kept)."""
+        self._stopping = True
+        if self._recovering is not None:
+            self._recovering.cancel()
+        running = list(self._draining)
+        if running:
+            _, late = await asyncio.wait(running, timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish what runs, then stop looking for work (tests and orderly exits)."""
+        await self.wait_idle()
+        if self._recovering is not None:
+            self._recovering.cancel()
+            await asyncio.gather(self._recovering, return_exceptions=True)
+            self._recovering = None
+
+
+async def _nothing() -> None:
+    return None

@@ -15,6 +15,7 @@ from typing import TextIO
 from adapters.spine import Job, Pipeline, Platform, Status
 from bot.agent import AgentEvent
 from bot.turns import TurnHandler
+from memory.errors import memory_unavailable
 from memory.scope import Scope
 
 HELP = """\
@@ -24,6 +25,14 @@ Commands:
   /context [TEXT]   show the memory segments the agent would see for TEXT
   /help             this help
   /quit             leave (Ctrl-D works too)"""
+
+
+def decode_line(raw: bytes | str) -> str:
+    """`raw` as text; UnicodeError when it is not valid UTF-8: bytes that do not decode, or the
+    lone surrogates Python's surrogateescape makes of them when it reads text in a C locale."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    text.encode("utf-8")
+    return text
 
 
 class TerminalStatus(Status):
@@ -62,15 +71,18 @@ class TerminalPlatform(Platform):
     async def working(self, job: Job) -> AsyncIterator[Status]:
         yield TerminalStatus(self.chat)
 
-    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, TerminalStatus)
-        text, shown = "\n\n".join(parts), "".join(status.streamed)
+        shown = "".join(status.streamed) if index == 0 else ""
         if not self.chat.interactive:
-            self.chat.say(text + "\n")
+            self.chat.say(part + "\n")
         elif shown:
-            self.chat.say(text[len(shown) :] if text.startswith(shown) else "\n" + text)
+            self.chat.say(part[len(shown) :] if part.startswith(shown) else "\n" + part)
         else:
-            self.chat.say(f"scout> {text}")
+            self.chat.say(part if index else f"scout> {part}")
+
+    async def notice(self, job: Job, text: str) -> None:
+        self.chat.say(text)
 
 
 class TerminalChat:
@@ -80,6 +92,7 @@ class TerminalChat:
         self.out = out
         self.interactive = sys.stdin.isatty()
         self.last_question = ""
+        self.lines_read = 0
         self.pipeline = Pipeline(TerminalPlatform(self), handler)
 
     def say(self, text: str = "", end: str = "\n") -> None:
@@ -87,13 +100,28 @@ class TerminalChat:
         self.out.flush()
 
     async def read_line(self) -> str | None:
+        """The next line that is valid UTF-8 (None at the end); others are skipped with a
+        warning on stderr, so one garbled line does not end the chat."""
+        while True:
+            self.lines_read += 1
+            try:
+                raw = await self._read_raw()  # input() raises under a strict locale
+                if raw is None:
+                    return None
+                return decode_line(raw).rstrip("\n")
+            except UnicodeError:
+                warning = f"warning: skipped input line {self.lines_read}: not valid UTF-8"
+                print(warning, file=sys.stderr)
+
+    async def _read_raw(self) -> bytes | str | None:
         if self.interactive:
             try:
                 return await asyncio.to_thread(input, "you> ")
             except EOFError:
                 return None
-        line = await asyncio.to_thread(sys.stdin.readline)
-        return line.rstrip("\n") if line else None
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: we decide what is valid
+        line = await asyncio.to_thread(stdin.readline)
+        return line or None
 
     async def run(self) -> int:
         if self.interactive:
@@ -114,7 +142,11 @@ class TerminalChat:
 
     async def turn(self, text: str) -> None:
         self.last_question = text
-        await self.pipeline.run(Job("turn", self.scope, text))
+        try:
+            await self.pipeline.run(Job("turn", self.scope, text))
+        except Exception as exc:  # the reply said so; the chat goes on
+            if not memory_unavailable(exc):
+                raise
 
     async def command(self, line: str) -> bool:
         """Run a slash command; False means leave."""

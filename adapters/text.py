@@ -5,6 +5,8 @@ A cut in the middle of a fenced code block leaves one message with an unclosed f
 next with code rendered as prose, so cuts go, in order of preference, at a paragraph or
 code-block boundary, at a line break, at a space, and only then anywhere. A code block longer
 than the limit is cut between its lines, closed, and reopened (same language) in the next part.
+What is delivered goes through `split_for_delivery`, which also caps how many messages one
+answer becomes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ _CLOSE = "\n" + FENCE
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _LEADING_BLANK_LINES = re.compile(r"^(?:[ \t]*\n)+")
 MIN_LIMIT = 16
+MAX_PARTS = 8  # messages one answer may become (`split_for_delivery`)
 _ARXIV_REF = re.compile(r"\[arXiv:(\d{4}\.\d{4,5}(?:v\d+)?)\](?!\()")
 
 
@@ -42,6 +45,38 @@ def split_message(text: str, limit: int = 2000) -> list[str]:
     if rest.strip():
         parts.append(rest)
     return parts
+
+
+def split_for_delivery(text: str, limit: int, max_parts: int = MAX_PARTS) -> list[str]:
+    """`split_message`, but at most `max_parts` parts: a very long answer (the model can write
+    250,000 characters) would otherwise flood the thread with dozens of messages. The last
+    part kept is shortened to end with a note of how much is not shown; the answer itself is
+    stored whole in the thread's conversation."""
+    if max_parts < 1:
+        raise ValueError(f"max_parts must be at least 1, got {max_parts}")
+    parts = split_message(text, limit)
+    if len(parts) <= max_parts:
+        return parts
+    kept, last = parts[: max_parts - 1], parts[max_parts - 1]
+    rest = sum(len(p) for p in parts[max_parts:])
+    for make_note in (_truncation_note, _short_truncation_note):
+        note = make_note(rest + len(last))  # the longest it can be: all of `last` left out
+        room = limit - len(note)
+        if room >= MIN_LIMIT:
+            shown = split_message(last, room)[0]
+            return [*kept, shown + make_note(rest + len(last) - len(shown))]
+    return [*kept, "…"[:limit]]
+
+
+def _truncation_note(hidden: int) -> str:
+    return (
+        f"\n\n… (answer truncated here: {hidden:,} more characters are saved in this "
+        "thread's memory; ask me to continue)"
+    )
+
+
+def _short_truncation_note(hidden: int) -> str:
+    return f"\n… ({hidden:,} more characters)"
 
 
 def _code_blocks(text: str) -> list[tuple[int, int, str]]:

@@ -102,7 +102,7 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
     memory = await open_memory(settings)
     try:
         await memory.toolbox.register([tool.record() for tool in toolbox])
-        consolidator = Consolidator(memory, llm)
+        consolidator = Consolidator(memory, llm, window=window or settings.context_window)
         background = BackgroundWork(TaskStream(memory.redis, task_stream()))
         upkeep = Upkeep(memory, consolidator, background, ContextLimits(settings.memory_tokens))
         harness = Harness(

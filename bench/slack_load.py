@@ -7,7 +7,14 @@ a signed HTTP request (a retry lands on the other instance). Reports whether eve
 answered exactly once and in order per thread, the wall time, and events per second.
 Target: all of it, within 10 s of wall time.
 
+With `--faults`, the two instances are `arxivscout slack` processes, and the run is made twice:
+once clean, once with one instance SIGKILLed at a random moment and Redis restarted once
+mid-run; "Slack" redelivers what was refused or unanswered (503, connection refused), as it
+does. Target: every event answered exactly once (0 lost, 0 duplicated), all within 30 s of the
+last fault.
+
 Usage: python bench/slack_load.py [--events 500] [--threads 100] [--retries 0.2] [--delay 1.0]
+                                  [--faults] [--seed 1]
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
 from app.runtime import open_agent
 from app.settings import Settings
-from bench.common import temporary_redis
+from bench.common import free_port, temporary_redis
 from bot.harness import ENTITY_INSTRUCTIONS
 from tests.support.scripted_openai import ScriptedOpenAI, text
 from tests.support.slack_api import MockSlackApi, SlackSender, mention
@@ -182,15 +189,129 @@ async def main(args: argparse.Namespace) -> int:
         return 0 if ok else 1
 
 
+# -- with faults: the bot as two processes ------------------------------------------------
+
+
+async def slack_delivers(session, urls, root_event, retry_of: int = 0) -> int:
+    """One event as Slack delivers it: refused or unanswered deliveries are retried (Slack
+    waits a minute; here 0.5-4 s), alternating instances. The number of deliveries made."""
+    _, _, event_id, event = root_event
+    for attempt in range(8):
+        sender = SlackSender(urls[(retry_of + attempt) % 2], SECRET, session)
+        try:
+            reply = await asyncio.wait_for(
+                sender.event(event, team=TEAM, event_id=event_id, retry=retry_of + attempt), 3
+            )
+            if reply.status == 200:
+                return attempt + 1
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        await asyncio.sleep(min(4.0, 0.5 * 2**attempt))
+    raise RuntimeError(f"event {event_id} was never acknowledged")
+
+
+async def faulty_run(args: argparse.Namespace, faults: bool) -> dict:
+    from memory.redis_server import EmbeddedRedis
+    from tests.support.bot_process import BotProcess, bot_env
+
+    rng = random.Random(args.seed)
+    server = ScriptedOpenAI(responder=model(args.delay))
+    await server.start()
+    api = MockSlackApi(team_id=TEAM)
+    await api.start()
+    settings = Settings.from_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        redis = EmbeddedRedis(Path(tmp) / "redis", preferred_port=free_port(),
+                              server_binary=settings.redis_server, modules=settings.redis_modules)  # fmt: skip
+        env = bot_env(redis.ensure_running(), server.base_url, api.base_url, Path(tmp), SECRET)
+        bots = [BotProcess(env, free_port(), Path(tmp) / f"bot{i}.log") for i in range(2)]
+        await asyncio.gather(*(bot.start() for bot in bots))
+        urls = [bot.url for bot in bots]
+        events, retried, roots = plan(args.events, args.threads, args.retries)
+        expected = {
+            root: [f"answer to {q}" for r, q, _, _ in events if r == root] for root in roots
+        }
+        started = time.perf_counter()
+        fault_times: list[float] = []
+
+        async def inject() -> None:
+            kill_at, restart_at = rng.uniform(0.5, 4.0), rng.uniform(1.0, 5.0)
+            for at, what in sorted([(kill_at, "kill"), (restart_at, "redis")]):
+                await asyncio.sleep(max(0.0, at - (time.perf_counter() - started)))
+                if what == "kill":
+                    bots[rng.randrange(2)].kill()
+                else:
+                    redis.stop()
+                    redis.ensure_running()
+                fault_times.append(time.perf_counter() - started)
+                print(f"  fault at {fault_times[-1]:.2f} s: {what}", flush=True)
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            injector = asyncio.create_task(inject()) if faults else None
+            deliveries = 0
+            per_round = len(events) // (args.events // args.threads)
+            for n in range(0, len(events), per_round):
+                batch = range(n, n + per_round)
+                made = await asyncio.gather(
+                    *(slack_delivers(session, urls, events[i], i % 2) for i in batch),
+                    *(slack_delivers(session, urls, events[i], 1 + i % 2) for i in batch if i in retried),
+                )  # fmt: skip
+                deliveries += sum(made)
+            if injector:
+                await injector
+
+            def answered() -> dict[str, list[str]]:
+                return {r: [t for t in api.thread_texts("C1", r) if t.startswith("answer to")]
+                        for r in roots}  # fmt: skip
+
+            deadline = time.perf_counter() + 120
+            while answered() != expected and time.perf_counter() < deadline:
+                await asyncio.sleep(0.1)
+            wall = time.perf_counter() - started
+        got = answered()
+        for bot in bots:
+            await bot.stop()
+        redis.stop()
+    await api.close()
+    await server.close()
+    lost = sum(len(set(expected[r]) - set(got[r])) for r in roots)
+    duplicated = sum(len(got[r]) - len(set(got[r])) for r in roots)
+    in_order = all(got[r] == expected[r] for r in roots)
+    return {"wall": wall, "lost": lost, "duplicated": duplicated, "in_order": in_order,
+            "deliveries": deliveries, "events": len(events), "faults": fault_times}  # fmt: skip
+
+
+async def faults_main(args: argparse.Namespace) -> int:
+    ok = True
+    for faults in (False, True):
+        print(f"{'with faults' if faults else 'without faults'}:", flush=True)
+        r = await faulty_run(args, faults)
+        since = r["wall"] - max(r["faults"]) if r["faults"] else r["wall"]
+        print(f"  {r['events']} events, {r['deliveries']} deliveries (Slack's retries included)")
+        print(f"  lost {r['lost']}, duplicated {r['duplicated']}, in order per thread: "
+              f"{'yes' if r['in_order'] else 'NO'}")  # fmt: skip
+        print(f"  wall time {r['wall']:.2f} s" + (
+            f"; last answer {since:.2f} s after the last fault (target: at most 30 s)"
+            if faults else ""))  # fmt: skip
+        ok = ok and r["lost"] == 0 and r["duplicated"] == 0 and (not faults or since <= 30)
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=500)
     parser.add_argument("--threads", type=int, default=100)
     parser.add_argument("--retries", type=float, default=0.2)
     parser.add_argument("--delay", type=float, default=1.0)
+    parser.add_argument(
+        "--faults", action="store_true", help="bot processes; a clean and a faulty run"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="when the faults strike")
     parser.add_argument("--outside", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.outside:
         asyncio.run(outside_world(arguments))
+    elif arguments.faults:
+        sys.exit(asyncio.run(faults_main(arguments)))
     else:
         sys.exit(asyncio.run(main(arguments)))

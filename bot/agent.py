@@ -52,9 +52,11 @@ class Agent:
         question: str,
         on_event: EventCallback | None = None,
         on_delta: DeltaCallback | None = None,
+        turn_id: str = "",
     ) -> TurnResult:
-        """One question of `scope.user` in `scope.thread`, answered."""
-        prepared = await self.harness.before(scope, question)
+        """One question of `scope.user` in `scope.thread`, answered. A `turn_id` makes the
+        turn's writes idempotent: run again (after a crash), it stores its messages once."""
+        prepared = await self.harness.before(scope, question, turn_id)
         if prepared.compacted:
             await _emit(on_event, AgentEvent("compacted", detail=f"{prepared.usage_percent:.0f}%"))
         steps: list[Step] = []

@@ -9,6 +9,10 @@ a target, leaving the newest that fit half of it, and merges the oldest summarie
 higher-level summary when they pile up. `ensure_window` is the foreground guard for when the
 background falls behind: a deterministic compaction, no model call.
 
+A model-written note is requested in pieces that fit the model's window (`request_tokens`): a
+longer span is written as notes on consecutive chunks (a message longer than a chunk is split
+across several), and those notes are combined, level by level, by requests that fit too.
+
 Every writer holds the thread's summary lock, stores a summary first and then marks exactly the
 messages it read (the first n unsummarized ones: a compare-and-set that keeps the summarized
 messages a prefix). A message arriving meanwhile stays unsummarized, and a failure never leaves
@@ -31,7 +35,7 @@ from memory.manager import MemoryManager
 from memory.scope import Scope
 from memory.stores.conversation import MarkConflict, Message, message_tokens
 from memory.stores.summary import Summary
-from memory.tokens import count_tokens, encoding_for
+from memory.tokens import context_window, count_tokens, encoding_for
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,13 @@ LOCK_POLL_SECONDS = 0.05
 ENSURE_WAIT_SECONDS = 1.0  # how long ensure_window waits for a background summary
 COMPACT_CHARS_PER_MESSAGE = 300
 MAX_TOP_SUMMARIES = 8  # beyond this many top-level summaries, roll merges the oldest
-MODEL_TOKENS_PER_REQUEST = 24_000
+MODEL_TOKENS_PER_REQUEST = 24_000  # the most one summary request sends, in a large window
+REQUEST_WINDOW_SHARE = 0.5  # of a small window: the rest is left for the note written back
 REQUEST_OVERHEAD_TOKENS = 16  # chat framing of the two messages of a summary request
 MIN_CHUNK_TOKENS = 64
+PIECE_MARGIN_TOKENS = 16  # a piece of a split message: room for its marker and re-tokenizing
+COMBINE_FANIN = 8  # notes a combining request takes at least (each cut to fit its share)
+CONTINUED = "[...] "  # starts each piece of a split message after its first
 
 SUMMARY_INSTRUCTIONS = """\
 You consolidate a research assistant's conversation into a durable memory note.
@@ -109,9 +117,15 @@ def newest_within(costs: list[int], budget: int) -> int:
 
 
 class Consolidator:
-    def __init__(self, memory: MemoryManager, llm: LLMClient | None) -> None:
+    def __init__(
+        self, memory: MemoryManager, llm: LLMClient | None, window: int | None = None
+    ) -> None:
+        """`window`: the model's context window in tokens, when configured (otherwise the
+        known window of `memory.model`); no summary request is larger than its share."""
         self.memory = memory
         self.llm = llm
+        share = int(context_window(memory.model, window) * REQUEST_WINDOW_SHARE)
+        self.request_tokens = min(MODEL_TOKENS_PER_REQUEST, share)
 
     # -- the lock and the commit -----------------------------------------------------------------
 
@@ -197,21 +211,47 @@ class Consolidator:
         ids = encoding.encode(item, disallowed_special=())
         return encoding.decode(ids[: max(tokens - 8, 1)]) + " [...]"
 
+    def _pieces(self, item: str, tokens: int) -> list[str]:
+        """`item` as consecutive pieces whose lines (with their newline) fit `tokens` tokens:
+        itself when it fits; otherwise split, every piece after the first marked `CONTINUED`,
+        so a message longer than a request is summarized whole, over several."""
+        model = self.memory.model
+        if count_tokens(item + "\n", model) <= tokens:
+            return [item]
+        encoding = encoding_for(model)
+        ids = encoding.encode(item, disallowed_special=())
+        step = max(tokens - PIECE_MARGIN_TOKENS, 1)
+        while True:
+            pieces = [
+                (CONTINUED if start else "") + encoding.decode(ids[start : start + step])
+                for start in range(0, len(ids), step)
+            ]
+            over = max(count_tokens(piece + "\n", model) for piece in pieces) - tokens
+            if over <= 0 or step == 1:
+                return pieces
+            step = max(step - over, 1)  # re-tokenized at its edges, a piece came out longer
+
     def _chunks(self, items: list[str], budget: int) -> list[list[str]]:
-        """Consecutive items in groups whose lines (joined by newlines) fit `budget` tokens.
-        Each item starts with '[', so its tokens with its newline add up exactly."""
+        """Consecutive items in groups whose lines (joined by newlines) fit `budget` tokens; an
+        item longer than that is split (`_pieces`). Each item starts with '[', so its tokens
+        with its newline add up exactly."""
         model = self.memory.model
         chunks: list[list[str]] = [[]]
         used = 0
         for item in items:
-            item = self._cut(item, budget - 1)
-            cost = count_tokens(item + "\n", model)
-            if chunks[-1] and used + cost > budget:
-                chunks.append([])
-                used = 0
-            chunks[-1].append(item)
-            used += cost
+            for piece in self._pieces(item, budget):
+                cost = count_tokens(piece + "\n", model)
+                if chunks[-1] and used + cost > budget:
+                    chunks.append([])
+                    used = 0
+                chunks[-1].append(piece)
+                used += cost
         return chunks
+
+    def _parts_budget(self, limit: int) -> int:
+        """Tokens of the notes in a combining request of at most `limit` tokens."""
+        header = count_tokens(PARTS_HEADER, self.memory.model)
+        return max(self._budget(limit) - header, MIN_CHUNK_TOKENS)
 
     async def _model_note(
         self,
@@ -222,23 +262,31 @@ class Consolidator:
     ) -> Note:
         """A model-written note over transcript lines (`parts`: over notes), in requests of at
         most `limit` tokens: a longer input is written in chunks that fit, whose notes are
-        then combined by one more request."""
+        then combined (`_combine`)."""
         header = PARTS_HEADER if parts else ""
-        parts_budget = max(
-            self._budget(limit) - count_tokens(PARTS_HEADER, self.memory.model), MIN_CHUNK_TOKENS
-        )
-        chunks = self._chunks(items, parts_budget if parts else self._budget(limit))
-        if len(chunks) == 1:
-            return await self._ask(header + "\n".join(chunks[0]), renew)
-        notes = []
-        for chunk in chunks:
-            notes.append(await self._ask(header + "\n".join(chunk), renew))
-        share = max(parts_budget // len(notes) - 1, 1)
-        lines = [
-            self._cut(f"[Part {i}] {description}\n{text}", share)
-            for i, (description, text) in enumerate(notes, 1)
-        ]
-        return await self._ask(PARTS_HEADER + "\n".join(lines), renew)
+        chunks = self._chunks(items, self._parts_budget(limit) if parts else self._budget(limit))
+        notes = [await self._ask(header + "\n".join(chunk), renew) for chunk in chunks]
+        return await self._combine(notes, limit, renew)
+
+    async def _combine(
+        self, notes: list[Note], limit: int, renew: Callable[[], Awaitable[None]] | None
+    ) -> Note:
+        """One note from the notes of consecutive parts, oldest first: each cut to its share
+        of a request (at least 1/COMBINE_FANIN), grouped into requests that fit `limit`, and
+        again with the notes those write, until one is left. However many chunks a long span
+        took, no request is larger than `limit`."""
+        budget = self._parts_budget(limit)
+        while len(notes) > 1:
+            share = max(budget // min(len(notes), COMBINE_FANIN) - 1, 1)
+            lines = [
+                self._cut(f"[Part {i}] {description}\n{text}", share)
+                for i, (description, text) in enumerate(notes, 1)
+            ]
+            notes = [
+                await self._ask(PARTS_HEADER + "\n".join(group), renew)
+                for group in self._chunks(lines, budget)
+            ]
+        return notes[0]
 
     # -- the agent's tool, forced compaction, expansion ---------------------------------------------
 
@@ -249,7 +297,7 @@ class Consolidator:
 
         async def note(messages: list[Message]) -> Note:
             lines = [f"[{m.role}] {m.content}" for m in messages]
-            return await self._model_note(lines, MODEL_TOKENS_PER_REQUEST)
+            return await self._model_note(lines, self.request_tokens)
 
         summary = await self._store(scope, note)
         if summary is None:
@@ -285,7 +333,7 @@ class Consolidator:
         self,
         scope: Scope,
         target_tokens: int,
-        model_tokens_per_request: int = MODEL_TOKENS_PER_REQUEST,
+        model_tokens_per_request: int | None = None,
     ) -> list[Summary]:
         """Keep the thread's recent window short; returns the summaries it wrote.
 
@@ -295,9 +343,11 @@ class Consolidator:
         are merged into one higher-level summary. A failed model call (LLMError, or an answer
         that is no note) raises, nothing marked, so the background task is retried, unless the
         backlog is past twice the target: then the note is the deterministic one.
-        `SummaryInProgress` when another summary of the thread is being written. Idempotent."""
+        `SummaryInProgress` when another summary of the thread is being written. Idempotent.
+        No model request is larger than `model_tokens_per_request` (`request_tokens`)."""
         if target_tokens <= 0:
             raise ValueError("target_tokens must be positive")
+        model_tokens_per_request = model_tokens_per_request or self.request_tokens
         written: list[Summary] = []
         async with self._lock(scope) as renew:
             summary = await self._roll_window(scope, target_tokens, model_tokens_per_request, renew)

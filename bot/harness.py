@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 COMPACT_THRESHOLD = 0.80
 TOOL_RESULT_CHARS = 3000
 TOP_K_TOOLS = 4
+EXTRACT_CHARS = 12_000  # of a question and of an answer, read for entities (a few k tokens)
 
 ENTITY_INSTRUCTIONS = """\
 Extract the named entities (people, organisations, systems, models, datasets, papers) from this
@@ -72,6 +73,7 @@ class Prepared:
     usage_percent: float
     compacted: bool = False
     question: Message | None = None  # the user's message, as stored
+    turn_id: str = ""  # the job's id: its messages are stored once however often it runs
 
 
 @dataclass
@@ -109,11 +111,11 @@ class Harness:
 
     # -- before the loop -----------------------------------------------------------------------
 
-    async def before(self, scope: Scope, question: str) -> Prepared:
+    async def before(self, scope: Scope, question: str, turn_id: str = "") -> Prepared:
         with self.background.foreground():
-            return await self._prepare(scope, question)
+            return await self._prepare(scope, question, turn_id)
 
-    async def _prepare(self, scope: Scope, question: str) -> Prepared:
+    async def _prepare(self, scope: Scope, question: str, turn_id: str) -> Prepared:
         context = await assemble_context(self.memory, scope, question, self.limits)
         if context.window_overflows(self.limits.window_cap):  # the background roll fell behind
             await self.consolidator.ensure_window(scope, self.limits.window_cap)
@@ -131,13 +133,15 @@ class Harness:
             context = self._trim(context)
             usage = self.usage_percent(context)
         tool_names = await self.select_tools(scope, context)
-        stored = await self.memory.conversation.append(scope, "user", question)
+        stored = await self.memory.conversation.append(
+            scope, "user", question, once=f"{turn_id}:question" if turn_id else ""
+        )
         messages = [
             {"role": "system", "content": AGENT_SYSTEM_PROMPT},
             {"role": "user", "content": context.render()},
         ]
         schemas = self.toolbox.schemas(tool_names)
-        return Prepared(context, messages, schemas, tool_names, usage, compacted, stored)
+        return Prepared(context, messages, schemas, tool_names, usage, compacted, stored, turn_id)
 
     def usage_percent(self, context: AssembledContext) -> float:
         """Tokens the model will be sent (system prompt, question, segments) over its window."""
@@ -203,7 +207,10 @@ class Harness:
     ) -> None:
         """Store the answer; queue what the turn taught: its messages for episodic recall, a
         rolling summary if the recent window grew past its share, the workflow and entities."""
-        answered = await self.memory.conversation.append(scope, "assistant", answer, **meta)
+        once = f"{prepared.turn_id}:answer" if prepared.turn_id else ""
+        answered = await self.memory.conversation.append(
+            scope, "assistant", answer, once=once, **meta
+        )
         context, question = prepared.context, prepared.context.question
         said = [m for m in (prepared.question, answered) if m is not None]
         window = context.segment("Conversation").tokens + count_tokens(
@@ -240,11 +247,12 @@ class Harness:
                     await self.memory.entities.upsert(scope, entities)
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:
+        exchange = f"User: {question[:EXTRACT_CHARS]}\n\nAssistant: {answer[:EXTRACT_CHARS]}"
         try:
             data = await self.llm.complete_json(
                 [
                     {"role": "system", "content": ENTITY_INSTRUCTIONS},
-                    {"role": "user", "content": f"User: {question}\n\nAssistant: {answer}"},
+                    {"role": "user", "content": exchange},
                 ]
             )
         except Exception as exc:

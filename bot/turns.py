@@ -18,6 +18,7 @@ from memory.keys import InvalidName
 from memory.scope import Scope
 from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
+from memory.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,14 @@ class TurnHandler:
         text: str,
         on_event: EventCallback | None = None,
         on_delta: DeltaCallback | None = None,
+        turn_id: str = "",
     ) -> Reply:
         """One user message in, one reply out; bad input becomes a reply, not a crash."""
+        text = clean_text(text)  # before anything encodes it (the model client, the embedder)
         try:
-            result = await self.agent.run_turn(scope, text, on_event=on_event, on_delta=on_delta)
+            result = await self.agent.run_turn(
+                scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id
+            )
         except (InvalidMessage, InvalidName) as exc:
             return Reply(f"I can't take that message: {exc}")
         return Reply(result.answer, result)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memory.autopipeline import AutoPipelineRedis
 
+RECONNECT_TRIES = 2
+CONNECT_TIMEOUT_SECONDS = 3.0
 MIN_SEARCH_VERSION = 20400  # RediSearch 2.4: vector similarity search
 
 WHAT_WORKS = (
@@ -24,10 +29,11 @@ class RedisCapabilityError(RuntimeError):
     """The Redis at REDIS_URL cannot hold ArxivScout's memory."""
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
+    """`url` fit to print: any user and password (the embedded Redis' is in its URL) hidden."""
     if "@" in url:
         scheme, rest = url.split("://", 1) if "://" in url else ("redis", url)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
     return url
 
 
@@ -73,15 +79,22 @@ async def connect(url: str, check: bool = True, warm: int = 32) -> aredis.Redis:
     """A client for `url`, checked for the modules ArxivScout needs."""
     # A blocking pool: under a burst (hundreds of concurrent turns) callers wait for a free
     # connection instead of failing with "Too many connections".
+    # A pooled connection found dead (Redis restarted) is re-opened and the command resent.
     pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=128, timeout=30, health_check_interval=30
+        url,
+        max_connections=128,
+        timeout=30,
+        health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_TRIES),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
     )
     client = AutoPipelineRedis.from_pool(pool)  # owns the pool: aclose() closes it
     try:
         await client.ping()
     except (RedisConnectionError, OSError) as exc:
         await client.aclose()
-        raise RedisCapabilityError(f"Cannot reach Redis at {_redact(url)}: {exc}") from exc
+        raise RedisCapabilityError(f"Cannot reach Redis at {redact_url(url)}: {exc}") from exc
     try:
         if check:
             await check_capabilities(client)

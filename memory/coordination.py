@@ -7,14 +7,21 @@ state in Redis, so it holds across processes and restarts.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 from redis.asyncio import Redis
 
 from memory.keys import (
+    busy_tenants_key,
+    busy_threads_key,
     joined_key,
     last_thread_key,
     seen_event_key,
+    turn_done_key,
     turn_lock_key,
     turn_queue_key,
+    turn_running_key,
     upgrade_key,
 )
 from memory.locks import OwnedLocks
@@ -33,35 +40,171 @@ class EventLog:
         self.redis = redis
         self.ttl = ttl
 
-    async def first_time(self, event_id: str) -> bool:
-        return bool(await self.redis.set(seen_event_key(event_id), 1, nx=True, ex=self.ttl))
+    async def first_time(self, tenant: str, event_id: str, taker: str = "1") -> bool:
+        """True for the first delivery of `event_id`, and again for the same `taker` (a
+        caller retrying its own delivery after a failure is not a redelivery)."""
+        key = seen_event_key(tenant, event_id)
+        if await self.redis.set(key, taker, nx=True, ex=self.ttl):
+            return True
+        return taker != "1" and decode(await self.redis.get(key)) == taker
+
+
+# Queue a job unless its event was taken before (de-duplication and queueing are one step, so
+# a crash between them cannot swallow a platform's retry), and mark its thread busy.
+_PUSH = """
+if ARGV[4] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[4]) then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
+return 1
+"""
+
+# The lease holder's next job: the one it (or a dead holder) was running, else the queue's head.
+_TAKE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local job = redis.call('GET', KEYS[2])
+if job then return {1, job} end
+job = redis.call('LPOP', KEYS[3])
+if not job then return {0} end
+redis.call('SET', KEYS[2], job)
+return {2, job}
+"""
+
+# Save the running job's progress (what was posted, the answer), while the lease is held.
+_SAVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+
+# The job was delivered: remember it, and clear it from the running slot if it is still there.
+_COMPLETE = """
+redis.call('SET', KEYS[3], 1, 'EX', ARGV[3])
+local running = redis.call('GET', KEYS[2])
+if running and cjson.decode(running)['id'] == ARGV[2] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+# Give the running job back to the head of the queue and the lease up (shutdown).
+_HAND_BACK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local job = redis.call('GET', KEYS[2])
+if job then redis.call('LPUSH', KEYS[3], job) redis.call('DEL', KEYS[2]) end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+# Release the lease; a thread with nothing left to do is no longer busy. Returns the queue's
+# length, so a job pushed just before the release is not left waiting.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local queued = redis.call('LLEN', KEYS[2])
+if queued == 0 and redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[2]) end
+return queued
+"""
+
+DONE_TTL_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What `TurnQueue.take` found: a job (raw JSON), and whether it was already running
+    (taken over from a process that died or gave it back)."""
+
+    job: str
+    resumed: bool
 
 
 class TurnQueue:
-    """Each thread's jobs in a Redis list; whichever process holds the thread's lock runs them,
-    one at a time, in arrival order."""
+    """Each thread's jobs in a Redis list, run one at a time in arrival order by whichever
+    process holds the thread's lease.
 
-    def __init__(self, redis: Redis) -> None:
+    At least once: a job stays in the thread's running slot until it is delivered, so when its
+    process dies (its lease lapses) the next holder runs it again from its saved progress.
+    Exactly once: a delivered job is recorded, and a re-run checks the record first.
+    """
+
+    def __init__(self, redis: Redis, seen_ttl: int = SEEN_TTL_SECONDS) -> None:
         self.redis = redis
+        self.seen_ttl = seen_ttl
         self._locks = OwnedLocks(redis)
+        self._push = redis.register_script(_PUSH)
+        self._take = redis.register_script(_TAKE)
+        self._save = redis.register_script(_SAVE)
+        self._complete = redis.register_script(_COMPLETE)
+        self._hand_back = redis.register_script(_HAND_BACK)
+        self._release = redis.register_script(_RELEASE)
 
-    async def push(self, scope: Scope, job: str) -> None:
-        await self.redis.rpush(turn_queue_key(scope.tenant, scope.thread), job)
+    @staticmethod
+    def _keys(scope: Scope) -> tuple[str, str, str]:
+        t, th = scope.tenant, scope.thread
+        return turn_lock_key(t, th), turn_running_key(t, th), turn_queue_key(t, th)
 
-    async def pop(self, scope: Scope) -> str | None:
-        return decode(await self.redis.lpop(turn_queue_key(scope.tenant, scope.thread)))
+    async def push(self, scope: Scope, job: str, event_id: str = "", watch: str = "") -> bool:
+        """Queue `job`; False if `event_id` was taken before. `watch` names the set of
+        threads whose lapsed leases a process looks for (its platform)."""
+        tenant = scope.tenant
+        seen = seen_event_key(tenant, event_id or "-")
+        busy = busy_threads_key(tenant)
+        ttl = str(self.seen_ttl) if event_id else ""
+        queued = await self._push(
+            keys=[seen, turn_queue_key(tenant, scope.thread), busy],
+            args=[job, time.time(), scope.thread, ttl],
+        )
+        if queued and watch:
+            await self.redis.sadd(busy_tenants_key(), f"{watch}:{tenant}")
+        return bool(queued)
 
-    async def length(self, scope: Scope) -> int:
-        return int(await self.redis.llen(turn_queue_key(scope.tenant, scope.thread)))
-
-    async def lock(self, scope: Scope, token: str, ttl_ms: int) -> bool:
+    async def lease(self, scope: Scope, token: str, ttl_ms: int) -> bool:
         return await self._locks.acquire(turn_lock_key(scope.tenant, scope.thread), token, ttl_ms)
 
     async def renew(self, scope: Scope, token: str, ttl_ms: int) -> bool:
         return await self._locks.renew(turn_lock_key(scope.tenant, scope.thread), token, ttl_ms)
 
-    async def unlock(self, scope: Scope, token: str) -> None:
-        await self._locks.release(turn_lock_key(scope.tenant, scope.thread), token)
+    async def leased(self, scope: Scope) -> bool:
+        return bool(await self.redis.exists(turn_lock_key(scope.tenant, scope.thread)))
+
+    async def take(self, scope: Scope, token: str) -> Taken | None:
+        """The next job to run under the lease `token`, or None (queue empty or lease lost)."""
+        reply = await self._take(keys=list(self._keys(scope)), args=[token])
+        if int(reply[0]) <= 0:
+            return None
+        return Taken(decode(reply[1]), resumed=int(reply[0]) == 1)
+
+    async def save(self, scope: Scope, token: str, job: str) -> bool:
+        """Keep the running job's progress; False if the lease was lost meanwhile."""
+        lock, running, _ = self._keys(scope)
+        return bool(await self._save(keys=[lock, running], args=[token, job]))
+
+    async def complete(self, scope: Scope, job_id: str) -> None:
+        lock, running, _ = self._keys(scope)
+        done = turn_done_key(scope.tenant, job_id)
+        await self._complete(keys=[lock, running, done], args=["", job_id, DONE_TTL_SECONDS])
+
+    async def delivered(self, scope: Scope, job_id: str) -> bool:
+        return bool(await self.redis.exists(turn_done_key(scope.tenant, job_id)))
+
+    async def hand_back(self, scope: Scope, token: str) -> bool:
+        """Put the running job back at the head of the queue and give up the lease."""
+        return bool(await self._hand_back(keys=list(self._keys(scope)), args=[token]))
+
+    async def release(self, scope: Scope, token: str) -> int:
+        """Give up the lease; the number of jobs still queued."""
+        lock, running, queue = self._keys(scope)
+        busy = busy_threads_key(scope.tenant)
+        return int(
+            await self._release(keys=[lock, queue, running, busy], args=[token, scope.thread])
+        )
+
+    async def busy(self, watch: str) -> list[Scope]:
+        """Threads with queued or running jobs, of the tenants pushed to under `watch`."""
+        found: list[Scope] = []
+        for member in await self.redis.smembers(busy_tenants_key()):
+            prefix, _, tenant = decode(member).rpartition(":")
+            if prefix != watch:
+                continue
+            threads = await self.redis.zrange(busy_threads_key(tenant), 0, -1)
+            found += [Scope(tenant, decode(t)) for t in threads]
+        return found
 
 
 class ThreadPresence:

@@ -18,6 +18,7 @@ import numpy as np
 from redis.asyncio import Redis
 
 from memory.keys import embedding_cache_key
+from memory.text import clean_text
 
 OPENAI_DIMENSIONS = {
     "text-embedding-3-small": 1536,
@@ -58,7 +59,8 @@ class LocalEmbedder:
 
     Concurrent callers are batched: while one forward pass runs, new requests queue up and go
     into the next pass together, so 200 threads asking at once cost a few passes, not 200.
-    A lone request runs at once, with no added wait.
+    A lone request runs at once, with no added wait. When a shared pass fails, each caller's
+    texts run again on their own: a text the model cannot take fails only its own caller.
     """
 
     model_name = "all-MiniLM-L6-v2"
@@ -110,6 +112,7 @@ class LocalEmbedder:
 
     def encode_sync(self, texts: list[str]) -> np.ndarray:
         """Blocking encode, for callers already off the event loop."""
+        texts = [clean_text(t) for t in texts]  # the tokenizer rejects lone surrogates
         runtime = self._runtime(texts)
         if runtime is self._onnx:
             return runtime.encode(texts)
@@ -140,15 +143,35 @@ class LocalEmbedder:
                     self.encode_sync, [t for texts, _ in batch for t in texts]
                 )
             except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+                await self._run_each(batch, exc)
                 continue
             start = 0
             for texts, future in batch:
                 if not future.done():
                     future.set_result(vectors[start : start + len(texts)])
                 start += len(texts)
+
+    async def _run_each(
+        self, batch: list[tuple[list[str], asyncio.Future]], exc: Exception
+    ) -> None:
+        """A pass shared by several callers failed: run each caller's texts on their own, so a
+        text the model cannot take fails only the caller that sent it."""
+        if len(batch) > 1:
+            log.warning("Embedding pass of %d callers failed (%s); retrying each", len(batch), exc)
+        for texts, future in batch:
+            if future.done():  # its caller was cancelled
+                continue
+            if len(batch) == 1:
+                future.set_exception(exc)  # the same texts again would fail the same way
+                continue
+            try:
+                vectors = await asyncio.to_thread(self.encode_sync, texts)
+            except Exception as own:
+                if not future.done():
+                    future.set_exception(own)
+                continue
+            if not future.done():
+                future.set_result(vectors)
 
 
 class OpenAIEmbedder:
@@ -172,6 +195,7 @@ class OpenAIEmbedder:
         self.batch_size = batch_size
 
     async def embed(self, texts: list[str]) -> np.ndarray:
+        texts = [clean_text(t) for t in texts]  # JSON would carry a lone surrogate as-is
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start : start + self.batch_size]
@@ -204,12 +228,13 @@ class CachedEmbedder:
         self._inflight: dict[str, asyncio.Future] = {}
 
     def _key(self, text: str) -> str:
-        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+        digest = hashlib.sha1(clean_text(text).encode("utf-8")).hexdigest()
         return embedding_cache_key(self.model_name, digest)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
+        texts = [clean_text(t) for t in texts]  # what is embedded is what is cached
         keys = [self._key(t) for t in texts]
         cached = await self.redis.mget(keys)
         out = np.zeros((len(texts), self.dims), dtype=np.float32)

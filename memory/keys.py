@@ -9,6 +9,9 @@ ROOT = "arxivscout"
 INDEX_META_KEY = f"{ROOT}:indexmeta"
 
 # Vector-index families: `<name>:<tenant>` per tenant, over the keys `<prefix>:<tenant>:...`.
+# These keys carry no hash tag on purpose: on a sharded Redis a tenant's documents spread over
+# the shards, and so does the work of searching them. No script or MULTI spans two documents,
+# and a DEL of several goes out as one DEL per slot (`memory/stores/base.py` `delete_keys`).
 KB_INDEX, KB_PREFIX = f"{ROOT}_kb", f"{ROOT}:kb"
 WORKFLOW_INDEX, WORKFLOW_PREFIX = f"{ROOT}_workflow", f"{ROOT}:workflow"
 ENTITY_INDEX, ENTITY_PREFIX = f"{ROOT}_entity", f"{ROOT}:entity"
@@ -16,6 +19,7 @@ TOOLBOX_INDEX, TOOLBOX_PREFIX = f"{ROOT}_toolbox", f"{ROOT}:tool"
 EPISODE_INDEX, EPISODE_PREFIX = f"{ROOT}_episode", f"{ROOT}:episode"
 
 _TENANT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_TENANT_KEY = re.compile(rf"^{ROOT}:t:\{{([A-Za-z0-9_.\-]{{1,64}})\}}:")
 MAX_THREAD_ID = 256
 
 
@@ -45,7 +49,16 @@ def validate_thread(thread_id: str) -> str:
 
 
 def tenant_key(tenant: str, *parts: str) -> str:
-    return ":".join((ROOT, "t", validate_tenant(tenant), *parts))
+    """A key of the tenant's own. The tenant stands in braces, a Redis Cluster hash tag: all of
+    a tenant's keys hash to one slot, so a script or MULTI over several of them (a message and
+    its thread list, a summary and its thread's index) runs on a sharded Redis too."""
+    return ":".join((ROOT, "t", f"{{{validate_tenant(tenant)}}}", *parts))
+
+
+def tenant_of_key(key: str) -> str | None:
+    """The tenant whose `tenant_key` this is, or None for any other key."""
+    found = _TENANT_KEY.match(key)
+    return found.group(1) if found else None
 
 
 def thread_key(tenant: str, thread_id: str, *parts: str) -> str:
@@ -98,20 +111,51 @@ def turn_queue_key(tenant: str, thread_id: str) -> str:
 
 
 def turn_lock_key(tenant: str, thread_id: str) -> str:
-    """Held by the process draining a thread's queue."""
+    """The lease of the process draining a thread's queue: renewed while it runs; when it
+    lapses (a dead process), any live process may take the thread over."""
     return thread_key(tenant, thread_id, "queue-lock")
+
+
+def turn_running_key(tenant: str, thread_id: str) -> str:
+    """The job a thread's lease holder is running (JSON, with its progress): put back first
+    when the lease lapses."""
+    return thread_key(tenant, thread_id, "queue-running")
+
+
+def turn_done_key(tenant: str, job_id: str) -> str:
+    """Present once a job's reply was delivered, so a re-run never answers twice."""
+    return tenant_key(tenant, "job-done", job_id)
+
+
+def appended_key(tenant: str, once: str) -> str:
+    """The position of a message appended under the idempotency key `once` (a job's id and
+    role), so a re-run job does not store its question or answer twice."""
+    return tenant_key(tenant, "appended", once)
+
+
+def busy_threads_key(tenant: str) -> str:
+    """Sorted set of a tenant's threads with queued or running jobs, scored by when they were
+    last pushed to; every process scans it for threads whose lease lapsed."""
+    return tenant_key(tenant, "busy-threads")
+
+
+def seen_event_key(tenant: str, event_id: str) -> str:
+    """Present once a platform event was taken, so a redelivery is recognised."""
+    return tenant_key(tenant, "seen", event_id)
 
 
 # -- process-wide ---------------------------------------------------------------------------
 
 
-def seen_event_key(event_id: str) -> str:
-    """Present once a platform event was taken, so a redelivery is recognised."""
-    return f"{ROOT}:seen:{event_id}"
+def busy_tenants_key() -> str:
+    """Set of the tenants that ever queued a job: where to look for lapsed leases."""
+    return f"{ROOT}:busy-tenants"
 
 
 def embedding_cache_key(model: str, digest: str) -> str:
-    return f"{ROOT}:embcache:{model}:{digest}"
+    """A cached vector. The model is the hash tag: the cache's entries for a model share a slot,
+    so one MGET reads a batch's vectors on a sharded Redis too."""
+    return f"{ROOT}:embcache:{{{model}}}:{digest}"
 
 
 def index_name(family: str, tenant: str | None) -> str:
@@ -129,15 +173,38 @@ def upgrade_key(name: str) -> str:
 
 def tenants_pattern() -> str:
     """Matches each tenant's thread list (`threads_key`), to find every tenant."""
-    return f"{ROOT}:t:*:threads"
+    return f"{ROOT}:t:{{*}}:threads"
 
 
 def task_stream() -> str:
-    """The stream of background work (see memory/tasks.py)."""
-    return f"{ROOT}:tasks"
+    """The stream of background work (see memory/tasks.py). Its hash tag puts its dead
+    letters (`<stream>:dead`) in its slot: a task is moved there and acknowledged at once."""
+    return f"{ROOT}:{{tasks}}"
 
 
 def summarized_count_key(tenant: str, thread_id: str) -> str:
     """How many messages at the head of a thread's list are summarized (the summarized prefix's
     length), kept by the marking script so the unsummarized ones are read without a scan."""
     return thread_key(tenant, thread_id, "messages", "summarized")
+
+
+# -- the layout before hash tags (memory/migrate.py moves its keys) -----------------------------
+
+LEGACY_PATTERNS = (f"{ROOT}:t:*", f"{ROOT}:embcache:*")  # where `tagged_key` finds old keys
+_LEGACY_TENANT_KEY = re.compile(rf"^{ROOT}:t:([A-Za-z0-9_.\-]{{1,64}}):(.+)$", re.DOTALL)
+_LEGACY_CACHE_KEY = re.compile(rf"^{ROOT}:embcache:([^{{}}]+):([0-9a-f]+)$")
+
+
+def tagged_key(legacy: str) -> str | None:
+    """The name a key from before hash tags has now (`arxivscout:t:<tenant>:...`, an embedding
+    cache entry), or None when `legacy` is not such a key (already tagged, or another key)."""
+    if found := _LEGACY_TENANT_KEY.match(legacy):
+        return tenant_key(found.group(1), found.group(2))
+    if found := _LEGACY_CACHE_KEY.match(legacy):
+        return embedding_cache_key(found.group(1), found.group(2))
+    return None
+
+
+def legacy_renames() -> dict[str, str]:
+    """The process-wide keys renamed for hash tags: old name -> new name."""
+    return {f"{ROOT}:tasks": task_stream(), f"{ROOT}:tasks:dead": f"{task_stream()}:dead"}

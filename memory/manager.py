@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
 from memory.keys import tenant_key
+from memory.migrate import migrate_to_hash_tags
 from memory.stores.base import VectorStore, delete_matching
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
@@ -23,7 +24,8 @@ from memory.stores.workflow import WorkflowStore
 
 
 class MemoryManager:
-    """Owns the stores; `open()` creates or checks their indexes."""
+    """Owns the stores; `open()` moves keys of an older layout, then creates or checks the
+    stores' indexes."""
 
     def __init__(self, redis: Redis, embedder: Embedder, model: str = "gpt-5-mini") -> None:
         self.redis = redis
@@ -47,6 +49,7 @@ class MemoryManager:
         return [self.knowledge_base, self.workflows, self.toolbox, self.entities, self.episodes]
 
     async def open(self) -> MemoryManager:
+        await migrate_to_hash_tags(self.redis, self.upgrades)  # keys from before hash tags
         await asyncio.gather(*(store.open() for store in self.vector_stores))
         return self
 
@@ -61,11 +64,13 @@ class MemoryManager:
                 await store.drop_tenant(tenant)
         await delete_matching(self.redis, tenant_key(tenant, "*"))
 
-    async def ping(self) -> bool:
-        """True when Redis answers (health checks)."""
+    async def ping(self, timeout: float = 5.0) -> bool:
+        """True when Redis answers in time (health checks). Only a yes or no: the error's text
+        (hosts, auth failures) is not for whoever asks `/healthz`."""
         try:
-            return bool(await self.redis.ping())
-        except (RedisError, OSError):
+            async with asyncio.timeout(timeout):
+                return bool(await self.redis.ping())
+        except (RedisError, OSError, TimeoutError):
             return False
 
     async def close(self) -> None:

@@ -45,7 +45,9 @@ def default_consumer() -> str:
 
 
 class TaskStream:
-    """One stream of tasks, read by the consumer group `group` as `consumer`."""
+    """One stream of tasks, read by the consumer group `group` as `consumer`. Its dead letters
+    go to `<stream>:dead` in the same MULTI as the ack: on a sharded Redis, name the stream
+    with a hash tag (as `task_stream()` does) so both lie in one slot."""
 
     def __init__(
         self, redis: aredis.Redis, stream: str, group: str = "workers", consumer: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import discord
@@ -14,13 +15,16 @@ from adapters.discord import (
     intents,
     thread_name,
 )
+from adapters.spine import NOT_TAKEN
 from adapters.text import split_message
 from app import cli
 from app.commands import discord_cmd
 from app.settings import Settings
 from bot.errors import ConfigError
+from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope
 from tests.agent_world import close_world, open_world
+from tests.conftest import free_port, redis_options
 from tests.support.arxiv_replay import MEMGPT_ID
 from tests.support.discord_fakes import FakeDiscord
 from tests.support.scripted_openai import call, text, tool_calls
@@ -343,3 +347,33 @@ def test_unbreakable_text_is_cut_anywhere():
     parts = split_message("```\n" + "y" * 4500 + "\n```", 2000)
     assert all(len(p) <= 2000 and p.count("```") == 2 for p in parts)
     assert "".join(p.replace("```", "").replace("\n", "") for p in parts) == "y" * 4500
+
+
+async def test_a_message_while_memory_is_down_is_said_and_answered_when_back(tmp_path, fake):
+    """Discord does not redeliver: the adapter keeps the message and queues it once Redis is
+    back, after telling the person."""
+    server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port(), **redis_options())
+    world = await open_world(server.ensure_running(), tmp_path)
+    world.model.responder = echo
+    adapter = new_adapter(world, fake)
+    try:
+        await adapter.handle_message(
+            fake.mention(fake.text_channel(fake.guild()), fake.user(), "hi")
+        )
+        await settle(world, adapter)  # the bot is in a thread now; its follow-ups need no mention
+        thread = next(c for c in fake.channels.values() if isinstance(c, discord.Thread))
+        server.stop()
+        await adapter.handle_message(fake.message(thread, fake.user(), "still there?"))
+        assert fake.texts(thread.id)[-1] == NOT_TAKEN
+        server.ensure_running()
+        for _ in range(200):
+            if fake.texts(thread.id)[-1] == "Answer: still there?":
+                break
+            await asyncio.sleep(0.1)
+        assert fake.texts(thread.id) == ["Answer: hi", NOT_TAKEN, "Answer: still there?"]
+    finally:
+        for task in adapter._waiting:
+            task.cancel()
+        await adapter.pipeline.close()
+        await close_world(world)
+        server.stop()

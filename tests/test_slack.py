@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -35,6 +37,7 @@ class SlackInstance:
     """One bot process: its own Bolt app, pipeline and HTTP server, sharing Redis and agent."""
 
     def __init__(self, handler: TurnHandler, api: MockSlackApi) -> None:
+        self.api = api
         self.adapter = SlackAdapter(handler, "xoxb-test", SECRET, api_url=api.base_url)
         self.runner = web.AppRunner(build_web_app(handler.memory, self.adapter.app))
 
@@ -44,13 +47,15 @@ class SlackInstance:
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        return SlackSender(f"{self.url}/slack/events", SECRET, session)
+        return SlackSender(f"{self.url}/slack/events", SECRET, session, self.api)
 
 
-@pytest.fixture
-async def slack(redis_url, tmp_path):
+@contextlib.asynccontextmanager
+async def slack_world(redis_url: str, tmp_path) -> AsyncIterator:
+    """Two bot processes on one Redis, a mock Slack Web API, and a sender per process."""
     world = await open_world(redis_url, tmp_path)
-    api = MockSlackApi()
+    # a workspace with streaming; threads only under messages it issued or was told of
+    api = MockSlackApi(streaming=True, strict_threads=True)
     await api.start()
     session = aiohttp.ClientSession()
     handler = world.runtime.turns()
@@ -81,6 +86,12 @@ async def slack(redis_url, tmp_path):
     await close_world(world)
 
 
+@pytest.fixture
+async def slack(redis_url, tmp_path):
+    async with slack_world(redis_url, tmp_path) as env:
+        yield env
+
+
 def ts(n: int) -> str:
     return f"1700000000.{n:06d}"
 
@@ -96,8 +107,10 @@ async def test_mention_is_answered_in_its_thread_and_followups_need_no_mention(s
     response = await slack.a.event(mention("hi there", ts(1)), team=team)
     assert response.status == 200
     await slack.settle()
-    posts = slack.api.of("chat.postMessage")
-    assert posts[0]["thread_ts"] == ts(1) and posts[0]["text"] == "_Thinking…_"
+    # the reply is streamed into the thread, for the person who asked
+    started = slack.api.of("chat.startStream")[0]
+    assert started["thread_ts"] == ts(1)
+    assert (started["recipient_user_id"], started["recipient_team_id"]) == ("U1", team)
     assert slack.api.thread_texts("C1", ts(1)) == ["Hello from ArxivScout"]
     memory = slack.world.runtime.memory
     stored = await memory.conversation.all(thread(team, ts(1)))

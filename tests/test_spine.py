@@ -7,13 +7,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.spine import FAILURE, Job, Pipeline, Platform, Status
+from adapters.spine import MEMORY_DOWN, Job, Pipeline, Platform, Status
+from memory.errors import memory_unavailable
 from memory.keys import InvalidName
 from memory.redis_server import EmbeddedRedis
 from memory.scope import PUBLIC, Scope, Visibility
 from tests.agent_world import close_world, open_world
 from tests.conftest import free_port
-from tests.support.scripted_openai import text
+from tests.support.scripted_openai import error, text
 
 
 class Recording(Platform):
@@ -25,14 +26,20 @@ class Recording(Platform):
     def __init__(self) -> None:
         self.sent: list[tuple[Job, list[str]]] = []
         self.working_for: list[str] = []
+        self.notices: list[str] = []
 
     @contextlib.asynccontextmanager
     async def working(self, job: Job) -> AsyncIterator[Status]:
         self.working_for.append(job.scope.thread)
         yield Status()
 
-    async def send(self, job: Job, status: Status, parts: list[str]) -> None:
-        self.sent.append((job, parts))
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+        if index == 0:
+            self.sent.append((job, []))
+        self.sent[-1][1].append(part)
+
+    async def notice(self, job: Job, text: str) -> None:
+        self.notices.append(text)
 
 
 def test_scope_privacy_rules():
@@ -73,18 +80,34 @@ async def test_answers_are_split_to_the_platform_size(redis_url, tmp_path, tenan
         await close_world(world)
 
 
-async def test_a_failing_turn_ends_in_the_failure_reply(tmp_path, tenant):
-    """Redis goes away after the bot started: the person still gets a reply, not silence."""
+async def test_a_failing_turn_ends_in_the_failure_reply(redis_url, tmp_path, tenant):
+    world = await open_world(redis_url, tmp_path)
+    try:
+        world.model.script(error(500), error(500))  # the model fails, retried once
+        platform = Recording()
+        pipeline = Pipeline(platform, world.runtime.turns())
+        await pipeline.run(Job("turn", Scope(tenant, "t"), "anyone there?"))
+        ((_, parts),) = platform.sent
+        assert "language model" in " ".join(parts)
+    finally:
+        await close_world(world)
+
+
+async def test_memory_going_away_is_said_and_the_job_kept(tmp_path, tenant):
+    """Redis goes away after the bot started: the person hears why, not silence, and the
+    run raises so the job stays queued for when Redis is back."""
     server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port())
     world = await open_world(server.ensure_running(), tmp_path)
     try:
         platform = Recording()
         pipeline = Pipeline(platform, world.runtime.turns())
         server.stop()
-        await pipeline.run(Job("turn", Scope(tenant, "t"), "anyone there?"))
+        with pytest.raises(Exception) as raised:
+            await pipeline.run(Job("turn", Scope(tenant, "t"), "anyone there?"))
+        assert memory_unavailable(raised.value)
         assert platform.working_for == ["t"]
         ((_, parts),) = platform.sent
-        assert " ".join(parts).split() == FAILURE.split()
+        assert parts == [MEMORY_DOWN]
         assert world.model_requests() == []
     finally:
         server.stop()

@@ -6,6 +6,7 @@ import argparse
 
 from app.runtime import embedded_redis
 from app.settings import Settings
+from memory.connection import redact_url
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,13 +22,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"REDIS_URL is set; the embedded Redis is not used ({args.action} does nothing).")
         return 0
     if args.action == "start":
-        print(f"embedded Redis running at {server.ensure_running()} (data: {server.home})")
+        url = redact_url(server.ensure_running())
+        print(
+            f"embedded Redis running at {url} (data: {server.home}; password in {server.password_file})"
+        )
     elif args.action == "stop":
         print("embedded Redis stopped" if server.stop() else "embedded Redis was not running")
     else:
         url = server.running_url()
         print(
-            f"embedded Redis: {'running at ' + url if url else 'not running'} (data: {server.home})"
+            f"embedded Redis: {'running at ' + redact_url(url) if url else 'not running'} "
+            f"(data: {server.home}; password in {server.password_file})"
         )
         if settings.redis_url:
             print("REDIS_URL is set, so ArxivScout uses that server instead.")

@@ -59,14 +59,16 @@ async def run(args: argparse.Namespace) -> int:
     try:
         adapter = SlackAdapter(runtime.turns(), bot_token, secret, settings.slack_api_url)
         await adapter.check_token()
-        runner = web.AppRunner(build_web_app(runtime.memory, adapter.app))
+        runner = web.AppRunner(build_web_app(runtime.memory, adapter.app, signing_secret=secret))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
         print(
             f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} "
             f"(HTTP mode on :{port}/slack/events)"
         )
+        adapter.pipeline.start()  # take over the threads of processes that died
         await stop_on_signals().wait()
+        await adapter.pipeline.shutdown()  # what cannot finish in time goes back to the queue
         await adapter.close()
     finally:
         if runner:

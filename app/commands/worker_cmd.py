@@ -1,7 +1,9 @@
 """`arxivscout worker`: the Procfile's worker: Discord and/or Slack Socket Mode in one process.
 
 Runs whichever is configured (DISCORD_TOKEN; SLACK_APP_TOKEN with SLACK_BOT_TOKEN), sharing
-one agent and one Redis; serves /healthz on $PORT when PORT is set.
+one agent and one Redis; serves /healthz on $PORT when PORT is set. With neither token (a
+deployment that serves Slack over HTTP from its web process) it idles until stopped, exit 0:
+a worker that exits would be restarted in a loop by the platform (Procfile, fly.toml).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 
 from aiohttp import web
 
+from adapters.spine import Pipeline
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
@@ -19,6 +22,11 @@ from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
+
+IDLE_REASON = (
+    "worker idle: neither DISCORD_TOKEN nor SLACK_APP_TOKEN is set; "
+    "the web process serves Slack over HTTP"
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,12 +36,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    if not (settings.slack_app_token or settings.discord_token):
+        return await idle(settings.port)
     return await serve(
         settings,
         use_slack=bool(settings.slack_app_token),
         use_discord=bool(settings.discord_token),
         port=settings.port,
     )
+
+
+async def idle(port: int | None) -> int:
+    """Nothing to serve: say why once, answer /healthz on `port` (if given) and wait for
+    SIGTERM or SIGINT. Opens neither Redis nor the agent: there is no work to do."""
+    stop = stop_on_signals()
+    runner = None
+    if port is not None:
+        runner = web.AppRunner(_idle_web_app())
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", port).start()
+    print(IDLE_REASON, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+    return 0
+
+
+def _idle_web_app() -> web.Application:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "worker": "idle"})
+
+    app = web.Application()
+    app.add_routes([web.get("/healthz", healthz)])
+    return app
 
 
 async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: int | None) -> int:
@@ -61,6 +98,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             await web.TCPSite(runner, "0.0.0.0", port).start()
             cleanup.insert(0, runner.cleanup)
         waiters = [asyncio.create_task(stop_on_signals().wait())]
+        pipelines: list[Pipeline] = []
         if use_slack:
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
@@ -71,13 +109,18 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             socket = AsyncSocketModeHandler(slack.app, app_token)
             await socket.connect_async()
             cleanup[:0] = [socket.close_async, slack.close]
+            pipelines.append(slack.pipeline)
+            slack.pipeline.start()  # take over the threads of processes that died
             print("Slack Socket Mode connected")
         if use_discord:
             from adapters.discord import DiscordAdapter
 
             discord_adapter = DiscordAdapter(handler)
+            pipelines.append(discord_adapter.pipeline)  # started once connected
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        # stop taking jobs; what cannot finish in time goes back to the queue for another process
+        await asyncio.gather(*(pipeline.shutdown() for pipeline in pipelines))
         for task in pending:
             task.cancel()
         for task in done:

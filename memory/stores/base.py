@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from redis.asyncio import Redis
 from redis.commands.search.query import Query
+from redis.crc import key_slot
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
@@ -327,11 +328,25 @@ async def delete_matching(redis: Redis, pattern: str) -> int:
     async for key in redis.scan_iter(match=pattern, count=1000):
         batch.append(key)
         if len(batch) >= 500:
-            deleted += await redis.delete(*batch)
+            deleted += await delete_keys(redis, batch)
             batch = []
     if batch:
-        deleted += await redis.delete(*batch)
+        deleted += await delete_keys(redis, batch)
     return deleted
+
+
+async def delete_keys(redis: Redis, keys: Iterable[str | bytes]) -> int:
+    """DEL `keys` with one DEL per hash slot, sent together: a sharded Redis refuses a DEL over
+    keys of two slots (a tenant's documents spread over many). Returns how many existed."""
+    by_slot: dict[int, list[str | bytes]] = {}
+    for key in keys:
+        by_slot.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(key)
+    if not by_slot:
+        return 0
+    pipe = redis.pipeline(transaction=False)
+    for group in by_slot.values():
+        pipe.delete(*group)
+    return sum(await pipe.execute())
 
 
 def search_rows(reply: Any, query: Query) -> list[dict[str, Any]]:

@@ -20,29 +20,42 @@ from typing import Any
 from redis.asyncio import Redis
 
 from memory.keys import (
+    appended_key,
     messages_key,
     summarized_count_key,
     summarizing_key,
+    tenant_of_key,
     tenants_pattern,
     threads_key,
 )
 from memory.locks import OwnedLocks
 from memory.scope import Scope
 from memory.stores.base import Segment, decode
+from memory.text import clean_text
 from memory.tokens import count_tokens
 
+# What a person may send in one message. The bot's own answers are stored whole, however long:
+# refusing one would lose it and blame the user (delivery caps what is shown instead).
 MAX_MESSAGE_CHARS = 200_000
 
 # One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
 # in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
 # The message's position in its thread (`seq`, the JSON's last field) is filled in here.
+# With a third key (an idempotency key, see `appended_key`), a second append under it stores
+# nothing and returns -1 - the first one's seq.
 _APPEND_SCRIPT = """
+if KEYS[3] then
+  local prior = redis.call('GET', KEYS[3])
+  if prior then return -1 - tonumber(prior) end
+end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+if KEYS[3] then redis.call('SET', KEYS[3], seq, 'EX', ARGV[4]) end
 return seq
 """
+ONCE_TTL_SECONDS = 7 * 24 * 3600
 
 _MARK_SCRIPT = """
 -- KEYS[1] list, KEYS[2] summarized-prefix counter; ARGV[1] first index;
@@ -90,17 +103,12 @@ ITEM_SEPARATOR = "\n\n"  # between two items of a rendered segment (Segment.rend
 
 
 class InvalidMessage(ValueError):
-    """A message that cannot be stored (empty, too long, wrong role)."""
+    """A message that cannot be stored (empty, a user's that is too long, wrong role)."""
 
 
 class MarkConflict(RuntimeError):
     """The messages to mark changed since they were read, or would not extend the summarized
     prefix: nothing was marked."""
-
-
-def clean_text(text: str) -> str:
-    """Drop what cannot be stored as UTF-8 (lone surrogates from bad input)."""
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass
@@ -116,6 +124,7 @@ class Message:
     author_name: str = ""
     audience: str = ""  # who may see it (Scope.audience); empty in messages from before
     seq: int = -1  # its position in the thread, set when it is stored (-1: not yet)
+    duplicate: bool = field(default=False, repr=False, compare=False)  # see `append(once=)`
 
     @property
     def speaker(self) -> str:
@@ -130,7 +139,9 @@ class Message:
         return f"[{self.speaker}] {self.content}"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+        data = asdict(self)
+        del data["duplicate"]  # `seq` must stay last: the append script fills it in
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Message:
@@ -176,16 +187,18 @@ class ConversationStore:
         role: str,
         content: str,
         timestamp: float | None = None,
+        once: str = "",
         **metadata: Any,
     ) -> Message:
         """Store a message of `scope.thread`; a user's message is by `scope.user`. `timestamp`
         (seconds since the epoch) dates it, when given: replayed conversations keep their
-        dates; otherwise it is now."""
+        dates; otherwise it is now. With `once` (an idempotency key, e.g. a job id and role),
+        a repeated append stores nothing and returns the message with `duplicate` set."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
             raise InvalidMessage("A message must not be empty.")
-        if len(content) > MAX_MESSAGE_CHARS:
+        if role == "user" and len(content) > MAX_MESSAGE_CHARS:
             raise InvalidMessage(
                 f"A message is limited to {MAX_MESSAGE_CHARS:,} characters "
                 f"(this one has {len(content):,}). Save long texts to the knowledge base instead."
@@ -198,12 +211,16 @@ class ConversationStore:
         )  # fmt: skip
         if timestamp is not None:
             message.timestamp = float(timestamp)
-        message.seq = int(
+        keys = [self.key(scope), threads_key(scope.tenant)]
+        if once:
+            keys.append(appended_key(scope.tenant, once))
+        seq = int(
             await self._append(
-                keys=[self.key(scope), threads_key(scope.tenant)],
-                args=[message.to_json(), message.timestamp, scope.thread],
+                keys=keys,
+                args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS],
             )
         )
+        message.seq, message.duplicate = (seq, False) if seq >= 0 else (-1 - seq, True)
         return message
 
     async def all(self, scope: Scope) -> list[Message]:
@@ -302,7 +319,7 @@ class ConversationStore:
     async def tenants(self) -> list[str]:
         """Every tenant that has a conversation (a scan: for upgrades, not for turns)."""
         found = [decode(k) async for k in self.redis.scan_iter(match=tenants_pattern(), count=1000)]
-        return sorted(key.split(":")[2] for key in found)
+        return sorted({tenant for tenant in map(tenant_of_key, found) if tenant})
 
     async def threads(self, tenant: str) -> list[tuple[str, float]]:
         rows = await self.redis.zrevrange(threads_key(tenant), 0, -1, withscores=True)

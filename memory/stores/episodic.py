@@ -24,7 +24,7 @@ import math
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -36,7 +36,7 @@ from redisvl.utils.token_escaper import TokenEscaper
 from memory.embeddings import Embedder
 from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import Segment, VectorStore, decode, vector_bytes
+from memory.stores.base import Segment, VectorStore, decode, delete_keys, vector_bytes
 from memory.stores.stopwords import STOPWORDS
 from memory.tokens import block_tokens, count_tokens
 
@@ -45,6 +45,13 @@ DAY = 86400.0
 OPENING_GAP = 4 * 3600.0  # a message this long after the one before opens a conversation
 NAMES_TTL = 60.0  # seconds a process trusts its list of a tenant's author names
 MAX_PARTS = 8
+# Of a longer message (a model's answer can run to 250,000 characters), episodic memory keeps
+# the first INDEXED_CHARS: what it stores, searches by its words, splits into parts and shows,
+# with a note of what the thread's conversation holds beyond it. A vector embeds at most
+# EMBEDDED_CHARS: under the 8,191-token input of OpenAI's embedding models in any script
+# (MiniLM reads only its first 256 tokens anyway).
+INDEXED_CHARS = 8_000
+EMBEDDED_CHARS = 6_000
 PART_CHARS = 40  # a shorter sentence joins the next one: alone, its vector says little
 ESTIMATE_MODEL = "gpt-4o"  # whose tokens a stored line count is in (o200k)
 FIELDS = ["thread", "channel", "audience", "author", "author_name", "role", "text", "ts", "seq"]
@@ -94,11 +101,11 @@ class Episode:
     def embedding_text(self) -> str:
         """What a message's vector embeds: who said it, then what, so that a question about
         someone lands nearer their own messages than the ones addressed to them."""
-        return f"{self.speaker}: {self.text}"
+        return f"{self.speaker}: {self.text}"[:EMBEDDED_CHARS]
 
     def part_texts(self) -> list[str]:
         """What the vectors of its parts embed (see `parts`): none for a one-part message."""
-        return [f"{self.speaker}: {part}" for part in parts(self.text)]
+        return [f"{self.speaker}: {part}"[:EMBEDDED_CHARS] for part in parts(self.text)]
 
     def line(self, when: str = "") -> str:
         """Its line in the rendering, after `when` it was said (given where that changes)."""
@@ -235,7 +242,9 @@ class EpisodicStore(VectorStore):
         under `<key><SEP><n>`: a long message about many things is found by the one it shares
         with the question, which its whole vector blurs. Parts carry the message's tags, so
         every filter applies to them, but no indexed text: BM25 sees the message once.
+        A message longer than INDEXED_CHARS is kept as its beginning (`indexed`).
         """
+        episodes = [indexed(e) for e in episodes]
         pieces = [(e, n, part) for e in episodes for n, part in enumerate(e.part_texts())]
         parts = [part for _, _, part in pieces]
         if vectors is None:  # messages and parts in one embedding pass
@@ -257,7 +266,7 @@ class EpisodicStore(VectorStore):
             (self.part_key(scope.tenant, e.id, n), {**common[e.id], "part": part}, vector)
             for (e, n, part), vector in zip(pieces, part_vectors, strict=True)
         ]
-        await self.redis.delete(*self._part_keys(scope.tenant, [e.id for e in episodes]))
+        await delete_keys(self.redis, self._part_keys(scope.tenant, [e.id for e in episodes]))
         await self._write(scope.tenant, rows)
         if scope.tenant in self._names:
             when, known = self._names[scope.tenant]
@@ -299,8 +308,8 @@ class EpisodicStore(VectorStore):
         ids = list(ids)
         if not ids:
             return 0
-        found = await self.redis.delete(*(self.key(scope.tenant, i) for i in ids))
-        await self.redis.delete(*self._part_keys(scope.tenant, ids))
+        found = await delete_keys(self.redis, (self.key(scope.tenant, i) for i in ids))
+        await delete_keys(self.redis, self._part_keys(scope.tenant, ids))
         return int(found)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -652,6 +661,16 @@ def mentioned_periods(question: str, around: float = 3.0) -> list[tuple[float, f
             length = calendar.monthrange(int(year), _MONTHS[month.lower()])[1]
             periods.append((start, start + (length + 7) * DAY))
     return periods
+
+
+def indexed(e: Episode) -> Episode:
+    """`e` as episodic memory keeps it: its first INDEXED_CHARS characters, and a note of how
+    many more the thread's conversation holds (a note counted with the line's tokens)."""
+    if len(e.text) <= INDEXED_CHARS:
+        return e
+    more = len(e.text) - INDEXED_CHARS
+    note = f" [... {more:,} more characters in the thread's conversation]"
+    return replace(e, text=e.text[:INDEXED_CHARS] + note)
 
 
 def parts(text: str) -> list[str]:

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,10 +28,41 @@ INVALID_TOKEN = "xoxb-invalid"
 USERS = {"U1": "Ada", "U2": "Grace", BOT_USER: "arxivscout"}  # id -> display name
 
 
+TEXT_LIMIT = 40_000  # chat.postMessage / chat.update `text`
+MARKDOWN_BLOCK_LIMIT = 12_000  # one markdown block; also chat.*Stream's markdown_text
+RESPONSE_URL_POSTS = 5  # a response_url takes at most 5 posts (in 30 minutes)
+SLACK_TS = re.compile(r"\d+\.\d+")
+STREAMING_METHODS = (
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+    "assistant.threads.setStatus",
+)
+NEEDS_CHANNEL = ("chat.postMessage", "chat.update", "chat.delete", *STREAMING_METHODS)
+
+
 @dataclass
 class ApiCall:
     method: str
     params: dict[str, Any]
+
+
+@dataclass
+class Message:
+    """A message the bot posted, as people see it now."""
+
+    channel: str
+    thread_ts: str | None
+    text: str
+    streaming: bool = False
+
+
+class SlackError(Exception):
+    """An answer `{"ok": false, "error": ...}`, as Slack gives it."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 @dataclass
@@ -39,9 +71,17 @@ class MockSlackApi(ThreadedServer):
     calls: list[ApiCall] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)  # posts to response_url
     responded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by response id
+    refused_responses: list[dict[str, Any]] = field(default_factory=list)  # past the 5 posts
     base_url: str = ""
     users: dict[str, str] = field(default_factory=lambda: dict(USERS))
     private_channels: set[str] = field(default_factory=set)  # besides "G…" ids
+    not_joined: set[str] = field(default_factory=set)  # channels the bot is not a member of
+    missing_channels: set[str] = field(default_factory=set)  # deleted, or never seen
+    streaming: bool = False  # True: a workspace with chat.*Stream and setStatus
+    messages: dict[str, Message] = field(default_factory=dict)  # by ts, in posting order
+    known_ts: set[str] = field(default_factory=set)  # people's messages, from sent events
+    strict_threads: bool = False  # True: a thread_ts must be a ts it issued or was told of
+    _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
     _ts = itertools.count(1)
 
     async def start(self) -> str:
@@ -74,23 +114,121 @@ class MockSlackApi(ThreadedServer):
         self.calls.append(ApiCall(method, params))
         if token == INVALID_TOKEN:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        limit = self._limits.get(method)
+        if limit and limit[0] > 0:
+            limit[0] -= 1
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                     headers={"Retry-After": str(limit[1])})  # fmt: skip
+        try:
+            return web.json_response({"ok": True, **self._answer(method, params)})
+        except SlackError as exc:
+            return web.json_response({"ok": False, "error": exc.error})
+
+    def _answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """What Slack answers `method` with, or the SlackError it refuses it with."""
+        if method in STREAMING_METHODS and not self.streaming:
+            raise SlackError("unknown_method")
+        if method in NEEDS_CHANNEL:
+            self._check_channel(params.get("channel") or params.get("channel_id") or "")
         if method == "auth.test":
-            return web.json_response({"ok": True, "team_id": self.team_id, "user_id": BOT_USER,
-                                      "bot_id": "BBOT", "user": "arxivscout", "team": "Test"})  # fmt: skip
+            return {"team_id": self.team_id, "user_id": BOT_USER, "bot_id": "BBOT",
+                    "user": "arxivscout", "team": "Test"}  # fmt: skip
         if method == "chat.postMessage":
-            ts = f"{int(time.time())}.{next(self._ts):06d}"
-            params["_ts"] = ts  # recorded, so tests can follow the message's updates
-            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
-                                      "message": {"text": params.get("text"), "ts": ts}})  # fmt: skip
+            self._check_thread(params.get("thread_ts"))
+            text = shown(self._check_size(params))
+            return self._post(params, Message(params["channel"], params.get("thread_ts"), text))
         if method == "chat.update":
-            return web.json_response(
-                {"ok": True, "channel": params.get("channel"), "ts": params.get("ts")}
-            )
+            message = self._message(params)
+            if message.streaming:
+                raise SlackError("cant_update_message")
+            message.text = shown(self._check_size(params))
+            return {"channel": message.channel, "ts": params["ts"], "text": message.text}
+        if method == "chat.startStream":
+            return self._start_stream(params)
+        if method in ("chat.appendStream", "chat.stopStream"):
+            message = self._message(params)
+            if not message.streaming:
+                raise SlackError("message_not_in_streaming_state")
+            message.text += self._check_markdown(params.get("markdown_text") or "")
+            message.streaming = method == "chat.appendStream"
+            return {"channel": message.channel, "ts": params["ts"]}
+        if method == "assistant.threads.setStatus":
+            self._check_thread(params.get("thread_ts") or "")
+            return {}
         if method == "users.info":
-            return web.json_response(self._user(params.get("user", "")))
+            return self._user(params.get("user", ""))
         if method == "conversations.info":
-            return web.json_response(self._conversation(params.get("channel", "")))
-        return web.json_response({"ok": True})
+            return self._conversation(params.get("channel", ""))
+        return {}
+
+    def _check_channel(self, channel: str) -> None:
+        if not channel or channel in self.missing_channels:
+            raise SlackError("channel_not_found")
+        if channel in self.not_joined:
+            raise SlackError("not_in_channel")
+
+    def _check_thread(self, thread_ts: str | None) -> None:
+        """Slack takes a thread_ts only if it is the ts of a message it has: never one that
+        is no ts at all; with `strict_threads`, only one it issued or was told of (`knows`)."""
+        if thread_ts is None:
+            return
+        known = thread_ts in self.known_ts or thread_ts in self.messages
+        if not SLACK_TS.fullmatch(thread_ts) or (self.strict_threads and not known):
+            raise SlackError("invalid_thread_ts")
+
+    @staticmethod
+    def _check_size(params: dict[str, Any]) -> dict[str, Any]:
+        if len(params.get("text") or "") > TEXT_LIMIT:
+            raise SlackError("msg_too_long")
+        blocks = params.get("blocks") or []
+        for block in json.loads(blocks) if isinstance(blocks, str) else blocks:
+            if (
+                block.get("type") == "markdown"
+                and len(block.get("text", "")) > MARKDOWN_BLOCK_LIMIT
+            ):
+                raise SlackError("msg_too_long")
+        return params
+
+    @staticmethod
+    def _check_markdown(text: str) -> str:
+        if len(text) > MARKDOWN_BLOCK_LIMIT:
+            raise SlackError("msg_too_long")
+        return text
+
+    def _message(self, params: dict[str, Any]) -> Message:
+        message = self.messages.get(params.get("ts") or "")
+        if message is None or message.channel != params.get("channel"):
+            raise SlackError("message_not_found")
+        return message
+
+    def _post(self, params: dict[str, Any], message: Message) -> dict[str, Any]:
+        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        params["_ts"] = ts  # recorded, so tests can follow the message's updates
+        self.messages[ts] = message
+        return {"channel": message.channel, "ts": ts, "message": {"text": message.text, "ts": ts}}
+
+    def _start_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A streamed reply: in a thread; outside a DM, for one recipient (user and team)."""
+        channel, thread_ts = params["channel"], params.get("thread_ts")
+        if not thread_ts:
+            raise SlackError("invalid_arguments")
+        self._check_thread(thread_ts)
+        if not channel.startswith("D") and not (
+            params.get("recipient_user_id") and params.get("recipient_team_id")
+        ):
+            raise SlackError("invalid_arguments")
+        text = self._check_markdown(params.get("markdown_text") or "")
+        return self._post(params, Message(channel, thread_ts, text, streaming=True))
+
+    # -- what a test makes Slack do ---------------------------------------------------------
+
+    def rate_limit(self, method: str, times: int = 1, retry_after: int = 1) -> None:
+        """Answer the next `times` calls of `method` with 429 and `Retry-After` (seconds)."""
+        self._limits[method] = [times, retry_after]
+
+    def knows(self, *timestamps: str) -> None:
+        """Messages people posted (what events carry), so replies may thread under them."""
+        self.known_ts.update(t for t in timestamps if t)
 
     def _user(self, user_id: str) -> dict[str, Any]:
         """users.info as Slack answers it: the name a person chose is profile.display_name."""
@@ -114,8 +252,12 @@ class MockSlackApi(ThreadedServer):
 
     async def _respond(self, request: web.Request) -> web.Response:
         body = json.loads(await request.text())
+        posts = self.responded.setdefault(request.match_info["id"], [])
+        if len(posts) >= RESPONSE_URL_POSTS:  # recorded apart: tests assert it never happens
+            self.refused_responses.append(body)
+            return web.json_response({"ok": False, "error": "used_url"}, status=404)
         self.responses.append(body)
-        self.responded.setdefault(request.match_info["id"], []).append(body)
+        posts.append(body)
         return web.Response(text="ok")
 
     # -- what the adapter did -------------------------------------------------------------
@@ -133,16 +275,13 @@ class MockSlackApi(ThreadedServer):
     def of(self, method: str) -> list[dict[str, Any]]:
         return [c.params for c in self.calls if c.method == method]
 
-    def thread_texts(self, channel: str, thread_ts: str) -> list[str]:
-        """What the bot's messages in a thread finally show (each post after its last update):
-        the markdown block's text when the message has blocks, else its text."""
-        final = {c.params["ts"]: shown(c.params) for c in self.calls if c.method == "chat.update"}
+    def thread_texts(self, channel: str, thread_ts: str | None) -> list[str]:
+        """What the bot's messages in a thread (None: a DM outside threads) show now, in the
+        order they were posted: the markdown block's text when a message has blocks."""
         return [
-            final.get(c.params["_ts"], shown(c.params))
-            for c in self.calls
-            if c.method == "chat.postMessage"
-            and c.params.get("channel") == channel
-            and c.params.get("thread_ts") == thread_ts
+            m.text
+            for m in self.messages.values()
+            if (m.channel, m.thread_ts) == (channel, thread_ts)
         ]
 
 
@@ -168,6 +307,7 @@ class SlackSender:
     url: str
     secret: str
     session: aiohttp.ClientSession
+    api: MockSlackApi | None = None  # told of the messages events carry (valid thread_ts)
 
     async def post(self, body: str, content_type: str, headers: dict[str, str] | None = None,
                    signature: dict[str, str] | None = None) -> aiohttp.ClientResponse:  # fmt: skip
@@ -184,6 +324,8 @@ class SlackSender:
             "event_id": event_id or f"Ev{uuid.uuid4().hex[:10]}", "event_time": int(time.time()),
             "event": event, "authorizations": [{"team_id": team, "user_id": BOT_USER, "is_bot": True}],
         })  # fmt: skip
+        if self.api is not None:
+            self.api.knows(event.get("ts", ""), event.get("thread_ts", ""))
         headers = (
             {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
             if retry
@@ -204,6 +346,8 @@ class SlackSender:
                    "channel": {"id": channel}, "user": {"id": user}, "message": message,
                    "response_url": response_url, "trigger_id": "trig", "token": "legacy",
                    "api_app_id": "A1"}  # fmt: skip
+        if self.api is not None:
+            self.api.knows(message.get("ts", ""), message.get("thread_ts", ""))
         return await self.post(
             urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
         )

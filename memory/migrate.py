@@ -1,0 +1,103 @@
+"""The one-time move of keys to the hash-tagged layout (memory/keys.py), run at start-up.
+
+Before, a tenant's keys were `arxivscout:t:<tenant>:...`, the task stream `arxivscout:tasks` and
+a cached vector `arxivscout:embcache:<model>:<digest>`; now the tenant, `tasks` and the model
+stand in braces (hash tags), so that every script, MULTI and MGET touches keys of one hash slot.
+The vector stores' documents keep their names, so every index keeps its prefix and nothing is
+re-indexed.
+
+Each key moves by DUMP, RESTORE under its new name (with what is left of its time to live) and
+DEL: each command names one key, so the move also runs on a sharded Redis, where a RENAME
+between two slots is refused. A new name that is already taken keeps its value, and the old
+key stays where it is, logged, unless both hold the same value (a move stopped between its
+RESTORE and its DEL): then the old copy goes. Processes of the older version must be stopped
+first: one that kept writing under the old names would write where nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from memory.coordination import Upgrades
+from memory.keys import LEGACY_PATTERNS, legacy_renames, tagged_key, upgrade_key
+from memory.stores.base import decode
+
+log = logging.getLogger(__name__)
+
+UPGRADE = "hash-tags"
+CLAIM_SECONDS = 600  # a process that died while moving keys frees the step after this
+POLL_SECONDS = 0.2
+BATCH = 200  # keys moved concurrently (their commands share round trips)
+
+
+@dataclass
+class MoveReport:
+    moved: int = 0
+    kept: int = 0  # old keys left in place because their new name was taken
+
+
+async def migrate_to_hash_tags(redis: Redis, upgrades: Upgrades) -> MoveReport:
+    """Move the keys of the older layout, once per Redis. A process that finds another one
+    moving them waits until it is done: it must not read before the keys are where it looks."""
+    while not await upgrades.done(UPGRADE):
+        if await upgrades.claim(UPGRADE, CLAIM_SECONDS):
+            try:
+                report = await move_legacy_keys(redis)
+            except BaseException:
+                with contextlib.suppress(RedisError, OSError):  # Redis may be what failed
+                    await redis.delete(upgrade_key(UPGRADE))  # the next start tries again
+                raise
+            await upgrades.finish(UPGRADE)
+            return report
+        await asyncio.sleep(POLL_SECONDS)
+    return MoveReport()
+
+
+async def move_legacy_keys(redis: Redis) -> MoveReport:
+    """Move every key of the older layout to its new name; harmless to run again."""
+    report = MoveReport()
+    moves = list(legacy_renames().items())
+    for pattern in LEGACY_PATTERNS:
+        async for raw in redis.scan_iter(match=pattern, count=1000):
+            old = decode(raw)
+            new = tagged_key(old)  # None for the keys already tagged
+            if new is not None:
+                moves.append((old, new))
+            if len(moves) >= BATCH:
+                await _move_all(redis, moves, report)
+                moves = []
+    await _move_all(redis, moves, report)
+    if report.moved or report.kept:
+        log.warning("hash tags: %d keys moved, %d kept apart", report.moved, report.kept)
+    return report
+
+
+async def _move_all(redis: Redis, moves: list[tuple[str, str]], report: MoveReport) -> None:
+    for outcome in await asyncio.gather(*(_move(redis, old, new) for old, new in moves)):
+        if outcome == "moved":
+            report.moved += 1
+        elif outcome == "kept":
+            report.kept += 1
+
+
+async def _move(redis: Redis, old: str, new: str) -> str:
+    """'moved', 'kept' (the new name was taken by another value) or 'gone' (no old key)."""
+    payload, ttl_ms = await asyncio.gather(redis.dump(old), redis.pttl(old))
+    if payload is None or ttl_ms == -2:
+        return "gone"
+    try:
+        await redis.restore(new, max(ttl_ms, 0), payload)
+    except ResponseError as exc:
+        if "BUSYKEY" not in str(exc):
+            raise
+        if await redis.dump(new) != payload:
+            log.warning("hash tags: %s was not moved: %s exists; both are kept", old, new)
+            return "kept"
+    await redis.delete(old)
+    return "moved"
