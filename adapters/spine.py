@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 from adapters.text import split_for_delivery
 from bot.agent import AgentEvent
 from bot.turns import TurnHandler
+from memory.coordination import Taken
 from memory.errors import memory_unavailable
 from memory.scope import Scope
 from memory.text import clean_text
@@ -215,7 +216,7 @@ class Pipeline:
             keeper = asyncio.create_task(self._keep(scope, token))
             try:
                 while not self._stopping and (taken := await turns.take(scope, token)):
-                    await self._run_taken(scope, token, Job.from_json(taken.job))
+                    await self._run_taken(scope, token, taken)
             except asyncio.CancelledError:  # shutdown: another process runs it from here
                 await asyncio.shield(turns.hand_back(scope, token))
                 raise
@@ -232,9 +233,10 @@ class Pipeline:
                 with contextlib.suppress(Exception):  # a blip: the next renewal may work
                     await self.memory.turns.renew(scope, token, self.lease_ms)
 
-    async def _run_taken(self, scope: Scope, token: str, job: Job) -> None:
-        turns = self.memory.turns
-        if not await turns.delivered(scope, job.id):  # else a re-run after delivery
+    async def _run_taken(self, scope: Scope, token: str, taken: Taken) -> None:
+        turns, job = self.memory.turns, Job.from_json(taken.job)
+        # only a job taken over from another run can have been delivered already
+        if not (taken.resumed and await turns.delivered(scope, job.id)):
             await self.run(job, save=lambda: turns.save(scope, token, job.to_json()))
         await turns.complete(scope, job.id)
 
@@ -258,8 +260,7 @@ class Pipeline:
             text = job.progress.get("answer")
             if text is None:
                 text = GAVE_UP if attempts > MAX_ATTEMPTS else await self._outcome(job, status)
-                job.progress["answer"] = text
-                await save()
+                job.progress["answer"] = text  # saved with the first part sent
             parts = split_for_delivery(self.platform.render(text), self.platform.limit) or ["…"]
             for index, part in enumerate(parts):
                 if index < job.progress.get("sent", 0):

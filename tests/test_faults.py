@@ -42,6 +42,8 @@ def model_for(requests: list[str]):
         requests.append(question)
         if "fails" in question:
             return error(500, "scripted outage")
+        if "rate limited" in question:
+            return error(429, "Rate limit reached", headers={"Retry-After": "0.1"})
         if "hangs" in question:
             return text("too late", delay=30)
         delay = 3.0 if "slow" in question and requests.count(question) == 1 else 0.0
@@ -166,12 +168,13 @@ async def test_redis_killed_mid_turn_is_said_then_answered_when_back(scene):
     ]  # fmt: skip
 
 
-async def test_a_failing_model_a_hanging_model_and_poison_input_each_get_a_reply(scene):
+async def test_a_failing_a_rate_limited_and_a_hanging_model_and_poison_input_get_replies(scene):
     a = await scene.bot(ARXIVSCOUT_LLM_TIMEOUT="2")
     questions = {
         "300.1": "this one fails",
         "300.2": "this one hangs",
         "300.3": "a lone surrogate \ud800 here",
+        "300.9": "this one is rate limited",
         **{f"300.{i}": f"plain question {i}" for i in range(4, 9)},
     }
     statuses = await asyncio.gather(*(scene.ask(a, q, root) for root, q in questions.items()))
@@ -184,6 +187,7 @@ async def test_a_failing_model_a_hanging_model_and_poison_input_each_get_a_reply
     await scene.until(settled, 60)
     assert "language model" in scene.shown("300.1")[0]
     assert "language model" in scene.shown("300.2")[0]
+    assert "language model" in scene.shown("300.9")[0]
     assert scene.shown("300.3")[0].startswith("answer to a lone surrogate")
     for i in range(4, 9):
         assert scene.shown(f"300.{i}") == [f"answer to plain question {i}"]
