@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from adapters.slack import RESPONSE_URL_POSTS, STILL_WORKING, thread_id
+from adapters.slack import thread_id
+from adapters.slack_delivery import RESPONSE_URL_POSTS, STILL_WORKING
 from adapters.spine import Job
 from memory.scope import Scope
 from tests.support.scripted_openai import text

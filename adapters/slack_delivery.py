@@ -1,0 +1,318 @@
+"""How answers reach Slack: the placeholder or stream a turn shows, its parts, and notices.
+
+- Answers stream (chat.startStream/appendStream/stopStream, status via setStatus) where the
+  workspace has them, else a placeholder is edited at most once a second; a 429 skips updates
+  until its Retry-After, and the final answer waits it out.
+- A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
+- Where the bot may not post, a command's or shortcut's response_url carries the answer (5 posts
+  at most).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from adapters.spine import (
+    Job,
+    Platform,
+    Status,
+)
+from adapters.text import link_arxiv, split_message
+from bot.agent import AgentEvent
+from bot.tools import TOOL_ACTIVITY
+
+log = logging.getLogger(__name__)
+
+DM = "dm"  # the thread of a direct message conversation with the bot (never sent to Slack)
+THINKING = "_Thinking…_"
+SUMMARIZING = "_Summarizing the thread…_"
+STILL_WORKING = "_Still working on this…_"  # a re-run's placeholder (after a crash, a hand-over)
+MARKDOWN_LIMIT = 11_000  # a markdown block takes 12,000 characters
+UPDATE_EVERY_SECONDS = 1.0  # at most one intermediate update a second per message
+FINAL_TRIES = 5  # a rate-limited answer is retried after each Retry-After this many times
+MAX_RETRY_AFTER_SECONDS = 60.0
+RESPONSE_URL_POSTS = 5  # Slack takes at most 5 posts to one response_url (in 30 minutes)
+RESPONSE_URL_PARTS = RESPONSE_URL_POSTS - 1  # the last post says what was left out
+NOT_THERE = {"not_in_channel", "channel_not_found"}  # the bot may not post in the channel
+GONE = {"message_not_found", "cant_update_message", "edit_window_closed"}
+
+
+def markdown(text: str) -> dict[str, Any]:
+    """A message body in standard Markdown (Slack's `markdown` block), with a text fallback."""
+    return {"text": text, "blocks": [{"type": "markdown", "text": text}]}
+
+
+def slack_error(exc: SlackApiError) -> str:
+    return str(exc.response.get("error") or "")
+
+
+def retry_after(exc: SlackApiError) -> float | None:
+    """Seconds Slack asks to wait (a 429's `Retry-After`), or None if `exc` is no rate limit."""
+    if exc.response.status_code != 429:
+        return None
+    headers = {key.lower(): value for key, value in (exc.response.headers or {}).items()}
+    value = headers.get("retry-after", 1)
+    with contextlib.suppress(TypeError, ValueError):
+        return min(float(value[0] if isinstance(value, list) else value), MAX_RETRY_AFTER_SECONDS)
+    return 1.0
+
+
+async def until_delivered(call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
+    """A call whose content must arrive (an answer, a notice): a 429 waits its Retry-After."""
+    for attempt in range(FINAL_TRIES):
+        try:
+            return await call(**kwargs)
+        except SlackApiError as exc:
+            wait = retry_after(exc)
+            if wait is None or attempt == FINAL_TRIES - 1:
+                raise
+            log.info("rate limited on a final delivery; retrying in %.1f s", wait)
+            await asyncio.sleep(wait)
+    return None
+
+
+def left_out(shown: int, total: int, how: str) -> str:
+    """The last post a response_url takes: how much of the answer it could not carry."""
+    return (
+        f"_Slack lets me post only {RESPONSE_URL_POSTS} messages here, so {total - shown} of "
+        f"{total} parts are left out. {how}_"
+    )
+
+
+class SlackStatus(Status):
+    """What a person sees while a turn runs: the placeholder (a message, or a streamed reply)
+    with the tool in use and the answer as it grows. An update that fails or is rate limited
+    is skipped, never raised: only the final answer (`finish`) must arrive."""
+
+    def __init__(self, platform: SlackPlatform, job: Job, ts: str | None, streaming: bool = False):
+        self.platform, self.job, self.client = platform, job, platform.client
+        self.channel: str = job.reply["channel"]
+        self.thread_ts: str | None = platform.where(job).get("thread_ts")
+        self.ts = ts  # None: the channel is closed to the bot, answers go to response_url
+        self.streaming = streaming  # `ts` is a chat stream still open
+        self.streamed: list[str] = []
+        self._appended = 0  # characters of the answer appended to the stream
+        self._last_update = time.monotonic()
+        self._quiet_until = 0.0  # a 429's Retry-After: intermediate updates wait until then
+        self._status_shown = False
+
+    async def event(self, event: AgentEvent) -> None:
+        if event.kind != "tool_start" or self.ts is None or self.streamed:
+            return
+        activity = TOOL_ACTIVITY.get(event.name, "working")
+        if not await self.set_status(f"is {activity}…") and not self.streaming:
+            await self._quietly(
+                self.client.chat_update,
+                channel=self.channel, ts=self.ts, **markdown(f"_{activity.capitalize()}…_"),
+            )  # fmt: skip
+
+    async def delta(self, piece: str) -> None:
+        self.streamed.append(piece)
+        now = time.monotonic()
+        if self.ts is None or now - self._last_update < self.platform.update_every:
+            return
+        if now < self._quiet_until:
+            return
+        self._last_update = now
+        text = "".join(self.streamed)
+        if self.streaming:
+            new = text[self._appended : MARKDOWN_LIMIT]  # the final edit carries the rest
+            if new and await self._quietly(
+                self.client.chat_appendStream, channel=self.channel, ts=self.ts, markdown_text=new
+            ):
+                self._appended += len(new)
+        else:
+            shown = link_arxiv(text)[:MARKDOWN_LIMIT] + " …"
+            await self._quietly(
+                self.client.chat_update, channel=self.channel, ts=self.ts, **markdown(shown)
+            )
+
+    async def set_status(self, text: str) -> bool:
+        """The thread's status line (assistant.threads.setStatus), where the workspace has it."""
+        team = self.job.scope.tenant
+        if self.thread_ts is None or team in self.platform.no_status:
+            return False
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=self.channel, thread_ts=self.thread_ts, status=text
+            )
+        except SlackApiError as exc:
+            if retry_after(exc) is None:
+                self.platform.no_status.add(team)
+                log.info("no assistant status in %s (%s)", team, slack_error(exc))
+            return False
+        self._status_shown = bool(text)
+        return True
+
+    async def finish(self, text: str) -> None:
+        """Replace the placeholder with `text` (an answer's first part, or a notice): stop the
+        stream, edit the message; if it is gone, post `text` anew and follow that message."""
+        if self.streaming:
+            with contextlib.suppress(SlackApiError):
+                await until_delivered(self.client.chat_stopStream, channel=self.channel, ts=self.ts)
+            self.streaming = self.job.progress["stream"] = False
+        if self._status_shown:
+            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
+                await self.set_status("")
+        try:
+            await until_delivered(
+                self.client.chat_update, channel=self.channel, ts=self.ts, **markdown(text)
+            )
+        except SlackApiError as exc:
+            if slack_error(exc) not in GONE:
+                raise
+            log.info("placeholder %s gone (%s); posting anew", self.ts, slack_error(exc))
+            posted = await until_delivered(
+                self.client.chat_postMessage, **self.platform.where(self.job), **markdown(text)
+            )
+            self.ts = self.job.progress["placeholder"] = posted["ts"]
+
+    async def _quietly(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> bool:
+        try:
+            await call(**kwargs)
+        except SlackApiError as exc:
+            wait = retry_after(exc)
+            if wait is not None:
+                self._quiet_until = time.monotonic() + wait
+            elif self.streaming:  # the stream ended (Slack closes idle ones): edit it instead
+                self.streaming = False
+            log.info("update skipped in %s: %s", self.channel, slack_error(exc))
+            return False
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("update skipped in %s: %s", self.channel, exc)
+            return False
+        return True
+
+
+class SlackPlatform(Platform):
+    """Placeholders, streamed replies and Markdown blocks in threads; the response_url of a
+    command or shortcut where the bot may not post."""
+
+    name = "slack"
+    limit = MARKDOWN_LIMIT
+    streams = True
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self.no_streaming: set[str] = set()  # workspaces without chat.startStream
+        self.no_status: set[str] = set()  # workspaces without assistant.threads.setStatus
+        self.update_every = UPDATE_EVERY_SECONDS
+
+    def render(self, text: str) -> str:
+        return link_arxiv(text)
+
+    @staticmethod
+    def where(job: Job) -> dict[str, str]:
+        """channel, and thread_ts only if it is a real message ts (never the DM sentinel)."""
+        thread_ts = job.reply.get("thread_ts")
+        real = thread_ts and thread_ts != DM
+        return {"channel": job.reply["channel"], **({"thread_ts": thread_ts} if real else {})}
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        yield await self._show_working(job)
+
+    async def _show_working(self, job: Job) -> SlackStatus:
+        progress = job.progress
+        if progress.get("via") == "response_url":
+            return SlackStatus(self, job, None)
+        if progress.get("placeholder"):  # a re-run: the same message says it goes on
+            status = SlackStatus(self, job, progress["placeholder"])
+            if progress.get("stream"):  # left open by the run that died
+                with contextlib.suppress(SlackApiError):
+                    await self.client.chat_stopStream(channel=status.channel, ts=status.ts)
+                progress["stream"] = False
+            if not progress.get("sent"):
+                await status._quietly(
+                    self.client.chat_update,
+                    channel=status.channel, ts=status.ts, **markdown(STILL_WORKING),
+                )  # fmt: skip
+            return status
+        try:
+            status = await self._stream(job) or await self._placeholder(job)
+        except SlackApiError as exc:
+            if slack_error(exc) not in NOT_THERE or not job.reply.get("response_url"):
+                raise
+            log.info("cannot post in %s (%s); answering via response_url", *self._why(job, exc))
+            progress["via"] = "response_url"
+            return SlackStatus(self, job, None)
+        progress["placeholder"] = status.ts
+        progress["stream"] = status.streaming
+        await status.set_status("is thinking…" if job.kind == "turn" else "is summarizing…")
+        return status
+
+    async def _stream(self, job: Job) -> SlackStatus | None:
+        """A streamed reply, where the workspace has streaming; None to post a placeholder."""
+        where, team = self.where(job), job.scope.tenant
+        if job.kind != "turn" or "thread_ts" not in where or team in self.no_streaming:
+            return None
+        try:
+            started = await self.client.chat_startStream(
+                **where, recipient_team_id=team, recipient_user_id=job.scope.user or None
+            )
+        except SlackApiError as exc:
+            if slack_error(exc) in NOT_THERE:
+                raise
+            if retry_after(exc) is None and slack_error(exc) != "invalid_thread_ts":
+                self.no_streaming.add(team)
+            log.info("no streaming in %s (%s); editing a placeholder", *self._why(job, exc))
+            return None
+        return SlackStatus(self, job, started["ts"], streaming=True)
+
+    async def _placeholder(self, job: Job) -> SlackStatus:
+        first = THINKING if job.kind == "turn" else SUMMARIZING
+        posted = await until_delivered(self.client.chat_postMessage, **self.where(job), text=first)
+        return SlackStatus(self, job, posted["ts"])
+
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+        assert isinstance(status, SlackStatus)
+        if status.ts is None:
+            await self._deliver_by_response_url(job, index, part)
+        elif index == 0:
+            await status.finish(part)
+        else:
+            await until_delivered(self.client.chat_postMessage, **self.where(job), **markdown(part))
+
+    async def notice(self, job: Job, text: str) -> None:
+        try:
+            await until_delivered(self.client.chat_postMessage, **self.where(job), **markdown(text))
+        except SlackApiError as exc:
+            if slack_error(exc) not in NOT_THERE or not job.reply.get("response_url"):
+                raise
+            await self.respond(job, text)
+
+    async def _deliver_by_response_url(self, job: Job, index: int, part: str) -> None:
+        """The first parts, then a note of what was left out: a response_url takes 5 posts."""
+        if index < RESPONSE_URL_PARTS:
+            await self.respond(job, part)
+        elif index == RESPONSE_URL_PARTS:
+            answer = self.render(job.progress.get("answer") or part)
+            total = len(split_message(answer, self.limit))
+            how = "Invite me to the channel (`/invite @ArxivScout`) and ask again to see it all."
+            await self.respond(job, left_out(RESPONSE_URL_PARTS, total, how))
+
+    async def respond(self, job: Job, text: str) -> None:
+        """Post `text` only the person sees, to the response_url of their command/shortcut."""
+        sent = job.progress.get("responded", 0)
+        if sent >= RESPONSE_URL_POSTS:
+            log.warning("response_url used up in %s; not posted: %s", job.scope.thread, text[:60])
+            return
+        webhook = AsyncWebhookClient(job.reply["response_url"], session=self.client.session)
+        response = await webhook.send(**markdown(text), response_type="ephemeral")
+        if response.status_code >= 400:
+            raise RuntimeError(f"response_url answered {response.status_code}: {response.body}")
+        job.progress["responded"] = sent + 1
+
+    @staticmethod
+    def _why(job: Job, exc: SlackApiError) -> tuple[str, str]:
+        return job.reply.get("channel", ""), slack_error(exc)
