@@ -191,3 +191,18 @@ async def test_a_failing_a_rate_limited_and_a_hanging_model_and_poison_input_get
     assert scene.shown("300.3")[0].startswith("answer to a lone surrogate")
     for i in range(4, 9):
         assert scene.shown(f"300.{i}") == [f"answer to plain question {i}"]
+
+
+async def test_a_stopped_bot_finishes_its_turn_before_it_exits(scene):
+    """SIGTERM (a deploy, a scale-down): a turn that finishes within the grace period is
+    answered by the stopping process, once; what would not finish is handed back
+    (tests/test_turn_recovery.py covers that in-process, without a 25 s wait)."""
+    a, b = await scene.bot(), await scene.bot()
+    assert await scene.ask(a, "slow question at a deploy", "400.1") == 200
+    await scene.until(lambda: "slow question at a deploy" in scene.requests, 20)
+    assert await a.stop() == 0
+    await scene.until(lambda: scene.shown("400.1") == ["answer to slow question at a deploy"], 20)
+    assert await scene.stored("400.1") == [
+        "slow question at a deploy", "answer to slow question at a deploy",
+    ]  # fmt: skip
+    assert b.process.returncode is None
