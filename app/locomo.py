@@ -184,6 +184,9 @@ class LocomoEval:
             if window > self.limits.window_target:
                 window = self.limits.window_target // 2  # what a roll leaves
         await self.upkeep.background.drain()
+        # a roll queued while another ran is skipped (that one rolls the window); the last
+        # may have left the window past its share: roll it now, so every run ends the same
+        await self.upkeep.roll_summaries([{"scope": self.thread(conversation).to_dict()}])
 
     async def ask(self, conversation: Conversation, question: Question) -> Outcome:
         texts = {t.dia_id: t.content for t in conversation.turns}

@@ -176,10 +176,11 @@ def tenants_pattern() -> str:
     return f"{ROOT}:t:{{*}}:threads"
 
 
-def task_stream() -> str:
-    """The stream of background work (see memory/tasks.py). Its hash tag puts its dead
-    letters (`<stream>:dead`) in its slot: a task is moved there and acknowledged at once."""
-    return f"{ROOT}:{{tasks}}"
+def task_stream(name: str = "tasks") -> str:
+    """The stream of background work (see memory/tasks.py); a run of `eval` has its own, so a
+    bot sharing the Redis does not take its tasks. Its hash tag puts its dead letters
+    (`<stream>:dead`) in its slot: a task is moved there and acknowledged at once."""
+    return f"{ROOT}:{{{name}}}"
 
 
 def summarized_count_key(tenant: str, thread_id: str) -> str:

@@ -116,6 +116,11 @@ class TaskStream:
             pipe.xdel(self.stream, *ids)
             await pipe.execute()
 
+    async def destroy(self) -> None:
+        """Delete the stream and its dead letters (a throwaway stream, e.g. an eval run's)."""
+        await self.redis.delete(self.stream)
+        await self.redis.delete(f"{self.stream}:dead")
+
     async def pending_count(self) -> int:
         """Tasks not yet acknowledged, delivered or not (the stream's length, see above)."""
         return int(await self.redis.xlen(self.stream))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
 from bot.upkeep import BACKFILL
 from memory.connection import connect
@@ -121,7 +122,7 @@ def locomo_fixture(path) -> None:
     path.write_text(json.dumps([sample]))
 
 
-def test_eval_locomo_on_a_small_file(cli_env, tmp_path):
+def test_eval_locomo_on_a_small_file(cli_env, tmp_path, redis_url):
     data, dump = tmp_path / "tiny.json", tmp_path / "dump.jsonl"
     locomo_fixture(data)
     result = subprocess.run(
@@ -139,6 +140,12 @@ def test_eval_locomo_on_a_small_file(cli_env, tmp_path):
     assert [r["evidence"] for r in rows] == [["D1:1"], ["D1:2", "D2:1"]]
     assert "Pixel" in rows[0]["text"] and "Lisbon marathon in 3 hours 41" in rows[1]["text"]
     assert max(r["tokens"] for r in rows) <= 600
+    # the run's own task stream (a bot sharing this Redis never takes its tasks) is gone
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.keys("arxivscout:{eval-*") == []
+    finally:
+        client.close()
 
 
 async def test_threads_stored_before_are_backfilled_once(tmp_path, tenant):

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import sys
+import uuid
 from pathlib import Path
 
 from app.evaluation import run_scenario
@@ -61,7 +62,8 @@ async def run_locomo(args: argparse.Namespace, settings: Settings) -> int:
     has_model = bool(settings.openai_api_key or settings.openai_base_url)
     llm = llm_client(settings) if has_model else None
     memory = await open_memory(settings)
-    background = BackgroundWork(TaskStream(memory.redis, task_stream()))
+    tasks = TaskStream(memory.redis, task_stream(f"eval-{uuid.uuid4().hex[:12]}"))
+    background = BackgroundWork(tasks)
     upkeep = Upkeep(memory, Consolidator(memory, llm), background, ContextLimits(args.budget))
     background.handle(upkeep.handlers())
     evaluation = LocomoEval(memory, upkeep, args.budget, llm if args.answer else None)
@@ -70,6 +72,7 @@ async def run_locomo(args: argparse.Namespace, settings: Settings) -> int:
             report = await evaluation.run(conversations, dump)
     finally:
         await background.close()
+        await tasks.destroy()
         if llm is not None:
             await llm.aclose()
         await memory.close()
