@@ -37,13 +37,12 @@ from dataclasses import dataclass, replace
 import discord
 from discord import app_commands
 
-from adapters.spine import NOT_TAKEN, Job, MemoryUnavailable, Pipeline, Platform, Status
+from adapters.spine import NOT_TAKEN, Job, Pipeline, Platform, Status, not_queued_for_now
 from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
 from bot.errors import ConfigError
 from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
-from memory.errors import memory_unavailable
 from memory.scope import Scope, Visibility
 
 log = logging.getLogger(__name__)
@@ -223,7 +222,7 @@ class DiscordAdapter:
         try:
             await self._take(message, delivery)
         except Exception as exc:
-            if not (memory_unavailable(exc) or isinstance(exc, MemoryUnavailable)):
+            if not not_queued_for_now(exc):
                 raise
             await self._reply_quietly(message, NOT_TAKEN)
             self._retry_later(message, delivery)
@@ -265,7 +264,7 @@ class DiscordAdapter:
                     await self._take(message, delivery)
                     return
                 except Exception as exc:
-                    if not (memory_unavailable(exc) or isinstance(exc, MemoryUnavailable)):
+                    if not not_queued_for_now(exc):
                         log.exception("message %s could not be queued", message.id)
                         return
             log.error("memory stayed unavailable; message %s not answered", message.id)

@@ -67,6 +67,12 @@ class MemoryUnavailable(RuntimeError):
     """A job could not be queued because Redis is unreachable (the person was told)."""
 
 
+def not_queued_for_now(exc: BaseException) -> bool:
+    """True when taking a message failed only because the memory is unreachable: the message
+    can be taken again once it is back (by the platform's redelivery, or by the adapter)."""
+    return isinstance(exc, MemoryUnavailable) or memory_unavailable(exc)
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex
 
