@@ -28,7 +28,6 @@ from bot.upkeep import Upkeep
 from memory.context import CONVERSATION_DERIVED, ContextLimits, assemble_context
 from memory.manager import MemoryManager
 from memory.scope import Scope
-from memory.tokens import count_tokens
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "locomo" / "locomo-dev.json"
@@ -172,21 +171,23 @@ class LocomoEval:
         )  # fmt: skip
 
     async def replay(self, conversation: Conversation) -> None:
-        """Each turn a message by its speaker, with the upkeep the bot queues after a turn."""
-        window = 0
+        """Each turn a message by its speaker, with the upkeep the bot does after a turn.
+
+        The indexing goes through the background work, as in the bot. The roll is done here,
+        when the window passes its share: in the bot it runs when a worker gets to it, so where
+        its summaries cut would depend on timing, and two runs of the same code would differ.
+        """
+        thread = self.thread(conversation)
         for turn in conversation.turns:
             scope = self.thread(conversation, turn.speaker)
             message = await self.memory.conversation.append(
                 scope, "user", turn.content, timestamp=turn.timestamp
             )
-            window += count_tokens(f"[{turn.speaker}] {turn.content}\n\n", self.memory.model)
-            await self.upkeep.after_messages(scope, [message], window)
+            await self.upkeep.after_messages(scope, [message], window=0)  # indexing only
+            window = await self.memory.conversation.unsummarized_tokens(thread, self.memory.model)
             if window > self.limits.window_target:
-                window = self.limits.window_target // 2  # what a roll leaves
+                await self.upkeep.roll_summaries([{"scope": thread.to_dict()}])
         await self.upkeep.background.drain()
-        # a roll queued while another ran is skipped (that one rolls the window); the last
-        # may have left the window past its share: roll it now, so every run ends the same
-        await self.upkeep.roll_summaries([{"scope": self.thread(conversation).to_dict()}])
 
     async def ask(self, conversation: Conversation, question: Question) -> Outcome:
         texts = {t.dia_id: t.content for t in conversation.turns}

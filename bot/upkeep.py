@@ -8,7 +8,7 @@ Both run as durable background tasks (bot/background.py), after the reply. The b
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from bot.background import BackgroundWork
@@ -55,7 +55,14 @@ class Upkeep:
         by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
-            episodes = [episode_of(Message(**m), scope.channel) for m in task["messages"]]
+            messages = [Message(**m) for m in task["messages"]]
+            before = await self.memory.conversation.timestamps(
+                scope, (m.seq - 1 for m in messages if m.seq > 0)
+            )
+            episodes = [
+                replace(episode_of(m, scope.channel), previous_ts=before.get(m.seq - 1))
+                for m in messages
+            ]
             by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
         for scope, episodes in by_tenant.values():
             await self.memory.episodes.add(scope, episodes)  # embeds messages and their parts

@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.scope import Scope, Visibility
-from memory.stores.episodic import Episode, EpisodicStore, Ranking, mentioned_periods, parts
+from memory.stores.episodic import (
+    Episode,
+    EpisodicStore,
+    Ranking,
+    _Filter,
+    _filter,
+    mentioned_periods,
+    parts,
+)
 from memory.tokens import count_tokens
 
 MODEL = "gpt-5-mini"
@@ -273,3 +281,46 @@ def test_a_message_of_several_sentences_has_parts():
     ]
     many = " ".join(f"Sentence number {i} is long enough to stand alone." for i in range(20))
     assert len(parts(many)) == 7 and " ".join(parts(many)) == many
+
+
+async def test_a_word_is_found_in_its_other_forms(store, tenant):
+    """The index keeps words as written: a question's stem searched as a prefix finds
+    `recalibrated` for `recalibrating`, which the whole word alone cannot."""
+    texts = [*FILLER[:10], "I recalibrated the spectrometer twice after the outage.", *FILLER[10:]]
+    await store.add(Scope(tenant), thread_of(texts))
+    scope = Scope(tenant, "t-general", channel="general")
+    question = "Who has been recalibrating lately?"
+    vector = (await store.embedder.embed([question]))[0]
+
+    async def text_hits(stem_weight: float) -> set[str]:
+        store.ranking = Ranking(vector_candidates=1, named_candidates=0, stem_weight=stem_weight)
+        where = _Filter(scope, _filter(scope), True)
+        read = await store._read(scope, question)
+        found = await store._candidates(scope, read, vector, where)
+        return {i for i, c in found.items() if c.text_score > 0}
+
+    assert "t-general-10" not in await text_hits(0.0)
+    assert "t-general-10" in await text_hits(0.5)
+
+
+async def test_the_second_pass_measures_hits_and_neighbours_within_the_audience(store, tenant):
+    """Messages found by their words alone, and the neighbours of the best, get their own
+    cosine from one filtered KNN; a neighbour said elsewhere stays out."""
+    texts = [*FILLER[:4], "The ZK-4471 patch is late.", *FILLER[4:8], "ZK-4471: vendor replied."]
+    public = thread_of(texts, "t-mixed")
+    public[3].audience = "private:secret"  # said right before the hit, in a private channel
+    await store.add(Scope(tenant), public)
+    scope = Scope(tenant, "t-other", channel="general")
+    question = "What about zk-4471?"
+    vector = (await store.embedder.embed([question]))[0]
+    store.ranking = Ranking(vector_candidates=1, named_candidates=0)
+    where = _Filter(scope, _filter(scope), True)
+    read = await store._read(scope, question)
+    candidates = await store._candidates(scope, read, vector, where)
+    assert any(c.cosine is None for c in candidates.values())  # BM25 alone found it
+    store._score(scope, read, candidates)
+    await store._expand(scope, candidates, where, frozenset(), vector)
+    assert all(c.cosine is not None for c in candidates.values())
+    assert {"t-mixed-5", "t-mixed-6", "t-mixed-2"} <= candidates.keys()
+    assert "t-mixed-3" not in candidates
+    assert all(scope.can_see(c.audience) for c in candidates.values())

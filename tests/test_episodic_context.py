@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ from memory.context import CONVERSATION_DERIVED, assemble_context
 from memory.keys import messages_key, threads_key
 from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope, Visibility
+from memory.stores.episodic import SEP
 from memory.tokens import count_tokens
 from tests.agent_world import close_world, open_world
 from tests.conftest import free_port
@@ -183,3 +185,24 @@ async def test_threads_stored_before_are_backfilled_once(tmp_path, tenant):
             await close_world(world)
     finally:
         server.stop()
+
+
+async def test_a_reply_indexed_before_the_message_it_follows_does_not_open_a_conversation(
+    world, tenant
+):
+    """Background workers index messages in any order: whether a message opens a conversation
+    (said long after the one before) is read from the thread, not from what is indexed yet."""
+    memory, upkeep = world.runtime.memory, world.runtime.harness.upkeep
+    ada = speaker(tenant, "slack:T:C1:2.0", "U1", "Ada")
+    first = await memory.conversation.append(ada, "user", "Shall we try LoRA rank 8?", 1000.0)
+    reply = await memory.conversation.append(ada, "user", "Yes, rank 8 it is.", 1060.0)
+    later = await memory.conversation.append(ada, "user", "Back from holiday.", 1060.0 + 86400)
+    task = {"scope": ada.to_dict(), "messages": [asdict(reply), asdict(later)]}
+    await upkeep.index_episodes([task])  # `first` is not indexed yet
+
+    metas = [
+        await memory.redis.hget(memory.episodes.key(tenant, m.id), "meta") for m in (reply, later)
+    ]
+    opens = ["o" in (m.decode() if isinstance(m, bytes) else m).split(SEP)[2] for m in metas]
+    assert opens == [False, True]
+    assert first.seq == 0

@@ -11,9 +11,11 @@ the summarized prefix, and moves the counter: a concurrent append is never lost 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -228,6 +230,19 @@ class ConversationStore:
         for i, message in enumerate(messages):
             message.seq = i  # messages stored before `seq` was kept have none
         return messages
+
+    async def timestamps(self, scope: Scope, seqs: Iterable[int]) -> dict[int, float]:
+        """{seq: timestamp} of the thread's messages at these positions (those that exist)."""
+        seqs = sorted(set(seqs))
+        if not seqs:
+            return {}
+        key = self.key(scope)  # one tick: the reads go out as one pipeline (autopipeline)
+        raws = await asyncio.gather(*(self.redis.lindex(key, seq) for seq in seqs))
+        return {
+            seq: Message.from_json(raw).timestamp
+            for seq, raw in zip(seqs, raws, strict=True)
+            if raw
+        }
 
     async def recent_unsummarized(self, scope: Scope, limit: int | None = None) -> list[Message]:
         rows = await self.redis.lrange(self.key(scope), -(limit or self.recent), -1)

@@ -7,7 +7,9 @@ may see. Their scores are z-scored and summed, so each half counts by how far a 
 out; priors for a named author, a named date, this thread and a conversation's opening message
 adjust that, and every message borrows from its neighbours' scores (an answer sits next to its
 question; a story goes on in the speaker's next message), the neighbours of the best ones
-joining the candidates. The best are packed into the token budget by value per token, a short
+joining the candidates; one filtered KNN over those neighbours and the hits only BM25 found
+measures their cosine (stems of the question's words are searched as prefixes too). The
+best are packed into the token budget by value per token, a short
 hit with the message it replies to. Only the chosen messages' texts are read. Rendering is
 compact: a header per thread, `Name: text` lines, the date where it changes.
 
@@ -87,6 +89,7 @@ class Episode:
     text: str = ""
     ts: float = 0.0
     seq: int = 0
+    previous_ts: float | None = None  # when the thread's message before it was said, if known
 
     @property
     def speaker(self) -> str:
@@ -134,6 +137,7 @@ class Ranking:
     short_tokens: int = 10  # a hit this short is shown with the message it replies to
     answer_tokens: int = 16  # a hit this short is shown with its question, or its answer
     cost_exponent: float = 0.3  # priority = exp(score) / tokens**exponent
+    stem_weight: float = 0.5  # BM25 weight of the question's stems as prefixes (0: none)
 
 
 @dataclass
@@ -181,6 +185,7 @@ class _Candidate:
     tokens: int  # its line's tokens, in ESTIMATE_MODEL's encoding
     text_score: float = 0.0
     cosine: float | None = None
+    measured: bool = False  # its cosine comes from the second pass, not a KNN list
     neighbour: bool = False  # found as the neighbour of a candidate, not by a search
     own: float = 0.0  # its own score: fused, plus the priors
     score: float = 0.0  # after smoothing
@@ -288,8 +293,12 @@ class EpisodicStore(VectorStore):
     async def _openers(self, scope: Scope, episodes: list[Episode]) -> set[str]:
         """The ids of the messages that open a conversation: first in their thread, or said
         OPENING_GAP after the message before. An opener is where a topic is brought up (the
-        news, the question, the decision), so recall favours it."""
+        news, the question, the decision), so recall favours it. The message before is dated by
+        `previous_ts` when the caller knows it: looked up here, it may not be indexed yet."""
         before = {(e.thread, e.seq): e.ts for e in episodes}
+        before.update(
+            {(e.thread, e.seq - 1): e.previous_ts for e in episodes if e.previous_ts is not None}
+        )
         missing = {(e.thread, e.seq - 1) for e in episodes if e.seq > 0} - before.keys()
         if missing:
             for c in await self._at(scope.tenant, missing, ""):
@@ -375,7 +384,7 @@ class EpisodicStore(VectorStore):
         if not candidates:
             return []
         self._score(scope, read, candidates)  # to know the best, whose neighbours to read
-        await self._expand(scope, candidates, where, exclude_ids)
+        await self._expand(scope, candidates, where, exclude_ids, vector)
         self._score(scope, read, candidates)
         self._smooth(candidates)
         units = self._pack(candidates, budget_tokens, model)
@@ -430,7 +439,11 @@ class EpisodicStore(VectorStore):
             )
         bm25 = []
         if question.terms:
-            union = " | ".join(_TEXT_ESCAPER.escape(t) for t in question.terms)
+            words = [_TEXT_ESCAPER.escape(t) for t in question.terms]
+            if r.stem_weight:
+                weight = f"=>{{$weight: {r.stem_weight}}}"
+                words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in _stems(question.terms)]
+            union = " | ".join(words)
             query = f"({union}) {where.lookup}".strip()
             bm25.append(self._bm25(index, query, max(r.text_candidates, least)))
         replies = await asyncio.gather(*knn, *bm25)
@@ -475,6 +488,22 @@ class EpisodicStore(VectorStore):
         )  # fmt: skip
         return [_Candidate.from_row(row) for _, row in _rows(reply)]
 
+    async def _measure(
+        self, tenant: str, places: set[tuple[str, int]], where: _Filter, vector: np.ndarray
+    ) -> list[_Candidate]:
+        """The messages at these (thread, seq) places with their cosine to the question: one
+        KNN restricted to them (exact: RediSearch scans so few), filtered like every KNN."""
+        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
+        index = await self._index(tenant)
+        where_here = f"@pos:{{{tags}}} {where.clause}"
+        reply = await self._knn(index, where_here, vector, len(places), False)
+        out = []
+        for _, row in _rows(reply):
+            c = _Candidate.from_row(row)
+            c.cosine = 1.0 - float(row[b"dist"])
+            out.append(c)
+        return out
+
     # -- scoring -------------------------------------------------------------------------------
 
     def _score(self, scope: Scope, question: _Question, candidates: dict[str, _Candidate]) -> None:
@@ -483,16 +512,23 @@ class EpisodicStore(VectorStore):
         r = self.ranking
         found = [c for c in candidates.values() if not c.neighbour]
         text = np.array([c.text_score for c in found])
-        known = [c.cosine for c in found if c.cosine is not None]
+        known = [c.cosine for c in found if c.cosine is not None and not c.measured]
         floor = min(known, default=0.0)  # beyond the KNN lists: at most their last cosine
         cosine = np.array([floor if c.cosine is None else c.cosine for c in found])
-        fused = r.text_weight * _z(text) + r.vector_weight * _z(cosine)
+        text_z, cosine_z = _z_of(text), _z_of(cosine)
+        fused = r.text_weight * text_z(text) + r.vector_weight * cosine_z(cosine)
         low = float(fused.min()) if len(fused) else 0.0
         for c, f in zip(found, fused, strict=True):
             c.own = float(f)
+        for c in candidates.values():
+            if c.neighbour:  # by its own cosine when measured, never below the floor
+                c.own = low
+                if c.cosine is not None:
+                    own = r.text_weight * text_z(0.0) + r.vector_weight * cosine_z(c.cosine)
+                    c.own = max(low, float(own))
         named = set(question.named)
         for c in candidates.values():
-            own = low if c.neighbour else c.own
+            own = c.own
             own += r.author_bonus * bool(named.intersection(c.names))
             own += r.thread_bonus * (c.thread == scope.thread)
             own += r.opener_bonus * c.opens - r.question_penalty * c.asks
@@ -517,6 +553,7 @@ class EpisodicStore(VectorStore):
         candidates: dict[str, _Candidate],
         where: _Filter,
         exclude_ids: frozenset[str],
+        vector: np.ndarray,
     ) -> None:
         """Add the messages around the best candidates: as candidates of their own (scored by
         their neighbours) and as context for short hits."""
@@ -525,11 +562,17 @@ class EpisodicStore(VectorStore):
         best = sorted(candidates.values(), key=lambda c: -c.own)[: r.context_neighbours]
         reach = (-2, -1, 1, 2) if r.smoothing_far else (-1, 1)
         wanted = {(c.thread, c.seq + d) for c in best for d in reach} - have
-        if wanted:
-            for c in await self._at(scope.tenant, wanted, where.lookup):
-                if c.id not in exclude_ids and where.admits(c):
-                    c.neighbour = True
-                    candidates[c.id] = c
+        unmeasured = {(c.thread, c.seq) for c in candidates.values() if c.cosine is None}
+        if not wanted | unmeasured:
+            return
+        for c in await self._measure(scope.tenant, wanted | unmeasured, where, vector):
+            known = candidates.get(c.id)
+            if known is not None:
+                if known.cosine is None:
+                    known.cosine, known.measured = c.cosine, True
+            elif c.id not in exclude_ids and where.admits(c):
+                c.neighbour = True
+                candidates[c.id] = c
 
     # -- packing -------------------------------------------------------------------------------
 
@@ -554,14 +597,13 @@ class EpisodicStore(VectorStore):
                 members.append(after)  # the answer to a short question
             cost = sum(m.tokens for m in members)
             units.append((c.score - r.cost_exponent * math.log(cost), members))
-        units.sort(key=lambda u: -u[0])
         used = _heading_tokens(model)
         date_cost = _date_tokens(model)
         taken: set[str] = set()
         threads: set[str] = set()
         days: set[tuple[str, int]] = set()
         out: list[list[str]] = []
-        for _, members in units:
+        for _, members in sorted(units, key=lambda u: -u[0]):
             if budget - used < 8:  # full: no line is that short
                 break
             fresh = [m for m in members if m.id not in taken]
@@ -694,6 +736,23 @@ def parts(text: str) -> list[str]:
     return out if len(out) > 1 else []
 
 
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er",
+             "ed", "es", "ly", "s", "e", "y")  # fmt: skip
+STEM_CHARS = 4  # a shorter stem would match too many words as a prefix
+
+
+def _stems(terms: list[str]) -> list[str]:
+    """Stems of the question's words to search as prefixes (`research*` for `researched`):
+    the index keeps words as written, and people say `volunteered` of `volunteering`."""
+    out = []
+    for term in terms:
+        for suffix in _SUFFIXES:
+            if term.endswith(suffix) and len(term) - len(suffix) >= STEM_CHARS:
+                out.append(term[: -len(suffix)])
+                break
+    return list(dict.fromkeys(out))
+
+
 def _asks(text: str) -> bool:
     return text.rstrip().endswith("?")
 
@@ -784,6 +843,15 @@ def _leading(candidates: Iterable[_Candidate], tokens: int) -> list[_Candidate]:
         if tokens < 0:
             break
     return out
+
+
+def _z_of(values: np.ndarray) -> Any:
+    """The z-scoring of `values`, to apply to them and to values measured beside them."""
+    mean = values.mean() if len(values) else 0.0
+    spread = values.std() if len(values) else 0.0
+    if spread <= 1e-9:
+        return lambda v: v * 0.0
+    return lambda v: (v - mean) / spread
 
 
 def _z(values: np.ndarray) -> np.ndarray:
