@@ -9,9 +9,11 @@ adjust that, and every message borrows from its neighbours' scores (an answer si
 question; a story goes on in the speaker's next message), the neighbours of the best ones
 joining the candidates; one filtered KNN over those neighbours and the hits only BM25 found
 measures their cosine (stems of the question's words are searched as prefixes too). The
-best are packed into the token budget by value per token, a short
-hit with the message it replies to. Only the chosen messages' texts are read. Rendering is
-compact: a header per thread, `Name: text` lines, the date where it changes.
+words the best candidates share, rare among the others, re-score every candidate
+(pseudo-relevance feedback, `episodic_ranking`: rows carry their words, no query is added). The
+best are packed into the token budget by value per token, a short hit with the message it
+replies to; only the chosen messages are read whole. Rendering is compact: a header per thread,
+`Name: text` lines, the date where it changes.
 
 Privacy: the KNN queries carry the audience filter; BM25 and the tag lookups run unfiltered
 when nothing but the audience restricts them (filtering there walks the long `public` postings)
@@ -26,7 +28,7 @@ import math
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -39,6 +41,7 @@ from memory.embeddings import Embedder
 from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode, delete_keys, vector_bytes
+from memory.stores.episodic_ranking import feedback_score, feedback_terms, row_words, z_of
 from memory.stores.stopwords import STOPWORDS
 from memory.tokens import block_tokens, count_tokens
 
@@ -58,6 +61,7 @@ PART_CHARS = 40  # a shorter sentence joins the next one: alone, its vector says
 ESTIMATE_MODEL = "gpt-4o"  # whose tokens a stored line count is in (o200k)
 FIELDS = ["thread", "channel", "audience", "author", "author_name", "role", "text", "ts", "seq"]
 ROW = ["msg", "meta"]  # what a candidate row carries (see `EpisodicStore._common`)
+WORDS_ROW = [*ROW, "text", "part"]  # and its words, for pseudo-relevance feedback
 _WORD = re.compile(r"\w+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _TAG_ESCAPER = TokenEscaper(re.compile(TokenEscaper.TAG_ESCAPED_CHARS))
@@ -138,6 +142,9 @@ class Ranking:
     answer_tokens: int = 16  # a hit this short is shown with its question, or its answer
     cost_exponent: float = 0.3  # priority = exp(score) / tokens**exponent
     stem_weight: float = 0.5  # BM25 weight of the question's stems as prefixes (0: none)
+    feedback_weight: float = 0.15  # weight of the best candidates' vocabulary (0: none)
+    feedback_docs: int = 5  # how many best candidates lend it
+    feedback_terms: int = 20  # how many of their words, at most
 
 
 @dataclass
@@ -147,6 +154,8 @@ class _Question:
     terms: list[str]
     named: list[str]
     periods: list[tuple[float, float]]
+    plain: frozenset[str] = frozenset()  # words that say nothing of a subject here
+    feedback: dict[str, float] = field(default_factory=dict)  # see `episodic_ranking`
 
 
 @dataclass
@@ -172,7 +181,8 @@ class _Filter:
 
 @dataclass
 class _Candidate:
-    """A message as ranking sees it: where and when, from its row's `meta`; no text."""
+    """A message as ranking sees it: where and when, from its row's `meta`; of its text only
+    the words, for feedback."""
 
     id: str
     thread: str
@@ -187,6 +197,7 @@ class _Candidate:
     cosine: float | None = None
     measured: bool = False  # its cosine comes from the second pass, not a KNN list
     neighbour: bool = False  # found as the neighbour of a candidate, not by a search
+    words: frozenset[str] | None = None  # its row's words, when read (see `episodic_ranking`)
     own: float = 0.0  # its own score: fused, plus the priors
     score: float = 0.0  # after smoothing
 
@@ -341,6 +352,9 @@ class EpisodicStore(VectorStore):
         where = _Filter(scope, clause, broad)
         candidates = await self._candidates(scope, question, vector, where, max(k, 20))
         self._score(scope, question, candidates)
+        question.feedback = self._feedback(candidates)
+        if question.feedback:
+            self._score(scope, question, candidates)
         self._smooth(candidates)
         best = sorted(candidates.values(), key=lambda c: -c.score)[:k]
         found = await self._fetch(scope, {c.id: (c.thread, c.seq) for c in best})
@@ -384,7 +398,8 @@ class EpisodicStore(VectorStore):
         if not candidates:
             return []
         self._score(scope, read, candidates)  # to know the best, whose neighbours to read
-        await self._expand(scope, candidates, where, exclude_ids, vector)
+        read.feedback = self._feedback(candidates)
+        await self._expand(scope, candidates, where, exclude_ids, vector, read.plain)
         self._score(scope, read, candidates)
         self._smooth(candidates)
         units = self._pack(candidates, budget_tokens, model)
@@ -405,7 +420,8 @@ class EpisodicStore(VectorStore):
         # found by the named KNN and the author prior instead.
         skip = STOPWORDS | QUESTION_WORDS | authors
         terms = [w for w in words if len(w) > 1 and w not in skip]
-        return _Question(terms, named, mentioned_periods(question, self.ranking.date_days))
+        plain = frozenset(skip | set(terms))
+        return _Question(terms, named, mentioned_periods(question, self.ranking.date_days), plain)
 
     async def _author_names(self, tenant: str) -> frozenset[str]:
         """The words of the tenant's author names, read from the index once a minute."""
@@ -456,18 +472,25 @@ class EpisodicStore(VectorStore):
                     c = _Candidate.from_row(row)
                     out[c.id] = c
                 c.cosine = max(c.cosine if c.cosine is not None else -1.0, cosine)
+                _add_words(c, row, question.plain)
         for reply in replies[len(knn) :]:
             for score, row in _rows(reply):
                 c = out.get(decode(row[b"msg"])) or _Candidate.from_row(row)
                 out[c.id] = c
                 c.text_score = float(score)
+                _add_words(c, row, question.plain)
         return {i: c for i, c in out.items() if where.admits(c)}
 
     def _bm25(self, index: str, query: str, k: int) -> Any:
         return self.redis.execute_command(
             "FT.SEARCH", index, query, "VERBATIM", "WITHSCORES", "SCORER", "BM25STD",
-            "RETURN", len(ROW), *ROW, "LIMIT", 0, k, "DIALECT", 2,
+            "RETURN", len(self._row), *self._row, "LIMIT", 0, k, "DIALECT", 2,
         )  # fmt: skip
+
+    @property
+    def _row(self) -> list[str]:
+        """What a candidate row returns: its words too when feedback reads them."""
+        return WORDS_ROW if self.ranking.feedback_weight else ROW
 
     def _knn(self, index: str, where: str, vector: np.ndarray, k: int, batches: bool) -> Any:
         """A KNN query. With a filter most messages pass, HNSW batches: RediSearch would
@@ -476,7 +499,7 @@ class EpisodicStore(VectorStore):
         return self.redis.execute_command(
             "FT.SEARCH", index, f"({where})=>[KNN {k} @{self.VECTOR_FIELD} $vec{policy} AS dist]",
             "PARAMS", 2, "vec", vector_bytes(vector), "SORTBY", "dist",
-            "RETURN", len(ROW) + 1, *ROW, "dist", "LIMIT", 0, k, "DIALECT", 2,
+            "RETURN", len(self._row) + 1, *self._row, "dist", "LIMIT", 0, k, "DIALECT", 2,
         )  # fmt: skip
 
     async def _at(self, tenant: str, places: set[tuple[str, int]], where: str) -> list[_Candidate]:
@@ -489,7 +512,12 @@ class EpisodicStore(VectorStore):
         return [_Candidate.from_row(row) for _, row in _rows(reply)]
 
     async def _measure(
-        self, tenant: str, places: set[tuple[str, int]], where: _Filter, vector: np.ndarray
+        self,
+        tenant: str,
+        places: set[tuple[str, int]],
+        where: _Filter,
+        vector: np.ndarray,
+        plain: frozenset[str] = frozenset(),
     ) -> list[_Candidate]:
         """The messages at these (thread, seq) places with their cosine to the question: one
         KNN restricted to them (exact: RediSearch scans so few), filtered like every KNN."""
@@ -501,6 +529,7 @@ class EpisodicStore(VectorStore):
         for _, row in _rows(reply):
             c = _Candidate.from_row(row)
             c.cosine = 1.0 - float(row[b"dist"])
+            _add_words(c, row, plain)
             out.append(c)
         return out
 
@@ -515,8 +544,11 @@ class EpisodicStore(VectorStore):
         known = [c.cosine for c in found if c.cosine is not None and not c.measured]
         floor = min(known, default=0.0)  # beyond the KNN lists: at most their last cosine
         cosine = np.array([floor if c.cosine is None else c.cosine for c in found])
-        text_z, cosine_z = _z_of(text), _z_of(cosine)
+        text_z, cosine_z = z_of(text), z_of(cosine)
         fused = r.text_weight * text_z(text) + r.vector_weight * cosine_z(cosine)
+        feedback = np.array([feedback_score(c.words, question.feedback) for c in found])
+        feedback_z = z_of(feedback)
+        fused += r.feedback_weight * feedback_z(feedback)
         low = float(fused.min()) if len(fused) else 0.0
         for c, f in zip(found, fused, strict=True):
             c.own = float(f)
@@ -525,6 +557,9 @@ class EpisodicStore(VectorStore):
                 c.own = low
                 if c.cosine is not None:
                     own = r.text_weight * text_z(0.0) + r.vector_weight * cosine_z(c.cosine)
+                    own += r.feedback_weight * feedback_z(
+                        feedback_score(c.words, question.feedback)
+                    )
                     c.own = max(low, float(own))
         named = set(question.named)
         for c in candidates.values():
@@ -534,6 +569,16 @@ class EpisodicStore(VectorStore):
             own += r.opener_bonus * c.opens - r.question_penalty * c.asks
             own += r.date_bonus * any(start <= c.ts < end for start, end in question.periods)
             c.own = c.score = own
+
+    def _feedback(self, candidates: dict[str, _Candidate]) -> dict[str, float]:
+        """The vocabulary of the best candidates by their own score (see `episodic_ranking`)."""
+        r = self.ranking
+        if not r.feedback_weight:
+            return {}
+        read = [c for c in candidates.values() if c.words is not None]
+        best = sorted(read, key=lambda c: -c.own)[: r.feedback_docs]
+        return feedback_terms([c.words or frozenset() for c in best],
+                              (c.words or frozenset() for c in read), r.feedback_terms)  # fmt: skip
 
     def _smooth(self, candidates: dict[str, _Candidate]) -> None:
         """A message borrows from its best neighbour within two messages: the answer sits
@@ -554,6 +599,7 @@ class EpisodicStore(VectorStore):
         where: _Filter,
         exclude_ids: frozenset[str],
         vector: np.ndarray,
+        plain: frozenset[str] = frozenset(),
     ) -> None:
         """Add the messages around the best candidates: as candidates of their own (scored by
         their neighbours) and as context for short hits."""
@@ -565,11 +611,13 @@ class EpisodicStore(VectorStore):
         unmeasured = {(c.thread, c.seq) for c in candidates.values() if c.cosine is None}
         if not wanted | unmeasured:
             return
-        for c in await self._measure(scope.tenant, wanted | unmeasured, where, vector):
+        for c in await self._measure(scope.tenant, wanted | unmeasured, where, vector, plain):
             known = candidates.get(c.id)
             if known is not None:
                 if known.cosine is None:
                     known.cosine, known.measured = c.cosine, True
+                if c.words is not None:
+                    known.words = c.words | (known.words or frozenset())
             elif c.id not in exclude_ids and where.admits(c):
                 c.neighbour = True
                 candidates[c.id] = c
@@ -753,6 +801,13 @@ def _stems(terms: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _add_words(c: _Candidate, row: dict[bytes, Any], plain: frozenset[str]) -> None:
+    """Join a row's words (a message's text, or a part's) to its candidate's, when returned."""
+    text = row.get(b"text") or row.get(b"part")
+    if text is not None:
+        c.words = row_words(decode(text), plain) | (c.words or frozenset())
+
+
 def _asks(text: str) -> bool:
     return text.rstrip().endswith("?")
 
@@ -843,20 +898,6 @@ def _leading(candidates: Iterable[_Candidate], tokens: int) -> list[_Candidate]:
         if tokens < 0:
             break
     return out
-
-
-def _z_of(values: np.ndarray) -> Any:
-    """The z-scoring of `values`, to apply to them and to values measured beside them."""
-    mean = values.mean() if len(values) else 0.0
-    spread = values.std() if len(values) else 0.0
-    if spread <= 1e-9:
-        return lambda v: v * 0.0
-    return lambda v: (v - mean) / spread
-
-
-def _z(values: np.ndarray) -> np.ndarray:
-    spread = values.std() if len(values) else 0.0
-    return (values - values.mean()) / spread if spread > 1e-9 else np.zeros_like(values)
 
 
 def _thread_line(e: Episode) -> str:
