@@ -282,7 +282,8 @@ class EpisodicStore(VectorStore):
             (self.part_key(scope.tenant, e.id, n), {**common[e.id], "part": part}, vector)
             for (e, n, part), vector in zip(pieces, part_vectors, strict=True)
         ]
-        await delete_keys(self.redis, self._part_keys(scope.tenant, [e.id for e in episodes]))
+        stored = await self._stored(scope.tenant, [e.id for e in episodes])
+        await delete_keys(self.redis, self._part_keys(scope.tenant, stored))  # re-indexed ones
         await self._write(scope.tenant, rows)
         if scope.tenant in self._names:
             when, known = self._names[scope.tenant]
@@ -319,6 +320,12 @@ class EpisodicStore(VectorStore):
             for e in episodes
             if e.ts - before.get((e.thread, e.seq - 1), float("-inf")) >= OPENING_GAP
         }
+
+    async def _stored(self, tenant: str, ids: list[str]) -> list[str]:
+        """Those of `ids` already in episodic memory: one EXISTS each (their keys are spread
+        over hash slots), so a new message does not cost a DEL of each possible part."""
+        found = await asyncio.gather(*(self.redis.exists(self.key(tenant, i)) for i in ids))
+        return [i for i, n in zip(ids, found, strict=True) if n]
 
     def _part_keys(self, tenant: str, ids: list[str]) -> list[str]:
         return [self.part_key(tenant, i, n) for i in ids for n in range(MAX_PARTS)]
