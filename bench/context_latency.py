@@ -707,8 +707,10 @@ async def print_breakdown(
     five = [r for n, r in reads.items() if "-" not in n[:4] and r is not recall]
 
     async def as_assembled(q: str, v: np.ndarray) -> None:
-        await asyncio.gather(*(r(q, v) for r in five))
-        await recall(q, v)  # after them, as assemble_context runs it (it needs their tokens)
+        """As assemble_context runs them: recall's searches beside the five reads, its pick
+        after them (it needs the tokens they leave)."""
+        found, *_ = await asyncio.gather(episodes.find(SCOPE, q, v), *(r(q, v) for r in five))
+        await episodes.pick(found, recall_budget, memory.model, shown)
 
     gathered = await timed(
         [lambda q=q, v=v: asyncio.gather(*(r(q, v) for r in five))
@@ -719,7 +721,7 @@ async def print_breakdown(
     then = await timed(
         [lambda q=q, v=v: as_assembled(q, v) for q, v in zip(questions, qvectors, strict=True)], []
     )
-    print(f"      {'the five, then episodes.recall':<34} {ms(statistics.median(then))}  "
+    print(f"      {'the five + find, then pick':<34} {ms(statistics.median(then))}  "
           f"{ms(p95(then))}")  # fmt: skip
 
 
@@ -749,11 +751,12 @@ async def print_recall_stages(
     budget: int,
     shown: frozenset[str],
 ) -> None:
-    """episodes.recall's steps timed one by one, mirroring `EpisodicStore.recall` as
-    assemble_context calls it (private methods: update this if recall changes), with how many
+    """episodes.recall's steps timed one by one, mirroring `EpisodicStore.find` and `pick` as
+    assemble_context calls them (private methods: update this if recall changes), with how many
     messages each step handles."""
     store, model = memory.episodes, memory.model
-    names = ["_read (words, author names)", "_candidates (KNN + BM25 gathered)", "_score",
+    names = ["_read (words, author names)", "_candidates (KNN + BM25 gathered)",
+             "_score + _feedback",
              "_expand (neighbours: filtered KNN)", "_score + _smooth + _pack",
              "_fetch (chosen messages' text)", "render + count_tokens check"]  # fmt: skip
     laps: list[list[float]] = [[] for _ in names]
@@ -770,8 +773,9 @@ async def print_recall_stages(
         sizes["candidates"].append(len(candidates))
         clock.append(time.perf_counter())
         store._score(SCOPE, read, candidates)
+        read.feedback = store._feedback(candidates)
         clock.append(time.perf_counter())
-        await store._expand(SCOPE, candidates, where, shown, v)
+        await store._expand(SCOPE, candidates, where, shown, v, read.plain)
         sizes["with neighbours"].append(len(candidates))
         clock.append(time.perf_counter())
         store._score(SCOPE, read, candidates)

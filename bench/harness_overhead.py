@@ -200,7 +200,8 @@ def instrument(runtime: AgentRuntime) -> Probe:
         ("workflows", "similar"), ("entities", "similar"), ("summaries", "descriptions"),
     ):  # fmt: skip
         probe.wrap(getattr(mem, store), method, f"    read {store}.{method} (concurrent)")
-    probe.wrap(mem.episodes, "recall", "    read episodes.recall (after the reads)")
+    probe.wrap(mem.episodes, "find", "    read episodes.find (concurrent)")
+    probe.wrap(mem.episodes, "pick", "    read episodes.pick (after the reads)")
     probe.wrap(memory.context, "count_tokens_many", "    count_tokens (segments)")
     probe.wrap(harness, "usage_percent", "  usage_percent (tiktoken)")
     probe.wrap(harness, "select_tools", "  select_tools")

@@ -1,7 +1,8 @@
 """Context assembly: one call turns (scope, question) into the memory segments.
 
 The question is embedded once and that vector serves every vector read; the reads run
-concurrently; each segment comes back with its exact token count in the model's encoding. The
+concurrently (episodic recall's searches too; only its pick waits for the budget the others
+leave); each segment comes back with its exact token count in the model's encoding. The
 conversation-derived segments share one budget (`ContextLimits.memory_tokens`): the summaries
 and the recent window first, then Episodic Memory, the past messages most relevant to the
 question that the window does not show, fills what is left.
@@ -142,7 +143,8 @@ async def assemble_context(
     model = memory.model
     if vector is None:
         vector = (await memory.embedder.embed([question]))[0]
-    window, passages, workflows, entities, summaries = await asyncio.gather(
+    found, window, passages, workflows, entities, summaries = await asyncio.gather(
+        memory.episodes.find(scope, question, vector),  # recall's searches need no budget
         memory.conversation.unsummarized(scope),
         memory.knowledge_base.search(scope, question, vector, k=limits.kb_passages, **kb_filters),
         memory.workflows.similar(scope, vector, k=limits.workflows),
@@ -157,8 +159,8 @@ async def assemble_context(
     conversation_text, conversation_tokens = newest_that_fit(
         conversation, max(limits.window_cap, budget - summary_tokens), model
     )
-    episodes = await memory.episodes.recall(
-        scope, question, vector, budget - summary_tokens - conversation_tokens, model,
+    episodes = await memory.episodes.pick(
+        found, budget - summary_tokens - conversation_tokens, model,
         exclude_ids=frozenset(m.id for m in window),
     )  # fmt: skip
     episodic_text = EpisodicStore.render(episodes)

@@ -159,6 +159,17 @@ class _Question:
 
 
 @dataclass
+class Found:
+    """What recall's candidate searches found for a question (`EpisodicStore.find`)."""
+
+    scope: Scope
+    vector: np.ndarray
+    read: _Question
+    where: _Filter
+    candidates: dict[str, _Candidate]
+
+
+@dataclass
 class _Filter:
     """What a read may return. `clause` filters the KNN queries; when `broad` (only the
     audience and the recent window stand in the way: most messages pass) the BM25 and tag
@@ -387,8 +398,24 @@ class EpisodicStore(VectorStore):
         `exclude_ids` (or every message of this thread from `exclude_thread_seq_from` on) are
         the ones the recent window already shows.
         """
-        if count_tokens(self.render([]), model) > budget_tokens:
-            return []
+        found = await self.find(
+            scope, question, vector, exclude_thread_seq_from, thread_only, author, since, until
+        )
+        return await self.pick(found, budget_tokens, model, exclude_ids)
+
+    async def find(
+        self,
+        scope: Scope,
+        question: str,
+        vector: np.ndarray,
+        exclude_thread_seq_from: int | None = None,
+        thread_only: bool = False,
+        author: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Found:
+        """Recall's first half, its candidate searches: it needs no budget, so context
+        assembly runs it beside its other reads (see `recall` for the arguments)."""
         skip = None
         if exclude_thread_seq_from is not None and scope.thread:
             skip = (scope.thread, exclude_thread_seq_from)
@@ -400,19 +427,29 @@ class EpisodicStore(VectorStore):
         where = _Filter(scope, clause, broad, skip)
         read = await self._read(scope, question)
         candidates = await self._candidates(scope, read, vector, where)
+        return Found(scope, vector, read, where, candidates)
+
+    async def pick(
+        self, found: Found, budget_tokens: int, model: str, exclude_ids: frozenset[str]
+    ) -> list[Episode]:
+        """Recall's second half: score what `find` found, read around the best, pack the
+        budget, and read the chosen messages' texts."""
+        scope, read, where, candidates = found.scope, found.read, found.where, found.candidates
+        if count_tokens(self.render([]), model) > budget_tokens:
+            return []
         for episode_id in exclude_ids & candidates.keys():
             del candidates[episode_id]
         if not candidates:
             return []
         self._score(scope, read, candidates)  # to know the best, whose neighbours to read
         read.feedback = self._feedback(candidates)
-        await self._expand(scope, candidates, where, exclude_ids, vector, read.plain)
+        await self._expand(scope, candidates, where, exclude_ids, found.vector, read.plain)
         self._score(scope, read, candidates)
         self._smooth(candidates)
         units = self._pack(candidates, budget_tokens, model)
         places = {i: (candidates[i].thread, candidates[i].seq) for unit in units for i in unit}
-        found = await self._fetch(scope, places)
-        chosen = [[found[i] for i in unit if i in found] for unit in units]
+        fetched = await self._fetch(scope, places)
+        chosen = [[fetched[i] for i in unit if i in fetched] for unit in units]
         while chosen and count_tokens(self.render(_ordered(chosen)), model) > budget_tokens:
             chosen.pop()  # the estimate fell short: drop the least valuable
         return _ordered(chosen)
