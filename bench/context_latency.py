@@ -78,9 +78,8 @@ from memory.stores.episodic import (
     _Filter,
     _filter,
     _ordered,
-    _stems,
-    parts,
 )
+from memory.stores.episodic_text import parts, stems
 from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
 from memory.stores.stopwords import STOPWORDS
 from memory.stores.summary import Summary, SummaryStore
@@ -635,7 +634,7 @@ async def print_breakdown(
         words = [_TEXT_ESCAPER.escape(t) for t in terms]
         if ranking.stem_weight:  # stems searched as prefixes
             weight = f"=>{{$weight: {ranking.stem_weight}}}"
-            words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in _stems(terms)]
+            words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in stems(terms)]
         bm25[q] = f"({' | '.join(words)})" if words else ""
 
     def recall(q: str, v: np.ndarray) -> Awaitable[Any]:

@@ -8,15 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.scope import Scope, Visibility
-from memory.stores.episodic import (
-    Episode,
-    EpisodicStore,
-    Ranking,
-    _Filter,
-    _filter,
-    mentioned_periods,
-    parts,
-)
+from memory.stores.episodic import Episode, EpisodicStore, Ranking, _Filter, _filter
+from memory.stores.episodic_text import mentioned_periods, parts
 from memory.tokens import count_tokens
 
 MODEL = "gpt-5-mini"

@@ -18,6 +18,9 @@ replies to; only the chosen messages are read whole. Rendering is compact: a hea
 Privacy: the KNN queries carry the audience filter; BM25 and the tag lookups run unfiltered
 when nothing but the audience restricts them (filtering there walks the long `public` postings)
 and every row they return passes `Scope.can_see` here before it is used.
+
+What a message and a question say as text (the dates a question names, a message's parts, word
+stems) is read in `episodic_text`; `parts` and `mentioned_periods` are re-exported from here.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -42,14 +44,13 @@ from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode, delete_keys, vector_bytes
 from memory.stores.episodic_ranking import feedback_score, feedback_terms, row_words, z_of
+from memory.stores.episodic_text import DAY, MAX_PARTS, asks, mentioned_periods, parts, stems
 from memory.stores.stopwords import STOPWORDS
 from memory.tokens import block_tokens, count_tokens
 
 SEP = "\x1f"  # tag separator: validated thread ids, like channel and user ids, never hold it
-DAY = 86400.0
 OPENING_GAP = 4 * 3600.0  # a message this long after the one before opens a conversation
 NAMES_TTL = 60.0  # seconds a process trusts its list of a tenant's author names
-MAX_PARTS = 8
 # Of a longer message (a model's answer can run to 250,000 characters), episodic memory keeps
 # the first INDEXED_CHARS: what it stores, searches by its words, splits into parts and shows,
 # with a note of what the thread's conversation holds beyond it. A vector embeds at most
@@ -57,13 +58,11 @@ MAX_PARTS = 8
 # (MiniLM reads only its first 256 tokens anyway).
 INDEXED_CHARS = 8_000
 EMBEDDED_CHARS = 6_000
-PART_CHARS = 40  # a shorter sentence joins the next one: alone, its vector says little
 ESTIMATE_MODEL = "gpt-4o"  # whose tokens a stored line count is in (o200k)
 FIELDS = ["thread", "channel", "audience", "author", "author_name", "role", "text", "ts", "seq"]
 ROW = ["msg", "meta"]  # what a candidate row carries (see `EpisodicStore._common`)
 WORDS_ROW = [*ROW, "text", "part"]  # and its words, for pseudo-relevance feedback
 _WORD = re.compile(r"\w+")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _TAG_ESCAPER = TokenEscaper(re.compile(TokenEscaper.TAG_ESCAPED_CHARS))
 _TEXT_ESCAPER = TokenEscaper()
 _ASKING = """
@@ -71,12 +70,6 @@ ever recently last time times anything something someone kind type sort mention 
 talked said ask asked think thought like likely both
 """
 QUESTION_WORDS = frozenset(_ASKING.split())  # they phrase a question, not name its subject
-_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
-_M = "|".join(_MONTHS)
-_DAY_FIRST = re.compile(rf"\b(\d{{1,2}}) ({_M}),? (\d{{4}})\b", re.I)
-_MONTH_FIRST = re.compile(rf"\b({_M}) (\d{{1,2}}),? (\d{{4}})\b", re.I)
-_ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
-_MONTH_YEAR = re.compile(rf"\b({_M}),? (\d{{4}})\b", re.I)
 
 
 @dataclass
@@ -304,7 +297,7 @@ class EpisodicStore(VectorStore):
     def _common(scope: Scope, e: Episode, opens: bool) -> dict[str, Any]:
         """The fields a message and its parts share: the filters' tags, and `meta`."""
         audience = e.audience or scope.audience
-        flags = ("o" if opens else "") + ("q" if _asks(e.text) else "")
+        flags = ("o" if opens else "") + ("q" if asks(e.text) else "")
         tokens = count_tokens(e.line(), ESTIMATE_MODEL)
         names = " ".join(_names(e))
         meta = SEP.join(
@@ -502,7 +495,7 @@ class EpisodicStore(VectorStore):
             words = [_TEXT_ESCAPER.escape(t) for t in question.terms]
             if r.stem_weight:
                 weight = f"=>{{$weight: {r.stem_weight}}}"
-                words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in _stems(question.terms)]
+                words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in stems(question.terms)]
             union = " | ".join(words)
             query = f"({union}) {where.lookup}".strip()
             bm25.append(self._bm25(index, query, max(r.text_candidates, least)))
@@ -775,28 +768,6 @@ class EpisodicStore(VectorStore):
 # -- helpers --------------------------------------------------------------------------------
 
 
-def mentioned_periods(question: str, around: float = 3.0) -> list[tuple[float, float]]:
-    """The periods (UTC timestamps) of the days and months a question names: `3 June, 2023`,
-    `June 3, 2023` or `2023-06-03` (give or take `around` days), or a whole `June 2023`
-    (and the week after it: what happened in June is often told in early July)."""
-    periods = []
-    days = [(int(d), _MONTHS[m.lower()], int(y)) for d, m, y in _DAY_FIRST.findall(question)]
-    days += [(int(d), _MONTHS[m.lower()], int(y)) for m, d, y in _MONTH_FIRST.findall(question)]
-    days += [(int(d), int(m), int(y)) for y, m, d in _ISO.findall(question)]
-    for day, month, year in days:
-        try:
-            ts = datetime(year, month, day, tzinfo=UTC).timestamp()
-        except ValueError:
-            continue
-        periods.append((ts - around * DAY, ts + (around + 1) * DAY))
-    if not days:
-        for month, year in _MONTH_YEAR.findall(question):
-            start = datetime(int(year), _MONTHS[month.lower()], 1, tzinfo=UTC).timestamp()
-            length = calendar.monthrange(int(year), _MONTHS[month.lower()])[1]
-            periods.append((start, start + (length + 7) * DAY))
-    return periods
-
-
 def indexed(e: Episode) -> Episode:
     """`e` as episodic memory keeps it: its first INDEXED_CHARS characters, and a note of how
     many more the thread's conversation holds (a note counted with the line's tokens)."""
@@ -807,53 +778,11 @@ def indexed(e: Episode) -> Episode:
     return replace(e, text=e.text[:INDEXED_CHARS] + note)
 
 
-def parts(text: str) -> list[str]:
-    """A message's sentences, the short ones joined to the next, at most MAX_PARTS (the
-    sentences spread evenly); none when the message is one part."""
-    out: list[str] = []
-    for sentence in _SENTENCE.split(text):
-        sentence = sentence.strip()
-        if not sentence:
-            continue
-        if out and len(out[-1]) < PART_CHARS:
-            out[-1] += " " + sentence
-        else:
-            out.append(sentence)
-    if len(out) > 1 and len(out[-1]) < PART_CHARS:
-        last = out.pop()
-        out[-1] += " " + last
-    if len(out) > MAX_PARTS:
-        size = -(-len(out) // MAX_PARTS)
-        out = [" ".join(out[i : i + size]) for i in range(0, len(out), size)]
-    return out if len(out) > 1 else []
-
-
-_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er",
-             "ed", "es", "ly", "s", "e", "y")  # fmt: skip
-STEM_CHARS = 4  # a shorter stem would match too many words as a prefix
-
-
-def _stems(terms: list[str]) -> list[str]:
-    """Stems of the question's words to search as prefixes (`research*` for `researched`):
-    the index keeps words as written, and people say `volunteered` of `volunteering`."""
-    out = []
-    for term in terms:
-        for suffix in _SUFFIXES:
-            if term.endswith(suffix) and len(term) - len(suffix) >= STEM_CHARS:
-                out.append(term[: -len(suffix)])
-                break
-    return list(dict.fromkeys(out))
-
-
 def _add_words(c: _Candidate, row: dict[bytes, Any], plain: frozenset[str]) -> None:
     """Join a row's words (a message's text, or a part's) to its candidate's, when returned."""
     text = row.get(b"text") or row.get(b"part")
     if text is not None:
         c.words = row_words(decode(text), plain) | (c.words or frozenset())
-
-
-def _asks(text: str) -> bool:
-    return text.rstrip().endswith("?")
 
 
 def _names(e: Episode) -> list[str]:
