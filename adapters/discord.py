@@ -12,8 +12,9 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
   objects: the channel is looked up when the job runs.
-- Slash commands `/summarize` (in a thread the bot answers in, or a DM) and `/expand
-  <summary_id>` (anywhere in the server or a DM).
+- Slash commands `/summarize` (in a thread the bot answers in, or a DM), `/expand
+  <summary_id>` (anywhere in the server or a DM) and `/memory` (an ephemeral signed link to the
+  memory page, for that person in that server, or for their DMs' memory in a DM).
 - Replies are split under 2,000 characters at paragraph or code-block boundaries; a typing
   indicator shows while a turn runs, and a status message lists the tool steps.
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass, replace
 import discord
 from discord import app_commands
 
+from adapters.memory_page.auth import Links
 from adapters.spine import NOT_TAKEN, Job, Pipeline, Platform, Status, not_queued_for_now
 from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
@@ -56,6 +58,7 @@ NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
     "one) or in a direct message with me."
 )
+NO_MEMORY_PAGE = "The memory page is not served by this ArxivScout (ask whoever runs it)."
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
@@ -157,9 +160,12 @@ class _Client(discord.Client):
 
 class DiscordAdapter:
     def __init__(
-        self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None
-    ) -> None:
+        self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None,
+        links: Links | None = None,
+    ) -> None:  # fmt: skip
+        """`links`: the memory page's, for `/memory`."""
         self.handler = handler
+        self.links = links
         self.presence = handler.memory.presence
         self.sync = sync
         self.sync_guild = sync_guild
@@ -211,6 +217,12 @@ class DiscordAdapter:
         @app_commands.describe(summary_id="the id shown as [Summary ID: ...]")
         async def expand(interaction: discord.Interaction, summary_id: str) -> None:
             await self.expand_command(interaction, summary_id)
+
+        @self.tree.command(
+            name="memory", description="Your link to what I remember (only you see it)."
+        )
+        async def memory(interaction: discord.Interaction) -> None:
+            await self.memory_command(interaction)
 
     # -- messages: filter, de-duplicate, queue ---------------------------------------------
 
@@ -362,6 +374,22 @@ class DiscordAdapter:
         await interaction.response.defer(thinking=True)
         scope = self._command_scope(interaction)
         await self._followup(interaction, await self.handler.expand(scope, summary_id))
+
+    async def memory_command(self, interaction: discord.Interaction) -> None:
+        await interaction.response.send_message(self.memory_link(interaction), ephemeral=True)
+
+    def memory_link(self, interaction: discord.Interaction) -> str:
+        """The answer to `/memory`: a link for this person in this server (the tenant, as for
+        their messages), or for their DMs' memory when used in a DM."""
+        if self.links is None:
+            return NO_MEMORY_PAGE
+        scope = self._command_scope(interaction)
+        url = self.links.login(scope.tenant, scope.user, "discord")
+        minutes = self.links.ttl // 60
+        return (
+            f"[Open your ArxivScout memory page](<{url}>): what I remember that you may see. "
+            f"The link is yours alone and works for {minutes} minutes."
+        )
 
     @staticmethod
     def _command_scope(interaction: discord.Interaction) -> Scope:

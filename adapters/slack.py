@@ -10,6 +10,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`.
+- `/memory` answers (ephemerally) with the caller's signed link to the memory page; the App
+  Home tab is published when opened, and again when its button is pressed
+  (`adapters/slack_home.py`).
 - How answers are shown and delivered (streams, placeholders, rate limits, response_url) is
   `adapters/slack_delivery.py`.
 - A message that cannot be queued (Redis down) is answered 503, so Slack sends it again.
@@ -30,6 +33,8 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.memory_page.access import Directory
+from adapters.memory_page.auth import Links
 from adapters.slack_delivery import (
     DM,
     MARKDOWN_LIMIT,
@@ -39,6 +44,7 @@ from adapters.slack_delivery import (
     left_out,
     markdown,
 )
+from adapters.slack_home import BUTTON_ACTION, SlackHome
 from adapters.spine import (
     NOT_TAKEN,
     SHUTDOWN_GRACE_SECONDS,
@@ -53,6 +59,7 @@ from memory.text import clean_text
 
 log = logging.getLogger(__name__)
 
+MESSAGE_EVENTS = ("message", "app_mention")
 IGNORED_SUBTYPES = {
     "bot_message",
     "message_changed",
@@ -87,7 +94,11 @@ class SlackAdapter:
         bot_token: str,
         signing_secret: str | None = None,
         api_url: str | None = None,
+        links: Links | None = None,
+        directory: Directory | None = None,
     ) -> None:
+        """`links`: the memory page's (for `/memory` and the Home tab); `directory`: who may
+        see what there (the Home tab's threads follow it)."""
         self.handler = handler
         self.presence = handler.memory.presence
         # one HTTP session for every Web API call (the client opens one per call without it)
@@ -106,12 +117,16 @@ class SlackAdapter:
         self._visibility: dict[tuple[str, str], Visibility] = {}
         self._names: dict[tuple[str, str], str] = {}
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
+        self.home = SlackHome(
+            handler.memory, self.client, links, directory, self._channel_visibility
+        )
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
         """auth.test at start-up: a wrong token is named now, not at the first mention."""
         response = await self.client.auth_test()
         self.bot_user_id = response["user_id"]
+        self.home.team_url = response.get("url") or ""
         self.pipeline.start()  # from now on, take over the threads of processes that died
         return response.data
 
@@ -125,18 +140,25 @@ class SlackAdapter:
         self.app.command("/summarize")(self.on_summarize_command)
         self.app.command("/expand")(ack=self.ack_expand, lazy=[self.expand])
         self.app.shortcut("summarize_thread")(self.on_summarize_shortcut)
+        self.app.command("/memory")(self.on_memory_command)
+        self.app.event("app_home_opened")(ack=self.ack_quietly, lazy=[self.publish_home])
+        self.app.action(BUTTON_ACTION)(ack=self.ack_quietly, lazy=[self.publish_home])
 
     @staticmethod
     async def skip_noise(body: dict, next) -> BoltResponse | None:
         """Acknowledge and drop what is never a question: other bots, edits, joins, empty text."""
         event = body.get("event") if body.get("type") == "event_callback" else None
-        if event is not None and (
-            event.get("bot_id")
-            or event.get("subtype") in IGNORED_SUBTYPES
-            or not event.get("user")
-            or not event.get("text", "").strip()
-            or not event.get("channel")
-            or not event.get("ts")
+        if (
+            event is not None
+            and event.get("type") in MESSAGE_EVENTS
+            and (
+                event.get("bot_id")
+                or event.get("subtype") in IGNORED_SUBTYPES
+                or not event.get("user")
+                or not event.get("text", "").strip()
+                or not event.get("channel")
+                or not event.get("ts")
+            )
         ):
             return BoltResponse(status=200, body="")
         await next()
@@ -188,10 +210,7 @@ class SlackAdapter:
         await ack()  # the answer goes to response_url, from the lazy listener
 
     async def expand(self, command: dict, respond) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._lazy.add(task)
-            task.add_done_callback(self._lazy.discard)
+        self._track_lazy()
         scope = await self._command_scope(command)
         summary_id = command.get("text", "").strip()
         parts = split_message(
@@ -202,6 +221,32 @@ class SlackAdapter:
             parts = [*parts[:RESPONSE_URL_PARTS], left_out(RESPONSE_URL_PARTS, len(parts), how)]
         for part in parts:
             await respond(**markdown(part), response_type="ephemeral")
+
+    async def on_memory_command(self, ack, command: dict) -> None:
+        await ack(**self.home.link_message(command["team_id"], command["user_id"]))
+
+    @staticmethod
+    async def ack_quietly(ack) -> None:
+        await ack()  # the work is done by a lazy listener, after Slack has its answer
+
+    async def publish_home(self, body: dict) -> None:
+        """Rebuild the Home tab: opened (`app_home_opened`, its Home tab only) or its button
+        pressed (a fresh link for the next press)."""
+        self._track_lazy()
+        event = body.get("event") or {}
+        if event and event.get("tab") != "home":
+            return
+        user = event.get("user") or (body.get("user") or {}).get("id")
+        team = body.get("team_id") or (body.get("team") or {}).get("id")
+        team = team or (body.get("user") or {}).get("team_id")
+        if user and team:
+            await self.home.publish(team, user)
+
+    def _track_lazy(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._lazy.add(task)
+            task.add_done_callback(self._lazy.discard)
 
     async def on_summarize_shortcut(self, ack, body: dict, shortcut: dict) -> None:
         await ack()

@@ -15,6 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 
+from adapters.memory_page.server import MemoryPage
 from memory.manager import MemoryManager
 
 
@@ -103,9 +104,16 @@ def slack_routes(app: AsyncApp, signing_secret: str | None = None) -> list[web.R
 
 
 def build_web_app(
-    memory: MemoryManager, slack: AsyncApp | None = None, signing_secret: str | None = None
-) -> web.Application:
-    """`signing_secret`: the Slack app's, checked before a body is read (see `slack_routes`)."""
-    app = web.Application()
+    memory: MemoryManager, slack: AsyncApp | None = None, signing_secret: str | None = None,
+    page: MemoryPage | None = None,
+) -> web.Application:  # fmt: skip
+    """`signing_secret`: the Slack app's, checked before a body is read (see `slack_routes`);
+    `page`: the memory page (`/memory`, `adapters/memory_page/server.py`), if served here."""
+    app = web.Application(middlewares=page.middlewares if page else [])
     app.add_routes(health_routes(memory) + (slack_routes(slack, signing_secret) if slack else []))
+    if page is not None:
+        app.add_routes(page.routes)
+        app.on_response_prepare.append(page.on_prepare)
+        for close in page.cleanup:
+            app.on_cleanup.append(lambda _app, close=close: close())
     return app

@@ -16,13 +16,17 @@ from app.commands import (
     memory_cmd,
     redis_cmd,
     slack_cmd,
+    web_cmd,
     worker_cmd,
 )
 from bot.errors import ConfigError
 from memory.connection import RedisCapabilityError
 from memory.embeddings import EmbeddingError
+from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
+from memory.portability import BadExportLine, ImportBusy, TenantNotEmpty
 from memory.redis_server import EmbeddedRedisError
+from memory.retention import InvalidRetention
 from memory.stores.base import IndexModelMismatch
 from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
@@ -32,6 +36,7 @@ from memory.stores.tool_log import UnknownToolLog
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
     InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
+    NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, InvalidRetention,
 )  # fmt: skip
 
 COMMANDS = [
@@ -43,6 +48,7 @@ COMMANDS = [
     redis_cmd,
     slack_cmd,
     discord_cmd,
+    web_cmd,
     worker_cmd,
 ]
 

@@ -23,8 +23,13 @@ from memory.ingest.arxiv_source import ArxivSource
 from memory.keys import task_stream
 from memory.manager import MemoryManager
 from memory.redis_server import EmbeddedRedis
+from memory.retention import SWEEP
 from memory.tasks import TaskStream
 from memory.tokens import encoding_for
+
+# The first sweep scheduling after a process starts: a bot lives long, a command (`ask`, a test's
+# agent) rarely lives this long and so leaves the sweeps to the bots.
+FIRST_SWEEP_SECONDS = 600.0
 
 
 def embedded_redis(settings: Settings) -> EmbeddedRedis:
@@ -66,6 +71,8 @@ async def open_memory(settings: Settings, check_indexes: bool = True) -> MemoryM
     client = await connect(redis_url(settings))
     embedder = CachedEmbedder(make_embedder(settings), client)
     memory = MemoryManager(client, embedder, model=settings.openai_model)
+    memory.retention.default_days = settings.retention_days
+    memory.retention.sweep_seconds = settings.retention_sweep_seconds
     if check_indexes:
         try:
             await memory.open()
@@ -110,7 +117,13 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
             encoding_for(settings.openai_model), background, upkeep,
             window=window or settings.context_window,
         )  # fmt: skip
-        background.handle({**upkeep.handlers(), ARTIFACTS: harness.write_artifacts})
+        background.handle({**upkeep.handlers(), ARTIFACTS: harness.write_artifacts,
+                           SWEEP: memory.retention.sweep_tasks})  # fmt: skip
+        background.every(  # this process's turn at queueing the retention sweeps
+            settings.retention_sweep_seconds,
+            lambda: memory.retention.schedule(background.submit),
+            first=min(FIRST_SWEEP_SECONDS, settings.retention_sweep_seconds),
+        )
         await upkeep.backfill()  # once per Redis: messages stored before episodic memory
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
     except BaseException:

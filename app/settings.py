@@ -95,6 +95,25 @@ class Settings(BaseSettings):
     slack_api_url: str | None = Field(None, validation_alias=env("SLACK_API_URL", "slack_api_url"))
     discord_token: str | None = Field(None, validation_alias=env("DISCORD_TOKEN", "discord_token"))
     port: int | None = Field(None, validation_alias=env("PORT", "port"))
+    # the memory page
+    secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET", "secret"))
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+",
+        validation_alias=env("ARXIVSCOUT_PUBLIC_URL", "public_url"),
+    )
+    admins: str | None = Field(None, validation_alias=env("ARXIVSCOUT_ADMINS", "admins"))
+    link_ttl_seconds: int = Field(
+        3600, ge=60, le=7 * 86400, validation_alias=env("ARXIVSCOUT_LINK_TTL", "link_ttl_seconds")
+    )
+    # retention of conversation memory (memory/retention.py)
+    retention_days: float | None = Field(
+        None, gt=0, le=36_500, validation_alias=env("ARXIVSCOUT_RETENTION_DAYS", "retention_days")
+    )
+    retention_sweep_seconds: float = Field(
+        3600.0, gt=0,
+        validation_alias=env("ARXIVSCOUT_RETENTION_SWEEP_SECONDS", "retention_sweep_seconds"),
+    )  # fmt: skip
 
     @classmethod
     def from_env(cls) -> Settings:

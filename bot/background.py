@@ -59,6 +59,7 @@ class BackgroundWork:
         self._stop = asyncio.Event()
         self._consumer: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
+        self._tickers: set[asyncio.Task] = set()
         self._in_flight: set[str] = set()
         self._preparing = 0
         self._quiet = asyncio.Event()
@@ -88,6 +89,33 @@ class BackgroundWork:
         """Add handlers (for parts built after this, which queue their tasks through it)."""
         self.handlers.update(handlers)
 
+    def every(
+        self, seconds: float, job: Callable[[], Awaitable[object]], first: float | None = None
+    ) -> None:
+        """Run `job` about every `seconds` in this process (the first time after `first`,
+        default `seconds`) until close(): periodic work, such as queueing the retention sweeps,
+        whose jobs decide among processes who does it (a claim in Redis). A failing run is
+        logged and the job runs again at its next time. Needs a running event loop."""
+        delay = seconds if first is None else first
+        ticker = asyncio.create_task(self._every(seconds, job, delay), name="background-every")
+        self._tickers.add(ticker)
+        ticker.add_done_callback(self._tickers.discard)
+
+    async def _every(
+        self, seconds: float, job: Callable[[], Awaitable[object]], delay: float
+    ) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+                return  # closed
+            except TimeoutError:
+                pass
+            try:
+                await job()
+            except Exception:  # Redis down, a bug: never fatal, tried again next time
+                log.exception("periodic background job failed; next try in %.0fs", seconds)
+            delay = seconds
+
     def start(self) -> None:
         """Start the consumer loop, if it is not running (needs a running event loop)."""
         if self._consumer is None or self._consumer.done():
@@ -108,6 +136,9 @@ class BackgroundWork:
         """Stop reading, finish the batches in hand; unread and unfinished tasks stay in Redis
         for the next process."""
         self._stop.set()
+        for ticker in list(self._tickers):
+            ticker.cancel()
+        await asyncio.gather(*self._tickers, return_exceptions=True)
         if self._consumer is not None:
             try:  # returns within block_ms, unless Redis hangs
                 await asyncio.wait_for(asyncio.shield(self._consumer), self.block_ms / 1000 + 5)

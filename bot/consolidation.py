@@ -17,7 +17,9 @@ Every writer holds the thread's summary lock, stores a summary first and then ma
 messages it read (the first n unsummarized ones: a compare-and-set that keeps the summarized
 messages a prefix). A message arriving meanwhile stays unsummarized, and a failure never leaves
 messages marked with no summary, so every message is always either unsummarized or covered by
-exactly one top-level summary.
+exactly one top-level summary. Forgotten messages (tombstones) are marked like the others, by
+position, but no note says anything of them; the deterministic notes live in
+memory/stores/summary.py, where forgetting (memory/governance.py) writes them too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -34,7 +35,7 @@ from bot.llm import LLMClient, LLMError
 from memory.manager import MemoryManager
 from memory.scope import Scope
 from memory.stores.conversation import MarkConflict, Message, message_tokens
-from memory.stores.summary import Summary
+from memory.stores.summary import Note, Summary, compact_note, merged_note
 from memory.tokens import context_window, count_tokens, encoding_for
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 LOCK_SECONDS = 120
 LOCK_POLL_SECONDS = 0.05
 ENSURE_WAIT_SECONDS = 1.0  # how long ensure_window waits for a background summary
-COMPACT_CHARS_PER_MESSAGE = 300
 MAX_TOP_SUMMARIES = 8  # beyond this many top-level summaries, roll merges the oldest
 MODEL_TOKENS_PER_REQUEST = 24_000  # the most one summary request sends, in a large window
 REQUEST_WINDOW_SHARE = 0.5  # of a small window: the rest is left for the note written back
@@ -68,33 +68,18 @@ PARTS_HEADER = (
     "Combine them into one note.\n\n"
 )
 
-Note = tuple[str, str]  # (description, text)
-
 
 class SummaryInProgress(RuntimeError):
     """Another summary of the same thread is being written."""
 
 
 def transcript(messages: list[Message]) -> str:
-    return "\n".join(f"[{m.role}] {m.content}" for m in messages)
+    return "\n".join(f"[{m.role}] {m.content}" for m in messages if not m.forgotten)
 
 
-def compact_note(messages: list[Message]) -> Note:
-    """The deterministic note: where and how it started, and each message cut short."""
-    start = time.strftime("%Y-%m-%d %H:%M", time.localtime(messages[0].timestamp))
-    first_question = next((m.content for m in messages if m.role == "user"), "")
-    description = f"Compacted {len(messages)} messages from {start}: {first_question}"
-    lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in messages]
-    return " ".join(description.split()[:16]), "\n".join(lines)
-
-
-def merged_note(children: list[Summary]) -> Note:
-    """The deterministic note of merged summaries: their descriptions."""
-    description = f"{len(children)} earlier summaries: " + "; ".join(
-        c.description for c in children
-    )
-    text = "\n".join(f"[Summary ID: {c.id}] {c.description}" for c in children)
-    return " ".join(description.split()[:24]), text
+def lines_of(messages: list[Message]) -> list[str]:
+    """The transcript lines a model-written note is asked over: forgotten messages left out."""
+    return [f"[{m.role}] {m.content}" for m in messages if not m.forgotten]
 
 
 def parse_note(data: Any) -> Note:
@@ -296,7 +281,9 @@ class Consolidator:
             raise RuntimeError("No model is configured to write summaries.")
 
         async def note(messages: list[Message]) -> Note:
-            lines = [f"[{m.role}] {m.content}" for m in messages]
+            lines = lines_of(messages)
+            if not lines:  # only forgotten messages: nothing to ask about
+                return compact_note(messages)
             return await self._model_note(lines, self.request_tokens)
 
         summary = await self._store(scope, note)
@@ -369,13 +356,11 @@ class Consolidator:
             return None
         n = len(messages) - newest_within(costs, target // 2)
         batch = messages[:n]
-        if self.llm is None:
+        if self.llm is None or not lines_of(batch):
             note = compact_note(batch)
         else:
             try:
-                note = await self._model_note(
-                    [f"[{m.role}] {m.content}" for m in batch], limit, renew
-                )
+                note = await self._model_note(lines_of(batch), limit, renew)
             except (LLMError, ValueError) as exc:
                 if backlog <= 2 * target:
                     raise

@@ -189,7 +189,7 @@ class Harness:
             ToolLogEntry(
                 thread_id=scope.thread, tool_name=call.name, tool_input=tool_input,
                 output=result.output, status=result.status, error=result.error or "",
-                duration_ms=result.duration_ms, iteration=iteration,
+                duration_ms=result.duration_ms, iteration=iteration, author=scope.user,
             ),
         )  # fmt: skip
         output = result.output
@@ -218,10 +218,12 @@ class Harness:
         )
         await self.upkeep.after_messages(scope, said, window)
         if steps or mentions_names(f"{question}\n{answer}"):  # else nothing to learn: "thanks"
+            asked = prepared.question
             await self.background.submit(
                 ARTIFACTS,
                 {"scope": scope.to_dict(), "question": question, "answer": answer,
-                 "steps": [s.describe() for s in steps]},
+                 "steps": [s.describe() for s in steps],
+                 "asked": {"id": asked.id, "seq": asked.seq} if asked else None},
             )  # fmt: skip
 
     async def drain(self) -> None:
@@ -232,19 +234,39 @@ class Harness:
         await self.background.close()
 
     async def write_artifacts(self, tasks: list[dict[str, Any]]) -> None:
-        """The background task: the workflow of a turn that used tools, and its entities."""
+        """The background task: the workflow of a turn that used tools, and its entities, each
+        with its provenance (the thread, and the turn's asker as its author)."""
         for task in tasks:
             scope, question, answer = (
                 Scope.from_dict(task["scope"]),
                 task["question"],
                 task["answer"],
             )
+            authors = [scope.user] if scope.user else []
+            if not await self._still_asked(scope, task):
+                continue  # the question was forgotten meanwhile: nothing is learned from it
+            written: list[str] = []
             if task["steps"]:
-                await self.memory.workflows.add(scope, question, task["steps"], answer)
+                written.append(
+                    await self.memory.workflows.add(
+                        scope, question, task["steps"], answer, authors=authors
+                    )
+                )
             if mentions_names(f"{question}\n{answer}"):
                 entities = await self.extract_entities(question, answer)
                 if entities:
-                    await self.memory.entities.upsert(scope, entities)
+                    stored = await self.memory.entities.upsert(scope, entities, authors=authors)
+                    written += [self.memory.entities.key(scope, e.name) for e in stored]
+            if written and not await self._still_asked(scope, task):
+                await self.memory.governance.discard(written)  # forgotten while written
+
+    async def _still_asked(self, scope: Scope, task: dict[str, Any]) -> bool:
+        """False when the turn's question was forgotten (memory/governance.py) since."""
+        asked = task.get("asked")
+        if not asked:
+            return True  # a task from before questions were named
+        question = Message("user", "", id=asked["id"], seq=asked["seq"])
+        return bool(await self.memory.conversation.still_stored(scope, [question]))
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:
         exchange = f"User: {question[:EXTRACT_CHARS]}\n\nAssistant: {answer[:EXTRACT_CHARS]}"

@@ -2,7 +2,9 @@
 thread's recent window into summaries when it grows past its share of the context.
 
 Both run as durable background tasks (bot/background.py), after the reply. The bot's turns and
-`arxivscout eval locomo` queue them the same way, through `after_messages`.
+`arxivscout eval locomo` queue them the same way, through `after_messages`. A queued task keeps
+a copy of its messages: one forgotten meanwhile (memory/governance.py) is not indexed, and one
+forgotten while it is indexed is taken out again.
 """
 
 from __future__ import annotations
@@ -53,11 +55,17 @@ class Upkeep:
 
     async def index_episodes(self, tasks: list[dict[str, Any]]) -> None:
         """Embed messages and add them to episodic memory, one batch per tenant. Nobody waits
-        on these vectors: they are background embeddings (big int8 passes, every core)."""
+        on these vectors: they are background embeddings (big int8 passes, every core). Only
+        messages still stored are indexed, and those forgotten meanwhile are deleted again."""
         by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
+        asked: list[tuple[Scope, list[Message]]] = []
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             messages = [Message(**m) for m in task["messages"]]
+            asked.append((scope, messages))
+            messages = await self.memory.conversation.still_stored(scope, messages)
+            if not messages:
+                continue
             before = await self.memory.conversation.timestamps(
                 scope, (m.seq - 1 for m in messages if m.seq > 0)
             )
@@ -69,6 +77,11 @@ class Upkeep:
         with background_embedding():
             for scope, episodes in by_tenant.values():
                 await self.memory.episodes.add(scope, episodes)  # embeds messages and parts
+        for scope, messages in asked:  # a forget that ran meanwhile deleted before we wrote
+            kept = {m.id for m in await self.memory.conversation.still_stored(scope, messages)}
+            gone = [m.id for m in messages if m.id not in kept]
+            if gone:
+                await self.memory.episodes.delete(scope, gone)
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""

@@ -144,6 +144,35 @@ def seen_event_key(tenant: str, event_id: str) -> str:
     return tenant_key(tenant, "seen", event_id)
 
 
+def retention_key(tenant: str) -> str:
+    """The tenant's own retention period for conversation memory, in seconds ("off": kept for
+    ever); absent, the setting's default applies (memory/retention.py)."""
+    return tenant_key(tenant, "retention")
+
+
+def retention_swept_key(tenant: str) -> str:
+    """Hash: when the tenant's conversation memory was last swept, and what went."""
+    return tenant_key(tenant, "retention", "swept")
+
+
+def sweep_claim_key(bucket: int) -> str:
+    """Taken (SET NX, with a TTL) by the one process that queues the retention sweeps of a
+    sweep interval (`bucket`: the interval's number since the epoch)."""
+    return f"{ROOT}:retention:sweep:{bucket}"
+
+
+def import_partial_key(tenant: str) -> str:
+    """Present while an import into the tenant is unfinished: after a crash, the next import
+    clears what it left (memory/portability.py)."""
+    return tenant_key(tenant, "importing")
+
+
+def import_lock_key(tenant: str) -> str:
+    """Held (with a TTL, renewed) while an import into the tenant runs: one at a time. Not a
+    tenant key, so clearing a half-imported tenant does not drop it."""
+    return f"{ROOT}:import-lock:{validate_tenant(tenant)}"
+
+
 # -- process-wide ---------------------------------------------------------------------------
 
 
@@ -187,6 +216,36 @@ def summarized_count_key(tenant: str, thread_id: str) -> str:
     """How many messages at the head of a thread's list are summarized (the summarized prefix's
     length), kept by the marking script so the unsummarized ones are read without a scan."""
     return thread_key(tenant, thread_id, "messages", "summarized")
+
+
+def forgetting_key(tenant: str) -> str:
+    """Held while something of a tenant's memory is forgotten (memory/governance.py): two
+    erasures never rewrite the same summaries at once."""
+    return tenant_key(tenant, "forgetting")
+
+
+def erasing_key(tenant: str) -> str:
+    """Hash message id -> number of parts, of forgotten messages whose episodic documents are
+    still being deleted: every episodic read leaves them out meanwhile."""
+    return tenant_key(tenant, "erasing")
+
+
+def web_secret_key() -> str:
+    """The memory page's link-signing secret, made once when ARXIVSCOUT_SECRET is unset, so
+    every process signs and checks links alike."""
+    return f"{ROOT}:web:secret"
+
+
+def web_session_key(digest: str) -> str:
+    """A memory-page session (JSON, with a TTL), under the SHA-256 of its cookie's value: the
+    cookie itself is not stored."""
+    return f"{ROOT}:web:session:{digest}"
+
+
+def web_viewer_key(digest: str) -> str:
+    """Who a person is on the memory page (admin, audiences), as Slack or Discord last said,
+    cached for minutes; `digest` hashes platform, tenant and user."""
+    return f"{ROOT}:web:viewer:{digest}"
 
 
 # -- the layout before hash tags (memory/migrate.py moves its keys) -----------------------------

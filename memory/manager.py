@@ -8,10 +8,14 @@ import asyncio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from memory.browse import Browse
 from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
+from memory.governance import Governance
 from memory.keys import tenant_key
 from memory.migrate import migrate_to_hash_tags
+from memory.portability import Portability
+from memory.retention import Retention
 from memory.stores.base import VectorStore, delete_matching
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
@@ -43,6 +47,10 @@ class MemoryManager:
         self.turns = TurnQueue(redis)
         self.presence = ThreadPresence(redis)
         self.upgrades = Upgrades(redis)
+        self.portability = Portability(self)  # export and import as JSON Lines
+        self.retention = Retention(self)  # its default and sweep interval: app/runtime.py
+        self.governance = Governance(self)  # forget, erase a person, retention, edits
+        self.browse = Browse(self)  # the memory page's reads
 
     @property
     def vector_stores(self) -> list[VectorStore]:
@@ -74,6 +82,7 @@ class MemoryManager:
             return False
 
     async def close(self) -> None:
+        await self.governance.settle()  # forgotten messages' episodic documents, deleted
         close = getattr(self.embedder, "aclose", None)
         if close is not None:
             await close()

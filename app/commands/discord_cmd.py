@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from app.commands.web_cmd import page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 
@@ -35,8 +36,11 @@ async def run(args: argparse.Namespace) -> int:
 
     discord.utils.setup_logging(level=logging.INFO)
     runtime = await open_agent(settings)
-    adapter = DiscordAdapter(runtime.turns(), sync=not args.no_sync, sync_guild=args.guild)
     try:
+        wiring = await page_wiring(settings, runtime.memory)  # the links of `/memory`
+        adapter = DiscordAdapter(
+            runtime.turns(), sync=not args.no_sync, sync_guild=args.guild, links=wiring.links
+        )
         await adapter.start(token)  # until Ctrl-C / SIGTERM; queued turns stay in Redis
     finally:
         await runtime.close()

@@ -1,19 +1,26 @@
-"""`arxivscout memory ...` shows what a tenant's memory holds; `arxivscout reindex` re-embeds it."""
+"""`arxivscout memory ...` shows what a tenant's memory holds, forgets, exports, imports and sets
+its retention; `arxivscout reindex` re-embeds it."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from app.commands.common import add_json, add_tenant, memory_session, print_json, tenant_scope
 from app.runtime import open_memory
 from app.settings import Settings
+from memory.portability import dumps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "memory", help="inspect a tenant's threads, papers, workflows, entities"
+        "memory",
+        help="inspect, forget, export, import a tenant's memory; set its retention",
     )
     views = parser.add_subparsers(dest="view", required=True, metavar="VIEW")
     for name, help_text in (
@@ -31,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_tenant(thread)
     add_json(thread)
     thread.set_defaults(handler=run)
+    add_governance(views)
 
     reindex = sub.add_parser("reindex", help="re-embed every index with the configured embeddings")
     reindex.set_defaults(handler=run_reindex)
@@ -72,11 +80,18 @@ async def _papers(memory, args):
 
 
 async def _workflows(memory, args):
-    return await memory.workflows.all(tenant_scope(args), everywhere=True)
+    if args.json:  # the text shows each one's id, for `memory forget workflow ID`
+        return await memory.workflows.all(tenant_scope(args), everywhere=True)
+    return [f"[id: {w.id}]\n{w.text}" for w in await memory.browse.workflows(args.tenant, None)]
 
 
 async def _entities(memory, args):
-    return [asdict(e) for e in await memory.entities.all(tenant_scope(args), everywhere=True)]
+    if args.json:
+        return [asdict(e) for e in await memory.entities.all(tenant_scope(args), everywhere=True)]
+    return [  # the text shows each one's id, for `memory forget entity ID`
+        {"id": e.id, "name": e.name, "type": e.type, "description": e.description}
+        for e in await memory.browse.entities(args.tenant, None)
+    ]
 
 
 VIEWS = {
@@ -96,6 +111,7 @@ def _thread_text(data) -> str:
     messages = [
         f"  {_when(m['timestamp'])} {m['role']}"
         f"{' [summary ' + m['summary_id'] + ']' if m['summary_id'] else ''}: {m['content']}"
+        f"  [id: {m['id']}]"
         for m in data["messages"]
     ]
     summaries = [
@@ -131,7 +147,8 @@ TEXT = {
     "papers": _papers_text,
     "workflows": lambda rows: "\n\n".join(rows) or "(no workflows)",
     "entities": lambda rows: (
-        "\n".join(f"{e['name']} ({e['type']}): {e['description']}" for e in rows) or "(no entities)"
+        "\n".join(f"{e['name']} ({e['type']}): {e['description']}  [id: {e['id']}]" for e in rows)
+        or "(no entities)"
     ),
 }
 
@@ -143,4 +160,180 @@ async def run_reindex(args: argparse.Namespace) -> int:
             print(f"{name}: {count} records re-embedded with {memory.embedder.model_name}")
     finally:
         await memory.close()
+    return 0
+
+
+# -- forget, export, import, retention ---------------------------------------------------------
+
+FORGET_KINDS = ("message", "thread", "summary", "tool-log", "paper", "entity", "workflow", "person")
+ERASED = {  # Erasure field -> how it is printed
+    "threads": "threads", "messages": "messages", "summaries": "summaries (deleted or rewritten)",
+    "tool_logs": "tool logs", "episodes": "episodic entries", "entities": "entities",
+    "workflows": "workflows", "papers": "papers", "chunks": "passages",
+    "cached_embeddings": "cached embeddings",
+}  # fmt: skip
+
+
+def add_governance(views: argparse._SubParsersAction) -> None:
+    forget = views.add_parser(
+        "forget", help="forget an item, or everything about a person, in every store"
+    )
+    forget.add_argument("kind", choices=FORGET_KINDS)
+    forget.add_argument("item_id", metavar="ID", help="its id (a thread id, a user id, ...)")
+    forget.add_argument("--thread", help="the message's thread (for `message`)")
+    forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    export = views.add_parser("export", help="export the tenant (or one thread) as JSON Lines")
+    export.add_argument("--thread", help="only this thread")
+    export.add_argument("-o", "--output", help="write to this file (default: standard output)")
+    load = views.add_parser("import", help="import an export into an empty tenant")
+    load.add_argument("file", help="a JSON Lines export ('-': standard input)")
+    retention = views.add_parser(
+        "retention", help="show or set how long conversation memory is kept"
+    )
+    period = retention.add_mutually_exclusive_group()
+    period.add_argument("--days", type=float, help="keep conversation memory this many days")
+    period.add_argument("--off", action="store_true", help="keep it for ever")
+    period.add_argument(
+        "--default",
+        action="store_true",
+        help="drop the tenant's own setting (ARXIVSCOUT_RETENTION_DAYS applies)",
+    )
+    for parser, handler in (
+        (forget, run_forget),
+        (export, run_export),
+        (load, run_import),
+        (retention, run_retention),
+    ):
+        add_tenant(parser)
+        if parser is not export:
+            add_json(parser)
+        parser.set_defaults(handler=handler)
+
+
+def erased_text(counts: dict[str, int]) -> str:
+    parts = [f"{n} {ERASED.get(name, name)}" for name, n in counts.items() if n]
+    return ", ".join(parts) if parts else "nothing"
+
+
+def confirmed(question: str, yes: bool) -> bool:
+    """Asked only of a person at a terminal; `--yes` and piped input go ahead."""
+    if yes or not sys.stdin.isatty():
+        return True
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+async def run_forget(args: argparse.Namespace) -> int:
+    if args.kind == "message" and not args.thread:
+        print("arxivscout: error: forgetting a message needs its --thread.", file=sys.stderr)
+        return 2
+    what = f"the {args.kind.replace('-', ' ')} {args.item_id!r}"
+    what += f" of thread {args.thread!r}" if args.kind == "message" else ""
+    if not confirmed(f"Forget {what} in tenant {args.tenant!r}? This cannot be undone.", args.yes):
+        print("Nothing was forgotten.")
+        return 1
+    async with memory_session() as memory:
+        governance, tenant, item = memory.governance, args.tenant, args.item_id
+        forget = {
+            "message": lambda: governance.forget_message(tenant, args.thread, item),
+            "thread": lambda: governance.forget_thread(tenant, item),
+            "summary": lambda: governance.forget_summary(tenant, item),
+            "tool-log": lambda: governance.forget_tool_log(tenant, item),
+            "paper": lambda: governance.forget_paper(tenant, item),
+            "entity": lambda: governance.forget_entity(tenant, item),
+            "workflow": lambda: governance.forget_workflow(tenant, item),
+            "person": lambda: governance.forget_person(tenant, item),
+        }[args.kind]
+        counts = asdict(await forget())
+    if args.json:
+        print_json(counts)
+    else:
+        print(f"Forgot {what}. Removed: {erased_text(counts)}.")
+    return 0
+
+
+async def run_export(args: argparse.Namespace) -> int:
+    async with memory_session() as memory:
+        portability = memory.portability
+        if args.thread:
+            records = portability.export_thread(args.tenant, args.thread)
+        else:
+            records = portability.export_tenant(args.tenant)
+        if not args.output:
+            async for record in records:
+                sys.stdout.write(dumps(record) + "\n")
+            sys.stdout.flush()
+            return 0
+        target = Path(args.output)
+        partial = target.with_name(target.name + ".part")  # a failed export leaves no file
+        count = 0
+        try:
+            with partial.open("w", encoding="utf-8") as out:
+                async for record in records:
+                    out.write(dumps(record) + "\n")
+                    count += 1
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    print(f"Exported {count} records to {target}.", file=sys.stderr)
+    return 0
+
+
+async def run_import(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        text = sys.stdin.read().splitlines()
+
+        def lines() -> Iterator[str]:
+            return iter(text)
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            print(f"arxivscout: error: no such file: {path}", file=sys.stderr)
+            return 2
+
+        def lines() -> Iterator[str]:
+            with path.open(encoding="utf-8") as handle:
+                yield from handle
+
+    async with memory_session() as memory:
+        try:
+            counts = await memory.portability.import_lines(args.tenant, lines)
+        except UnicodeDecodeError:
+            print(
+                "arxivscout: error: the file is not UTF-8 text; nothing was imported.",
+                file=sys.stderr,
+            )
+            return 2
+    if args.json:
+        print_json(counts)
+    else:
+        done = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in counts.items() if n)
+        print(f"Imported into tenant {args.tenant!r}: {done or 'nothing'}.")
+    return 0
+
+
+async def run_retention(args: argparse.Namespace) -> int:
+    async with memory_session() as memory:
+        retention, tenant = memory.retention, args.tenant
+        if args.days is not None:
+            await retention.set(tenant, args.days)
+        elif args.off:
+            await retention.set(tenant, None)
+        elif args.default:
+            await retention.clear(tenant)
+        has_own, _ = await retention.own(tenant)
+        days, last = await retention.get(tenant), await retention.last_sweep(tenant)
+    if args.json:
+        print_json({"tenant": tenant, "days": days, "own": has_own, "last_sweep": last})
+        return 0
+    kept = f"kept {days:g} days" if days is not None else "kept for ever"
+    source = "its own setting" if has_own else "the default, ARXIVSCOUT_RETENTION_DAYS"
+    print(f"Conversation memory of tenant {tenant!r} is {kept} ({source}).")
+    if days is not None:
+        print(
+            "Older messages, summaries, tool logs and episodic entries are removed by a "
+            "running bot's sweep (hourly); papers, entities and workflows are kept."
+        )
+    if last:
+        counts = {k: int(v) for k, v in last.items() if k in ERASED}
+        print(f"Last sweep: {_when(last['at'])}, removed {erased_text(counts)}.")
     return 0

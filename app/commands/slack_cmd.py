@@ -11,6 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
+from app.commands.web_cmd import page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
@@ -57,14 +58,21 @@ async def run(args: argparse.Namespace) -> int:
     runtime = await open_agent(settings)
     runner = None
     try:
-        adapter = SlackAdapter(runtime.turns(), bot_token, secret, settings.slack_api_url)
+        wiring = await page_wiring(settings, runtime.memory, own_url=f"http://localhost:{port}")
+        adapter = SlackAdapter(
+            runtime.turns(), bot_token, secret, settings.slack_api_url,
+            links=wiring.links, directory=wiring.directories,
+        )  # fmt: skip
         await adapter.check_token()
-        runner = web.AppRunner(build_web_app(runtime.memory, adapter.app, signing_secret=secret))
+        page = wiring.page(runtime.memory)  # /memory, beside /slack/events
+        runner = web.AppRunner(
+            build_web_app(runtime.memory, adapter.app, signing_secret=secret, page=page)
+        )
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
         print(
             f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} "
-            f"(HTTP mode on :{port}/slack/events)"
+            f"(HTTP mode on :{port}/slack/events, memory page at {wiring.links.page('/memory')})"
         )
         adapter.pipeline.start()  # take over the threads of processes that died
         await stop_on_signals().wait()

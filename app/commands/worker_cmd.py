@@ -19,6 +19,7 @@ from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
 from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token
+from app.commands.web_cmd import page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
@@ -92,8 +93,9 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
     handler = runtime.turns()
     cleanup = [runtime.close]
     try:
+        wiring = await page_wiring(settings, runtime.memory)  # the links of `/memory`
         if port is not None:
-            runner = web.AppRunner(build_web_app(runtime.memory))
+            runner = web.AppRunner(build_web_app(runtime.memory, page=wiring.page(runtime.memory)))
             await runner.setup()
             await web.TCPSite(runner, "0.0.0.0", port).start()
             cleanup.insert(0, runner.cleanup)
@@ -104,7 +106,10 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
 
             from adapters.slack import SlackAdapter
 
-            slack = SlackAdapter(handler, bot_token, api_url=settings.slack_api_url)
+            slack = SlackAdapter(
+                handler, bot_token, api_url=settings.slack_api_url, links=wiring.links,
+                directory=wiring.directories,
+            )  # fmt: skip
             await slack.check_token()
             socket = AsyncSocketModeHandler(slack.app, app_token)
             await socket.connect_async()
@@ -115,7 +120,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         if use_discord:
             from adapters.discord import DiscordAdapter
 
-            discord_adapter = DiscordAdapter(handler)
+            discord_adapter = DiscordAdapter(handler, links=wiring.links)
             pipelines.append(discord_adapter.pipeline)  # started once connected
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

@@ -7,6 +7,12 @@ is one script (the counter and an LRANGE from it); threads from before the count
 from the end once and the counter stored. Marking messages with a summary id is one Lua script
 that checks each element is still what the summarizer read and that the marked messages extend
 the summarized prefix, and moves the counter: a concurrent append is never lost or marked.
+
+A forgotten message (memory/governance.py) stays in its place as a tombstone: no content, no
+author, `forgotten` set; its id, role, position, timestamp and summary id are kept, so no
+position moves and the summarized prefix stays a prefix. Replacing it is a compare-and-set
+too (`replace`). Every reader of messages skips tombstones: the recent window, summaries'
+notes, episodic indexing, `all`; only the summarizers' snapshots keep them, for their positions.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -85,6 +91,21 @@ redis.call('SET', KEYS[2], first + n)
 return n
 """
 
+# Replace messages in place where they are still what was read: ARGV triples (index, expected,
+# replacement). Returns the indexes that differed (nothing is replaced there).
+_REPLACE_SCRIPT = """
+local changed = {}
+for i = 1, #ARGV, 3 do
+  local index = tonumber(ARGV[i])
+  if redis.call('LINDEX', KEYS[1], index) == ARGV[i + 1] then
+    redis.call('LSET', KEYS[1], index, ARGV[i + 2])
+  else
+    table.insert(changed, index)
+  end
+end
+return changed
+"""
+
 # The counter and the list from one message before it (to check the counter), atomically.
 _TAIL_SCRIPT = """
 local count = redis.call('GET', KEYS[2])
@@ -125,6 +146,7 @@ class Message:
     author: str = ""  # platform user id; empty for the assistant
     author_name: str = ""
     audience: str = ""  # who may see it (Scope.audience); empty in messages from before
+    forgotten: bool = False  # a tombstone: its content and author were erased
     seq: int = -1  # its position in the thread, set when it is stored (-1: not yet)
     duplicate: bool = field(default=False, repr=False, compare=False)  # see `append(once=)`
 
@@ -140,8 +162,16 @@ class Message:
         """The message as an item of the Conversation segment."""
         return f"[{self.speaker}] {self.content}"
 
+    def tombstone(self) -> Message:
+        """What stays of the message once forgotten: its place, not what was said or by whom."""
+        return Message(
+            role=self.role, content="", id=self.id, thread_id=self.thread_id,
+            timestamp=self.timestamp, summary_id=self.summary_id, audience=self.audience,
+            forgotten=True, seq=self.seq,
+        )  # fmt: skip
+
     def to_json(self) -> str:
-        data = asdict(self)
+        data = dict(vars(self))  # fields in their order (no deep copy: nothing is changed)
         del data["duplicate"]  # `seq` must stay last: the append script fills it in
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -155,10 +185,10 @@ def message_tokens(messages: list[Message], model: str) -> list[int]:
     joined by `ITEM_SEPARATOR`), separator included but for the last: the shares add up to the
     exact count of the joined items, and the shares of the newest k messages to the exact
     count of those k alone. (Each item starts with '[', where `count_tokens` cuts its blocks,
-    so a separator never merges with what follows.)"""
-    last = len(messages) - 1
+    so a separator never merges with what follows.) A tombstone is not shown: its share is 0."""
+    last = max((i for i, m in enumerate(messages) if not m.forgotten), default=-1)
     return [
-        count_tokens(m.line if i == last else m.line + ITEM_SEPARATOR, model)
+        0 if m.forgotten else count_tokens(m.line if i == last else m.line + ITEM_SEPARATOR, model)
         for i, m in enumerate(messages)
     ]
 
@@ -173,6 +203,7 @@ class ConversationStore:
         self._append = redis.register_script(_APPEND_SCRIPT)
         self._tail = redis.register_script(_TAIL_SCRIPT)
         self._set_count = redis.register_script(_SET_COUNT_SCRIPT)
+        self._replace = redis.register_script(_REPLACE_SCRIPT)
         self._locks = OwnedLocks(redis)
 
     @staticmethod
@@ -225,11 +256,49 @@ class ConversationStore:
         message.seq, message.duplicate = (seq, False) if seq >= 0 else (-1 - seq, True)
         return message
 
-    async def all(self, scope: Scope) -> list[Message]:
+    async def all(self, scope: Scope, forgotten: bool = False) -> list[Message]:
+        """The thread's messages, oldest first; tombstones only with `forgotten`."""
         messages = [Message.from_json(r) for r in await self.redis.lrange(self.key(scope), 0, -1)]
         for i, message in enumerate(messages):
             message.seq = i  # messages stored before `seq` was kept have none
-        return messages
+        return messages if forgotten else [m for m in messages if not m.forgotten]
+
+    async def raw_threads(self, tenant: str, threads: Iterable[str]) -> dict[str, list[str]]:
+        """Each thread's list as stored (raw JSON, tombstones included), in one pipeline."""
+        threads = list(threads)
+        pipe = self.redis.pipeline(transaction=False)
+        for thread in threads:
+            pipe.lrange(messages_key(tenant, thread), 0, -1)
+        rows = await pipe.execute()
+        return {t: [decode(r) for r in raw] for t, raw in zip(threads, rows, strict=True)}
+
+    async def replace(
+        self, tenant: str, changes: dict[str, list[tuple[int, str, str]]]
+    ) -> dict[str, list[int]]:
+        """Replace messages in place, each only if it is still what was read: `changes` maps a
+        thread to (index, raw JSON as read, replacement) triples. One script per thread, all
+        in one pipeline; returns, per thread, the indexes that changed meanwhile (untouched)."""
+        threads = [t for t, triples in changes.items() if triples]
+        if not threads:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for thread in threads:
+            args = [x for triple in changes[thread] for x in triple]
+            await self._replace(keys=[messages_key(tenant, thread)], args=args, client=pipe)
+        replies = await pipe.execute()
+        return {t: [int(i) for i in r] for t, r in zip(threads, replies, strict=True) if r}
+
+    async def still_stored(self, scope: Scope, messages: list[Message]) -> list[Message]:
+        """Those of `messages` still in their place in the thread and not forgotten (a queued
+        task's copy of a message may outlive it)."""
+        key = self.key(scope)  # one tick: the reads go out as one pipeline (autopipeline)
+        raws = await asyncio.gather(*(self.redis.lindex(key, m.seq) for m in messages))
+        kept = []
+        for message, raw in zip(messages, raws, strict=True):
+            stored = Message.from_json(raw) if raw else None
+            if stored is not None and stored.id == message.id and not stored.forgotten:
+                kept.append(message)
+        return kept
 
     async def timestamps(self, scope: Scope, seqs: Iterable[int]) -> dict[int, float]:
         """{seq: timestamp} of the thread's messages at these positions (those that exist)."""
@@ -246,11 +315,12 @@ class ConversationStore:
 
     async def recent_unsummarized(self, scope: Scope, limit: int | None = None) -> list[Message]:
         rows = await self.redis.lrange(self.key(scope), -(limit or self.recent), -1)
-        return [m for m in map(Message.from_json, rows) if not m.summary_id]
+        return [m for m in map(Message.from_json, rows) if not m.summary_id and not m.forgotten]
 
     async def unsummarized(self, scope: Scope) -> list[Message]:
-        """Every unsummarized message of the thread (its recent window), oldest first."""
-        return (await self._window(scope))[2]
+        """Every unsummarized message of the thread (its recent window), oldest first; no
+        tombstones."""
+        return [m for m in (await self._window(scope))[2] if not m.forgotten]
 
     async def unsummarized_tokens(self, scope: Scope, model: str) -> int:
         """Exact tokens of the unsummarized messages as the Conversation segment renders them
@@ -259,7 +329,8 @@ class ConversationStore:
         return sum(message_tokens(await self.unsummarized(scope), model))
 
     async def unsummarized_snapshot(self, scope: Scope) -> tuple[int, list[str]]:
-        """The index of the first unsummarized message and the raw JSON of all that follow."""
+        """The index of the first unsummarized message and the raw JSON of all that follow
+        (tombstones included: marking goes by position)."""
         first, raw, _ = await self._window(scope)
         return first, raw
 
@@ -342,7 +413,7 @@ class ConversationStore:
 
     @staticmethod
     def segment(messages: list[Message]) -> Segment:
-        items = [m.line for m in messages]
+        items = [m.line for m in messages if not m.forgotten]
         return Segment(
             name="Conversation",
             description="the most recent messages of this thread that no summary covers yet, oldest first.",

@@ -1,13 +1,16 @@
 """Entity memory: the people, organisations, systems and papers a team's threads mention.
 
 One record per (tenant, audience, name): what a DM or a private channel taught stays there (see
-memory/scope.py). A new mention of a known name merges its description in.
+memory/scope.py). A new mention of a known name merges its description in, and its provenance:
+`threads` (where it was learned) and `authors` (whose turns taught it), comma-separated tag
+fields, so erasing a person finds what came from them. Records from before have neither.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,13 @@ def _slug(name: str) -> str:
     return re.sub(r"\s+", " ", name.strip().lower())
 
 
+def joined(stored: Any, new: Iterable[str]) -> str:
+    """A provenance tag field: the stored ids (comma-separated) and the new ones, once each."""
+    ids = [i.strip() for i in (decode(stored) or "").split(",")]
+    ids += [i.replace(",", " ").strip() for i in new]
+    return ",".join(dict.fromkeys(i for i in ids if i))
+
+
 def merge_descriptions(old: str, new: str) -> str:
     """Keep what was known and add what is new, without repeating a sentence."""
     if not old:
@@ -52,6 +62,8 @@ class EntityStore(VectorStore):
             {"name": "description", "type": "text"},
             {"name": "updated_at", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "audience", "type": "tag"},
+            {"name": "threads", "type": "tag"},
+            {"name": "authors", "type": "tag"},
         ],
     }
     DEFAULTS = {"audience": PUBLIC}  # entities from before scopes were learned team-wide
@@ -73,8 +85,16 @@ class EntityStore(VectorStore):
             return None
         return Entity(*(decode(v) or "" for v in row))
 
-    async def upsert(self, scope: Scope, entities: list[Entity]) -> list[Entity]:
-        """Write entities, merging each with the stored one of the same name."""
+    def key_of(self, tenant: str, entity_id: str) -> str:
+        """The key of an entity by its id (its key after the tenant's prefix)."""
+        return f"{self.key_prefix(tenant)}{entity_id}"
+
+    async def upsert(
+        self, scope: Scope, entities: list[Entity], authors: Iterable[str] | None = None
+    ) -> list[Entity]:
+        """Write entities, merging each with the stored one of the same name; `scope.thread`
+        and `authors` (default: `scope.user`) join its provenance."""
+        authors = [scope.user] if authors is None else list(authors)
         merged: dict[str, Entity] = {}
         for entity in entities:
             name = entity.name.strip()
@@ -97,6 +117,10 @@ class EntityStore(VectorStore):
             return []
         items = list(merged.values())
         vectors = await self.embedder.embed([e.line() for e in items])
+        pipe = self.redis.pipeline(transaction=False)
+        for e in items:
+            pipe.hmget(self.key(scope, e.name), ["threads", "authors"])
+        known = await pipe.execute()
         now = time.time()
         await self._write(
             scope.tenant,
@@ -110,10 +134,12 @@ class EntityStore(VectorStore):
                         "description": e.description,
                         "updated_at": now,
                         "audience": scope.audience,
+                        "threads": joined(threads, [scope.thread]),
+                        "authors": joined(old_authors, authors),
                     },
                     v,
                 )
-                for e, v in zip(items, vectors, strict=True)
+                for e, v, (threads, old_authors) in zip(items, vectors, known, strict=True)
             ],
         )
         return items
@@ -130,6 +156,20 @@ class EntityStore(VectorStore):
         where = None if everywhere else self.audience_filter(scope)
         rows = await self._list(scope.tenant, self.FIELDS, limit, where, sort_by="updated_at")
         return [Entity(*(decode(r.get(f, "")) for f in self.FIELDS)) for r in rows]
+
+    async def describe(self, tenant: str, entity_id: str, description: str) -> tuple[str, str]:
+        """Replace an entity's description and re-embed it; (old line, new line). KeyError
+        when there is no such entity."""
+        key = self.key_of(tenant, entity_id)
+        row = await self.redis.hmget(key, self.FIELDS)
+        if row[0] is None:
+            raise KeyError(entity_id)
+        old = Entity(*(decode(v) or "" for v in row))
+        new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
+        vector = (await self.embedder.embed([new.line()]))[0]
+        await self._write(tenant, [(key, {"description": new.description,
+                                          "updated_at": time.time()}, vector)])  # fmt: skip
+        return old.line(), new.line()
 
     @staticmethod
     def segment(entities: list[Entity]) -> Segment:

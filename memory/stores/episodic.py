@@ -40,7 +40,7 @@ from redis.asyncio import Redis
 from redisvl.utils.token_escaper import TokenEscaper
 
 from memory.embeddings import Embedder
-from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
+from memory.keys import EPISODE_INDEX, EPISODE_PREFIX, erasing_key
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode, delete_keys, vector_bytes
 from memory.stores.episodic_ranking import feedback_score, feedback_terms, row_words, z_of
@@ -711,16 +711,28 @@ class EpisodicStore(VectorStore):
 
     async def _fetch(self, scope: Scope, places: dict[str, tuple[str, int]]) -> dict[str, Episode]:
         """The chosen messages (id -> (thread, seq)), whole: one tag lookup, unfiltered (every
-        id was admitted already; the audience is checked again all the same)."""
+        id was admitted already; the audience is checked again all the same). Forgotten
+        messages whose documents are still being deleted (memory/governance.py) are left out:
+        asked in the same round trip."""
         if not places:
             return {}
         tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in places.values())
-        reply = await self.redis.execute_command(
-            "FT.SEARCH", await self._index(scope.tenant), f"@pos:{{{tags}}}",
-            "RETURN", len(FIELDS) + 1, "msg", *FIELDS, "LIMIT", 0, 2 * len(places), "DIALECT", 2,
+        ids = list(places)
+        reply, erasing = await asyncio.gather(
+            self.redis.execute_command(
+                "FT.SEARCH", await self._index(scope.tenant), f"@pos:{{{tags}}}",
+                "RETURN", len(FIELDS) + 1, "msg", *FIELDS, "LIMIT", 0, 2 * len(places),
+                "DIALECT", 2,
+            ),
+            self.redis.hmget(erasing_key(scope.tenant), ids),
         )  # fmt: skip
+        gone = {i for i, parts in zip(ids, erasing, strict=True) if parts is not None}
         found = (_episode(row) for _, row in _rows(reply))
-        return {e.id: e for e in found if e.id in places and scope.can_see(e.audience)}
+        return {
+            e.id: e
+            for e in found
+            if e.id in places and e.id not in gone and scope.can_see(e.audience)
+        }
 
     # -- rendering -----------------------------------------------------------------------------
 

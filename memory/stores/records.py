@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from redis.asyncio import Redis
@@ -64,6 +65,31 @@ class ThreadRecordStore(Generic[R]):
         pipe.delete(self.key(scope.tenant, record.id))
         pipe.zrem(self.thread_index(scope), record.id)
         await pipe.execute()
+
+    async def listed(
+        self, tenant: str, threads: Iterable[str]
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Each thread's record ids with their scores (creation times), in one pipeline."""
+        threads = list(threads)
+        pipe = self.redis.pipeline(transaction=False)
+        for thread in threads:
+            pipe.zrange(thread_records_key(tenant, thread, self.PLURAL), 0, -1, withscores=True)
+        rows = await pipe.execute()
+        return {
+            t: [(decode(i), float(score)) for i, score in row]
+            for t, row in zip(threads, rows, strict=True)
+        }
+
+    async def remove(self, tenant: str, by_thread: dict[str, Iterable[str]]) -> int:
+        """Delete records (hash and index entry), in one pipeline; how many existed."""
+        pipe = self.redis.pipeline(transaction=False)
+        for thread, ids in by_thread.items():
+            ids = list(ids)
+            if ids:
+                pipe.delete(*(self.key(tenant, i) for i in ids))
+                pipe.zrem(thread_records_key(tenant, thread, self.PLURAL), *ids)
+        replies = await pipe.execute() if len(pipe) else []
+        return sum(int(n) for n in replies[::2])
 
     async def get(self, scope: Scope, record_id: str) -> R:
         """The record, if `scope` may see it; otherwise it is not found, whatever exists."""

@@ -6,21 +6,35 @@ above its highest child) that covers all their messages and records its `childre
 child records its `parent`. A thread's index (the sorted set) lists only its top-level
 summaries, in the order of the messages they cover: the Summary segment stays short, and every
 summary stays readable by id.
+
+The deterministic notes (`compact_note` over messages, `merged_note` over summaries) live here:
+the bot's forced compaction writes them, and so does forgetting (memory/governance.py), which
+rewrites a summary from its remaining messages. A merge is a compare-and-set on its children's
+texts, so a summary rewritten meanwhile is never merged from its old text.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
+from memory.keys import thread_records_key
 from memory.scope import Scope
 from memory.stores.base import Segment, decode
+from memory.stores.conversation import Message
 from memory.stores.records import ThreadRecordStore, UnknownRecord
+
+COMPACT_CHARS_PER_MESSAGE = 300
+
+Note = tuple[str, str]  # (description, text)
 
 
 class UnknownSummary(UnknownRecord):
@@ -45,19 +59,52 @@ class Summary:
     parent: str = ""  # the summary this one was merged into; empty while top-level
 
 
-# Merge summaries into a new one, if they are all still top-level: store it in the place of the
-# first (its score), take them out of the thread's index, point each at its parent.
+def compact_note(messages: list[Message]) -> Note:
+    """The deterministic note: where and how it started, and each message cut short (forgotten
+    messages are left out)."""
+    living = [m for m in messages if not m.forgotten]
+    if not living:
+        return f"{len(messages)} forgotten messages", ""
+    start = time.strftime("%Y-%m-%d %H:%M", time.localtime(living[0].timestamp))
+    first_question = next((m.content for m in living if m.role == "user"), "")
+    description = f"Compacted {len(living)} messages from {start}: {first_question}"
+    lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in living]
+    return " ".join(description.split()[:16]), "\n".join(lines)
+
+
+def merged_note(children: list[Summary]) -> Note:
+    """The deterministic note of merged summaries: their descriptions."""
+    description = f"{len(children)} earlier summaries: " + "; ".join(
+        c.description for c in children
+    )
+    text = "\n".join(f"[Summary ID: {c.id}] {c.description}" for c in children)
+    return " ".join(description.split()[:24]), text
+
+
+def text_digest(text: str) -> str:
+    """What a merge checks a child's text against (Lua's `redis.sha1hex` of the stored text)."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+# Merge summaries into a new one, if they are all still top-level and their texts are still
+# the ones read: store it in the place of the first (its score), take them out of the thread's
+# index, point each at its parent.
 _MERGE_SCRIPT = """
 -- KEYS[1] thread index, KEYS[2] merged hash, KEYS[3..] children's hashes
 -- ARGV[1] merged id, ARGV[2] number of field arguments (f), ARGV[3 .. 2 + f] field/value
--- pairs of the merged hash, then the children's ids (in KEYS order)
+-- pairs of the merged hash, then the children's ids (in KEYS order), then their texts' SHA-1
 local nf = tonumber(ARGV[2])
+local n = #KEYS - 2
 local score = nil
-for i = 1, #KEYS - 2 do
+for i = 1, n do
   local child = ARGV[2 + nf + i]
   local s = redis.call('ZSCORE', KEYS[1], child)
   if not s then
     return redis.error_reply('CHANGED summary ' .. child .. ' is not a top-level summary')
+  end
+  local digest = ARGV[2 + nf + n + i]
+  if digest and redis.sha1hex(redis.call('HGET', KEYS[2 + i], 'text') or '') ~= digest then
+    return redis.error_reply('CHANGED summary ' .. child .. ' was rewritten')
   end
   if not score or tonumber(s) < tonumber(score) then score = s end
 end
@@ -70,6 +117,35 @@ end
 return #KEYS - 2
 """
 
+# Put summary ARGV[2] (hash KEYS[3], written before) in the place of ARGV[1] (hash KEYS[2]):
+# in the thread's index (KEYS[1]) or in its parent's children (KEYS[4]), if the old one is
+# still where it was read (its parent ARGV[3], '' when top-level); the new one gets that parent
+# and the old hash is deleted.
+_REPLACE_SCRIPT = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.error_reply('CHANGED summary ' .. ARGV[1] .. ' is gone')
+end
+local parent = redis.call('HGET', KEYS[2], 'parent') or ''
+if parent ~= ARGV[3] then
+  return redis.error_reply('CHANGED summary ' .. ARGV[1] .. ' moved')
+end
+if parent == '' then
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if not score then return redis.error_reply('CHANGED summary ' .. ARGV[1] .. ' moved') end
+  redis.call('ZADD', KEYS[1], score, ARGV[2])
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  local children = cjson.decode(redis.call('HGET', KEYS[4], 'children'))
+  for i, child in ipairs(children) do
+    if child == ARGV[1] then children[i] = ARGV[2] end
+  end
+  redis.call('HSET', KEYS[4], 'children', cjson.encode(children))
+end
+redis.call('HSET', KEYS[3], 'parent', parent)
+redis.call('DEL', KEYS[2])
+return 1
+"""
+
 
 class SummaryStore(ThreadRecordStore[Summary]):
     KIND, PLURAL = "summary", "summaries"
@@ -80,6 +156,55 @@ class SummaryStore(ThreadRecordStore[Summary]):
     def __init__(self, redis: Redis) -> None:
         super().__init__(redis)
         self._merge = redis.register_script(_MERGE_SCRIPT)
+        self._replace = redis.register_script(_REPLACE_SCRIPT)
+
+    def fields(self, summary: Summary) -> dict[str, Any]:
+        """A summary as its hash stores it."""
+        data = dataclasses.asdict(summary)
+        for name in self.JSON_FIELDS:
+            data[name] = json.dumps(data[name], ensure_ascii=False)
+        return data
+
+    async def get_many(self, tenant: str, ids: Iterable[str]) -> dict[str, Summary]:
+        """Summaries by id, wherever they were written (no audience check: for governance)."""
+        ids = list(dict.fromkeys(ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for summary_id in ids:
+            pipe.hgetall(self.key(tenant, summary_id))
+        rows = await pipe.execute()
+        return {i: self._decode(row) for i, row in zip(ids, rows, strict=True) if row}
+
+    async def rewrite(self, tenant: str, notes: dict[str, Note]) -> dict[str, str]:
+        """Give summaries new notes (description, text) in place; returns each one's parent as
+        read after the write, so a merge that took it meanwhile is seen."""
+        pipe = self.redis.pipeline(transaction=False)
+        ids = list(notes)
+        for summary_id in ids:
+            description, text = notes[summary_id]
+            key = self.key(tenant, summary_id)
+            pipe.hset(key, mapping={"description": description, "text": text})
+            pipe.hget(key, "parent")
+        replies = await pipe.execute()
+        return {i: decode(replies[2 * n + 1]) or "" for n, i in enumerate(ids)}
+
+    async def store(self, tenant: str, summary: Summary) -> None:
+        """Write a summary's hash only: it is listed nowhere until `replace` puts it in place."""
+        await self.redis.hset(self.key(tenant, summary.id), mapping=self.fields(summary))
+
+    async def replace(self, tenant: str, old: Summary, new: Summary) -> None:
+        """Put `new` (stored) in `old`'s place, the thread's index or its parent's children,
+        and delete `old`; `SummaryConflict` when `old` moved since it was read (merged)."""
+        keys = [
+            thread_records_key(tenant, old.thread_id, self.PLURAL), self.key(tenant, old.id),
+            self.key(tenant, new.id), self.key(tenant, old.parent or old.id),
+        ]  # fmt: skip
+        try:
+            await self._replace(keys=keys, args=[old.id, new.id, old.parent])
+        except Exception as exc:
+            if "CHANGED" in str(exc):
+                raise SummaryConflict(str(exc)) from exc
+            raise
+        new.parent = old.parent
 
     async def descriptions(self, scope: Scope) -> list[tuple[str, str]]:
         """(id, description) of a thread's top-level summaries, oldest first, in one command:
@@ -106,8 +231,10 @@ class SummaryStore(ThreadRecordStore[Summary]):
             fields += [name, repr(value) if isinstance(value, float) else str(value)]
         keys = [self.thread_index(scope), self.key(scope.tenant, merged.id)]
         keys += [self.key(scope.tenant, c.id) for c in children]
+        digests = [text_digest(c.text) for c in children]
+        args = [merged.id, len(fields), *fields, *merged.children, *digests]
         try:
-            await self._merge(keys=keys, args=[merged.id, len(fields), *fields, *merged.children])
+            await self._merge(keys=keys, args=args)
         except Exception as exc:
             if "CHANGED" in str(exc):
                 raise SummaryConflict(str(exc)) from exc

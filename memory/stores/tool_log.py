@@ -1,16 +1,20 @@
 """Tool log memory: the full input and output of every tool call, kept out of the context.
 
 The model gets a truncated result that names the log id; `read_tool_log` brings the rest back.
+Each log keeps who asked the turn that made the call (`author`), so erasing a person takes the
+logs of their turns too (memory/governance.py).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from memory.scope import Scope
+from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 
@@ -31,6 +35,7 @@ class ToolLogEntry:
     id: str = field(default_factory=lambda: f"log_{uuid.uuid4().hex[:12]}")
     created_at: float = field(default_factory=time.time)
     audience: str = ""
+    author: str = ""  # who asked the turn that made the call (empty in logs from before)
 
 
 class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
@@ -41,6 +46,14 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
 
     async def write(self, scope: Scope, entry: ToolLogEntry) -> str:
         return (await self.save(scope, entry)).id
+
+    async def authors(self, tenant: str, ids: Iterable[str]) -> dict[str, str]:
+        """Who asked the turn of each log (empty for logs from before it was kept)."""
+        ids = list(ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for log_id in ids:
+            pipe.hget(self.key(tenant, log_id), "author")
+        return {i: decode(a) or "" for i, a in zip(ids, await pipe.execute(), strict=True)}
 
     async def recent(
         self, scope: Scope, limit: int = 50, failed_only: bool = False

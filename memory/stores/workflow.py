@@ -1,12 +1,17 @@
 """Workflow memory: how past questions were answered with tools (QUERY / STEPS / OUTCOME).
 
 Retrieved by similarity to the new question, so a known procedure is reused, not re-derived.
+Each keeps its provenance: the `thread` it was learned in and the `authors` of its turn (a
+comma-separated tag field), so erasing a person finds what came from them. Records from before
+have neither.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -15,6 +20,9 @@ from redisvl.query.filter import Num
 from memory.keys import WORKFLOW_INDEX, WORKFLOW_PREFIX
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode
+from memory.stores.entity import joined
+
+_STEP = re.compile(r"^\s*\d+\.\s", re.MULTILINE)
 
 
 def workflow_text(query: str, steps: list[str], outcome: str) -> str:
@@ -30,6 +38,8 @@ class WorkflowStore(VectorStore):
             {"name": "num_steps", "type": "numeric"},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "audience", "type": "tag"},
+            {"name": "thread", "type": "tag"},
+            {"name": "authors", "type": "tag"},
         ],
     }
     DEFAULTS = {"audience": PUBLIC}  # workflows from before scopes were learned team-wide
@@ -44,7 +54,10 @@ class WorkflowStore(VectorStore):
         steps: list[str],
         outcome: str,
         vector: np.ndarray | None = None,
+        authors: Iterable[str] | None = None,
     ) -> str:
+        """Store the workflow of a turn in `scope.thread` by `authors` (default: `scope.user`)."""
+        authors = [scope.user] if authors is None else list(authors)
         text = workflow_text(query, steps, outcome)
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
@@ -57,9 +70,29 @@ class WorkflowStore(VectorStore):
             "num_steps": len(steps),
             "created_at": time.time(),
             "audience": scope.audience,
+            "thread": scope.thread,
+            "authors": joined("", authors),
         }
         await self._write(scope.tenant, [(key, fields, vector)])
         return key
+
+    def key_of(self, tenant: str, workflow_id: str) -> str:
+        """The key of a workflow by its id (its key after the tenant's prefix: a digest)."""
+        return f"{self.key_prefix(tenant)}{workflow_id}"
+
+    async def rewrite(self, tenant: str, workflow_id: str, text: str) -> str:
+        """Replace a workflow's text and re-embed it; returns the old text. KeyError when there
+        is no such workflow. Its step count follows the new text's numbered lines, if any."""
+        key = self.key_of(tenant, workflow_id)
+        old = decode(await self.redis.hget(key, "text"))
+        if old is None:
+            raise KeyError(workflow_id)
+        vector = (await self.embedder.embed([text]))[0]
+        fields: dict[str, Any] = {"text": text}
+        if steps := len(_STEP.findall(text)):
+            fields["num_steps"] = steps
+        await self._write(tenant, [(key, fields, vector)])
+        return old
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[str]:
         """Workflows nearest the question among those `scope` may see."""

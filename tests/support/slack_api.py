@@ -39,6 +39,9 @@ STREAMING_METHODS = (
     "assistant.threads.setStatus",
 )
 NEEDS_CHANNEL = ("chat.postMessage", "chat.update", "chat.delete", *STREAMING_METHODS)
+CONVERSATION_TYPES = {"public_channel", "private_channel", "mpim", "im"}
+MAX_BLOCKS = 100  # a Home tab's view
+SECTION_TEXT_LIMIT = 3000
 
 
 @dataclass
@@ -81,7 +84,15 @@ class MockSlackApi(ThreadedServer):
     messages: dict[str, Message] = field(default_factory=dict)  # by ts, in posting order
     known_ts: set[str] = field(default_factory=set)  # people's messages, from sent events
     strict_threads: bool = False  # True: a thread_ts must be a ts it issued or was told of
+    admins: set[str] = field(default_factory=set)  # workspace admins (users.info is_admin)
+    owners: set[str] = field(default_factory=set)  # workspace owners (is_owner)
+    deactivated: set[str] = field(default_factory=set)  # users.info deleted: true
+    members: dict[str, set[str]] = field(default_factory=dict)  # channel -> its people
+    mpims: set[str] = field(default_factory=set)  # group DMs among `members`' channels
+    page_size: int = 100  # users.conversations answers at most this many per page
+    home_views: dict[str, dict[str, Any]] = field(default_factory=dict)  # views.publish, by user
     _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
+    _failures: dict[str, list[Any]] = field(default_factory=dict)  # method -> [times, error]
     _ts = itertools.count(1)
 
     async def start(self) -> str:
@@ -119,6 +130,10 @@ class MockSlackApi(ThreadedServer):
             limit[0] -= 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                      headers={"Retry-After": str(limit[1])})  # fmt: skip
+        failure = self._failures.get(method)
+        if failure and failure[0] > 0:
+            failure[0] -= 1
+            return web.json_response({"ok": False, "error": failure[1]})
         try:
             return web.json_response({"ok": True, **self._answer(method, params)})
         except SlackError as exc:
@@ -159,6 +174,12 @@ class MockSlackApi(ThreadedServer):
             return self._user(params.get("user", ""))
         if method == "conversations.info":
             return self._conversation(params.get("channel", ""))
+        if method == "users.conversations":
+            return self._user_conversations(params)
+        if method == "conversations.open":
+            return self._open(params)
+        if method == "views.publish":
+            return self._publish(params)
         return {}
 
     def _check_channel(self, channel: str) -> None:
@@ -226,6 +247,11 @@ class MockSlackApi(ThreadedServer):
         """Answer the next `times` calls of `method` with 429 and `Retry-After` (seconds)."""
         self._limits[method] = [times, retry_after]
 
+    def fail(self, method: str, error: str, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`
+        (e.g. "invalid_auth", "missing_scope")."""
+        self._failures[method] = [times, error]
+
     def knows(self, *timestamps: str) -> None:
         """Messages people posted (what events carry), so replies may thread under them."""
         self.known_ts.update(t for t in timestamps if t)
@@ -238,7 +264,92 @@ class MockSlackApi(ThreadedServer):
         profile = {"display_name": name, "real_name": f"{name} Example"}
         return {"ok": True, "user": {"id": user_id, "team_id": self.team_id,
                                      "name": name.lower(), "real_name": profile["real_name"],
-                                     "is_bot": user_id == BOT_USER, "profile": profile}}  # fmt: skip
+                                     "is_bot": user_id == BOT_USER, "profile": profile,
+                                     "deleted": user_id in self.deactivated,
+                                     "is_admin": user_id in self.admins | self.owners,
+                                     "is_owner": user_id in self.owners,
+                                     "is_primary_owner": False}}  # fmt: skip
+
+    def dm_channel(self, user_id: str) -> str:
+        """The bot's DM channel with a person (what conversations.open gives)."""
+        return f"D{user_id}"
+
+    def _channel_object(self, channel: str, user_id: str) -> dict[str, Any]:
+        im = channel.startswith("D")
+        mpim = channel in self.mpims
+        private = im or mpim or channel.startswith("G") or channel in self.private_channels
+        found = {"id": channel, "is_channel": not (im or mpim) and not channel.startswith("G"),
+                 "is_group": channel.startswith("G"), "is_im": im, "is_mpim": mpim,
+                 "is_private": private}  # fmt: skip
+        if im:
+            found["user"] = user_id
+        return found
+
+    def _user_conversations(self, params: dict[str, Any]) -> dict[str, Any]:
+        """users.conversations with a bot token: the person's conversations that the bot is in
+        too (IMs: the bot's own with them), of the types asked, a page at a time."""
+        user_id = params.get("user", "")
+        if user_id not in self.users:
+            raise SlackError("user_not_found")
+        types = set((params.get("types") or "public_channel").split(","))
+        if not types <= CONVERSATION_TYPES:
+            raise SlackError("invalid_types")
+        found = []
+        for channel, people in sorted(self.members.items()):
+            if user_id not in people or channel in self.not_joined:
+                continue
+            kind = self._channel_object(channel, user_id)
+            if (
+                (kind["is_mpim"] and "mpim" in types)
+                or (not kind["is_mpim"] and kind["is_private"] and "private_channel" in types)
+                or (not kind["is_private"] and "public_channel" in types)
+            ):
+                found.append(kind)
+        if "im" in types:
+            found.append(self._channel_object(self.dm_channel(user_id), user_id))
+        cursor = params.get("cursor") or ""
+        if cursor and not cursor.startswith("next:"):
+            raise SlackError("invalid_cursor")
+        start = int(cursor.removeprefix("next:") or 0)
+        size = min(int(params.get("limit") or 100), self.page_size)
+        end = start + size
+        more = f"next:{end}" if end < len(found) else ""
+        return {"channels": found[start:end], "response_metadata": {"next_cursor": more}}
+
+    def _open(self, params: dict[str, Any]) -> dict[str, Any]:
+        users = [u for u in (params.get("users") or "").split(",") if u]
+        if not users:
+            raise SlackError("users_list_not_supplied")
+        if any(u not in self.users for u in users):
+            raise SlackError("user_not_found")
+        if len(users) > 1:
+            raise SlackError("not_supported_here")  # group DMs are not what the tests open
+        return {"channel": {"id": self.dm_channel(users[0])}}
+
+    def _publish(self, params: dict[str, Any]) -> dict[str, Any]:
+        """views.publish: a Home tab for one person, checked as Slack checks it."""
+        view = params.get("view")
+        if isinstance(view, str):
+            view = json.loads(view)
+        user_id = params.get("user_id", "")
+        if user_id not in self.users:
+            raise SlackError("user_not_found")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise SlackError("invalid_arguments")
+        blocks = view.get("blocks") or []
+        if len(blocks) > MAX_BLOCKS:
+            raise SlackError("invalid_arguments")
+        for block in blocks:
+            text = (block.get("text") or {}).get("text", "")
+            if block.get("type") == "section" and not 0 < len(text) <= SECTION_TEXT_LIMIT:
+                raise SlackError("invalid_arguments")
+            if block.get("type") == "header" and not 0 < len(text) <= 150:
+                raise SlackError("invalid_arguments")
+            button = block.get("accessory") or {}
+            if len(button.get("url", "")) > 3000:
+                raise SlackError("invalid_arguments")
+        self.home_views[user_id] = view
+        return {"view": {"id": f"V{uuid.uuid4().hex[:8].upper()}", **view}}
 
     def _conversation(self, channel: str) -> dict[str, Any]:
         """conversations.info: "G…" (legacy private groups) and listed channels are private."""
@@ -339,6 +450,30 @@ class SlackSender:
                           "command": command, "text": text, "response_url": response_url,
                           "trigger_id": "trig", "api_app_id": "A1"})  # fmt: skip
         return await self.post(body, "application/x-www-form-urlencoded")
+
+    async def home_opened(self, user: str = "U1", team: str = "T1", tab: str = "home"
+                          ) -> aiohttp.ClientResponse:  # fmt: skip
+        """Someone opens the app's Home (or Messages) tab."""
+        event = {"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": tab,
+                 "event_ts": f"{time.time():.6f}"}  # fmt: skip
+        if tab == "home":
+            event["view"] = {"id": "VHOME", "type": "home"}
+        return await self.event(event, team=team)
+
+    async def block_action(self, action_id: str, user: str = "U1", team: str = "T1",
+                           url: str = "") -> aiohttp.ClientResponse:  # fmt: skip
+        """A button pressed on the Home tab (a url button sends its action too)."""
+        action = {"type": "button", "action_id": action_id, "block_id": "b1",
+                  "action_ts": f"{time.time():.6f}", "text": {"type": "plain_text", "text": "x"}}  # fmt: skip
+        if url:
+            action["url"] = url
+        payload = {"type": "block_actions", "user": {"id": user, "team_id": team},
+                   "team": {"id": team}, "api_app_id": "A1", "token": "legacy",
+                   "container": {"type": "view", "view_id": "VHOME"}, "trigger_id": "trig",
+                   "view": {"id": "VHOME", "type": "home"}, "actions": [action]}  # fmt: skip
+        return await self.post(
+            urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
+        )
 
     async def shortcut(self, callback_id: str, message: dict[str, Any], response_url: str,
                        team: str = "T1", channel: str = "C1", user: str = "U1") -> aiohttp.ClientResponse:  # fmt: skip

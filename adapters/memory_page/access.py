@@ -1,0 +1,304 @@
+"""Who is looking at the memory page: a signed link's person turned into a `Viewer`.
+
+The platform says who may see what, by the same rules the adapters use when they store a
+memory's audience (`memory.scope.Scope.audience`):
+
+- Slack: admins, owners and the primary owner of the workspace (users.info) manage the whole
+  tenant. Everyone sees public-channel memory, the private channels and group DMs they share
+  with the bot (users.conversations) and their own DM with the bot (conversations.open).
+- Discord: members with Manage Server or Administrator manage the whole server. Everyone sees
+  what was said in channels @everyone can view, and in the channels hidden from @everyone that
+  they can view, and those channels' threads (a thread is its own place: its audience names the
+  thread). A DM's memory is its own tenant (`dm-<user>`), its person's alone.
+- The terminal (`arxivscout web`'s link): its person is an admin of their own tenant.
+- ARXIVSCOUT_ADMINS names more admins: user ids, or `tenant:user` for one tenant only.
+
+What the platform said is cached in Redis for a few minutes (`memory.web_sessions.ViewerCache`).
+Its failures (rate limits, a refused token, a person unknown there) are `DirectoryError`s with
+a message for the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any, Protocol
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.memory_page.viewer import Viewer
+from memory.scope import PUBLIC, Scope, Visibility
+from memory.web_sessions import ViewerCache
+
+log = logging.getLogger(__name__)
+
+SLACK_PAGE = 200  # users.conversations page size (Slack allows up to 1,000; suggests 200)
+ARCHIVED_THREADS = 100  # per hidden Discord channel, the most recently archived threads asked
+ASK_TIMEOUT_SECONDS = 20.0
+TOKEN_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+
+
+class DirectoryError(Exception):
+    """The platform could not say who someone is: `message` is for the page, `status` its HTTP
+    status, `retry_after` (seconds) when trying again later will help."""
+
+    def __init__(self, message: str, status: int = 503, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Directory(Protocol):
+    async def viewer(self, tenant: str, user: str, platform: str) -> Viewer: ...
+
+
+def viewer_record(viewer: Viewer) -> dict[str, Any]:
+    return {**asdict(viewer), "audiences": sorted(viewer.audiences)}
+
+
+def viewer_of(record: dict[str, Any]) -> Viewer:
+    return Viewer(
+        tenant=record["tenant"], user=record["user"], platform=record["platform"],
+        admin=bool(record.get("admin")), audiences=frozenset(record.get("audiences") or [PUBLIC]),
+        name=record.get("name") or "",
+    )  # fmt: skip
+
+
+class Admins:
+    """ARXIVSCOUT_ADMINS: comma-separated user ids (an admin wherever that id signs in) or
+    `tenant:user` (an admin of that tenant only)."""
+
+    def __init__(self, setting: str | None = None) -> None:
+        entries = [e.strip() for e in (setting or "").split(",") if e.strip()]
+        self.anywhere = {e for e in entries if ":" not in e}
+        self.in_tenant = {tuple(e.split(":", 1)) for e in entries if ":" in e}
+
+    def named(self, tenant: str, user: str) -> bool:
+        return user in self.anywhere or (tenant, user) in self.in_tenant
+
+
+def _place(tenant: str, channel: str, visibility: Visibility) -> str:
+    return Scope(tenant, channel=channel, visibility=visibility).audience
+
+
+class SlackDirectory:
+    """Asks Slack (users.info, users.conversations, conversations.open) with the bot's token:
+    private channels are listed only where the bot is a member too, as its memory is."""
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+
+    async def viewer(self, tenant: str, user: str, platform: str = "slack") -> Viewer:
+        try:
+            async with asyncio.timeout(ASK_TIMEOUT_SECONDS):
+                found = (await self.client.users_info(user=user)).get("user") or {}
+                places = await self._places(tenant, user)
+        except SlackApiError as exc:
+            raise self._error(exc) from None
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            raise DirectoryError("Slack could not be reached: try again in a minute.") from None
+        if found.get("deleted"):
+            raise DirectoryError("This Slack account is deactivated.", status=403)
+        admin = any(found.get(k) for k in ("is_admin", "is_owner", "is_primary_owner"))
+        profile = found.get("profile") or {}
+        name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user
+        return Viewer(tenant, user, "slack", admin, frozenset({PUBLIC, *places}), name)
+
+    async def _places(self, tenant: str, user: str) -> set[str]:
+        places: set[str] = set()
+        cursor = None
+        while True:
+            page = await self.client.users_conversations(
+                user=user, types="private_channel,mpim,im", limit=SLACK_PAGE, cursor=cursor
+            )
+            for channel in page.get("channels") or []:
+                if channel.get("is_im") or channel["id"].startswith("D"):
+                    if channel.get("user", user) == user:  # an IM with someone else: not theirs
+                        places.add(_place(tenant, channel["id"], Visibility.DM))
+                else:  # a private channel or a group DM (the Slack adapter's rule)
+                    places.add(_place(tenant, channel["id"], Visibility.PRIVATE))
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
+        opened = await self.client.conversations_open(users=user)
+        places.add(_place(tenant, opened["channel"]["id"], Visibility.DM))
+        return places
+
+    @staticmethod
+    def _error(exc: SlackApiError) -> DirectoryError:
+        response = exc.response
+        error = response.get("error") or "unknown_error"
+        if response.status_code == 429 or error == "ratelimited":
+            wait = int(response.headers.get("Retry-After") or response.headers.get("retry-after")
+                       or 30)  # fmt: skip
+            return DirectoryError(
+                f"Slack asks ArxivScout to slow down (rate limited): try again in {wait} "
+                "seconds.", retry_after=wait,
+            )  # fmt: skip
+        if error in TOKEN_ERRORS:
+            return DirectoryError(
+                f"Slack refused ArxivScout's token ({error}): whoever runs ArxivScout should "
+                "check SLACK_BOT_TOKEN.", status=502,
+            )  # fmt: skip
+        if error == "missing_scope":
+            needed = f" ({response.get('needed')})" if response.get("needed") else ""
+            return DirectoryError(
+                f"ArxivScout's Slack app lacks a permission (scope){needed}: whoever runs it "
+                "should reinstall it with the scopes of manifest.yml.", status=502,
+            )  # fmt: skip
+        if error in ("user_not_found", "users_not_found", "user_disabled"):
+            return DirectoryError("Slack does not know you in this workspace.", status=403)
+        return DirectoryError(f"Slack answered an error ({error}): try again later.", status=502)
+
+
+def hidden_channels(channels: Iterable[Any], member: Any) -> set[int]:
+    """The channels @everyone cannot view that `member` can (discord.py objects)."""
+    from adapters.discord import visibility  # discord.py loads only where Discord is asked
+
+    return {
+        channel.id
+        for channel in channels
+        if visibility(channel) is Visibility.PRIVATE
+        and channel.permissions_for(member).view_channel
+    }
+
+
+def discord_viewer(
+    tenant: str, member: Any, channels: Iterable[Any], threads: Iterable[Any] = ()
+) -> Viewer:
+    """The viewer a server's member is, from discord.py objects (fetched, or the gateway's):
+    `channels` the server's channels, `threads` those of its threads the member may open."""
+    permissions = member.guild_permissions
+    admin = bool(permissions.administrator or permissions.manage_guild)
+    hidden = hidden_channels(channels, member)
+    places = {str(c) for c in hidden} | {str(t.id) for t in threads if t.parent_id in hidden}
+    audiences = {PUBLIC, *(_place(tenant, p, Visibility.PRIVATE) for p in places)}
+    name = getattr(member, "display_name", "") or str(member.id)
+    return Viewer(tenant, str(member.id), "discord", admin, frozenset(audiences), name)
+
+
+class DiscordDirectory:
+    """Asks Discord's REST API (no gateway connection) with the bot's token, or through the
+    bot's own logged-in client: the member, the server's channels and their threads."""
+
+    def __init__(self, token: str | None = None, client: Any = None) -> None:
+        self.token = token
+        self.client = client  # a logged-in discord.Client, or made on first use from `token`
+        self._lock = asyncio.Lock()
+        self._owned = client is None
+
+    async def viewer(self, tenant: str, user: str, platform: str = "discord") -> Viewer:
+        if tenant.startswith("dm-"):  # a person's DMs are a tenant of their own
+            if tenant != f"dm-{user}":
+                raise DirectoryError("This link is for someone else's direct messages.", 403)
+            return Viewer(tenant, user, "discord", admin=True, name=user)
+        import discord
+
+        try:
+            async with asyncio.timeout(ASK_TIMEOUT_SECONDS):
+                return await self._ask(tenant, user)
+        except discord.LoginFailure:
+            raise DirectoryError("Discord refused ArxivScout's token: whoever runs ArxivScout "
+                                 "should check DISCORD_TOKEN.", status=502) from None  # fmt: skip
+        except discord.NotFound:
+            raise DirectoryError("Discord does not know you in this server (or ArxivScout is no "
+                                 "longer in it).", status=403) from None  # fmt: skip
+        except discord.Forbidden:
+            raise DirectoryError("ArxivScout may not see this server's members or channels: "
+                                 "check the bot's permissions.", status=502) from None  # fmt: skip
+        except (discord.HTTPException, aiohttp.ClientError, TimeoutError, OSError):
+            raise DirectoryError("Discord could not be reached: try again in a minute.") from None
+
+    async def _login(self) -> Any:
+        async with self._lock:
+            if self.client is None:
+                if not self.token:
+                    raise DirectoryError(
+                        "This server cannot ask Discord who you are: DISCORD_TOKEN is not set "
+                        "where the memory page runs.", status=503,
+                    )  # fmt: skip
+                import discord
+
+                client = discord.Client(intents=discord.Intents.none())
+                await client.login(self.token)  # REST only: no gateway connection
+                self.client = client
+        return self.client
+
+    async def _ask(self, tenant: str, user: str) -> Viewer:
+        import discord
+
+        client = await self._login()
+        guild = await client.fetch_guild(int(tenant), with_counts=False)
+        member = await guild.fetch_member(int(user))
+        channels = await guild.fetch_channels()
+        hidden = hidden_channels(channels, member)
+        threads = [t for t in await guild.active_threads() if t.parent_id in hidden]
+        for channel in channels:
+            if channel.id in hidden and hasattr(channel, "archived_threads"):
+                with contextlib.suppress(discord.Forbidden):
+                    threads += [t async for t in channel.archived_threads(limit=ARCHIVED_THREADS)]
+        manages = member.guild_permissions.manage_threads
+        opened = [t for t in threads if not t.is_private() or manages or await _in(t, member)]
+        return discord_viewer(tenant, member, channels, opened)
+
+    async def close(self) -> None:
+        if self._owned and self.client is not None:
+            await self.client.close()
+
+
+async def _in(thread: Any, member: Any) -> bool:
+    """A private thread's member (Discord shows private threads to their members only)."""
+    import discord
+
+    try:
+        await thread.fetch_member(member.id)
+        return True
+    except discord.NotFound:
+        return False
+
+
+class LocalDirectory:
+    """The terminal's person (a link printed by `arxivscout web`): an admin of their tenant."""
+
+    async def viewer(self, tenant: str, user: str, platform: str = "local") -> Viewer:
+        return Viewer(tenant, user, "local", admin=True, name=user)
+
+
+class Directories:
+    """The directory of each platform, their answers cached in Redis for minutes, and
+    ARXIVSCOUT_ADMINS on top (applied after the cache, so a changed setting counts at once)."""
+
+    def __init__(
+        self, cache: ViewerCache | None = None, admins: Admins | None = None, *,
+        slack: Directory | None = None, discord: Directory | None = None,
+        local: Directory | None = None,
+    ) -> None:  # fmt: skip
+        self.cache = cache
+        self.admins = admins or Admins()
+        self.by_platform: dict[str, Directory | None] = {
+            "slack": slack, "discord": discord, "local": local or LocalDirectory(),
+        }  # fmt: skip
+
+    async def viewer(self, tenant: str, user: str, platform: str) -> Viewer:
+        directory = self.by_platform.get(platform)
+        if directory is None:
+            variable = {"slack": "SLACK_BOT_TOKEN", "discord": "DISCORD_TOKEN"}.get(platform)
+            why = f": {variable} is not set where the memory page runs" if variable else ""
+            raise DirectoryError(f"This server cannot check who you are on {platform}{why}.")
+        found = await self.cache.get(platform, tenant, user) if self.cache else None
+        if found is not None:
+            viewer = viewer_of(found)
+        else:
+            viewer = await directory.viewer(tenant, user, platform)
+            if self.cache is not None:
+                await self.cache.put(platform, tenant, user, viewer_record(viewer))
+        if not viewer.admin and self.admins.named(tenant, user):
+            viewer = Viewer(viewer.tenant, viewer.user, viewer.platform, True,
+                            viewer.audiences, viewer.name)  # fmt: skip
+        return viewer

@@ -1,0 +1,548 @@
+"""The memory page's pages and forms: server-rendered HTML (Jinja2, autoescaped, no script).
+
+Each handler reads the `Viewer` and the CSRF token that the access middleware put on the
+request (`server.py`), asks `memory.browse` for what that person may see, and shows it; forms
+call `memory.governance` and `memory.portability`, then redirect back with a message (`?done=`).
+A Forget button leads to a page that shows what would be forgotten (`GET /memory/forget/confirm`),
+whose form posts the erasure: nothing is erased by one stray click, and no script is needed.
+Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see,
+forget their own messages, the threads, summaries and tool logs of their own DMs, and
+everything about themselves; everything else that changes or exports the tenant is an admin's
+(403). An id the viewer may not see, or of another tenant, is a 404, like a missing one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+from jinja2 import Environment, FileSystemLoader
+from yarl import URL
+
+from adapters.memory_page.viewer import Viewer
+from memory.browse import PAGE_SIZE
+from memory.governance import Busy, NotFound
+from memory.keys import InvalidName
+from memory.manager import MemoryManager
+from memory.portability import dumps
+from memory.scope import PUBLIC
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).with_name("templates")
+THREADS_PER_PAGE = 50
+SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
+MAX_RETENTION_DAYS = 36_500
+ADMIN_KINDS = ("paper", "entity", "workflow")
+KINDS = ("message", "thread", "summary", "tool_log", *ADMIN_KINDS)
+FLASH = ("done", "error")
+NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, imports, pages)
+    "messages": ("message", "messages"), "threads": ("thread", "threads"),
+    "summaries": ("summary", "summaries"), "tool_logs": ("tool log", "tool logs"),
+    "episodes": ("search entry", "search entries"), "entities": ("entity", "entities"),
+    "workflows": ("workflow", "workflows"), "papers": ("paper", "papers"),
+    "chunks": ("passage", "passages"), "passages": ("passage", "passages"),
+    "cached_embeddings": ("cached embedding", "cached embeddings"),
+    "retention": ("retention setting", "retention settings"),
+    "re-embedded": ("vector made again", "vectors made again"),
+}  # fmt: skip
+
+
+class Missing(Exception):
+    """Answered 404: unknown, of another tenant, or not for this viewer to see."""
+
+
+class Refused(Exception):
+    """Answered 403: the viewer may see it but not do this."""
+
+
+Handler = Callable[[Any, web.Request], Awaitable[web.StreamResponse]]
+
+
+def page(handler: Handler) -> Handler:
+    """Turn the handler's Missing / Refused (and the stores' unknown ids) into error pages."""
+
+    @functools.wraps(handler)
+    async def run(self: Pages, request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(self, request)
+        except (Missing, NotFound, InvalidName):
+            return self.render(request, "error.html", status=404, title="Not found",
+                               message="There is nothing here that you may see.")  # fmt: skip
+        except Refused:
+            return self.render(request, "error.html", status=403, title="Not allowed",
+                               message="Only an admin of this workspace may do that.")  # fmt: skip
+        except Busy:
+            return self.render(request, "error.html", status=503, title="Try again shortly",
+                               message="Another erasure is still running in this workspace's "
+                               "memory. Nothing was changed; try again in a minute.")  # fmt: skip
+
+    return run
+
+
+def own_dm(viewer: Viewer, audience: str) -> bool:
+    """A direct message between this person and the bot."""
+    return audience.startswith("dm:") and audience in viewer.audiences
+
+
+def may_forget_message(viewer: Viewer, message: Any) -> bool:
+    mine = bool(message.author) and message.author == viewer.user
+    return viewer.admin or mine or own_dm(viewer, message.audience)
+
+
+def may_forget_record(viewer: Viewer, audience: str) -> bool:
+    """A thread, summary or tool log: an admin's, or the viewer's own DM's."""
+    return viewer.admin or own_dm(viewer, audience)
+
+
+def when(timestamp: float | None) -> str:
+    if not timestamp:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(timestamp))
+
+
+def place(audience: str | None) -> str:
+    """Where an item was learned, in words."""
+    audience = audience or PUBLIC
+    kind, _, where = audience.partition(":")
+    return {"public": "public", "private": f"private channel {where}", "dm": "direct message"}.get(
+        kind, audience
+    )
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… ({len(text) - limit:,} more characters: export the thread for all)"
+
+
+def thread_url(thread: str, page_number: int | None = None) -> str:
+    url = f"/memory/threads/{quote(thread, safe='')}"
+    return url if page_number is None else f"{url}?page={page_number}"
+
+
+def counted(n: int, what: str) -> str:
+    """`n` things in words: "1 entity", "2 summaries", "1 tool log". `what` is a key of NOUNS
+    (an erasure's or an import's count), or a noun, singular or plural."""
+    one, many = NOUNS.get(what) or next(
+        ((o, m) for o, m in NOUNS.values() if what in (o, m)), _forms(what.replace("_", " "))
+    )
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _forms(noun: str) -> tuple[str, str]:
+    """One and many of a noun NOUNS does not know (regular English plurals)."""
+    if noun.endswith("ies"):
+        return noun[:-3] + "y", noun
+    if noun.endswith("s"):
+        return noun[:-1], noun
+    return noun, noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+
+
+def listed(counts: Iterable[tuple[str, int]]) -> str:
+    """Counts in words, joined: "1 message, 2 summaries"; "" when all are naught."""
+    return ", ".join(counted(n, what) for what, n in counts if n)
+
+
+def erased(erasure: Any) -> str:
+    """What a forget removed, in words."""
+    if not dataclasses.is_dataclass(erasure):
+        return "Forgotten."
+    counts = listed(dataclasses.asdict(erasure).items())
+    return f"Forgotten: {counts}." if counts else "Nothing was left to forget."
+
+
+def safe_back(value: str | None, default: str) -> str:
+    """A path of the memory page to return to (never another site)."""
+    value = (value or "").strip()
+    if re.match(r"^/memory(/|\?|$)", value) and "\\" not in value and "//" not in value:
+        return value
+    return default
+
+
+def filename(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))[:120] + ".jsonl"
+
+
+async def ndjson(records: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """An export's records as JSON Lines, in chunks of about 64 kB."""
+    buffer: list[bytes] = []
+    size = 0
+    async for record in records:
+        line = (dumps(record) + "\n").encode()
+        buffer.append(line)
+        size += len(line)
+        if size >= 65_536:
+            yield b"".join(buffer)
+            buffer, size = [], 0
+    if buffer:
+        yield b"".join(buffer)
+
+
+@dataclass
+class Target:
+    """What a forget names, checked: it exists in the viewer's tenant, they may see it and
+    forget it. `item` is what the confirmation page shows; `after` where the erasure returns."""
+
+    kind: str
+    id: str
+    thread: str
+    item: Any
+    after: str
+
+
+class Pages:
+    def __init__(self, memory: MemoryManager) -> None:
+        self.memory = memory
+        self.browse = memory.browse
+        self.env = Environment(
+            loader=FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
+            lstrip_blocks=True,
+        )  # fmt: skip
+        self.env.filters.update(when=when, place=place, shown=shown, counted=counted)
+        self.env.globals.update(
+            thread_url=thread_url, quote=lambda s: quote(s, safe=""),
+            page_of=lambda seq: seq // PAGE_SIZE + 1,
+            may_forget_message=may_forget_message, may_forget_record=may_forget_record,
+        )  # fmt: skip
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def render(
+        self, request: web.Request, template: str, status: int = 200, **values: Any
+    ) -> web.Response:
+        here = request.rel_url.with_query(
+            {k: v for k, v in request.query.items() if k not in FLASH}
+        )
+        html = self.env.get_template(template).render(
+            viewer=request.get("viewer"), csrf=request.get("csrf", ""), here=str(here),
+            done=request.query.get("done", ""), error=request.query.get("error", ""), **values,
+        )  # fmt: skip
+        return web.Response(text=html, status=status, content_type="text/html")
+
+    @staticmethod
+    def viewer(request: web.Request) -> Viewer:
+        return request["viewer"]
+
+    @staticmethod
+    def seen(viewer: Viewer) -> frozenset[str] | None:
+        """What browse reads for this viewer: everything for an admin."""
+        return None if viewer.admin else viewer.audiences
+
+    @staticmethod
+    def back(form: Any, default: str, **flash: str) -> web.HTTPSeeOther:
+        target = URL(safe_back(form.get("back"), default), encoded=True)  # ids stay quoted
+        query = {k: v for k, v in target.query.items() if k not in FLASH}
+        return web.HTTPSeeOther(str(target.with_query({**query, **flash})))
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    @page
+    async def overview(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        threads = await self.browse.threads(v.tenant, self.seen(v))
+        threads = [t for t in threads if v.can_see(t.audience)]
+        pages = max(1, math.ceil(len(threads) / THREADS_PER_PAGE))
+        number = min(max(1, _int(request.query.get("page"), 1)), pages)
+        shown_threads = threads[(number - 1) * THREADS_PER_PAGE : number * THREADS_PER_PAGE]
+        days = await self.memory.retention.get(v.tenant) if v.admin else None
+        return self.render(
+            request, "overview.html", threads=shown_threads, total=len(threads), page=number,
+            pages=pages, retention_days=days,
+        )  # fmt: skip
+
+    @page
+    async def thread(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        number = _int(request.query.get("page"), None)
+        found = await self.browse.thread(
+            v.tenant, request.match_info["thread"], self.seen(v), number
+        )
+        if found is None or not v.can_see(found.thread.audience):
+            raise Missing
+        return self.render(
+            request, "thread.html", t=found.thread, view=found,
+            summaries=[s for s in found.summaries if v.can_see(s.audience)],
+            tool_logs=[e for e in found.tool_logs if v.can_see(e.audience)],
+        )  # fmt: skip
+
+    @page
+    async def papers(self, request: web.Request) -> web.StreamResponse:
+        papers = await self.browse.papers(self.viewer(request).tenant)
+        return self.render(request, "papers.html", papers=papers)
+
+    @page
+    async def paper(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        found = await self.browse.paper(v.tenant, request.match_info["arxiv_id"])
+        if found is None or not v.can_see(found[0].audience):
+            raise Missing
+        return self.render(request, "paper.html", paper=found[0], passages=found[1])
+
+    @page
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        found = [w for w in await self.browse.workflows(v.tenant, self.seen(v))
+                 if v.can_see(w.audience)]  # fmt: skip
+        names = await self.names(v, (a for w in found for a in w.authors))
+        return self.render(request, "workflows.html", workflows=found, names=names)
+
+    @page
+    async def entities(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        found = [e for e in await self.browse.entities(v.tenant, self.seen(v))
+                 if v.can_see(e.audience)]  # fmt: skip
+        names = await self.names(v, (a for e in found for a in e.authors))
+        return self.render(request, "entities.html", entities=found, names=names)
+
+    async def names(self, v: Viewer, users: Iterable[str]) -> dict[str, str]:
+        """Display names of user ids (provenance), the viewer's own from their sign-in."""
+        names = await self.browse.names(v.tenant, users)
+        if v.name:
+            names.setdefault(v.user, v.name)
+        return names
+
+    @page
+    async def search(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        query = request.query.get("q", "").strip()[:500]
+        results = await self.browse.search(v.tenant, query, self.seen(v))
+        return self.render(
+            request, "search.html", q=query, searching=True,
+            messages=[m for m in results.messages if v.can_see(m.audience)],
+            passages=[p for p in results.passages if v.can_see(p.audience)],
+        )  # fmt: skip
+
+    # -- forms ---------------------------------------------------------------------------------
+
+    async def target(self, v: Viewer, kind: str, item: str, thread: str) -> Target:
+        """The forget's target, checked (Missing: 404, Refused: 403), for the confirmation page
+        and the erasure alike."""
+        if kind not in KINDS or not (item or thread):
+            raise Missing
+        if kind in ADMIN_KINDS and not v.admin:
+            raise Refused
+        seen = self.seen(v)
+        if kind == "message":
+            message = await self.browse.message(v.tenant, thread, item, seen)
+            if message is None or not v.can_see(message.audience):
+                raise Missing
+            if not may_forget_message(v, message):
+                raise Refused
+            return Target(kind, item, thread, message, thread_url(thread))
+        if kind == "thread":
+            thread = thread or item
+            info = await self.browse.thread_info(v.tenant, thread)
+            if info is None or not v.can_see(info.audience):
+                raise Missing
+            if not may_forget_record(v, info.audience):
+                raise Refused
+            return Target(kind, thread, thread, info, "/memory")  # its page is gone
+        if kind in ("summary", "tool_log"):
+            read = self.browse.summary if kind == "summary" else self.browse.tool_log
+            record = await read(v.tenant, item, seen)
+            if record is None or not v.can_see(record.audience):
+                raise Missing
+            if not may_forget_record(v, record.audience):
+                raise Refused
+            return Target(kind, item, record.thread_id, record, thread_url(record.thread_id))
+        if kind == "paper":
+            found: Any = await self.browse.paper_info(v.tenant, item)
+        elif kind == "entity":
+            found = await self.browse.entity(v.tenant, item, seen)
+        else:
+            found = await self.browse.workflow(v.tenant, item, seen)
+        if found is None or not v.can_see(found.audience):
+            raise Missing
+        return Target(kind, item, "", found, f"/memory/{kind}s")
+
+    @page
+    async def confirm_forget(self, request: web.Request) -> web.StreamResponse:
+        """What a Forget button would erase, and the form that erases it."""
+        v, query = self.viewer(request), request.query
+        target = await self.target(
+            v, query.get("kind", ""), query.get("id", "").strip(), query.get("thread", "").strip()
+        )
+        authors = getattr(target.item, "authors", None) or []
+        names = await self.names(v, authors) if authors else {}
+        back = safe_back(query.get("back"), target.after)
+        return self.render(
+            request, "confirm.html", target=target, x=target.item, back=back, names=names,
+            after=target.after if target.kind in ("thread", "paper") else back,
+        )  # fmt: skip
+
+    @page
+    async def forget(self, request: web.Request) -> web.StreamResponse:
+        v, form = self.viewer(request), await request.post()
+        target = await self.target(
+            v, str(form.get("kind", "")), str(form.get("id", "")).strip(),
+            str(form.get("thread", "")).strip(),
+        )  # fmt: skip
+        governance, kind, item = self.memory.governance, target.kind, target.id
+        if kind == "message":
+            erasure = await governance.forget_message(v.tenant, target.thread, item)
+        elif kind == "thread":
+            erasure = await governance.forget_thread(v.tenant, target.thread)
+        else:
+            forget = {"summary": governance.forget_summary,
+                      "tool_log": governance.forget_tool_log, "paper": governance.forget_paper,
+                      "entity": governance.forget_entity,
+                      "workflow": governance.forget_workflow}[kind]  # fmt: skip
+            erasure = await forget(v.tenant, item)
+        if kind in ("thread", "paper"):  # its page is gone
+            raise self.back({}, target.after, done=erased(erasure))
+        raise self.back(form, target.after, done=erased(erasure))
+
+    @page
+    async def edit_entity(self, request: web.Request) -> web.StreamResponse:
+        return await self._edit(request, "entity", "description")
+
+    @page
+    async def edit_workflow(self, request: web.Request) -> web.StreamResponse:
+        return await self._edit(request, "workflow", "text")
+
+    async def _edit(self, request: web.Request, kind: str, field: str) -> web.StreamResponse:
+        v, form = self.viewer(request), await request.post()
+        if not v.admin:
+            raise Refused
+        item, value = str(form.get("id", "")), str(form.get(field, "")).strip()
+        if not value:
+            raise self.back(form, f"/memory/{kind}s", error=f"The {field} must not be empty.")
+        governance = self.memory.governance
+        edit = governance.edit_entity if kind == "entity" else governance.edit_workflow
+        try:
+            await edit(v.tenant, item, value)
+        except ValueError as exc:  # too long, or refused by the store: say why
+            raise self.back(form, f"/memory/{kind}s", error=str(exc)) from None
+        raise self.back(form, f"/memory/{kind}s", done=f"The {kind} was saved.")
+
+    @page
+    async def export(self, request: web.Request) -> web.StreamResponse:
+        v, thread = self.viewer(request), request.query.get("thread", "")
+        if thread:
+            audience = await self.browse.thread_audience(v.tenant, thread)
+            if audience is None or not v.can_see(audience):
+                raise Missing
+            portability, name = self.memory.portability, filename(v.tenant, thread)
+            records = portability.export_thread(v.tenant, thread)
+        elif not v.admin:
+            raise Refused
+        else:
+            records, name = self.memory.portability.export_tenant(v.tenant), filename(v.tenant)
+        chunks = ndjson(records)
+        first = await anext(chunks, b"")  # a failure this early is still an error page
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/x-ndjson",
+                "Content-Disposition": f'attachment; filename="{name}"',
+            }
+        )
+        await response.prepare(request)
+        try:
+            await response.write(first)
+            async for chunk in chunks:
+                await response.write(chunk)
+        except Exception:  # too late for a page: cut the body, so the download shows failed
+            log.exception("memory page: the export of %s failed midway", name)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+
+    @page
+    async def import_file(self, request: web.Request) -> web.StreamResponse:
+        v = self.viewer(request)
+        if not v.admin:
+            raise Refused
+        form = await request.post()
+        upload = form.get("file")
+        if not isinstance(upload, web.FileField):
+            raise self.back(form, "/memory", error="Choose a JSON Lines file to import.")
+
+        def lines() -> Iterable[str]:  # read afresh for each of the import's two passes
+            upload.file.seek(0)
+            return (raw.decode("utf-8") for raw in upload.file)
+
+        try:
+            counts = await self.memory.portability.import_lines(v.tenant, lines)
+        except UnicodeDecodeError:
+            raise self.back(form, "/memory", error="The file is not UTF-8 text.") from None
+        except ValueError as exc:  # not an export, a bad line, or the tenant is not empty
+            raise self.back(form, "/memory", error=str(exc)) from None
+        made = listed(counts.items()) or "nothing"
+        raise self.back(form, "/memory", done=f"Imported {made}.")
+
+    @page
+    async def retention(self, request: web.Request) -> web.StreamResponse:
+        v, form = self.viewer(request), await request.post()
+        if not v.admin:
+            raise Refused
+        raw = str(form.get("days", "")).strip()
+        days = _int(raw, -1) if raw else None
+        if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+            raise self.back(
+                form, "/memory", error=f"Give a whole number of days, 1 to {MAX_RETENTION_DAYS}, "
+                "or leave it empty to keep conversation memory for ever."
+            )  # fmt: skip
+        try:
+            await self.memory.retention.set(v.tenant, days)
+        except ValueError as exc:  # refused by the store: say why
+            raise self.back(form, "/memory", error=str(exc)) from None
+        done = f"Conversation memory is kept {days} days." if days else "Kept for ever."
+        raise self.back(form, "/memory", done=done)
+
+    @page
+    async def forget_person(self, request: web.Request) -> web.StreamResponse:
+        v, form = self.viewer(request), await request.post()
+        user = str(form.get("user", "")).strip() or v.user
+        if user != v.user and not v.admin:
+            raise Refused
+        if not form.get("confirm"):
+            raise self.back(form, "/memory", error="Tick the box to confirm, then forget.")
+        who = "you" if user == v.user else (await self.names(v, [user])).get(user, user)
+        try:
+            erasure = await self.memory.governance.forget_person(v.tenant, user)
+        except NotFound:
+            raise self.back(form, "/memory", done=f"Nothing about {who} is remembered.") from None
+        counts = listed(dataclasses.asdict(erasure).items()) or "nothing was left"
+        raise self.back(form, "/memory", done=f"Forgot everything about {who}: {counts}.")
+
+
+def _int(value: str | None, default: Any) -> Any:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def page_routes(memory: MemoryManager) -> list[web.RouteDef]:
+    """Every page and form of `/memory` (the access middleware guards them all)."""
+    p = Pages(memory)
+    return [
+        web.get("/memory", p.overview),
+        web.get("/memory/threads/{thread:.+}", p.thread),
+        web.get("/memory/papers", p.papers),
+        web.get("/memory/papers/{arxiv_id:.+}", p.paper),
+        web.get("/memory/workflows", p.workflows),
+        web.get("/memory/entities", p.entities),
+        web.get("/memory/search", p.search),
+        web.get("/memory/export", p.export),
+        web.get("/memory/forget/confirm", p.confirm_forget),
+        web.post("/memory/forget", p.forget),
+        web.post("/memory/entities/edit", p.edit_entity),
+        web.post("/memory/workflows/edit", p.edit_workflow),
+        web.post("/memory/import", p.import_file),
+        web.post("/memory/retention", p.retention),
+        web.post("/memory/people/forget", p.forget_person),
+    ]

@@ -1,0 +1,230 @@
+"""The memory page's way in: `/memory/login`, sessions, and the guard in front of every page.
+
+- `GET /memory/login?token=…` checks the signed link (`auth.py`), asks the person's platform
+  who they are (`access.py`), starts a session in Redis and sets its cookie (HttpOnly,
+  SameSite=Lax, Path=/memory, Secure under an https public URL), then redirects to `/memory`.
+  A missing, altered, forged or expired link is a 403 page that says how to get a new one.
+- Every other `/memory…` request passes the middleware: without a live session, a 401 page;
+  with one, `request["viewer"]` (a `Viewer`) and `request["csrf"]`. A request that changes
+  anything (any method but GET and HEAD) has its form read here, before the handler, and is
+  refused 403 unless its `csrf` field is the session's token. Who the viewer is is asked again
+  every few minutes (the platform's answer is cached), so someone who left a private channel
+  stops seeing it within minutes, not at the session's end.
+- Failures end in a short page, never a trace: the platform rate limiting or refusing our token,
+  Redis unreachable (503), an unexpected error (500, logged).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from adapters.memory_page.access import Directory, DirectoryError, viewer_of, viewer_record
+from adapters.memory_page.auth import LOGIN_PATH, InvalidLink, Links, new_csrf, same_csrf
+from memory.errors import memory_unavailable
+from memory.manager import MemoryManager
+from memory.web_sessions import WebState
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/memory"
+LOGOUT_PATH = "/memory/logout"
+SESSION_COOKIE = "arxivscout_memory"
+VIEWER_REFRESH_SECONDS = 300
+MAX_FORM_BYTES = 64 * 1024 * 1024  # an import's file; the rest of the app keeps aiohttp's 1 MB
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+ASK_AGAIN = (
+    "Type <code>/memory</code> in Slack or Discord for a new link (on the server, "
+    "<code>arxivscout web</code> prints one)."
+)
+HEADERS = {  # every /memory answer: private, not framed, no referrer, no script
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' "
+    "data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The pages read `request["viewer"]` and `request["csrf"]` (plain keys, the page's contract).
+warnings.filterwarnings("ignore", category=web.NotAppKeyWarning, module=re.escape(__name__))
+
+
+def under_page(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+BACK = f'<p><a href="{PREFIX}">Back to the memory page</a></p>'
+
+
+def notice(
+    status: int, title: str, message_html: str, back: bool = False, **headers: str
+) -> web.Response:
+    """A short page of its own (no template: it must show when everything else fails);
+    `message_html` is trusted markup, `title` is escaped; `back` adds a link to `/memory`
+    (for a signed-in person: without a session it would only answer 401 again)."""
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)} · ArxivScout memory</title><style>body{{font:16px/1.5 "
+        "system-ui,sans-serif;color:#1f2328;max-width:40rem;margin:3rem auto;padding:0 1rem}"
+        "h1{font-size:1.4rem}code{background:#f6f8fa;padding:0 .25em;border-radius:4px}"
+        f"</style></head><body><main><h1>{html.escape(title)}</h1><p>{message_html}</p>"
+        f"{BACK if back else ''}</main></body></html>"
+    )
+    return web.Response(status=status, text=body, content_type="text/html", headers=headers)
+
+
+def refused(exc: DirectoryError) -> web.Response:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+    title = "Try again shortly" if exc.status == 503 else "Cannot open the memory page"
+    return notice(exc.status, title, html.escape(exc.message), back=exc.status == 503, **headers)
+
+
+def unavailable() -> web.Response:
+    return notice(503, "Memory is unavailable", "ArxivScout cannot reach its memory (Redis) "
+                  "right now. Try again in a minute.", back=True,
+                  **{"Retry-After": "30"})  # fmt: skip
+
+
+def signed_out(status: int = 401) -> web.Response:
+    return notice(status, "Please sign in again", "You are not signed in, or your session "
+                  f"has ended. {ASK_AGAIN}")  # fmt: skip
+
+
+class Access:
+    """Sign-in, sign-out and the guard of every page, over the sessions kept in Redis."""
+
+    def __init__(self, state: WebState, links: Links, directory: Directory) -> None:
+        self.state = state
+        self.links = links
+        self.directory = directory
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        try:
+            claims = self.links.signer.verify(request.query.get("token", ""))
+        except InvalidLink as exc:
+            title = "This link has expired" if exc.reason == "expired" else "This link is not valid"
+            return notice(403, title, f"{html.escape(exc.problem)} {ASK_AGAIN}")
+        try:
+            viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
+            await self.state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
+            session = await self.state.sessions.create(
+                {"viewer": viewer_record(viewer), "csrf": new_csrf(), "resolved_at": time.time(),
+                 "created_at": time.time()}
+            )  # fmt: skip
+        except DirectoryError as exc:
+            return refused(exc)
+        except Exception as exc:
+            if memory_unavailable(exc):
+                return unavailable()
+            raise
+        log.info("memory page: %s %s of %s signed in", claims.platform, claims.user, claims.tenant)
+        response = web.Response(status=303, headers={"Location": PREFIX})
+        response.set_cookie(
+            SESSION_COOKIE, session, max_age=self.state.sessions.ttl, path=PREFIX,
+            httponly=True, samesite="Lax", secure=self.links.secure,
+        )  # fmt: skip
+        return response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        await self.state.sessions.delete(request["session"])
+        response = notice(200, "Signed out", f"This browser's session has ended. {ASK_AGAIN}")
+        response.del_cookie(SESSION_COOKIE, path=PREFIX)
+        return response
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not under_page(request.path) or request.path == LOGIN_PATH:
+            return await handler(request)
+        try:
+            return await self._guarded(request, handler)
+        except web.HTTPException:
+            raise  # the handler's own redirects and errors
+        except DirectoryError as exc:
+            return refused(exc)
+        except Exception as exc:
+            if memory_unavailable(exc):
+                return unavailable()
+            log.exception("memory page: %s %s failed", request.method, request.path)
+            return notice(500, "Something went wrong", "The error was logged for whoever runs "
+                          "ArxivScout. Go back and try again.", back=True)  # fmt: skip
+
+    async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        session = request.cookies.get(SESSION_COOKIE, "")
+        record = await self.state.sessions.get(session)
+        if record is None:
+            return signed_out()
+        record = await self._fresh(session, record)
+        if request.method not in SAFE_METHODS:
+            request = request.clone(client_max_size=MAX_FORM_BYTES)
+            try:
+                form = await request.post()  # read here, so the check comes before the handler
+            except web.HTTPRequestEntityTooLarge:
+                limit = MAX_FORM_BYTES // (1024 * 1024)
+                return notice(413, "Too large", f"A form or file may be at most {limit} MB.",
+                              back=True)  # fmt: skip
+            except ValueError:
+                return notice(400, "Unreadable form", "The form could not be read. Try again.",
+                              back=True)  # fmt: skip
+            given = form.get("csrf")
+            if not same_csrf(record["csrf"], given if isinstance(given, str) else None):
+                return notice(403, "This form cannot be sent", "Its security token is missing "
+                              "or out of date. Reload the page and try again.",
+                              back=True)  # fmt: skip
+        request["viewer"] = viewer_of(record["viewer"])
+        request["csrf"] = record["csrf"]
+        request["session"] = session
+        return await handler(request)
+
+    async def _fresh(self, session: str, record: dict[str, Any]) -> dict[str, Any]:
+        """The session's record, with who its person is asked again when that is older than
+        a few minutes."""
+        if time.time() - float(record.get("resolved_at") or 0) < VIEWER_REFRESH_SECONDS:
+            return record
+        was = viewer_of(record["viewer"])
+        viewer = await self.directory.viewer(was.tenant, was.user, was.platform)
+        record = {**record, "viewer": viewer_record(viewer), "resolved_at": time.time()}
+        await self.state.sessions.update(session, record)
+        return record
+
+    @staticmethod
+    async def headers(request: web.Request, response: web.StreamResponse) -> None:
+        """on_response_prepare: the page's headers, on streamed answers (exports) too."""
+        if under_page(request.path):
+            for name, value in HEADERS.items():
+                response.headers.setdefault(name, value)
+
+
+@dataclass
+class MemoryPage:
+    """What `build_web_app` mounts: routes, the guard, a response hook and what to close."""
+
+    routes: list[web.RouteDef]
+    middlewares: list[Any]
+    on_prepare: Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+    cleanup: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+
+
+def memory_page(
+    memory: MemoryManager, links: Links, directory: Directory, *,
+    pages: list[web.RouteDef] | None = None, state: WebState | None = None,
+    cleanup: list[Callable[[], Awaitable[Any]]] | None = None,
+) -> MemoryPage:  # fmt: skip
+    """The memory page over `memory`: `pages` are its pages (default: `pages.page_routes`),
+    behind sign-in by `links` and the viewers `directory` resolves."""
+    if pages is None:
+        from adapters.memory_page.pages import page_routes
+
+        pages = page_routes(memory)
+    access = Access(state or WebState(memory.redis), links, directory)
+    routes = [web.get(LOGIN_PATH, access.login), web.post(LOGOUT_PATH, access.logout), *pages]
+    return MemoryPage(routes, [access.middleware], access.headers, list(cleanup or []))

@@ -1,0 +1,192 @@
+"""Slack's App Home and `/memory`: a person's way to the memory page from Slack.
+
+The Home tab is rebuilt each time it is opened (`app_home_opened`) and when its button is
+pressed: the workspace's recently saved papers, the person's latest thread with the bot in
+each channel (what the adapters keep for `/summarize`) with its summaries, and a button that
+opens their memory page. Links expire, so the button carries a link made for that opening.
+Threads are shown only where the person may still see them (a private channel they left is
+not), as the memory page decides it (`access.Directory`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.memory_page.access import Directory, DirectoryError
+from adapters.memory_page.auth import Links
+from adapters.memory_page.viewer import Viewer
+from adapters.slack_delivery import DM
+from memory.errors import memory_unavailable
+from memory.manager import MemoryManager
+from memory.scope import Scope, Visibility
+
+log = logging.getLogger(__name__)
+
+BUTTON_ACTION = "memory_page_link"
+PAPERS_SHOWN = 10
+THREADS_SHOWN = 10
+THREADS_LOOKED_AT = 500  # the tenant's most recently active threads whose channels are asked
+SUMMARIES_SHOWN = 3
+SECTION_LIMIT = 3000  # characters of one section's text (Block Kit)
+NOT_SERVED = "The memory page is not served by this ArxivScout (ask whoever runs it)."
+VisibilityOf = Callable[[str, str, str | None], Awaitable[Visibility]]
+
+
+def esc(text: str) -> str:
+    """Text for Slack's mrkdwn: its three control characters escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _date(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+def _section(text: str, **extra: Any) -> dict[str, Any]:
+    if len(text) > SECTION_LIMIT:
+        text = text[: SECTION_LIMIT - 1] + "…"
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}, **extra}
+
+
+def _header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": text}}
+
+
+class SlackHome:
+    """Builds and publishes a person's Home tab; makes their `/memory` answer."""
+
+    def __init__(
+        self, memory: MemoryManager, client: AsyncWebClient, links: Links | None,
+        directory: Directory | None, visibility: VisibilityOf,
+    ) -> None:  # fmt: skip
+        self.memory = memory
+        self.client = client
+        self.links = links
+        self.directory = directory
+        self.visibility = visibility
+        self.team_url = ""  # https://<workspace>.slack.com/, from auth.test: thread permalinks
+
+    def link_message(self, team: str, user: str) -> dict[str, Any]:
+        """The ephemeral answer to `/memory`: this person's link, for this workspace."""
+        if self.links is None:
+            return {"response_type": "ephemeral", "text": NOT_SERVED}
+        url = self.links.login(team, user, "slack")
+        minutes = self.links.ttl // 60
+        return {"response_type": "ephemeral",
+                "text": f"<{url}|Open your ArxivScout memory page>: what I remember that you may "
+                        f"see. The link is yours alone and works for {minutes} minutes."}  # fmt: skip
+
+    async def publish(self, team: str, user: str) -> None:
+        try:
+            await self.client.views_publish(user_id=user, view=await self.view(team, user))
+        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("App Home of %s in %s not published: %s", user, team, exc)
+
+    async def view(self, team: str, user: str) -> dict[str, Any]:
+        blocks = [_header("Your ArxivScout memory"), self._button(team, user), {"type": "divider"}]
+        try:
+            blocks += await self._papers(team)
+            blocks += [{"type": "divider"}, *await self._threads(team, user)]
+        except Exception as exc:
+            if not memory_unavailable(exc):
+                raise
+            blocks.append(_section("_My memory cannot be reached right now: open this tab "
+                                   "again in a minute._"))  # fmt: skip
+        return {"type": "home", "blocks": blocks}
+
+    def _button(self, team: str, user: str) -> dict[str, Any]:
+        if self.links is None:
+            return _section(NOT_SERVED)
+        minutes = self.links.ttl // 60
+        return _section(
+            "Everything I remember that you may see (threads, summaries, papers, people and "
+            "procedures), where you can correct or erase it. The button's link is yours alone "
+            f"and works for {minutes} minutes; this tab makes a new one each time you open it.",
+            accessory={
+                "type": "button", "action_id": BUTTON_ACTION, "style": "primary",
+                "text": {"type": "plain_text", "text": "Open my memory page"},
+                "url": self.links.login(team, user, "slack"),
+            },
+        )  # fmt: skip
+
+    async def _papers(self, team: str) -> list[dict[str, Any]]:
+        papers = (await self.memory.knowledge_base.papers(Scope(team)))[-PAPERS_SHOWN:][::-1]
+        lines = [
+            f"• <{p.get('url') or 'https://arxiv.org/abs/' + p['arxiv_id']}|"
+            f"{esc(p.get('title') or p['arxiv_id'])}> · arXiv:{esc(p['arxiv_id'])}"
+            f" · saved {_date(p.get('ingested_at') or 0)}"
+            for p in papers
+        ]
+        text = "\n".join(lines) or "_No papers saved yet: ask me to find and save one._"
+        return [_header("Recently saved papers"), _section(text)]
+
+    async def _threads(self, team: str, user: str) -> list[dict[str, Any]]:
+        """The person's latest thread with the bot in each channel, most recent first."""
+        prefix = f"slack:{team}:"
+        recent = [
+            t for t, _ in await self.memory.conversation.threads(team) if t.startswith(prefix)
+        ]
+        recent = recent[:THREADS_LOOKED_AT]
+        channels = list(dict.fromkeys(t.split(":")[2] for t in recent))
+        refs = await asyncio.gather(*(
+            self.memory.presence.last_thread(Scope(team, channel=c, user=user)) for c in channels
+        ))  # fmt: skip
+        mine = {f"{prefix}{c}:{r}": (c, r) for c, r in zip(channels, refs, strict=True) if r}
+        viewer, note = await self._viewer(team, user)
+        shown: list[dict[str, Any]] = []
+        for thread in (t for t in recent if t in mine):
+            channel, ref = mine[thread]
+            place = Scope(
+                team, channel=channel, visibility=await self.visibility(team, channel, None)
+            )
+            if viewer is not None and not viewer.can_see(place.audience):
+                continue  # e.g. a private channel they have left
+            if viewer is None and place.visibility is Visibility.PRIVATE:
+                continue
+            shown.append(await self._thread(team, thread, channel, ref))
+            if len(shown) == THREADS_SHOWN:
+                break
+        if not shown:
+            shown = [_section("_No threads with me yet: mention me in a channel, or write to me "
+                              "here under Messages._")]  # fmt: skip
+        context = "Your latest thread with me in each channel, with its summaries."
+        return [_header("Your threads with me"), *shown,
+                {"type": "context", "elements": [{"type": "mrkdwn", "text": note or context}]}]  # fmt: skip
+
+    async def _viewer(self, team: str, user: str) -> tuple[Viewer | None, str]:
+        if self.directory is None:
+            return None, "Threads of private channels are shown on the memory page only."
+        try:
+            return await self.directory.viewer(team, user, "slack"), ""
+        except DirectoryError as exc:
+            return None, f"Private channels are left out for now: {esc(exc.message)}"
+
+    async def _thread(self, team: str, thread: str, channel: str, ref: str) -> dict[str, Any]:
+        if ref == DM:
+            where = "Our direct messages"
+        else:
+            when = f"thread of {_date(float(ref))}" if ref.replace(".", "").isdigit() else "thread"
+            permalink = (
+                f"{self.team_url}archives/{channel}/p{ref.replace('.', '')}" if self.team_url
+                else ""
+            )  # fmt: skip
+            where = f"<#{channel}> · " + (f"<{permalink}|{when}>" if permalink else when)
+        summaries = (await self.memory.summaries.descriptions(Scope(team, thread)))[
+            -SUMMARIES_SHOWN:
+        ]
+        lines = [f"*{where}*"]
+        lines += [f"• {esc(description)} (`{esc(sid)}`)" for sid, description in summaries]
+        if not summaries:
+            lines.append("_no summaries yet: `/summarize` writes one_")
+        if self.links is not None:
+            lines.append(f"<{self.links.page('/memory/threads/' + quote(thread, safe=''))}|"
+                         "See it on the memory page>")  # fmt: skip
+        return _section("\n".join(lines))

@@ -1,0 +1,120 @@
+"""`arxivscout web`: the memory page (`/memory`) and `/healthz`, for setups without Slack's
+HTTP mode (the terminal, Socket Mode, Discord); prints a sign-in link for the terminal's person.
+
+Also the memory page's wiring, shared with `slack`, `discord` and `worker`: the link signer
+(ARXIVSCOUT_SECRET, or a secret kept in Redis), the public URL links point to, and the
+directories that say who a link's person is (Slack and Discord when their tokens are set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.memory_page.access import (
+    Admins,
+    Directories,
+    DiscordDirectory,
+    SlackDirectory,
+)
+from adapters.memory_page.auth import Links, LinkSigner, link_secret
+from adapters.memory_page.server import MemoryPage, memory_page
+from adapters.web import build_web_app
+from app.commands.common import add_tenant, memory_session, stop_on_signals
+from app.settings import Settings
+from memory.manager import MemoryManager
+from memory.web_sessions import WebState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8080
+LOCAL_USER = "local"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("web", help="serve the memory page (/memory) and print a local link")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default {DEFAULT_HOST})")  # fmt: skip
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"port to listen on (default $PORT or {DEFAULT_PORT})")  # fmt: skip
+    add_tenant(parser)
+    parser.set_defaults(handler=run)
+
+
+@dataclass
+class PageWiring:
+    """What the memory page and the platforms' `/memory` share: links and directories."""
+
+    links: Links
+    directories: Directories
+    discord: DiscordDirectory | None = None
+    configured: bool = True  # ARXIVSCOUT_PUBLIC_URL is set
+
+    def announce(self) -> None:
+        """Say where links point when nobody chose it (the address people open may differ)."""
+        if not self.configured:
+            log.warning(
+                "ARXIVSCOUT_PUBLIC_URL is not set: memory-page links point to %s (set it to "
+                "the address people open, e.g. https://your-app.example.com)",
+                self.links.public_url,
+            )
+
+    def page(self, memory: MemoryManager) -> MemoryPage:
+        cleanup = [self.discord.close] if self.discord is not None else []
+        return memory_page(memory, self.links, self.directories, cleanup=cleanup)
+
+
+async def page_wiring(
+    settings: Settings, memory: MemoryManager, own_url: str | None = None, announce: bool = True
+) -> PageWiring:
+    """Links to ARXIVSCOUT_PUBLIC_URL (else `own_url`, the address this process serves, else
+    where `arxivscout web` listens by default), signed with the shared secret."""
+    public_url = settings.public_url or own_url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+    state = WebState(memory.redis)
+    secret = await link_secret(settings.secret, state.secrets)
+    links = Links(LinkSigner(secret, settings.link_ttl_seconds), public_url)
+    slack = None
+    if settings.slack_bot_token:
+        options = {"base_url": settings.slack_api_url} if settings.slack_api_url else {}
+        slack = SlackDirectory(AsyncWebClient(token=settings.slack_bot_token, **options))
+    discord = DiscordDirectory(settings.discord_token) if settings.discord_token else None
+    directories = Directories(state.viewers, Admins(settings.admins), slack=slack, discord=discord)
+    wiring = PageWiring(links, directories, discord, configured=bool(settings.public_url))
+    if announce:
+        wiring.announce()
+    return wiring
+
+
+async def run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    port = args.port if args.port is not None else settings.port or DEFAULT_PORT
+    stop = stop_on_signals()
+    async with memory_session(settings) as memory:
+        runner = None
+        try:
+            site_url = f"http://{args.host}:{port}"
+            wiring = await page_wiring(settings, memory, own_url=site_url, announce=False)
+            runner = web.AppRunner(build_web_app(memory, page=wiring.page(memory)))
+            await runner.setup()
+            site = web.TCPSite(runner, args.host, port)
+            await site.start()
+            if not port:  # --port 0: the port the system chose
+                port = site._server.sockets[0].getsockname()[1]
+                site_url = f"http://{args.host}:{port}"
+                if not settings.public_url:
+                    wiring.links.public_url = site_url
+            wiring.announce()
+            link = wiring.links.login(args.tenant, LOCAL_USER, "local")
+            minutes = wiring.links.ttl // 60
+            print(f"Memory page on {site_url}/memory (Ctrl-C to stop)", flush=True)
+            print(f"Open this link within {minutes} minutes to sign in as the {args.tenant!r} "
+                  f"tenant's admin:\n{link}", flush=True)  # fmt: skip
+            await stop.wait()
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+    return 0
