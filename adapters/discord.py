@@ -6,8 +6,10 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   the bot was mentioned once (participation is kept in Redis, so it holds across restarts and
   processes). Direct messages are answered in the DM channel.
 - Scope: thread `discord:<guild>:<thread>` and tenant = the server (guild id); a channel that
-  `@everyone` cannot view is private. In DMs thread `discord:dm:<channel>` and tenant
-  `dm-<user>`, so a user's DMs are their own memory, never a server's.
+  `@everyone` cannot view (and its threads) is private, and so is a private thread anywhere
+  (audience `private:<thread>`: its members' and Manage Threads holders'). In DMs thread
+  `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own memory, never a
+  server's.
 - The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
@@ -92,9 +94,12 @@ class Route:
 
 
 def visibility(channel: discord.abc.Messageable) -> Visibility:
-    """A DM; a channel (or a thread's parent) that @everyone cannot view; or public."""
+    """A DM; a private thread (its members' and Manage Threads holders', whatever its parent);
+    a channel (or a thread's parent) that @everyone cannot view; or public."""
     if isinstance(channel, discord.DMChannel):
         return Visibility.DM
+    if isinstance(channel, discord.Thread) and channel.type is discord.ChannelType.private_thread:
+        return Visibility.PRIVATE
     parent = channel.parent if isinstance(channel, discord.Thread) else channel
     guild = getattr(parent, "guild", None)
     if parent is None or guild is None:

@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     )
     slack_api_url: str | None = Field(None, validation_alias=env("SLACK_API_URL", "slack_api_url"))
     discord_token: str | None = Field(None, validation_alias=env("DISCORD_TOKEN", "discord_token"))
+    discord_api_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+",
+        validation_alias=env("DISCORD_API_URL", "discord_api_url"),
+    )  # fmt: skip
     port: int | None = Field(None, validation_alias=env("PORT", "port"))
     # the memory page
     secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET", "secret"))

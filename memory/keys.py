@@ -162,8 +162,8 @@ def sweep_claim_key(bucket: int) -> str:
 
 
 def import_partial_key(tenant: str) -> str:
-    """Present while an import into the tenant is unfinished: after a crash, the next import
-    clears what it left (memory/portability.py)."""
+    """The start time of an unfinished import into the tenant: after a crash, the next import
+    clears what it left, unless the tenant was used since (memory/portability.py)."""
     return tenant_key(tenant, "importing")
 
 

@@ -14,6 +14,7 @@ from adapters.discord import (
     DiscordAdapter,
     intents,
     thread_name,
+    visibility,
 )
 from adapters.spine import NOT_TAKEN
 from adapters.text import split_message
@@ -22,7 +23,7 @@ from app.commands import discord_cmd
 from app.settings import Settings
 from bot.errors import ConfigError
 from memory.redis_server import EmbeddedRedis
-from memory.scope import Scope
+from memory.scope import Scope, Visibility
 from tests.agent_world import close_world, open_world
 from tests.conftest import free_port, redis_options
 from tests.support.arxiv_replay import MEMGPT_ID
@@ -189,6 +190,32 @@ async def test_who_spoke_and_who_may_see_it_are_stored(world, fake, adapter):
     audiences = {m.audience for m in stored}
     assert len(audiences) == 1, audiences
     assert audiences.pop().startswith("private:")
+
+
+async def test_a_private_thread_of_a_public_channel_is_private_to_itself(world, fake, adapter):
+    """Issue #12: a private thread's turns are its own (`private:<thread>`), never the team's
+    because its parent channel is public; a public thread there stays public."""
+    guild = fake.guild()
+    channel, user = fake.text_channel(guild), fake.user(name="Ada")
+    private = fake.thread(guild, owner_id=user.id, parent_id=channel.id)
+    private.type = discord.ChannelType.private_thread
+    public = fake.thread(guild, owner_id=user.id, parent_id=channel.id)
+    public.type = discord.ChannelType.public_thread
+    hidden = fake.text_channel(guild, private=True)
+    in_hidden = fake.thread(guild, owner_id=user.id, parent_id=hidden.id)
+    in_hidden.type = discord.ChannelType.public_thread
+    assert visibility(channel) is Visibility.PUBLIC
+    assert visibility(private) is Visibility.PRIVATE
+    assert visibility(public) is Visibility.PUBLIC
+    assert visibility(in_hidden) is Visibility.PRIVATE
+
+    for thread in (private, public):
+        await adapter.handle_message(fake.mention(thread, user, "a question among us"))
+    await settle(world, adapter)
+    for thread, audience in ((private, f"private:{private.id}"), (public, "public")):
+        scope = Scope(str(guild.id), f"discord:{guild.id}:{thread.id}")
+        stored = await world.runtime.memory.conversation.all(scope)
+        assert len(stored) == 2 and {m.audience for m in stored} == {audience}
 
 
 async def test_summarize_and_expand_commands(world, fake, adapter):

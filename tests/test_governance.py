@@ -19,6 +19,9 @@ from bot.harness import ENTITY_INSTRUCTIONS
 from bot.upkeep import Upkeep, episode_of
 from memory.context import ContextLimits, assemble_context
 from memory.governance import Erasure, NotFound
+from memory.governance_purge import Purge
+from memory.governance_sweeps import Sweeps
+from memory.governance_threads import ThreadEraser
 from memory.keys import (
     erasing_key,
     joined_key,
@@ -504,6 +507,74 @@ async def test_forgetting_what_is_older_than_a_date_keeps_papers_and_knowledge(m
     # a second sweep finds nothing more
     assert await memory.governance.forget_older_than(tenant, time.time() - 30 * 86400) == Erasure()
     assert await memory.redis.zscore(threads_key(tenant), "mixed")
+
+
+async def test_a_reply_in_an_old_thread_during_a_retention_sweep_is_kept(memory, tenant):
+    """The sweep reads a thread whose every message is old; a reply comes before it deletes
+    the thread (an append takes no erasure lock). The reply, its episodic entry and its tool
+    log stay; the old messages are forgotten one by one."""
+    old = time.time() - 90 * 86400
+    scope = Scope(tenant, "old", user="U1", user_name="Ada")
+    secret, fresh = word(), word()
+    said = [
+        await memory.conversation.append(scope, "user", f"old {secret}", timestamp=old),
+        await memory.conversation.append(scope, "assistant", "old answer", timestamp=old + 1),
+    ]
+    await upkeep_of(memory).index_episodes([task_of(scope, said)])
+    await Consolidator(memory, None).compact(scope)
+    purge = Purge(memory)
+    sweeps = Sweeps(memory, ThreadEraser(memory, purge), purge)
+    expiry = await sweeps.expiry(tenant, time.time() - 30 * 86400)
+    assert expiry.whole == ["old"]
+
+    reply = await memory.conversation.append(scope, "user", f"a new question {fresh}")
+    await upkeep_of(memory).index_episodes([task_of(scope, [reply])])
+    log = await memory.tool_logs.write(scope, ToolLogEntry("old", "s", {}, "o", "success"))
+    erasure = await sweeps.expire(tenant, expiry)
+
+    assert erasure.threads == 0 and erasure.messages == 2 and erasure.tool_logs == 0
+    assert [m.content for m in await memory.conversation.all(scope)] == [reply.content]
+    assert await memory.redis.zscore(threads_key(tenant), "old")
+    assert [t.id for t in await memory.tool_logs.for_thread(scope)] == [log]
+    assert not await memory.redis.hexists(erasing_key(tenant), reply.id)
+    assert any(fresh in t for t in await found(memory, scope, fresh))
+    assert not any(secret in t for t in await found(memory, scope, secret))
+    assert secret not in await all_summary_text(memory, scope)
+    await check_invariant(memory, scope)
+
+
+async def test_a_message_said_while_its_thread_is_forgotten_goes_with_it(memory, tenant):
+    """An explicit erasure reads the thread again when it grew meanwhile: the thread goes
+    whole, the late message's episodic entry with it; nothing of it is left half deleted."""
+    scope = Scope(tenant, "t", user="U1", user_name="Ada")
+    await say(memory, scope, ["first", "answer"])
+    eraser = ThreadEraser(memory, Purge(memory))
+    lists = await eraser.read(tenant, ["t"])
+    late = word()
+    racing = await say(memory, scope, [f"late {late}"])
+
+    erasure = await eraser.erase_threads(tenant, lists)
+
+    assert erasure.threads == 1 and erasure.messages == 3 and erasure.episodes == 3
+    assert not await memory.redis.exists(messages_key(tenant, "t"))
+    assert await memory.redis.zscore(threads_key(tenant), "t") is None
+    assert await memory.redis.hexists(erasing_key(tenant), racing[0].id)
+    assert not any(late in t for t in await found(memory, scope, late))
+
+
+async def test_a_forgotten_persons_name_is_not_shown_while_the_purge_runs(memory, tenant):
+    ada = Scope(tenant, "t", user="U1", user_name="Ada Lovelace")
+    bo = Scope(tenant, "t", user="U2", user_name="Bo")
+    hers = await say(memory, ada, ["hello from Ada"])
+    await say(memory, bo, ["hi from Bo"])
+    assert await memory.browse.names(tenant, ["U1", "U2"]) == {"U1": "Ada Lovelace", "U2": "Bo"}
+    await Purge(memory).hide(tenant, [hers[0].id], {})  # hidden; its document not deleted yet
+    assert await memory.redis.exists(memory.episodes.key(tenant, hers[0].id))
+    assert await memory.browse.names(tenant, ["U1", "U2"]) == {"U2": "Bo"}
+    await memory.governance.forget_person(tenant, "U2")  # its purge runs in the background
+    assert await memory.browse.names(tenant, ["U1", "U2"]) == {}
+    await memory.governance.settle()
+    assert await memory.browse.names(tenant, ["U1", "U2"]) == {}
 
 
 async def test_tombstones_read_as_forgotten_by_the_page(memory, tenant):

@@ -29,6 +29,8 @@ from adapters.memory_page.access import (
     DiscordDirectory,
     SlackDirectory,
     discord_viewer,
+    viewer_of,
+    viewer_record,
 )
 from adapters.memory_page.auth import InvalidLink, Links, LinkSigner, link_secret
 from adapters.memory_page.server import (
@@ -37,7 +39,7 @@ from adapters.memory_page.server import (
     VIEWER_REFRESH_SECONDS,
     memory_page,
 )
-from adapters.memory_page.viewer import Viewer
+from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from adapters.slack import SlackAdapter, thread_id
 from adapters.slack_home import BUTTON_ACTION
 from adapters.web import build_web_app
@@ -162,10 +164,10 @@ def probe_routes(seen: list[str]) -> list[web.RouteDef]:
     """Stand-ins for the pages: what the guard handed the handler."""
 
     async def overview(request: web.Request) -> web.Response:
-        viewer = request["viewer"]
+        viewer = request[VIEWER]
         return web.json_response({"tenant": viewer.tenant, "user": viewer.user,
                                   "admin": viewer.admin, "audiences": sorted(viewer.audiences),
-                                  "csrf": request["csrf"]})  # fmt: skip
+                                  "csrf": request[CSRF]})  # fmt: skip
 
     async def change(request: web.Request) -> web.Response:
         form = await request.post()  # read by the guard already: the same form
@@ -385,6 +387,18 @@ async def test_slack_admins_and_owners_manage_the_tenant(slack_api):
     assert (await directory.viewer("T1", "U2")).admin
     slack_api.users["U3"] = "Linus"
     assert not (await directory.viewer("T1", "U3")).admin
+
+
+async def test_slack_guests_see_only_their_own_places(memory, slack_api, tenant):
+    """A guest was let into some channels only: the workspace's public memory is not theirs,
+    and the viewer cached for their session keeps it that way."""
+    slack_api.guests.add("U1")
+    slack_api.private_channels.add("C9")
+    slack_api.members.update({"C9": {"U1"}})
+    guest = await slack_directory(slack_api).viewer(tenant, "U1")
+    assert guest.audiences == {"private:C9", "dm:DU1"} and not guest.can_see(PUBLIC)
+    assert viewer_of(viewer_record(guest)).audiences == guest.audiences
+    assert (await slack_directory(slack_api).viewer(tenant, "U2")).can_see(PUBLIC)
 
 
 async def test_slack_failures_become_messages(slack_api):

@@ -33,11 +33,10 @@ from adapters.memory_page.server import SESSION_COOKIE
 from memory.browse import PAGE_SIZE
 from memory.scope import Scope, Visibility
 from memory.stores.entity import Entity
-from memory.stores.episodic import Episode
-from memory.stores.knowledge_base import Chunk, Paper
 from memory.stores.summary import Summary
 from memory.stores.tool_log import ToolLogEntry
 from tests.support.browser import FLAGS, WebProcess, ensure_chromium, screenshot_path
+from tests.support.memory_seed import PAPER, add_paper, say
 from tests.support.slack_api import MockSlackApi
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,19 +46,6 @@ DAY = 1_700_000_000.0  # 2023-11-14 22:13 UTC
 LONG = PAGE_SIZE + 30  # messages of the long thread: two pages
 WAIT_MS = 15_000  # a browser step that does not happen in this time will not happen
 
-PAPER = Paper(
-    arxiv_id="2310.08560",
-    title="MemGPT: Towards LLMs as Operating Systems",
-    authors=["Charles Packer", "Sarah Wooders"],
-    published="2023-10-12",
-    categories=["cs.AI"],
-    abstract="An operating system for language model memory.",
-)
-PASSAGES = [
-    "MemGPT manages a hierarchy of memory tiers, paging context in and out like an operating system.",
-    "Virtual context management lets a fixed-window model appear to have unbounded memory.",
-    "We evaluate on document analysis and multi-session chat with the zanzibarite benchmark.",
-]
 FORGOTTEN_ENTITY = Entity("Quillfeather", "system", "An obscure vector cache the ops team built.")
 THROWAWAY_ENTITY = Entity("Ephemeral Widget", "system", "A widget kept only to be forgotten.")
 
@@ -82,20 +68,6 @@ class World:
 
 def place(tenant: str, channel: str, ts: str, user: str, name: str, kind: Visibility) -> Scope:
     return Scope(tenant, f"slack:{TEAM}:{channel}:{ts}", channel, kind, user, name)
-
-
-async def say(memory, scope: Scope, role: str, text: str, ts: float, searchable: bool = True):
-    """A message stored as the bot stores it, and indexed for search as its upkeep does after
-    the turn (bot/upkeep.py), here at once."""
-    message = await memory.conversation.append(scope, role, text, timestamp=ts)
-    if searchable:
-        episode = Episode(
-            message.id, scope.thread, scope.channel, audience=message.audience,
-            author=message.author, author_name=message.author_name, role=role, text=text,
-            ts=ts, seq=message.seq,
-        )  # fmt: skip
-        await memory.episodes.add(scope, [episode])
-    return message
 
 
 async def seed(memory, tenant: str, other: str, empty: str) -> World:
@@ -124,9 +96,7 @@ async def seed(memory, tenant: str, other: str, empty: str) -> World:
         pub, ToolLogEntry(pub.thread, "fetch_and_save_paper_to_kb", {"arxiv_id": PAPER.arxiv_id},
                           "saved 3 passages", "success", duration_ms=812, created_at=DAY + 3),
     )  # fmt: skip
-    vectors = await memory.embedder.embed(PASSAGES)
-    chunks = [Chunk(text, "Introduction", i) for i, text in enumerate(PASSAGES)]
-    await memory.knowledge_base.add_paper(Scope(tenant), PAPER, chunks, vectors)
+    await add_paper(memory, tenant)
     await memory.entities.upsert(
         pub, [Entity("MemGPT", "system", "An LLM operating system."), FORGOTTEN_ENTITY,
               THROWAWAY_ENTITY],

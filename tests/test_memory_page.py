@@ -21,29 +21,14 @@ from yarl import URL
 from adapters.memory_page.auth import Links, LinkSigner
 from adapters.memory_page.pages import counted, erased, page_routes, safe_back
 from adapters.memory_page.server import memory_page
-from adapters.memory_page.viewer import Viewer
+from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Erasure
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.entity import Entity
-from memory.stores.episodic import Episode
-from memory.stores.knowledge_base import Chunk, Paper
 from memory.stores.summary import Summary
 from memory.stores.tool_log import ToolLogEntry
-
-PAPER = Paper(
-    arxiv_id="2310.08560",
-    title="MemGPT: Towards LLMs as Operating Systems",
-    authors=["Charles Packer", "Sarah Wooders"],
-    published="2023-10-12",
-    categories=["cs.AI"],
-    abstract="An operating system for language model memory.",
-)
-PASSAGES = [
-    "MemGPT manages a hierarchy of memory tiers, paging context in and out like an operating system.",
-    "Virtual context management lets a fixed-window model appear to have unbounded memory.",
-    "We evaluate on document analysis and multi-session chat with the zanzibarite benchmark.",
-]
+from tests.support.memory_seed import PAPER, PASSAGES, add_paper, say
 
 
 @dataclass
@@ -61,17 +46,6 @@ class World:
 
 def slack_scope(tenant: str, channel: str, ts: str, user: str, name: str, kind: Visibility):
     return Scope(tenant, f"slack:{tenant}:{channel}:{ts}", channel, kind, user, name)
-
-
-async def say(memory, scope: Scope, role: str, text: str, ts: float):
-    message = await memory.conversation.append(scope, role, text, timestamp=ts)
-    episode = Episode(
-        message.id, scope.thread, scope.channel, audience=message.audience,
-        author=message.author, author_name=message.author_name, role=role, text=text,
-        ts=ts, seq=message.seq,
-    )  # fmt: skip
-    await memory.episodes.add(scope, [episode])
-    return message
 
 
 async def seed(memory, tenant: str) -> World:
@@ -96,9 +70,7 @@ async def seed(memory, tenant: str) -> World:
         pub, ToolLogEntry(pub.thread, "fetch_and_save_paper_to_kb", {"arxiv_id": "2310.08560"},
                           "saved 3 passages", "success", created_at=day + 3),
     )  # fmt: skip
-    vectors = await memory.embedder.embed(PASSAGES)
-    chunks = [Chunk(text, "Introduction", i) for i, text in enumerate(PASSAGES)]
-    await memory.knowledge_base.add_paper(Scope(tenant), PAPER, chunks, vectors)
+    await add_paper(memory, tenant)
     await memory.entities.upsert(pub, [Entity("MemGPT", "system", "An LLM operating system.")])
     await memory.entities.upsert(adm, [Entity("Quokka", "project", "Alice's launch.")])
     await memory.entities.upsert(bdm, [Entity("Pelican", "project", "Bob's budget line.")])
@@ -123,8 +95,8 @@ async def page_client(memory, tenant: str):
 
     @web.middleware
     async def as_viewer(request: web.Request, handler):
-        request["viewer"] = people[request.headers.get("X-Test-Viewer", "alice")]
-        request["csrf"] = "test-csrf"
+        request[VIEWER] = people[request.headers.get("X-Test-Viewer", "alice")]
+        request[CSRF] = "test-csrf"
         return await handler(request)
 
     app = web.Application(middlewares=[as_viewer])
@@ -537,6 +509,25 @@ async def test_export_a_thread_as_json_lines(memory, world):
         assert (await get(client, f"/memory/export?thread={world.bob_dm}"))[0] == 404
         response = await client.get("/memory/export", headers={"X-Test-Viewer": "admin"})
         assert response.status == 200 and "walrus" in await response.text()
+
+
+async def test_a_place_turned_private_shows_its_later_messages_only_to_its_members(memory, world):
+    """A Discord thread made private after its first message: the thread is listed by its first
+    message's audience, but each later message keeps its own, on the page and in the export."""
+    thread = world.public
+    later = Scope(world.tenant, thread, "G1", Visibility.PRIVATE, "U2", "Bob")
+    await say(memory, later, "user", "Now private: the narwhal budget doubles.", 1_700_000_500.0)
+    async with page_client(memory, world.tenant) as client:
+        status, alice_page = await get(client, url(thread), "alice")
+        assert status == 200 and "virtual context" in alice_page
+        assert "narwhal" not in alice_page
+        status, bob_page = await get(client, url(thread), "bob")
+        assert status == 200 and "narwhal" in bob_page
+        status, alice_export = await get(client, f"/memory/export?thread={thread}", "alice")
+        assert status == 200 and "virtual context" in alice_export
+        assert "narwhal" not in alice_export
+        status, bob_export = await get(client, f"/memory/export?thread={thread}", "bob")
+        assert status == 200 and "narwhal" in bob_export
 
 
 # -- through the real access middleware (adapters/memory_page/server.py) ------------------------

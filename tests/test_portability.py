@@ -13,12 +13,13 @@ import uuid
 from dataclasses import asdict
 
 import pytest
+import redis
 
 from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
 from bot.upkeep import Upkeep
 from memory.governance import NotFound
-from memory.keys import import_partial_key, task_stream
+from memory.keys import import_partial_key, task_stream, threads_key
 from memory.portability import BadExportLine, TenantNotEmpty, dumps
 from memory.scope import Scope, Visibility
 from memory.stores.conversation import Message
@@ -271,24 +272,33 @@ async def test_another_embedding_model_is_embedded_again(memory, tenant, other):
     assert mine.keys() == theirs.keys()
 
 
-async def test_an_interrupted_import_is_redone_from_the_start(memory, tenant, other, tmp_path):
-    await populate(memory, tenant)
-    path = tmp_path / "export.jsonl"
-    path.write_text("".join(dumps(r) + "\n" for r in await export(memory, tenant)))
+def failing_file(path, fail_at: int = 12, meanwhile=None):
+    """JSON Lines read from `path`, the disk failing at line `fail_at` of the second (writing)
+    pass, after `meanwhile()` ran (what else happens to the tenant during the import)."""
     passes = []
 
-    def failing() -> object:  # the disk fails during the second (writing) pass
+    def lines():
         passes.append(1)
         with path.open(encoding="utf-8") as handle:
             for number, line in enumerate(handle):
-                if len(passes) == 2 and number == 12:
+                if len(passes) == 2 and number == fail_at:
+                    if meanwhile:
+                        meanwhile()
                     raise OSError("I/O error")
                 yield line
 
+    return lines
+
+
+async def test_a_failed_import_clears_what_it_wrote(memory, tenant, other, tmp_path, redis_url):
+    await populate(memory, tenant)
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(dumps(r) + "\n" for r in await export(memory, tenant)))
+
     with pytest.raises(OSError):
-        await memory.portability.import_lines(other, failing)
-    assert await memory.redis.exists(import_partial_key(other))
-    assert not await memory.portability.is_empty(other)  # half written
+        await memory.portability.import_lines(other, failing_file(path))
+    assert not await memory.redis.exists(import_partial_key(other))
+    assert await memory.portability.is_empty(other)  # what it wrote is gone at once
 
     def read():
         with path.open(encoding="utf-8") as handle:
@@ -297,3 +307,44 @@ async def test_an_interrupted_import_is_redone_from_the_start(memory, tenant, ot
     await memory.portability.import_lines(other, read)
     assert not await memory.redis.exists(import_partial_key(other))
     assert comparable(await export(memory, other)) == comparable(await export(memory, tenant))
+
+    # used while it ran (a bot answering there): the failed import keeps what is there
+    third = f"t-{uuid.uuid4().hex[:10]}"
+    with redis.Redis.from_url(redis_url) as live:
+
+        def said_meanwhile() -> None:
+            live.zadd(threads_key(third), {"live": time.time() + 1})
+
+        with pytest.raises(OSError):
+            await memory.portability.import_lines(third, failing_file(path, 12, said_meanwhile))
+    assert await memory.redis.zscore(threads_key(third), "live")
+    with pytest.raises(TenantNotEmpty, match="used after that"):
+        await memory.portability.import_lines(third, read)
+    assert await memory.redis.zscore(threads_key(third), "live")
+
+
+async def test_a_crashed_import_is_redone_unless_the_tenant_was_used_since(memory, tenant, other):
+    await populate(memory, tenant)
+    records = await export(memory, tenant)
+    public, _ = places(other)
+
+    async def crash(into: str) -> None:
+        """What a process that died mid-import leaves: part of it, and its marker."""
+        started = time.time()
+        await memory.portability.import_records(into, records[:12])
+        await memory.redis.set(import_partial_key(into), repr(started))
+
+    await crash(other)
+    await memory.conversation.append(public, "user", "Said after the crash.")
+    with pytest.raises(TenantNotEmpty, match=r"stopped on .* used after that") as refused:
+        await memory.portability.import_records(other, records)
+    assert "Nothing was imported" in str(refused.value)
+    said = [m.content for m in await memory.conversation.all(public)]
+    assert said[-1] == "Said after the crash."  # not wiped
+    assert await memory.redis.exists(import_partial_key(other))
+
+    unused = f"t-{uuid.uuid4().hex[:10]}"
+    await crash(unused)
+    await memory.portability.import_records(unused, records)  # cleared, then imported whole
+    assert not await memory.redis.exists(import_partial_key(unused))
+    assert comparable(await export(memory, unused)) == comparable(records)

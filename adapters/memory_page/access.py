@@ -7,9 +7,10 @@ memory's audience (`memory.scope.Scope.audience`):
   tenant. Everyone sees public-channel memory, the private channels and group DMs they share
   with the bot (users.conversations) and their own DM with the bot (conversations.open).
 - Discord: members with Manage Server or Administrator manage the whole server. Everyone sees
-  what was said in channels @everyone can view, and in the channels hidden from @everyone that
-  they can view, and those channels' threads (a thread is its own place: its audience names the
-  thread). A DM's memory is its own tenant (`dm-<user>`), its person's alone.
+  what was said in channels @everyone can view, in the channels hidden from @everyone that
+  they can view and those channels' threads, and in the private threads they are in (or may
+  manage: Manage Threads) of any channel they can view, hidden or not (a thread is its own
+  place: its audience names the thread). A DM's memory is its own tenant (`dm-<user>`), its person's alone. DISCORD_API_URL points discord.py elsewhere.
 - The terminal (`arxivscout web`'s link): its person is an admin of their own tenant.
 - ARXIVSCOUT_ADMINS names more admins: user ids, or `tenant:user` for one tenant only.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, Protocol
@@ -38,8 +40,10 @@ from memory.web_sessions import ViewerCache
 log = logging.getLogger(__name__)
 
 SLACK_PAGE = 200  # users.conversations page size (Slack allows up to 1,000; suggests 200)
-ARCHIVED_THREADS = 100  # per hidden Discord channel, the most recently archived threads asked
+ARCHIVED_THREADS = 100  # per Discord channel and kind, the most recently archived threads asked
 ASK_TIMEOUT_SECONDS = 20.0
+RATE_LIMIT_WAIT = 30.0  # Discord's rate limits waited out, in seconds (discord.py's least)
+PRIVATE_JOINED = {"private": True, "joined": True}
 TOKEN_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 
 
@@ -65,7 +69,7 @@ def viewer_record(viewer: Viewer) -> dict[str, Any]:
 def viewer_of(record: dict[str, Any]) -> Viewer:
     return Viewer(
         tenant=record["tenant"], user=record["user"], platform=record["platform"],
-        admin=bool(record.get("admin")), audiences=frozenset(record.get("audiences") or [PUBLIC]),
+        admin=bool(record.get("admin")), audiences=frozenset(record.get("audiences", [PUBLIC])),
         name=record.get("name") or "",
     )  # fmt: skip
 
@@ -108,7 +112,13 @@ class SlackDirectory:
         admin = any(found.get(k) for k in ("is_admin", "is_owner", "is_primary_owner"))
         profile = found.get("profile") or {}
         name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user
-        return Viewer(tenant, user, "slack", admin, frozenset({PUBLIC, *places}), name)
+        # Guests and people of another organisation (Slack Connect) see only the channels they
+        # were let into; public memory is the whole workspace's, so they get their own places
+        outsider = any(
+            found.get(k) for k in ("is_restricted", "is_ultra_restricted", "is_stranger")
+        )
+        public = set() if outsider and not admin else {PUBLIC}
+        return Viewer(tenant, user, "slack", admin, frozenset({*public, *places}), name)
 
     async def _places(self, tenant: str, user: str) -> set[str]:
         places: set[str] = set()
@@ -169,6 +179,21 @@ def hidden_channels(channels: Iterable[Any], member: Any) -> set[int]:
     }
 
 
+def private_threads(channels: Iterable[Any], member: Any, threads: Iterable[Any]) -> list[Any]:
+    """Those of `threads` whose memory is their own (a private thread, or any thread of a channel
+    hidden from @everyone: the adapter's `visibility`) in a channel `member` can view."""
+    from adapters.discord import visibility
+
+    channels = list(channels)
+    viewed = {c.id for c in channels if c.permissions_for(member).view_channel}
+    hidden = hidden_channels(channels, member)
+    return [
+        t for t in threads
+        if t.parent_id in viewed
+        and (t.parent_id in hidden or visibility(t) is Visibility.PRIVATE)
+    ]  # fmt: skip
+
+
 def discord_viewer(
     tenant: str, member: Any, channels: Iterable[Any], threads: Iterable[Any] = ()
 ) -> Viewer:
@@ -176,8 +201,10 @@ def discord_viewer(
     `channels` the server's channels, `threads` those of its threads the member may open."""
     permissions = member.guild_permissions
     admin = bool(permissions.administrator or permissions.manage_guild)
+    channels = list(channels)
     hidden = hidden_channels(channels, member)
-    places = {str(c) for c in hidden} | {str(t.id) for t in threads if t.parent_id in hidden}
+    own = private_threads(channels, member, threads)
+    places = {str(c) for c in hidden} | {str(t.id) for t in own}
     audiences = {PUBLIC, *(_place(tenant, p, Visibility.PRIVATE) for p in places)}
     name = getattr(member, "display_name", "") or str(member.id)
     return Viewer(tenant, str(member.id), "discord", admin, frozenset(audiences), name)
@@ -185,7 +212,10 @@ def discord_viewer(
 
 class DiscordDirectory:
     """Asks Discord's REST API (no gateway connection) with the bot's token, or through the
-    bot's own logged-in client: the member, the server's channels and their threads."""
+    bot's own logged-in client: the member, the server's channels and their threads.
+
+    Discord's short rate limits discord.py waits out itself; a wait longer than
+    `RATE_LIMIT_WAIT` is a page saying when to try again (`Retry-After`)."""
 
     def __init__(self, token: str | None = None, client: Any = None) -> None:
         self.token = token
@@ -204,15 +234,27 @@ class DiscordDirectory:
             async with asyncio.timeout(ASK_TIMEOUT_SECONDS):
                 return await self._ask(tenant, user)
         except discord.LoginFailure:
-            raise DirectoryError("Discord refused ArxivScout's token: whoever runs ArxivScout "
-                                 "should check DISCORD_TOKEN.", status=502) from None  # fmt: skip
+            raise _token_refused() from None
+        except discord.RateLimited as exc:
+            wait = math.ceil(exc.retry_after)
+            raise DirectoryError(
+                f"Discord asks ArxivScout to slow down (rate limited): try again in {wait} "
+                "seconds.", retry_after=wait,
+            ) from None  # fmt: skip
         except discord.NotFound:
             raise DirectoryError("Discord does not know you in this server (or ArxivScout is no "
                                  "longer in it).", status=403) from None  # fmt: skip
         except discord.Forbidden:
             raise DirectoryError("ArxivScout may not see this server's members or channels: "
                                  "check the bot's permissions.", status=502) from None  # fmt: skip
-        except (discord.HTTPException, aiohttp.ClientError, TimeoutError, OSError):
+        except discord.HTTPException as exc:
+            if exc.status == 401:  # a token revoked since this process logged in
+                raise _token_refused() from None
+            raise DirectoryError("Discord could not be reached: try again in a minute.") from None
+        except TimeoutError:
+            raise DirectoryError("Discord did not answer in time (it may be rate limiting "
+                                 "ArxivScout): try again in a minute.") from None  # fmt: skip
+        except (aiohttp.ClientError, OSError):
             raise DirectoryError("Discord could not be reached: try again in a minute.") from None
 
     async def _login(self) -> Any:
@@ -225,26 +267,29 @@ class DiscordDirectory:
                     )  # fmt: skip
                 import discord
 
-                client = discord.Client(intents=discord.Intents.none())
-                await client.login(self.token)  # REST only: no gateway connection
+                client = discord.Client(
+                    intents=discord.Intents.none(), max_ratelimit_timeout=RATE_LIMIT_WAIT
+                )
+                try:
+                    await client.login(self.token)  # REST only: no gateway connection
+                except BaseException:
+                    await client.close()  # its HTTP session, opened by login
+                    raise
                 self.client = client
         return self.client
 
     async def _ask(self, tenant: str, user: str) -> Viewer:
-        import discord
-
         client = await self._login()
         guild = await client.fetch_guild(int(tenant), with_counts=False)
         member = await guild.fetch_member(int(user))
         channels = await guild.fetch_channels()
+        viewed = {c.id: c for c in channels if c.permissions_for(member).view_channel}
         hidden = hidden_channels(channels, member)
-        threads = [t for t in await guild.active_threads() if t.parent_id in hidden]
-        for channel in channels:
-            if channel.id in hidden and hasattr(channel, "archived_threads"):
-                with contextlib.suppress(discord.Forbidden):
-                    threads += [t async for t in channel.archived_threads(limit=ARCHIVED_THREADS)]
-        manages = member.guild_permissions.manage_threads
-        opened = [t for t in threads if not t.is_private() or manages or await _in(t, member)]
+        threads = {t.id: t for t in await guild.active_threads()}  # the server's, in one call
+        for channel in viewed.values():
+            threads.update((t.id, t) for t in await _archived(channel, channel.id in hidden))
+        own = private_threads(channels, member, threads.values())
+        opened = [t for t in own if await _opens(t, viewed[t.parent_id], member)]
         return discord_viewer(tenant, member, channels, opened)
 
     async def close(self) -> None:
@@ -252,15 +297,50 @@ class DiscordDirectory:
             await self.client.close()
 
 
-async def _in(thread: Any, member: Any) -> bool:
-    """A private thread's member (Discord shows private threads to their members only)."""
+def _token_refused() -> DirectoryError:
+    return DirectoryError("Discord refused ArxivScout's token: whoever runs ArxivScout should "
+                          "check DISCORD_TOKEN.", status=502)  # fmt: skip
+
+
+async def _archived(channel: Any, hidden: bool) -> list[Any]:
+    """A viewed channel's most recently archived threads whose memory is their own: the private
+    ones the bot is in (it answers in a private thread only once added, so its memory is there)
+    and, in a channel hidden from @everyone, the public ones. One call per channel in the open
+    (none for forums and announcement channels, which hold no private threads), two if hidden."""
     import discord
 
+    if not isinstance(channel, discord.TextChannel | discord.ForumChannel):
+        return []  # no threads
+    found: list[Any] = []
+    holds_private = isinstance(channel, discord.TextChannel) and not channel.is_news()
+    asks = ([{}] if hidden else []) + ([PRIVATE_JOINED] if holds_private else [])
+    for ask in asks:
+        with contextlib.suppress(discord.Forbidden):  # a channel the bot may not read
+            found += [t async for t in channel.archived_threads(limit=ARCHIVED_THREADS, **ask)]
+    return found
+
+
+async def _opens(thread: Any, parent: Any, member: Any) -> bool:
+    """Whether `member` may open `thread` of `parent`, a channel they view: a public thread, or
+    a private thread they are in (or may manage: Manage Threads shows every private thread)."""
+    import discord
+
+    if not thread.is_private() or parent.permissions_for(member).manage_threads:
+        return True
     try:
         await thread.fetch_member(member.id)
         return True
     except discord.NotFound:
         return False
+
+
+def use_discord_api(base_url: str) -> None:
+    """DISCORD_API_URL: where discord.py sends REST calls, e.g. a proxy or a test's server
+    (`http://127.0.0.1:8123/api/v10`). discord.py keeps one base per process
+    (`discord.http.Route.BASE`), so this process's bot client goes there too."""
+    import discord.http
+
+    discord.http.Route.BASE = base_url.rstrip("/")
 
 
 class LocalDirectory:

@@ -29,13 +29,13 @@ from aiohttp import web
 from jinja2 import Environment, FileSystemLoader
 from yarl import URL
 
-from adapters.memory_page.viewer import Viewer
+from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
 from memory.portability import dumps
-from memory.scope import PUBLIC
+from memory.scope import PUBLIC, legacy_audience
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,17 @@ class Target:
     after: str
 
 
+async def visible(records: AsyncIterator[dict], viewer: Viewer) -> AsyncIterator[dict]:
+    """A thread's export as the viewer may see it: each message, summary and tool log is checked
+    by its own audience (the thread's first message decides only whether it is listed)."""
+    async for record in records:
+        item = record.get(record.get("kind", ""))
+        if not isinstance(item, dict) or "audience" not in item:
+            yield record  # the header, the thread's own line
+        elif viewer.can_see(item["audience"] or legacy_audience(record.get("thread", ""))):
+            yield record
+
+
 class Pages:
     def __init__(self, memory: MemoryManager) -> None:
         self.memory = memory
@@ -225,14 +236,14 @@ class Pages:
             {k: v for k, v in request.query.items() if k not in FLASH}
         )
         html = self.env.get_template(template).render(
-            viewer=request.get("viewer"), csrf=request.get("csrf", ""), here=str(here),
+            viewer=request.get(VIEWER), csrf=request.get(CSRF, ""), here=str(here),
             done=request.query.get("done", ""), error=request.query.get("error", ""), **values,
         )  # fmt: skip
         return web.Response(text=html, status=status, content_type="text/html")
 
     @staticmethod
     def viewer(request: web.Request) -> Viewer:
-        return request["viewer"]
+        return request[VIEWER]
 
     @staticmethod
     def seen(viewer: Viewer) -> frozenset[str] | None:
@@ -434,7 +445,7 @@ class Pages:
             if audience is None or not v.can_see(audience):
                 raise Missing
             portability, name = self.memory.portability, filename(v.tenant, thread)
-            records = portability.export_thread(v.tenant, thread)
+            records = visible(portability.export_thread(v.tenant, thread), v)
         elif not v.admin:
             raise Refused
         else:

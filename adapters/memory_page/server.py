@@ -5,7 +5,7 @@
   SameSite=Lax, Path=/memory, Secure under an https public URL), then redirects to `/memory`.
   A missing, altered, forged or expired link is a 403 page that says how to get a new one.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
-  with one, `request["viewer"]` (a `Viewer`) and `request["csrf"]`. A request that changes
+  with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, and is
   refused 403 unless its `csrf` field is the session's token. Who the viewer is is asked again
   every few minutes (the platform's answer is cached), so someone who left a private channel
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import html
 import logging
-import re
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +27,7 @@ from aiohttp import web
 
 from adapters.memory_page.access import Directory, DirectoryError, viewer_of, viewer_record
 from adapters.memory_page.auth import LOGIN_PATH, InvalidLink, Links, new_csrf, same_csrf
+from adapters.memory_page.viewer import CSRF, SESSION, VIEWER
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.web_sessions import WebState
@@ -54,8 +53,6 @@ HEADERS = {  # every /memory answer: private, not framed, no referrer, no script
     "data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# The pages read `request["viewer"]` and `request["csrf"]` (plain keys, the page's contract).
-warnings.filterwarnings("ignore", category=web.NotAppKeyWarning, module=re.escape(__name__))
 
 
 def under_page(path: str) -> bool:
@@ -136,7 +133,7 @@ class Access:
         return response
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
-        await self.state.sessions.delete(request["session"])
+        await self.state.sessions.delete(request[SESSION])
         response = notice(200, "Signed out", f"This browser's session has ended. {ASK_AGAIN}")
         response.del_cookie(SESSION_COOKIE, path=PREFIX)
         return response
@@ -180,9 +177,9 @@ class Access:
                 return notice(403, "This form cannot be sent", "Its security token is missing "
                               "or out of date. Reload the page and try again.",
                               back=True)  # fmt: skip
-        request["viewer"] = viewer_of(record["viewer"])
-        request["csrf"] = record["csrf"]
-        request["session"] = session
+        request[VIEWER] = viewer_of(record["viewer"])
+        request[CSRF] = record["csrf"]
+        request[SESSION] = session
         return await handler(request)
 
     async def _fresh(self, session: str, record: dict[str, Any]) -> dict[str, Any]:

@@ -2,13 +2,15 @@
 
 A signed link names a person in one workspace or server; `access.py` turns that into a `Viewer`
 (asking Slack or Discord which private channels and DMs are theirs, and whether they are an
-admin). Every handler of the page reads `request["viewer"]` and shows only what `can_see`
+admin). Every handler of the page reads `request[VIEWER]` and shows only what `can_see`
 allows: an id outside it is a 404, as if it did not exist.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from aiohttp import web
 
 from memory.scope import PUBLIC
 
@@ -25,3 +27,9 @@ class Viewer:
     def can_see(self, audience: str | None) -> bool:
         """True when an item learned for `audience` may be shown to this person."""
         return self.admin or (audience or PUBLIC) in self.audiences
+
+
+# What the guard (`server.py`) hands every page handler, in the request's own storage.
+VIEWER = web.RequestKey("viewer", Viewer)
+CSRF = web.RequestKey("csrf", str)  # the session's form token
+SESSION = web.RequestKey("session", str)  # the session's id (its cookie)

@@ -20,6 +20,7 @@ from adapters.memory_page.access import (
     Directories,
     DiscordDirectory,
     SlackDirectory,
+    use_discord_api,
 )
 from adapters.memory_page.auth import Links, LinkSigner, link_secret
 from adapters.memory_page.server import MemoryPage, memory_page
@@ -72,7 +73,8 @@ async def page_wiring(
     settings: Settings, memory: MemoryManager, own_url: str | None = None, announce: bool = True
 ) -> PageWiring:
     """Links to ARXIVSCOUT_PUBLIC_URL (else `own_url`, the address this process serves, else
-    where `arxivscout web` listens by default), signed with the shared secret."""
+    where `arxivscout web` listens by default), signed with the shared secret. Also points
+    discord.py at DISCORD_API_URL, for the whole process (the bot's client too)."""
     public_url = settings.public_url or own_url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
     state = WebState(memory.redis)
     secret = await link_secret(settings.secret, state.secrets)
@@ -81,6 +83,8 @@ async def page_wiring(
     if settings.slack_bot_token:
         options = {"base_url": settings.slack_api_url} if settings.slack_api_url else {}
         slack = SlackDirectory(AsyncWebClient(token=settings.slack_bot_token, **options))
+    if settings.discord_api_url:
+        use_discord_api(settings.discord_api_url)
     discord = DiscordDirectory(settings.discord_token) if settings.discord_token else None
     directories = Directories(state.viewers, Admins(settings.admins), slack=slack, discord=discord)
     wiring = PageWiring(links, directories, discord, configured=bool(settings.public_url))

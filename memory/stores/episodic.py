@@ -712,7 +712,7 @@ class EpisodicStore(VectorStore):
     async def _fetch(self, scope: Scope, places: dict[str, tuple[str, int]]) -> dict[str, Episode]:
         """The chosen messages (id -> (thread, seq)), whole: one tag lookup, unfiltered (every
         id was admitted already; the audience is checked again all the same). Forgotten
-        messages whose documents are still being deleted (memory/governance.py) are left out:
+        messages whose documents are still being deleted (memory/governance_purge.py) are left out:
         asked in the same round trip."""
         if not places:
             return {}

@@ -87,6 +87,7 @@ class MockSlackApi(ThreadedServer):
     admins: set[str] = field(default_factory=set)  # workspace admins (users.info is_admin)
     owners: set[str] = field(default_factory=set)  # workspace owners (is_owner)
     deactivated: set[str] = field(default_factory=set)  # users.info deleted: true
+    guests: set[str] = field(default_factory=set)  # users.info is_restricted (a guest)
     members: dict[str, set[str]] = field(default_factory=dict)  # channel -> its people
     mpims: set[str] = field(default_factory=set)  # group DMs among `members`' channels
     page_size: int = 100  # users.conversations answers at most this many per page
@@ -268,7 +269,9 @@ class MockSlackApi(ThreadedServer):
                                      "deleted": user_id in self.deactivated,
                                      "is_admin": user_id in self.admins | self.owners,
                                      "is_owner": user_id in self.owners,
-                                     "is_primary_owner": False}}  # fmt: skip
+                                     "is_primary_owner": False,
+                                     "is_restricted": user_id in self.guests,
+                                     "is_ultra_restricted": False}}  # fmt: skip
 
     def dm_channel(self, user_id: str) -> str:
         """The bot's DM channel with a person (what conversations.open gives)."""

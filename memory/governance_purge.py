@@ -1,0 +1,127 @@
+"""What a forgotten text leaves outside its own store: its episodic documents and its cached
+vectors.
+
+A forgotten message's episodic entries (the message and its parts) are hidden from every read
+at once (`hide`: the tenant's erasing hash, which `EpisodicStore._fetch` consults in the same
+round trip) and deleted in the background (`purge`): deleting a vector-index document repairs
+the HNSW graph around it, about half a millisecond each, too slow to wait for when a person's
+ten thousand messages go. What a stopped process left is purged by the tenant's next erasure;
+`settle` waits for this process's purges (`MemoryManager.close` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from memory.keys import embedding_cache_key, erasing_key
+from memory.stores.base import decode, delete_keys
+from memory.stores.conversation import Message
+from memory.stores.episodic import Episode, indexed
+from memory.stores.episodic_text import MAX_PARTS
+from memory.text import clean_text
+
+SCAN_COUNT = 10_000  # messages marked hidden per HSET
+PURGE_BATCH = 500  # episodic documents deleted per round (a few hundred ms of Redis time)
+
+log = logging.getLogger(__name__)
+
+
+def message_texts(message: Message) -> list[str]:
+    """Every text of a message that may have been embedded (and cached): the message as a
+    question, and as episodic memory embeds it and its parts."""
+    episode = indexed(Episode("", "", author=message.author, author_name=message.author_name,
+                              role=message.role, text=message.content))  # fmt: skip
+    return [message.content, episode.embedding_text, *episode.part_texts()]
+
+
+def erasing_parts(ids: Iterable[str], said: dict[str, list[str]]) -> dict[str, int]:
+    """What the erasing hash holds for each message: how many parts its texts (`said`, see
+    `message_texts`) have; every possible one for a message whose text is gone already."""
+    return {i: len(said[i]) - 2 if i in said else MAX_PARTS for i in ids}
+
+
+class Purge:
+    """Hides forgotten messages' episodic entries, deletes them in the background, and deletes
+    the cached vectors of forgotten texts."""
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.redis = memory.redis
+        self._running: dict[str, asyncio.Task] = {}
+        self._dirty: set[str] = set()  # tenants with episodic documents to purge
+
+    async def hide(self, tenant: str, ids: list[str], said: dict[str, list[str]]) -> int:
+        """Hide messages' episodic entries from every read now, to be deleted by `purge`: each
+        message's document and its parts, as many as its texts (`said`, see `message_texts`)
+        have; every possible one for a message whose text is gone already. Returns how many
+        messages were indexed."""
+        if not ids:
+            return 0
+        found = await self.indexed(tenant, ids)
+        items = list(erasing_parts(ids, said).items())
+        for start in range(0, len(items), SCAN_COUNT):
+            await self.redis.hset(
+                erasing_key(tenant), mapping=dict(items[start : start + SCAN_COUNT])
+            )
+        return len(found)
+
+    async def indexed(self, tenant: str, ids: list[str]) -> set[str]:
+        """Those of `ids` with a document in episodic memory (one EXISTS each, pipelined)."""
+        store = self.memory.episodes
+        pipe = self.redis.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(store.key(tenant, i))
+        return {i for i, n in zip(ids, await pipe.execute(), strict=True) if n}
+
+    async def uncache(self, texts: Iterable[str]) -> int:
+        """Delete the cached vectors of `texts` (memory/embeddings.py `CachedEmbedder`: keyed
+        by model and the SHA-1 of the cleaned text); how many there were."""
+        model = self.memory.embedder.model_name
+        keys = {
+            embedding_cache_key(model, hashlib.sha1(clean_text(t).encode("utf-8")).hexdigest())
+            for t in texts
+            if t
+        }
+        return await delete_keys(self.redis, keys) if keys else 0
+
+    async def purge(self, tenant: str) -> int:
+        """Delete the episodic documents of forgotten messages (hidden from reads until then),
+        a batch at a time so other commands run in between; returns how many messages' went.
+        Also finishes what a stopped process left."""
+        store, key, done = self.memory.episodes, erasing_key(tenant), 0
+        while rows := await self.redis.hrandfield(key, PURGE_BATCH, withvalues=True):
+            pairs = rows if isinstance(rows[0], list) else zip(rows[::2], rows[1::2], strict=True)
+            parts = {decode(i): int(n) for i, n in pairs}  # RESP3 pairs, or RESP2 flat
+            keys = [store.key(tenant, i) for i in parts]
+            keys += [
+                store.part_key(tenant, i, n) for i, count in parts.items() for n in range(count)
+            ]
+            await delete_keys(self.redis, keys)
+            await self.redis.hdel(key, *parts)
+            done += len(parts)
+        return done
+
+    def schedule(self, tenant: str) -> None:
+        """Purge the tenant in the background (once more, if a purge of it is running)."""
+        self._dirty.add(tenant)
+        running = self._running.get(tenant)
+        if running is None or running.done():
+            self._running[tenant] = asyncio.create_task(self._while_dirty(tenant))
+
+    async def settle(self) -> None:
+        """Wait for this process's purges (before it exits; benchmarks; tests)."""
+        while running := [t for t in self._running.values() if not t.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _while_dirty(self, tenant: str) -> None:
+        while tenant in self._dirty:
+            self._dirty.discard(tenant)
+            try:
+                await self.purge(tenant)
+            except Exception:  # hidden meanwhile; the tenant's next erasure purges them
+                log.exception("purging the forgotten episodic entries of %s failed", tenant)
+                return

@@ -1,0 +1,174 @@
+"""Erasures that sweep a tenant's whole memory: one person, across every store (`person`), and
+what is older than the retention period (`older_than`). Both find what to erase, then leave the
+messages and threads to `ThreadEraser` (memory/governance_threads.py). The caller holds the
+tenant's erasure lock (`Governance._exclusive`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redisvl.query import FilterQuery
+from redisvl.query.filter import FilterExpression, Tag
+
+from memory.governance_erasure import Erasure, NotFound
+from memory.governance_purge import Purge
+from memory.governance_threads import ThreadEraser, Threads
+from memory.keys import tenant_key, threads_key
+from memory.scope import legacy_audience
+from memory.stores.base import VectorStore, decode, delete_keys
+from memory.stores.conversation import Message
+from memory.stores.entity import Entity
+
+PAGE = 1000  # records found (and deleted) per search
+SCAN_COUNT = 10_000
+
+
+async def delete_where(
+    store: VectorStore, tenant: str, where: FilterExpression, fields: list[str]
+) -> list[dict[str, Any]]:
+    """Delete a vector store's records that match `where`, a page at a time; the rows."""
+    deleted: list[dict[str, Any]] = []
+    while True:
+        query = FilterQuery(filter_expression=where, return_fields=fields, num_results=PAGE)
+        rows = await store._run(tenant, query)
+        rows = [r for r in rows if r["id"].startswith(store.key_prefix(tenant))]
+        if not rows or not await delete_keys(store.redis, [r["id"] for r in rows]):
+            return deleted
+        deleted += rows
+
+
+@dataclass
+class Expiry:
+    """What a retention sweep found: the threads as read (`lists`), those whose every message
+    is older than `cutoff` (`whole`) and those with some older ones (`partly`)."""
+
+    cutoff: float
+    lists: Threads
+    whole: list[str]
+    partly: list[str]
+
+
+class Sweeps:
+    def __init__(self, memory: Any, threads: ThreadEraser, purge: Purge) -> None:
+        self.memory = memory
+        self.redis = memory.redis
+        self.threads = threads
+        self.purge = purge
+
+    async def person(self, tenant: str, user: str) -> Erasure:
+        """Erase one person (a platform user id) from every store of the tenant: each message
+        they wrote (a tombstone), their DM threads whole, the summaries over their messages
+        (rewritten without them), the tool logs of their turns (by the log's author; a log from
+        before authors were kept belongs to the turn of the latest question said before it),
+        episodic entries, the entities and workflows whose authors include them or that were
+        learned in their DMs (the whole record: a merged description cannot be taken apart),
+        and the cached vectors of all those texts. Not what others said about them, nor the
+        assistant's answers to them outside their DMs. `NotFound` when nothing is theirs."""
+        threads = [t for t, _ in await self.memory.conversation.threads(tenant)]
+        lists = await self.threads.read(tenant, threads)
+
+        def theirs(m: Message) -> bool:
+            return m.role == "user" and m.author == user and not m.forgotten
+
+        spoke = {t for t in lists if any(map(theirs, lists.messages(t)))}
+        place = {t: _audience(lists.messages(t)[0], t) for t in spoke}
+        dms = {t for t in spoke if place[t].startswith("dm:")}
+        others = lists.only(spoke - dms)
+        logs = await self._tool_logs_of(tenant, others, user)
+        erasure = await self.threads.erase_threads(tenant, lists.only(dms))
+        erasure += await self.threads.forget_messages(tenant, others, theirs)
+        erasure += Erasure(tool_logs=await self.memory.tool_logs.remove(tenant, logs))
+        erasure += await self._forget_learned(tenant, user, {place[t] for t in dms})
+        await self._forget_last_threads(tenant, user)
+        if not erasure.total and not spoke:
+            raise NotFound("person", user)
+        return erasure
+
+    async def older_than(self, tenant: str, cutoff: float) -> Erasure:
+        """Retention: conversation memory said before `cutoff` (seconds since the epoch):
+        messages (tombstones), summaries over them (rewritten), tool logs, episodic entries,
+        cached vectors. A thread whose every message is older goes whole. Papers, entities and
+        workflows are kept."""
+        return await self.expire(tenant, await self.expiry(tenant, cutoff))
+
+    async def expiry(self, tenant: str, cutoff: float) -> Expiry:
+        """What a retention sweep finds: every thread, read; which go whole and which in part."""
+        listed = await self.redis.zrange(threads_key(tenant), 0, -1, withscores=True)
+        lists = await self.threads.read(tenant, [decode(t) for t, _ in listed])
+        last = {decode(t): score for t, score in listed}
+        whole, partly = [], []
+        for thread in lists:
+            stamps = [m.timestamp for m in lists.messages(thread)]
+            if max(stamps, default=last[thread]) < cutoff:
+                whole.append(thread)
+            elif stamps and min(stamps) < cutoff:
+                partly.append(thread)
+        return Expiry(cutoff, lists, whole, partly)
+
+    async def expire(self, tenant: str, expiry: Expiry) -> Erasure:
+        """Erase what `expiry` found. A whole thread that changed since it was read (a message
+        appended meanwhile: no lock keeps appends out) keeps what is new; its old messages
+        are forgotten one by one."""
+        lists, cutoff = expiry.lists, expiry.cutoff
+
+        def old(m: Message) -> bool:
+            return m.timestamp < cutoff and not m.forgotten
+
+        erasure, grown = await self.threads.erase_unchanged(tenant, lists.only(expiry.whole))
+        if grown:
+            lists.update(await self.memory.conversation.raw_threads(tenant, grown))
+        erasure += await self.threads.forget_messages(
+            tenant, lists.only([*expiry.partly, *grown]), old
+        )
+        store = self.memory.tool_logs
+        logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
+        expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
+        return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
+
+    # -- a person's other traces -----------------------------------------------------------------
+
+    async def _tool_logs_of(self, tenant: str, lists: Threads, user: str) -> dict[str, list[str]]:
+        """The tool logs of `user`'s turns in these threads (read before their messages are
+        forgotten: a log without an author goes by the question said before it)."""
+        store = self.memory.tool_logs
+        listed = await store.listed(tenant, lists)
+        authors = await store.authors(tenant, [i for rows in listed.values() for i, _ in rows])
+        out: dict[str, list[str]] = {}
+        for thread, rows in listed.items():
+            questions = [m for m in lists.messages(thread) if m.role == "user"]
+            for log_id, created in rows:
+                author = authors.get(log_id, "")
+                if not author:
+                    asked = [m for m in questions if m.timestamp <= created]
+                    author = asked[-1].author if asked else ""
+                if author == user:
+                    out.setdefault(thread, []).append(log_id)
+        return out
+
+    async def _forget_learned(self, tenant: str, user: str, audiences: set[str]) -> Erasure:
+        """Entities and workflows whose authors include `user` or learned in their DMs."""
+        where: FilterExpression = Tag("authors") == user
+        if audiences:
+            where = where | (Tag("audience") == sorted(audiences))
+        fields = ["name", "type", "description"]
+        entities = await delete_where(self.memory.entities, tenant, where, fields)
+        workflows = await delete_where(self.memory.workflows, tenant, where, ["text"])
+        texts = [Entity(*(decode(r.get(f)) or "" for f in fields)).line() for r in entities]
+        texts += [decode(r.get("text")) or "" for r in workflows]
+        return Erasure(entities=len(entities), workflows=len(workflows),
+                       cached_embeddings=await self.purge.uncache(texts))  # fmt: skip
+
+    async def _forget_last_threads(self, tenant: str, user: str) -> None:
+        """Their latest thread per channel (what `/summarize` defaults to)."""
+        pattern = tenant_key(tenant, "channel", "*", "last-thread")
+        keys = [k async for k in self.redis.scan_iter(match=pattern, count=SCAN_COUNT)]
+        if keys:
+            pipe = self.redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hdel(key, user)
+            await pipe.execute()
+
+
+def _audience(message: Message, thread: str) -> str:
+    return message.audience or legacy_audience(thread)

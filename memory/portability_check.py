@@ -1,0 +1,195 @@
+"""The export format's kinds, and the check every line of an export passes before an import
+writes anything (the format itself: memory/portability.py).
+
+`Check` reads the records in file order: the header first (its version, and whether the
+export's embedding model is the configured one), then known kinds with their fields, threads
+declared before their messages and records, no id twice. A malformed record is a
+`BadExportLine` naming its line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from memory.keys import InvalidName, validate_thread
+from memory.retention import InvalidRetention, check_days
+from memory.stores.conversation import ConversationStore
+
+HEADER = "arxivscout-export"
+VERSION = 1
+MAX_ID = 1024
+PLURALS = {"thread": "threads", "message": "messages", "summary": "summaries",
+           "tool_log": "tool_logs", "paper": "papers", "chunk": "chunks", "entity": "entities",
+           "workflow": "workflows", "retention": "retention"}  # fmt: skip
+
+
+class BadExportLine(ValueError):
+    """A line of an export that cannot be imported; nothing was written."""
+
+    def __init__(self, line_no: int, why: str) -> None:
+        super().__init__(line_no, why)
+        self.line_no, self.why = line_no, why
+
+    def __str__(self) -> str:
+        return f"Line {self.line_no} of the export: {self.why} Nothing was imported."
+
+
+class _Bad(Exception):
+    """Why a record is malformed (the line number is added by `Check.line`)."""
+
+
+def _need(ok: bool, why: str) -> None:
+    if not ok:
+        raise _Bad(why)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _id(value: Any, what: str) -> str:
+    _need(
+        isinstance(value, str) and 0 < len(value) <= MAX_ID, f"its {what} is missing or too long."
+    )
+    _need(not any(ord(c) < 32 for c in value), f"its {what} holds control characters.")
+    return value
+
+
+def _object(record: dict, name: str) -> dict:
+    value = record.get(name)
+    _need(isinstance(value, dict), f"its {name!r} must be a JSON object.")
+    return value
+
+
+class Check:
+    """Reads every record before anything is written: the header first, known kinds with their
+    fields, threads declared before their messages and records, no id twice."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.model = (embedder.model_name, embedder.dims)
+        self.header: dict | None = None
+        self.reembed = False
+        self.threads: set[str] = set()
+        self.ids: dict[str, set[str]] = {}
+
+    def line(self, number: int, record: Any) -> None:
+        try:
+            self._record(record)
+        except _Bad as bad:
+            raise BadExportLine(number, str(bad)) from None
+
+    def done(self) -> None:
+        if self.header is None:
+            raise BadExportLine(1, "the file is empty.")
+
+    def _record(self, record: Any) -> None:
+        _need(isinstance(record, dict), "it is not a JSON object.")
+        kind = record.get("kind")
+        if self.header is None:
+            _need(
+                kind == HEADER,
+                f"this is not an ArxivScout export (its first line must be "
+                f'the header, {{"kind": "{HEADER}", ...}}).',
+            )
+            version = record.get("version")
+            _need(
+                version == VERSION,
+                f"export version {version!r} cannot be read (this version reads {VERSION}).",
+            )
+            embeddings = record.get("embeddings") or {}
+            self.reembed = (embeddings.get("model"), embeddings.get("dims")) != self.model
+            self.header = record
+            return
+        _need(kind != HEADER, "a second header: two exports joined?")
+        _need(kind in PLURALS, f"unknown kind {kind!r}.")
+        getattr(self, f"_{kind}")(record)
+
+    def _unique(self, kind: str, item_id: str) -> None:
+        seen = self.ids.setdefault(kind, set())
+        _need(item_id not in seen, f"the {kind} {item_id!r} appears twice.")
+        seen.add(item_id)
+
+    def _declared(self, record: dict) -> str:
+        thread = record.get("thread")
+        _need(thread in self.threads, f"its thread {thread!r} has no thread line before it.")
+        return thread
+
+    def _retention(self, record: dict) -> None:
+        days = record.get("days")
+        if days is not None:
+            try:
+                check_days(days)
+            except InvalidRetention as exc:
+                raise _Bad(str(exc)) from None
+        self._unique("retention", "")
+
+    def _thread(self, record: dict) -> None:
+        try:
+            thread = validate_thread(record.get("thread"))
+        except InvalidName as exc:
+            raise _Bad(str(exc)) from None
+        _need(thread not in self.threads, f"the thread {thread!r} appears twice.")
+        _need(_is_number(record.get("last_active")), "its 'last_active' must be a number.")
+        summarized = record.get("summarized")
+        _need(
+            summarized is None or (type(summarized) is int and summarized >= 0),
+            "its 'summarized' must be a count or null.",
+        )
+        _need(isinstance(record.get("channel", ""), str), "its 'channel' must be a string.")
+        self.threads.add(thread)
+
+    def _message(self, record: dict) -> None:
+        self._declared(record)
+        message = _object(record, "message")
+        self._unique("message", _id(message.get("id"), "message id"))
+        _need(
+            message.get("role") in ConversationStore.ROLES,
+            f"its role is not one of {', '.join(ConversationStore.ROLES)}.",
+        )
+        _need(isinstance(message.get("content"), str), "its content must be a string.")
+        _need(_is_number(message.get("timestamp")), "its timestamp must be a number.")
+
+    def _thread_record(self, kind: str, record: dict) -> None:
+        self._declared(record)
+        _need(
+            record.get("listed") is None or _is_number(record.get("listed")),
+            "its 'listed' must be a number or null.",
+        )
+        self._unique(kind, _id(_object(record, kind).get("id"), f"{kind} id"))
+
+    def _summary(self, record: dict) -> None:
+        self._thread_record("summary", record)
+        for name in ("message_ids", "children"):
+            _need(isinstance(record["summary"].get(name, []), list), f"its {name} is not a list.")
+
+    def _tool_log(self, record: dict) -> None:
+        self._thread_record("tool_log", record)
+
+    def _paper(self, record: dict) -> None:
+        paper = _object(record, "paper")
+        self._unique("paper", _id(paper.get("arxiv_id"), "arxiv_id"))
+        _need(type(paper.get("chunks", 0)) is int, "its chunk count must be a whole number.")
+
+    def _vector_record(self, kind: str, record: dict) -> None:
+        self._unique(kind, _id(record.get("id"), "id"))
+        values = _object(record, "fields")
+        _need(all(isinstance(v, str) for v in values.values()), "its fields must be strings.")
+        vector = record.get("vector")
+        _need(isinstance(vector, str), "its vector must be base64 text.")
+        if not self.reembed:
+            try:
+                size = len(base64.b64decode(vector, validate=True))
+            except (binascii.Error, ValueError):
+                raise _Bad("its vector is not base64.") from None
+            _need(size == 4 * self.model[1], f"its vector does not have {self.model[1]} floats.")
+
+    def _chunk(self, record: dict) -> None:
+        self._vector_record("chunk", record)
+
+    def _entity(self, record: dict) -> None:
+        self._vector_record("entity", record)
+
+    def _workflow(self, record: dict) -> None:
+        self._vector_record("workflow", record)

@@ -1,0 +1,198 @@
+"""Export: a tenant's memory, or one thread's, as the records of an export (the format:
+memory/portability.py), and `dumps`, a record as its line.
+
+Read store by store and page by page, so a large tenant is never held in memory whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import typing
+from collections.abc import AsyncIterator
+from dataclasses import fields
+from typing import Any
+
+from memory.browse import channel_of
+from memory.governance import NotFound
+from memory.keys import (
+    messages_key,
+    papers_key,
+    summarized_count_key,
+    threads_key,
+    validate_tenant,
+    validate_thread,
+)
+from memory.portability_check import HEADER, VERSION
+from memory.stores.base import VectorStore, decode
+from memory.stores.records import ThreadRecordStore
+
+PAGE = 1000  # messages read per LRANGE, records per pipeline
+CHANNEL_PROBE = 20  # messages whose episodic entries may name a thread's channel
+
+
+def dumps(record: dict[str, Any]) -> str:
+    """One record as its line (without the newline)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _types(store: ThreadRecordStore) -> dict[str, Any]:
+    hints = typing.get_type_hints(store.RECORD)
+    return {f.name: hints[f.name] for f in fields(store.RECORD)}
+
+
+def _record_out(row: dict, types: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
+    """A per-thread record's hash as JSON: its JSON fields parsed, numbers as numbers, the rest
+    (fields the record type does not know included) as the strings stored."""
+    out: dict[str, Any] = {}
+    for raw_name, raw_value in row.items():
+        name, value = decode(raw_name), decode(raw_value)
+        if name in json_fields:
+            value = json.loads(value)
+        elif types.get(name) in (int, float):
+            value = types[name](float(value))
+        out[name] = value
+    order = {name: i for i, name in enumerate(types)}  # the record type's order, then the rest
+    return dict(sorted(out.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
+
+
+class Exporter:
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.redis = memory.redis
+
+    def header(self, tenant: str, thread: str | None) -> dict[str, Any]:
+        embedder = self.memory.embedder
+        return {
+            "kind": HEADER,
+            "version": VERSION,
+            "tenant": tenant,
+            "thread": thread,
+            "exported_at": time.time(),
+            "embeddings": {"model": embedder.model_name, "dims": embedder.dims},
+        }
+
+    async def export_thread(self, tenant: str, thread: str) -> AsyncIterator[dict[str, Any]]:
+        """One thread: its messages, summaries and tool logs. `NotFound` for an unknown one."""
+        validate_thread(thread)
+        score = await self.redis.zscore(threads_key(tenant), thread)
+        if score is None and not await self.redis.exists(messages_key(tenant, thread)):
+            raise NotFound("thread", thread)
+        yield self.header(tenant, thread)
+        async for record in self._thread(tenant, thread, score or 0.0):
+            yield record
+
+    async def export_tenant(self, tenant: str) -> AsyncIterator[dict[str, Any]]:
+        """Everything the tenant's memory holds but episodic entries (made again on import)."""
+        validate_tenant(tenant)
+        yield self.header(tenant, None)
+        has_own, days = await self.memory.retention.own(tenant)
+        if has_own:
+            yield {"kind": "retention", "days": days}
+        for thread, score in await self.memory.conversation.threads(tenant):
+            async for record in self._thread(tenant, thread, score):
+                yield record
+        async for record in self._papers(tenant):
+            yield record
+        for kind, store in (("entity", self.memory.entities), ("workflow", self.memory.workflows)):
+            prefix = store.key_prefix(tenant)
+            keys = sorted(
+                [decode(k) async for k in self.redis.scan_iter(match=f"{prefix}*", count=PAGE)]
+            )
+            async for record in self._vectors(kind, store, tenant, keys):
+                yield record
+
+    async def _thread(self, tenant: str, thread: str, score: float) -> AsyncIterator[dict]:
+        key = messages_key(tenant, thread)
+        summarized = decode(await self.redis.get(summarized_count_key(tenant, thread)))
+        yield {
+            "kind": "thread",
+            "thread": thread,
+            "last_active": score,
+            "summarized": None if summarized is None else int(summarized),
+            "channel": await self._channel(tenant, thread),
+        }
+        start = 0
+        while rows := await self.redis.lrange(key, start, start + PAGE - 1):
+            for row in rows:
+                yield {"kind": "message", "thread": thread, "message": json.loads(row)}
+            start += len(rows)
+        for kind, store in (
+            ("summary", self.memory.summaries),
+            ("tool_log", self.memory.tool_logs),
+        ):
+            async for record in self._records(kind, store, tenant, thread):
+                yield record
+
+    async def _channel(self, tenant: str, thread: str) -> str:
+        """The channel episodic memory keeps for the thread's first messages (the thread id's
+        own, when none is indexed)."""
+        rows = await self.redis.lrange(messages_key(tenant, thread), 0, CHANNEL_PROBE - 1)
+        ids = [json.loads(r).get("id", "") for r in rows]
+        pipe = self.redis.pipeline(transaction=False)
+        for message_id in ids:
+            pipe.hget(self.memory.episodes.key(tenant, message_id), "channel")
+        found = [decode(c) for c in await pipe.execute()] if ids else []
+        return next((c for c in found if c is not None), channel_of(thread))
+
+    async def _records(
+        self, kind: str, store: ThreadRecordStore, tenant: str, thread: str
+    ) -> AsyncIterator[dict]:
+        """A thread's summaries or tool logs: those its index lists, then (level by level) the
+        summaries merged into them."""
+        index = await store.listed(tenant, [thread])
+        listed = dict(index[thread])
+        types, json_fields = _types(store), store.JSON_FIELDS
+        pending, seen = list(listed), set(listed)
+        while pending:
+            batch, pending = pending[:PAGE], pending[PAGE:]
+            pipe = self.redis.pipeline(transaction=False)
+            for record_id in batch:
+                pipe.hgetall(store.key(tenant, record_id))
+            for record_id, row in zip(batch, await pipe.execute(), strict=True):
+                if not row:
+                    continue
+                record = _record_out(row, types, json_fields)
+                yield {
+                    "kind": kind,
+                    "thread": thread,
+                    "listed": listed.get(record_id),
+                    kind: record,
+                }
+                children = [c for c in record.get("children") or [] if c not in seen]
+                seen.update(children)
+                pending += children
+
+    async def _papers(self, tenant: str) -> AsyncIterator[dict]:
+        kb = self.memory.knowledge_base
+        rows = await self.redis.hgetall(papers_key(tenant))
+        papers = {decode(k): v for k, v in rows.items()}
+        for arxiv_id in sorted(papers):
+            record = json.loads(papers[arxiv_id])
+            yield {"kind": "paper", "paper": record}
+            keys = [kb.chunk_key(tenant, arxiv_id, i) for i in range(int(record.get("chunks", 0)))]
+            async for chunk in self._vectors("chunk", kb, tenant, keys):
+                yield chunk
+
+    async def _vectors(
+        self, kind: str, store: VectorStore, tenant: str, keys: list[str]
+    ) -> AsyncIterator[dict]:
+        prefix, vector_field = store.key_prefix(tenant), store.VECTOR_FIELD.encode()
+        for start in range(0, len(keys), PAGE):
+            batch = keys[start : start + PAGE]
+            pipe = self.redis.pipeline(transaction=False)
+            for key in batch:
+                pipe.hgetall(key)
+            for key, row in zip(batch, await pipe.execute(), strict=True):
+                if not row:
+                    continue
+                vector = row.pop(vector_field, b"")
+                values = {decode(k): decode(v) for k, v in sorted(row.items())}
+                values.pop("tenant", None)
+                yield {
+                    "kind": kind,
+                    "id": key[len(prefix) :],
+                    "fields": values,
+                    "vector": base64.b64encode(vector).decode("ascii"),
+                }

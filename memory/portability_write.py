@@ -1,0 +1,167 @@
+"""Import's writes: the records of a checked export (memory/portability_check.py) written
+through the stores' key layout, in batches.
+
+The same keys the stores write: thread scores, summarized-prefix counters, the thread indexes
+of summaries and tool logs, papers after their chunks. Messages are indexed for episodic recall
+as they are written; vectors are reused when the export's embedding model is the configured
+one, and embedded again otherwise (`reembed`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory.embeddings import background_embedding
+from memory.keys import messages_key, papers_key, summarized_count_key, threads_key
+from memory.portability_check import HEADER, PLURALS
+from memory.portability_export import dumps
+from memory.scope import Scope, legacy_audience
+from memory.stores.base import VectorStore
+from memory.stores.episodic import Episode
+
+PIPELINE = 1000  # commands sent together
+BATCH = 256  # records written (and embedded) together
+VECTOR_KINDS = ("chunk", "entity", "workflow")
+
+
+def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        name: json.dumps(value, ensure_ascii=False)
+        if name in json_fields or not isinstance(value, str | int | float) or value is True
+        or value is False else value
+        for name, value in record.items()
+    }  # fmt: skip
+
+
+@dataclass
+class _ThreadState:
+    channel: str
+    count: int = 0  # messages written: the next one's position
+    last_ts: float | None = None  # the previous message's timestamp (tombstones' too)
+    episodes: list[Episode] = field(default_factory=list)
+
+
+class Writer:
+    """Writes checked records through the stores' key layout, in batches; `counts` says how
+    many of each kind were written."""
+
+    def __init__(self, memory: Any, tenant: str, reembed: bool) -> None:
+        self.memory, self.redis, self.tenant, self.reembed = memory, memory.redis, tenant, reembed
+        self.counts: Counter[str] = Counter()
+        self.pipe = self.redis.pipeline(transaction=False)
+        self.threads: dict[str, _ThreadState] = {}
+        self.papers: dict[str, str] = {}
+        self.vectors: dict[str, list[dict]] = {kind: [] for kind in VECTOR_KINDS}
+        self.stores: dict[str, Any] = {
+            "chunk": memory.knowledge_base, "entity": memory.entities,
+            "workflow": memory.workflows, "summary": memory.summaries,
+            "tool_log": memory.tool_logs,
+        }  # fmt: skip
+
+    async def write(self, record: dict) -> None:
+        kind = record["kind"]
+        if kind == HEADER:
+            return
+        self.counts[PLURALS[kind]] += 1
+        if kind == "retention":
+            await self.memory.retention.set(self.tenant, record.get("days"))
+        elif kind == "thread":
+            self._thread(record)
+        elif kind == "message":
+            await self._message(record["thread"], record["message"])
+        elif kind in ("summary", "tool_log"):
+            store, item = self.stores[kind], record[kind]
+            self.pipe.hset(
+                store.key(self.tenant, item["id"]), mapping=_record_in(item, store.JSON_FIELDS)
+            )
+            if record.get("listed") is not None:
+                index = store.thread_index(Scope(self.tenant, record["thread"]))
+                self.pipe.zadd(index, {item["id"]: record["listed"]})
+        elif kind == "paper":
+            self.papers[record["paper"]["arxiv_id"]] = json.dumps(record["paper"])
+        else:
+            self.vectors[kind].append(record)
+            if len(self.vectors[kind]) >= BATCH:
+                await self._vectors(kind)
+        if len(self.pipe) >= PIPELINE:
+            await self.pipe.execute()
+
+    def _thread(self, record: dict) -> None:
+        thread = record["thread"]
+        self.threads[thread] = _ThreadState(record.get("channel") or "")
+        self.pipe.zadd(threads_key(self.tenant), {thread: record["last_active"]})
+        if record.get("summarized") is not None:
+            self.pipe.set(summarized_count_key(self.tenant, thread), record["summarized"])
+
+    async def _message(self, thread: str, message: dict) -> None:
+        state = self.threads[thread]
+        self.pipe.rpush(messages_key(self.tenant, thread), dumps(message))
+        seq, previous, state.last_ts = state.count, state.last_ts, float(message["timestamp"])
+        state.count += 1
+        if message.get("forgotten") or not message["content"].strip():
+            return
+        state.episodes.append(
+            Episode(
+                message["id"],
+                thread,
+                state.channel,
+                audience=message.get("audience") or legacy_audience(thread),
+                author=message.get("author") or "",
+                author_name=message.get("author_name") or "",
+                role=message["role"],
+                text=message["content"],
+                ts=state.last_ts,
+                seq=seq,
+                previous_ts=previous,
+            )
+        )
+        if len(state.episodes) >= BATCH:
+            await self._episodes(thread)
+
+    async def _episodes(self, thread: str) -> None:
+        state = self.threads[thread]
+        if not state.episodes:
+            return
+        await self.pipe.execute()  # the messages before their episodic entries
+        scope = Scope(self.tenant, thread, channel=state.channel)
+        with background_embedding():
+            await self.memory.episodes.add(scope, state.episodes)
+        self.counts["episodes"] += len(state.episodes)
+        state.episodes = []
+
+    async def _vectors(self, kind: str) -> None:
+        records, self.vectors[kind] = self.vectors[kind], []
+        if not records:
+            return
+        store: VectorStore = self.stores[kind]
+        prefix = store.key_prefix(self.tenant)
+        values = [{**r["fields"], "tenant": self.tenant} for r in records]
+        if self.reembed:
+            vectors = await store.embedder.embed([store.embedding_text(v) for v in values])
+            self.counts["re-embedded"] += len(records)
+        else:
+            vectors = [
+                np.frombuffer(base64.b64decode(r["vector"]), dtype=np.float32) for r in records
+            ]
+        await store._write(
+            self.tenant,
+            [
+                (prefix + r["id"], v, vector)
+                for r, v, vector in zip(records, values, vectors, strict=True)
+            ],
+        )
+
+    async def finish(self) -> None:
+        for thread in self.threads:
+            await self._episodes(thread)
+        for kind in VECTOR_KINDS:
+            await self._vectors(kind)
+        if self.papers:  # last: a paper counts as present once its chunks are searchable
+            self.pipe.hset(papers_key(self.tenant), mapping=self.papers)
+        await self.pipe.execute()
