@@ -108,8 +108,11 @@ async def main(args: argparse.Namespace) -> None:
         base = f"http://127.0.0.1:{port}/memory/threads/{quote(THREAD, safe='')}"
         try:
             async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-                async with session.get(f"http://127.0.0.1:{port}{login}") as response:
-                    if response.status != 200:  # signed in: redirected to /memory
+                token = URL(login).query["token"]  # the link's button posts its token
+                async with session.post(
+                    f"http://127.0.0.1:{port}/memory/login", data={"token": token}
+                ) as response:
+                    if response.status != 200 or response.url.path != "/memory":
                         raise SystemExit(f"signing in failed: {response.status}")
                 for name, url in (("first page", f"{base}?page=1"), ("last page", base)):
                     await timed(session, url, 3)  # warm up: templates compiled, pools open

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import discord
 import pytest
@@ -268,8 +268,12 @@ async def test_people_and_servers_discord_does_not_know_are_403(api, directory):
 
 
 async def sign_in(client: TestClient, url: str):
+    """Open the link, then press its page's button (the POST that starts the session)."""
     parts = urlsplit(url)
-    response = await client.get(f"{parts.path}?{parts.query}", allow_redirects=False)
+    page = await client.get(f"{parts.path}?{parts.query}", allow_redirects=False)
+    assert page.status == 200 and "Open my memory" in await page.text()
+    token = parse_qs(parts.query)["token"][0]
+    response = await client.post(parts.path, data={"token": token}, allow_redirects=False)
     return response, await response.text()
 
 

@@ -197,8 +197,12 @@ async def page_client(
 async def sign_in(
     client: TestClient, links: Links, tenant: str, user: str
 ) -> aiohttp.ClientResponse:
+    """Open the link, then press its page's button (the POST that starts the session)."""
     url = urlsplit(links.login(tenant, user, "slack"))
-    return await client.get(f"{url.path}?{url.query}", allow_redirects=False)
+    page = await client.get(f"{url.path}?{url.query}", allow_redirects=False)
+    assert page.status == 200 and "Set-Cookie" not in page.headers, await page.text()
+    return await client.post(url.path, data={"token": token_of(url.geturl())},
+                             allow_redirects=False)  # fmt: skip
 
 
 async def test_login_starts_a_session_and_the_guard_checks_every_request(memory, tenant):
@@ -277,7 +281,7 @@ async def test_a_link_opens_in_several_browsers_and_only_for_its_own_tenant(memo
         link = links.login(tenant, "U1", "slack")
         login = first.make_url(f"{urlsplit(link).path}?{urlsplit(link).query}")
         for browser in (first.session, second):  # each has a cookie jar of its own
-            response = await browser.get(login)
+            response = await browser.post(login.with_query(None), data={"token": token_of(link)})
             assert response.status == 200 and (await response.json())["tenant"] == tenant
         # the same person's id in another workspace: that workspace's directory decides
         response = await sign_in(first, links, "T-elsewhere", "U1")
@@ -304,6 +308,44 @@ async def test_expired_forged_and_tampered_links_get_a_page_that_says_what_to_do
         assert response.status == 403 and "expired" in page and "/memory" in page
         assert "`" not in page and "<code>/memory</code>" in page
         assert "Set-Cookie" not in response.headers and people.asked == 0
+        for bad in (token, forged, tampered, ""):  # and again on the button's POST
+            response = await client.post("/memory/login", data={"token": bad})
+            assert response.status == 403 and "link" in await response.text()
+            assert "Set-Cookie" not in response.headers and people.asked == 0
+
+
+async def test_opening_a_link_asks_before_it_replaces_the_session(memory, tenant):
+    """Login CSRF: someone's own link sent to you, or posted to the page from another site,
+    must not sign your browser in as them."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack", name="Ada")
+    people.known["EVE"] = Viewer(tenant, "EVE", "slack", name="Eve")
+    async with page_client(memory, people) as (client, links, _):
+        assert (await sign_in(client, links, tenant, "U1")).status == 303
+        evil = links.login(tenant, "EVE", "slack")
+        response = await client.get(f"{urlsplit(evil).path}?{urlsplit(evil).query}")
+        page = await response.text()
+        assert response.status == 200 and "Set-Cookie" not in response.headers
+        assert "<code>EVE</code>" in page and f"<code>{tenant}</code>" in page
+        assert "Eve" not in page and people.asked == 1  # the link's claims only, asked nobody
+        assert 'method="post" action="/memory/login"' in page and token_of(evil) in page
+        assert response.headers["Referrer-Policy"] == "same-origin"  # so the POST has an Origin
+        assert (await (await client.get("/memory")).json())["user"] == "U1"  # still Ada
+
+        own = str(client.make_url("/"))
+        for origin in ("https://evil.example", "null", "http://127.0.0.1.evil.example"):
+            response = await client.post("/memory/login", data={"token": token_of(evil)},
+                                         headers={"Origin": origin}, allow_redirects=False)  # fmt: skip
+            assert response.status == 403 and "own sign-in page" in await response.text()
+        response = await client.post("/memory/login", data={"token": token_of(evil)},
+                                     headers={"Referer": "https://evil.example/x"})  # fmt: skip
+        assert response.status == 403 and people.asked == 1
+        assert (await (await client.get("/memory")).json())["user"] == "U1"
+
+        response = await client.post("/memory/login", data={"token": token_of(evil)},
+                                     headers={"Origin": own.rstrip("/")}, allow_redirects=False)  # fmt: skip
+        assert response.status == 303 and response.headers["Location"] == "/memory"
+        assert (await (await client.get("/memory")).json())["user"] == "EVE"  # asked, then so
 
 
 async def test_the_viewer_is_asked_again_after_a_few_minutes(memory, tenant):
@@ -436,14 +478,15 @@ async def test_a_rate_limited_login_says_when_to_try_again(memory, slack_api, te
     slack_api.rate_limit("users.info", retry_after=12)
     async with TestClient(TestServer(app)) as client:
         url = urlsplit(links.login(tenant, "U1", "slack"))
-        response = await client.get(f"{url.path}?{url.query}", allow_redirects=False)
+        token = token_of(url.geturl())
+        response = await client.post(url.path, data={"token": token}, allow_redirects=False)
         page = await response.text()
         assert response.status == 503 and response.headers["Retry-After"] == "12"
         assert "12 seconds" in page and "Traceback" not in page
         missing = Directories()  # a server without Slack's token
         app = build_web_app(memory, page=memory_page(memory, links, missing, pages=[]))
     async with TestClient(TestServer(app)) as client:
-        response = await client.get(f"{url.path}?{url.query}", allow_redirects=False)
+        response = await client.post(url.path, data={"token": token}, allow_redirects=False)
         assert response.status == 503 and "SLACK_BOT_TOKEN" in await response.text()
 
 
@@ -575,7 +618,7 @@ async def test_slack_memory_command_links_to_the_callers_page(world, slack_api):
             url = re.search(r"<(http[^|>]+)\|", answer["text"]).group(1)
             claims = links.signer.verify(token_of(url))
             assert (claims.tenant, claims.user, claims.platform) == (team, "U1", "slack")
-        response = await client.get(urlsplit(url).path + "?" + urlsplit(url).query)
+        response = await client.post(urlsplit(url).path, data={"token": token_of(url)})
         page = await response.json()
         assert response.status == 200 and page["tenant"] == team and page["user"] == "U1"
         assert set(page["audiences"]) == {PUBLIC, "private:C9", "dm:DU1"}
@@ -632,7 +675,7 @@ async def test_slack_app_home_shows_papers_threads_summaries_and_a_fresh_link(wo
         pressed = api.home_views["U1"]
         again = next(b["accessory"] for b in pressed["blocks"] if "accessory" in b)["url"]
         assert again != button["url"] and links.signer.verify(token_of(again)).user == "U1"
-        response = await client.get(urlsplit(again).path + "?" + urlsplit(again).query)
+        response = await client.post(urlsplit(again).path, data={"token": token_of(again)})
         assert response.status == 200 and (await response.json())["user"] == "U1"
 
         # a Home that Slack refuses is logged, not raised; the next opening publishes again
@@ -676,8 +719,11 @@ async def test_arxivscout_web_serves_the_page_and_prints_a_local_link(cli_env):
             base = link.split("/memory/login")[0]
             async with browser.get(f"{base}/memory") as response:
                 assert response.status == 401
-            async with browser.get(link) as response:  # redirected to /memory, signed in
-                assert response.status == 200 and response.url.path == "/memory"
+            async with browser.get(link) as response:  # asks first
+                assert response.status == 200 and "Open my memory" in await response.text()
+            login = link.split("?")[0]
+            async with browser.post(login, data={"token": token_of(link)}) as response:
+                assert response.status == 200 and response.url.path == "/memory"  # signed in
             async with browser.get(f"{base}/healthz") as response:
                 assert (await response.json())["redis"] == "up"
     finally:

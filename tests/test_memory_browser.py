@@ -203,14 +203,27 @@ async def fresh(browser: Browser) -> AsyncIterator[tuple[BrowserContext, Page]]:
         await context.close()
 
 
+async def open_link(page: Page, link: str, site: Site) -> Response:
+    """Open a sign-in link and press its page's button (the POST that starts the session)."""
+    response = await page.goto(link)
+    assert response is not None and response.status == 200, (
+        f"{await main_text(page)}\nthe server logged: {site.log_tail()}"
+    )
+    async with page.expect_navigation() as navigation:
+        await page.get_by_role("button", name="Open my memory").click()
+    response = await navigation.value
+    assert response is not None
+    return response
+
+
 @asynccontextmanager
 async def signed_in(
     browser: Browser, site: Site, tenant: str, user: str, platform: str = "slack"
 ) -> AsyncIterator[Page]:
     """A tab that opened `user`'s signed link and landed on the overview."""
     async with fresh(browser) as (_, page):
-        response = await page.goto(site.login(tenant, user, platform))
-        assert response is not None and response.status == 200, (
+        response = await open_link(page, site.login(tenant, user, platform), site)
+        assert response.status == 200, (
             f"{await main_text(page)}\nthe server logged: {site.log_tail()}"
         )
         assert urlsplit(page.url).path == "/memory"
@@ -303,6 +316,11 @@ async def test_the_printed_link_opens_the_overview_with_an_httponly_session(site
     async with fresh(browser) as (context, page):
         response = await page.goto(site.web.link)  # what `arxivscout web` printed
         assert response is not None and response.status == 200
+        assert "local user local" in await main_text(page)  # asks first, signs in nobody
+        assert not [c for c in await context.cookies() if c["name"] == SESSION_COOKIE]
+        await shot(page, "login-confirm")
+        response = await open_link(page, site.web.link, site)
+        assert response.status == 200
         assert urlsplit(page.url).path == "/memory" and "token" not in page.url
         cookies = [c for c in await context.cookies() if c["name"] == SESSION_COOKIE]
         assert len(cookies) == 1, await context.cookies()
@@ -424,7 +442,7 @@ async def test_a_forgotten_entity_leaves_the_next_turns_context(site, browser, w
         assert FORGOTTEN_ENTITY.description in await main_text(page)
         await shot(page, "forget-confirm")
         await page.get_by_role("button", name="Forget for good").click()
-        await page.wait_for_url(re.compile(r"/memory/entities\?done="))
+        await page.wait_for_url("**/memory/entities")
         assert "Forgotten" in await page.locator(".flash.done").inner_text()
         await shot(page, "entities-forgotten")
         assert FORGOTTEN_ENTITY.name not in await main_text(page)
@@ -448,7 +466,7 @@ async def test_export_then_import_into_an_empty_workspace_round_trips(
         assert "admin" in await page.locator(".who").inner_text()
         await page.locator('input[name="file"]').set_input_files(first)
         await page.get_by_role("button", name="Import", exact=True).click()
-        await page.wait_for_url(re.compile(r"/memory\?"))
+        await page.wait_for_url("**/memory")
         flash = await page.locator(".flash").inner_text()
         assert "Imported" in flash, flash
         await shot(page, "overview-imported")
@@ -502,8 +520,26 @@ async def test_a_forged_link_is_refused(site, browser, world):
             if what == "signature changed":
                 await shot(page, "error-forged-link")
     async with fresh(browser) as (_, page):  # the same link unaltered opens
-        response = await page.goto(site.url(f"/memory/login?token={quote(good, safe='')}"))
-        assert response is not None and response.status == 200
+        response = await open_link(page, site.url(f"/memory/login?token={quote(good, safe='')}"),
+                                   site)  # fmt: skip
+        assert response.status == 200 and urlsplit(page.url).path == "/memory"
+
+
+async def test_another_site_cannot_sign_a_browser_in_with_its_own_link(site, browser, world):
+    """Login CSRF: a page elsewhere that posts someone's valid token is refused."""
+    token = site.links.signer.sign(world.tenant, "U9", "slack")  # the attacker's own link
+    attack = (
+        f'<form method="post" action="{site.url("/memory/login")}"><input type="hidden" '
+        f'name="token" value="{token}"><button>Win a prize</button></form>'
+    )
+    async with fresh(browser) as (context, page):
+        await page.goto(f"data:text/html,{quote(attack)}")  # an origin that is not the page's
+        async with page.expect_navigation() as navigation:
+            await page.get_by_role("button", name="Win a prize").click()
+        response = await navigation.value
+        assert response is not None and response.status == 403
+        assert "own sign-in page" in await main_text(page)
+        assert not [c for c in await context.cookies() if c["name"] == SESSION_COOKIE]
 
 
 async def test_another_workspaces_thread_is_not_found(site, browser, world, memory):
@@ -583,7 +619,8 @@ async def test_a_form_without_its_csrf_token_is_refused(site, browser, world):
         assert THROWAWAY_ENTITY.name in await main_text(page)  # nothing was forgotten
         # the same form with the page's token goes through
         response = await submit(page, "/memory/forget", {**forget, "csrf": await csrf_of(page)})
-        assert response.status == 200 and "/memory/entities?done=" in page.url
+        assert response.status == 200 and urlsplit(page.url).path == "/memory/entities"
+        assert "Forgotten" in await page.locator(".flash.done").inner_text()
         assert THROWAWAY_ENTITY.name not in await main_text(page)
 
 

@@ -12,6 +12,7 @@ import json
 import re
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 from aiohttp import web
@@ -20,7 +21,7 @@ from yarl import URL
 
 from adapters.memory_page.auth import Links, LinkSigner
 from adapters.memory_page.pages import counted, erased, page_routes, safe_back
-from adapters.memory_page.server import memory_page
+from adapters.memory_page.server import SESSION_COOKIE, Flashed, memory_page
 from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Erasure
@@ -28,6 +29,7 @@ from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.entity import Entity
 from memory.stores.summary import Summary
 from memory.stores.tool_log import ToolLogEntry
+from memory.web_sessions import WebSessions
 from tests.support.memory_seed import PAPER, PASSAGES, add_paper, say
 
 
@@ -97,7 +99,11 @@ async def page_client(memory, tenant: str):
     async def as_viewer(request: web.Request, handler):
         request[VIEWER] = people[request.headers.get("X-Test-Viewer", "alice")]
         request[CSRF] = "test-csrf"
-        return await handler(request)
+        try:
+            return await handler(request)
+        except Flashed as redirect:  # what the real guard would keep in the session
+            redirect.headers["X-Test-Flash"] = urlencode(redirect.flash)
+            raise
 
     app = web.Application(middlewares=[as_viewer])
     app.add_routes(page_routes(memory))
@@ -111,10 +117,12 @@ async def get(client, path: str, who: str = "alice", **kw):
 
 
 async def post(client, path: str, data, who: str = "alice"):
+    """(status, Location, body, the redirect's message: {"done": …} or {"error": …})."""
     response = await client.post(
         path, data=data, headers={"X-Test-Viewer": who}, allow_redirects=False
     )
-    return response.status, response.headers.get("Location", ""), await response.text()
+    flash = dict(parse_qsl(response.headers.get("X-Test-Flash", "")))
+    return response.status, response.headers.get("Location", ""), await response.text(), flash
 
 
 def url(thread: str) -> str:
@@ -214,7 +222,7 @@ async def test_another_tenants_ids_are_404(memory, world):
         async with page_client(memory, world.tenant) as client:
             for who in ("alice", "admin"):
                 assert (await get(client, url(theirs.public), who))[0] == 404
-            status, _, _ = await post(
+            status, *_ = await post(
                 client, "/memory/forget",
                 {"csrf": "test-csrf", "kind": "summary", "id": theirs.summary_id}, "alice",
             )  # fmt: skip
@@ -363,8 +371,9 @@ async def test_forget_buttons_lead_to_a_confirmation_page(memory, world):
                           "back": "/memory/entities?x=1"}  # fmt: skip
         assert 'href="/memory/entities?x=1">Cancel' in html
         assert await memory.browse.entity(world.tenant, "memgpt", None) is not None  # not yet
-        status, location, _ = await post(client, "/memory/forget", fields, "admin")
-        assert status == 303 and location.startswith("/memory/entities?x=1&done=Forgotten")
+        status, location, _, flash = await post(client, "/memory/forget", fields, "admin")
+        assert status == 303 and location == "/memory/entities?x=1"
+        assert flash["done"].startswith("Forgotten")
         assert await memory.browse.entity(world.tenant, "memgpt", None) is None
         # the page checks like the erasure: unseen is 404, an admin's kind is 403
         message = f"kind=message&id={world.alice_message}&thread={world.public}"
@@ -384,10 +393,29 @@ async def test_forget_buttons_lead_to_a_confirmation_page(memory, world):
         assert (await get(client, back, "admin"))[0] == 404
 
 
-async def test_flash_messages_are_escaped(memory, world):
-    async with page_client(memory, world.tenant) as client:
-        _, html = await get(client, "/memory?done=<script>alert(1)</script>")
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+async def test_flash_messages_come_from_the_session_only_once_and_escaped(memory, world):
+    async with signed_in(memory, world.tenant, "U1") as client:  # alice, the real guard
+        response = await client.get("/memory?done=Your+account+is+locked&error=Call+us")
+        html = await response.text()
+        assert response.status == 200 and 'class="flash' not in html  # the address is not read
+        csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+        form = {"csrf": csrf, "kind": "message", "id": world.alice_message,
+                "thread": world.public, "back": url(world.public)}  # fmt: skip
+        response = await client.post("/memory/forget", data=form, allow_redirects=False)
+        location = response.headers["Location"]
+        assert response.status == 303 and location == str(URL(url(world.public)))
+        html = await (await client.get(location)).text()
+        shown = re.search(r'<p class="flash done" role="status">([^<]*)</p>', html)
+        assert shown is not None and shown.group(1).startswith("Forgotten: 1 message")
+        assert "Forgotten:" not in await (await client.get(location)).text()  # shown once
+
+        sessions = WebSessions(memory.redis)
+        session = client.session.cookie_jar.filter_cookies(client.make_url("/memory"))
+        session_id = session[SESSION_COOKIE].value
+        record = await sessions.get(session_id)
+        await sessions.update(session_id, {**record, "flash": {"error": "<script>x</script>"}})
+        html = await (await client.get("/memory")).text()
+    assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>" not in html
 
 
 async def test_admin_actions_by_a_non_admin_are_403(memory, world):
@@ -410,11 +438,11 @@ async def test_admin_actions_by_a_non_admin_are_403(memory, world):
             ("/memory/people/forget", {"user": "U2", "confirm": "yes"}),
         ]
         for path, data in attempts:
-            status, _, html = await post(client, path, {**form, **data})
+            status, _, html, _ = await post(client, path, {**form, **data})
             assert status == 403, (path, data)
             assert "Only an admin" in html
         data = aiohttp_file_form(b'{"kind": "message"}\n')
-        status, _, _ = await post(client, "/memory/import", data)
+        status, *_ = await post(client, "/memory/import", data)
         assert status == 403
         assert (await get(client, "/memory/export"))[0] == 403
         # what the viewer cannot see at all stays a 404, admin action or not
@@ -441,11 +469,11 @@ def test_back_never_leaves_the_memory_page():
 
 async def test_a_bad_retention_value_redirects_back_with_an_error(memory, world):
     async with page_client(memory, world.tenant) as client:
-        status, location, _ = await post(
+        status, location, _, flash = await post(
             client, "/memory/retention",
             {"csrf": "test-csrf", "days": "forever", "back": "//evil.example/"}, "admin",
         )  # fmt: skip
-    assert status == 303 and location.startswith("/memory?error=")
+    assert status == 303 and location == "/memory" and "whole number" in flash["error"]
 
 
 # -- forms that change memory (helper A's governance, helper P's portability) ------------------
@@ -455,10 +483,11 @@ async def test_forget_own_message_through_the_form(memory, world):
     async with page_client(memory, world.tenant) as client:
         data = {"csrf": "test-csrf", "kind": "message", "id": world.alice_message,
                 "thread": world.public, "back": url(world.public)}  # fmt: skip
-        status, location, _ = await post(client, "/memory/forget", data)
-        assert status == 303 and location.startswith(str(URL(url(world.public))) + "?done=")
+        status, location, _, flash = await post(client, "/memory/forget", data)
+        assert status == 303 and location == str(URL(url(world.public)))
+        assert flash["done"].startswith("Forgotten")
         status, html = await get(client, location)
-        assert status == 200 and "Forgotten" in html
+        assert status == 200
         assert "Can you find the MemGPT paper about memory tiers?" not in html
         assert "(forgotten)" in html
         _, html = await get(client, "/memory/search?q=memory tiers MemGPT paper")
@@ -468,13 +497,13 @@ async def test_forget_own_message_through_the_form(memory, world):
 async def test_admin_forgets_an_entity_and_edits_a_workflow(memory, world):
     async with page_client(memory, world.tenant) as client:
         form = {"csrf": "test-csrf", "kind": "entity", "id": "memgpt", "back": "/memory/entities"}
-        status, location, _ = await post(client, "/memory/forget", form, "admin")
-        assert status == 303 and location.startswith("/memory/entities?done=")
+        status, location, _, flash = await post(client, "/memory/forget", form, "admin")
+        assert status == 303 and location == "/memory/entities" and "done" in flash
         _, html = await get(client, "/memory/entities", "admin")
         assert "An LLM operating system." not in html
         flow = (await memory.browse.workflows(world.tenant, {PUBLIC}))[0]
         form = {"csrf": "test-csrf", "id": flow.id, "text": "QUERY: better\nSTEPS:\n1. think"}
-        status, _, _ = await post(client, "/memory/workflows/edit", form, "admin")
+        status, *_ = await post(client, "/memory/workflows/edit", form, "admin")
         assert status == 303
         _, html = await get(client, "/memory/workflows")
         assert "QUERY: better" in html
@@ -486,11 +515,11 @@ async def test_alice_forgets_her_own_dm_and_herself(memory, world):
     async with page_client(memory, world.tenant) as client:
         form = {"csrf": "test-csrf", "kind": "thread", "id": world.alice_dm,
                 "thread": world.alice_dm}  # fmt: skip
-        status, location, _ = await post(client, "/memory/forget", form)
-        assert status == 303 and location.startswith("/memory?done=")
+        status, location, _, flash = await post(client, "/memory/forget", form)
+        assert status == 303 and location == "/memory" and "done" in flash
         assert (await get(client, url(world.alice_dm)))[0] == 404
         form = {"csrf": "test-csrf", "user": "U1", "confirm": "yes"}
-        status, location, _ = await post(client, "/memory/people/forget", form)
+        status, location, _, flash = await post(client, "/memory/people/forget", form)
         assert status == 303
         _, html = await get(client, url(world.public), "admin")
         assert "memory tiers" not in html and "virtual context" in html
@@ -555,6 +584,9 @@ async def signed_in(memory, tenant: str, user: str):
         assert (await client.get("/memory", allow_redirects=False)).status == 401
         login = URL(links.login(tenant, user, "slack"))
         response = await client.get(login.path_qs, allow_redirects=False)
+        assert response.status == 200 and "Open my memory" in await response.text()
+        response = await client.post(login.path, data={"token": login.query["token"]},
+                                     allow_redirects=False)  # fmt: skip
         assert response.status == 303 and response.headers["Location"] == "/memory"
         yield client
 
@@ -587,18 +619,18 @@ async def test_admin_imports_an_export_into_an_empty_tenant(memory, world):
             response = await client.get("/memory/export", headers={"X-Test-Viewer": "admin"})
             exported = await response.read()
         async with page_client(memory, target) as client:
-            status, location, _ = await post(client, "/memory/import",
+            status, location, _, flash = await post(client, "/memory/import",
                                              aiohttp_file_form(exported), "admin")  # fmt: skip
-            assert status == 303 and "done=Imported" in location
+            assert status == 303 and flash["done"].startswith("Imported")
             _, html = await get(client, "/memory", "admin")
             assert "walrus roadmap" in html and "quokka launch" in html
             # a second import into what is no longer empty is refused, with a reason
-            status, location, _ = await post(client, "/memory/import",
+            status, location, _, flash = await post(client, "/memory/import",
                                              aiohttp_file_form(exported), "admin")  # fmt: skip
-            assert status == 303 and "error=" in location
-            status, location, _ = await post(client, "/memory/import",
+            assert status == 303 and location == "/memory" and flash["error"]
+            status, location, _, flash = await post(client, "/memory/import",
                                              aiohttp_file_form(b"\xff\xfe not text"), "admin")  # fmt: skip
-            assert status == 303 and "error=" in location
+            assert status == 303 and location == "/memory" and flash["error"]
     finally:
         await memory.drop_tenant(target)
 
@@ -606,12 +638,12 @@ async def test_admin_imports_an_export_into_an_empty_tenant(memory, world):
 async def test_admin_sets_the_retention_period(memory, world):
     async with page_client(memory, world.tenant) as client:
         form = {"csrf": "test-csrf", "days": "30"}
-        status, location, _ = await post(client, "/memory/retention", form, "admin")
-        assert status == 303 and "done=" in location
+        status, location, _, flash = await post(client, "/memory/retention", form, "admin")
+        assert status == 303 and location == "/memory" and "30 days" in flash["done"]
         assert await memory.retention.get(world.tenant) == 30
         _, html = await get(client, "/memory", "admin")
         assert "<strong>30 days</strong>" in html
-        status, _, _ = await post(
+        status, *_ = await post(
             client, "/memory/retention", {"csrf": "test-csrf", "days": ""}, "admin"
         )
         assert status == 303 and await memory.retention.get(world.tenant) is None

@@ -2,7 +2,8 @@
 
 Each handler reads the `Viewer` and the CSRF token that the access middleware put on the
 request (`server.py`), asks `memory.browse` for what that person may see, and shows it; forms
-call `memory.governance` and `memory.portability`, then redirect back with a message (`?done=`).
+call `memory.governance` and `memory.portability`, then redirect back with a message that the
+guard keeps in the session for the next page (`server.Flashed`), never in the address.
 A Forget button leads to a page that shows what would be forgotten (`GET /memory/forget/confirm`),
 whose form posts the erasure: nothing is erased by one stray click, and no script is needed.
 Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see,
@@ -29,6 +30,7 @@ from aiohttp import web
 from jinja2 import Environment, FileSystemLoader
 from yarl import URL
 
+from adapters.memory_page.server import FLASH, Flashed
 from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Busy, NotFound
@@ -45,7 +47,6 @@ SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("paper", "entity", "workflow")
 KINDS = ("message", "thread", "summary", "tool_log", *ADMIN_KINDS)
-FLASH = ("done", "error")
 NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, imports, pages)
     "messages": ("message", "messages"), "threads": ("thread", "threads"),
     "summaries": ("summary", "summaries"), "tool_logs": ("tool log", "tool logs"),
@@ -232,12 +233,10 @@ class Pages:
     def render(
         self, request: web.Request, template: str, status: int = 200, **values: Any
     ) -> web.Response:
-        here = request.rel_url.with_query(
-            {k: v for k, v in request.query.items() if k not in FLASH}
-        )
+        flash = request.get(FLASH) or {}
         html = self.env.get_template(template).render(
-            viewer=request.get(VIEWER), csrf=request.get(CSRF, ""), here=str(here),
-            done=request.query.get("done", ""), error=request.query.get("error", ""), **values,
+            viewer=request.get(VIEWER), csrf=request.get(CSRF, ""), here=str(request.rel_url),
+            done=flash.get("done", ""), error=flash.get("error", ""), **values,
         )  # fmt: skip
         return web.Response(text=html, status=status, content_type="text/html")
 
@@ -251,10 +250,10 @@ class Pages:
         return None if viewer.admin else viewer.audiences
 
     @staticmethod
-    def back(form: Any, default: str, **flash: str) -> web.HTTPSeeOther:
+    def back(form: Any, default: str, **flash: str) -> Flashed:
+        """Back to the form's page, with `done=` or `error=` for it to show once."""
         target = URL(safe_back(form.get("back"), default), encoded=True)  # ids stay quoted
-        query = {k: v for k, v in target.query.items() if k not in FLASH}
-        return web.HTTPSeeOther(str(target.with_query({**query, **flash})))
+        return Flashed(str(target), **flash)
 
     # -- pages ---------------------------------------------------------------------------------
 

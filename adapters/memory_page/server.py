@@ -1,15 +1,22 @@
 """The memory page's way in: `/memory/login`, sessions, and the guard in front of every page.
 
-- `GET /memory/login?token=…` checks the signed link (`auth.py`), asks the person's platform
-  who they are (`access.py`), starts a session in Redis and sets its cookie (HttpOnly,
-  SameSite=Lax, Path=/memory, Secure under an https public URL), then redirects to `/memory`.
-  A missing, altered, forged or expired link is a 403 page that says how to get a new one.
+- `GET /memory/login?token=…` checks the signed link (`auth.py`) and only shows who it would sign
+  in as (the link's own claims: platform, user id, tenant) with a button; it changes nothing.
+  The button POSTs the token to `/memory/login`, which checks it again, asks the person's
+  platform who they are (`access.py`), starts a session in Redis and sets its cookie (HttpOnly,
+  SameSite=Lax, Path=/memory, Secure under an https public URL), then redirects 303 to `/memory`.
+  Two steps so that a link someone else sends you cannot sign your browser in as them (login
+  CSRF): opening it asks first. A missing, altered, forged or expired link is a 403 page that
+  says how to get a new one, on either step.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, and is
   refused 403 unless its `csrf` field is the session's token. Who the viewer is is asked again
   every few minutes (the platform's answer is cached), so someone who left a private channel
   stops seeing it within minutes, not at the session's end.
+- A form's message ("Forgotten: 3 messages.") is kept in the session's record by the POST that
+  redirects (`Flashed`) and shown, then cleared, by the next page: never read from the address,
+  where anyone could write text onto the real page.
 - Failures end in a short page, never a trace: the platform rate limiting or refusing our token,
   Redis unreachable (503), an unexpected error (500, logged).
 """
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from adapters.memory_page.access import Directory, DirectoryError, viewer_of, viewer_record
 from adapters.memory_page.auth import LOGIN_PATH, InvalidLink, Links, new_csrf, same_csrf
@@ -53,6 +61,17 @@ HEADERS = {  # every /memory answer: private, not framed, no referrer, no script
     "data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PLATFORMS = {"slack": "Slack", "discord": "Discord", "local": "local"}
+FLASH = web.RequestKey("flash", dict)  # {"done": …} or {"error": …}: the page shows it once
+
+
+class Flashed(web.HTTPSeeOther):
+    """A form's redirect with a message for the next page: the guard keeps `flash` in the
+    session, the next page view shows it and clears it."""
+
+    def __init__(self, location: str, **flash: str) -> None:
+        super().__init__(location)
+        self.flash = {k: v for k, v in flash.items() if v}
 
 
 def under_page(path: str) -> bool:
@@ -63,19 +82,22 @@ BACK = f'<p><a href="{PREFIX}">Back to the memory page</a></p>'
 
 
 def notice(
-    status: int, title: str, message_html: str, back: bool = False, **headers: str
-) -> web.Response:
+    status: int, title: str, message_html: str, back: bool = False, extra_html: str = "",
+    **headers: str,
+) -> web.Response:  # fmt: skip
     """A short page of its own (no template: it must show when everything else fails);
-    `message_html` is trusted markup, `title` is escaped; `back` adds a link to `/memory`
-    (for a signed-in person: without a session it would only answer 401 again)."""
+    `message_html` and `extra_html` (after the message: a form) are trusted markup, `title` is
+    escaped; `back` adds a link to `/memory` (for a signed-in person: without a session it
+    would only answer 401 again)."""
     body = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)} · ArxivScout memory</title><style>body{{font:16px/1.5 "
         "system-ui,sans-serif;color:#1f2328;max-width:40rem;margin:3rem auto;padding:0 1rem}"
         "h1{font-size:1.4rem}code{background:#f6f8fa;padding:0 .25em;border-radius:4px}"
+        "button{font:inherit;padding:.4rem 1rem}"
         f"</style></head><body><main><h1>{html.escape(title)}</h1><p>{message_html}</p>"
-        f"{BACK if back else ''}</main></body></html>"
+        f"{extra_html}{BACK if back else ''}</main></body></html>"
     )
     return web.Response(status=status, text=body, content_type="text/html", headers=headers)
 
@@ -92,6 +114,20 @@ def unavailable() -> web.Response:
                   **{"Retry-After": "30"})  # fmt: skip
 
 
+def bad_link(exc: InvalidLink) -> web.Response:
+    title = "This link has expired" if exc.reason == "expired" else "This link is not valid"
+    return notice(403, title, f"{html.escape(exc.problem)} {ASK_AGAIN}")
+
+
+def _origin(url: str) -> str | None:
+    """scheme://host[:port] of an absolute URL; None for anything else ("null" included)."""
+    try:
+        parsed = URL(url)
+        return str(parsed.origin()) if parsed.absolute else None
+    except ValueError:
+        return None
+
+
 def signed_out(status: int = 401) -> web.Response:
     return notice(status, "Please sign in again", "You are not signed in, or your session "
                   f"has ended. {ASK_AGAIN}")  # fmt: skip
@@ -105,12 +141,60 @@ class Access:
         self.links = links
         self.directory = directory
 
-    async def login(self, request: web.Request) -> web.StreamResponse:
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        """GET: who the link would sign in as (its claims only: nobody's name is looked up),
+        and a button that POSTs the token. Nothing changes here, so a link sent by someone
+        else, or fetched by a link preview, signs nobody in."""
+        token = request.query.get("token", "")
         try:
-            claims = self.links.signer.verify(request.query.get("token", ""))
+            claims = self.links.signer.verify(token)
         except InvalidLink as exc:
-            title = "This link has expired" if exc.reason == "expired" else "This link is not valid"
-            return notice(403, title, f"{html.escape(exc.problem)} {ASK_AGAIN}")
+            return bad_link(exc)
+        platform = PLATFORMS.get(claims.platform, claims.platform)
+        message = (
+            f"This link opens the memory page as {html.escape(platform)} user "
+            f"<code>{html.escape(claims.user)}</code> in <code>{html.escape(claims.tenant)}</code>."
+            " Continue only if it is your own link: this browser's current memory-page session, "
+            "if any, ends."
+        )
+        form = (
+            f'<form method="post" action="{LOGIN_PATH}"><input type="hidden" name="token" '
+            f'value="{html.escape(token)}"><button type="submit">Open my memory</button></form>'
+        )
+        # same-origin, not no-referrer: under no-referrer the button's POST says `Origin: null`
+        return notice(200, "Open your ArxivScout memory", message, extra_html=form,
+                      **{"Referrer-Policy": "same-origin"})  # fmt: skip
+
+    def same_site(self, request: web.Request) -> bool:
+        """Whether the sign-in POST came from a page of this site (the login page's button).
+
+        The token proves who; this proves that the person's own browser chose to send it, so an
+        attacker's page cannot auto-submit the attacker's token and sign a visitor in as the
+        attacker (no session exists yet, so there is no CSRF token to check). Browsers send
+        `Origin` on every form POST (`Referer` is the fallback): it must be this site, as the
+        public URL names it or as the browser addressed it (`Host`); "null" and other sites are
+        refused. A request with neither header is not a browser's form, so cannot be forged
+        this way, and is let through (scripts and tests)."""
+        sent = request.headers.get("Origin") or request.headers.get("Referer")
+        if sent is None:
+            return True
+        ours = {_origin(self.links.public_url), _origin(f"{request.scheme}://{request.host}")}
+        return _origin(sent) in ours - {None}
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        """POST: the token again, then a session of its own, replacing this browser's."""
+        if not self.same_site(request):
+            return notice(403, "This sign-in cannot be sent", "It did not come from this "
+                          f"site's own sign-in page. Open your link again. {ASK_AGAIN}")  # fmt: skip
+        try:
+            form = await request.post()
+        except ValueError:
+            return notice(400, "Unreadable form", f"The form could not be read. {ASK_AGAIN}")
+        token = form.get("token")
+        try:
+            claims = self.links.signer.verify(token if isinstance(token, str) else "")
+        except InvalidLink as exc:
+            return bad_link(exc)
         try:
             viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
             await self.state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
@@ -177,10 +261,24 @@ class Access:
                 return notice(403, "This form cannot be sent", "Its security token is missing "
                               "or out of date. Reload the page and try again.",
                               back=True)  # fmt: skip
+        if request.method == "GET" and "flash" in record:  # shown once, by this page
+            request[FLASH] = record["flash"] or {}
+            record = {k: v for k, v in record.items() if k != "flash"}
+            await self.state.sessions.update(session, record)
         request[VIEWER] = viewer_of(record["viewer"])
         request[CSRF] = record["csrf"]
         request[SESSION] = session
-        return await handler(request)
+        try:
+            return await handler(request)
+        except Flashed as redirect:
+            await self._keep_flash(session, redirect.flash)
+            raise
+
+    async def _keep_flash(self, session: str, flash: dict[str, str]) -> None:
+        """Put a form's message in the session (read afresh: the handler may have run long)."""
+        record = await self.state.sessions.get(session)
+        if record is not None and flash:
+            await self.state.sessions.update(session, {**record, "flash": flash})
 
     async def _fresh(self, session: str, record: dict[str, Any]) -> dict[str, Any]:
         """The session's record, with who its person is asked again when that is older than
@@ -223,5 +321,8 @@ def memory_page(
 
         pages = page_routes(memory)
     access = Access(state or WebState(memory.redis), links, directory)
-    routes = [web.get(LOGIN_PATH, access.login), web.post(LOGOUT_PATH, access.logout), *pages]
+    routes = [
+        web.get(LOGIN_PATH, access.login_page), web.post(LOGIN_PATH, access.login),
+        web.post(LOGOUT_PATH, access.logout), *pages,
+    ]  # fmt: skip
     return MemoryPage(routes, [access.middleware], access.headers, list(cleanup or []))
