@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import discord
 from discord import app_commands
 
-from adapters.memory_page.auth import Links
+from adapters.memory_page.auth import NOT_SERVED, Links
 from adapters.spine import NOT_TAKEN, Job, Pipeline, Platform, Status, not_queued_for_now
 from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
@@ -60,7 +60,6 @@ NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
     "one) or in a direct message with me."
 )
-NO_MEMORY_PAGE = "The memory page is not served by this ArxivScout (ask whoever runs it)."
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
@@ -387,7 +386,7 @@ class DiscordAdapter:
         """The answer to `/memory`: a link for this person in this server (the tenant, as for
         their messages), or for their DMs' memory when used in a DM."""
         if self.links is None:
-            return NO_MEMORY_PAGE
+            return NOT_SERVED
         scope = self._command_scope(interaction)
         url = self.links.login(scope.tenant, scope.user, "discord")
         minutes = self.links.ttl // 60

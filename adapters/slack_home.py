@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.access import Directory, DirectoryError
-from adapters.memory_page.auth import Links
+from adapters.memory_page.auth import NOT_SERVED, Links
 from adapters.memory_page.viewer import Viewer
 from adapters.slack_delivery import DM
 from memory.errors import memory_unavailable
@@ -37,7 +37,6 @@ THREADS_SHOWN = 10
 THREADS_LOOKED_AT = 500  # the tenant's most recently active threads whose channels are asked
 SUMMARIES_SHOWN = 3
 SECTION_LIMIT = 3000  # characters of one section's text (Block Kit)
-NOT_SERVED = "The memory page is not served by this ArxivScout (ask whoever runs it)."
 VisibilityOf = Callable[[str, str, str | None], Awaitable[Visibility]]
 
 

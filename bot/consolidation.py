@@ -73,13 +73,13 @@ class SummaryInProgress(RuntimeError):
     """Another summary of the same thread is being written."""
 
 
-def transcript(messages: list[Message]) -> str:
-    return "\n".join(f"[{m.role}] {m.content}" for m in messages if not m.forgotten)
-
-
 def lines_of(messages: list[Message]) -> list[str]:
     """The transcript lines a model-written note is asked over: forgotten messages left out."""
     return [f"[{m.role}] {m.content}" for m in messages if not m.forgotten]
+
+
+def transcript(messages: list[Message]) -> str:
+    return "\n".join(lines_of(messages))
 
 
 def parse_note(data: Any) -> Note:
@@ -356,11 +356,12 @@ class Consolidator:
             return None
         n = len(messages) - newest_within(costs, target // 2)
         batch = messages[:n]
-        if self.llm is None or not lines_of(batch):
+        lines = lines_of(batch)
+        if self.llm is None or not lines:
             note = compact_note(batch)
         else:
             try:
-                note = await self._model_note(lines_of(batch), limit, renew)
+                note = await self._model_note(lines, limit, renew)
             except (LLMError, ValueError) as exc:
                 if backlog <= 2 * target:
                     raise

@@ -87,12 +87,6 @@ class SearchReads(Reads):
         relevance, store, kb = Relevance.of(query), self.memory.episodes, self.memory.knowledge_base
         messages = [e for e in found if sees(audiences, e.audience)]
         unmatched = [e for e in messages if not relevance.mentioned_in(f"{e.author_name} {e.text}")]
-        similar = await self._similarities(
-            store.VECTOR_FIELD, vector,
-            [[store.key(tenant, e.id), *(store.part_key(tenant, e.id, n) for n in range(MAX_PARTS))]
-             for e in unmatched],
-        )  # fmt: skip
-        far = {e.id for e, s in zip(unmatched, similar, strict=True) if s < SIMILARITY_FLOOR}
         views = [
             PassageView(p.arxiv_id, p.title, p.section, p.chunk_index, p.content, p.url)
             for p in passages
@@ -100,13 +94,22 @@ class SearchReads(Reads):
         unmatched_passages = [
             p for p in views if not relevance.mentioned_in(f"{p.title} {p.section} {p.content}")
         ]
-        similar = await self._similarities(
-            kb.VECTOR_FIELD, vector,
-            [[kb.chunk_key(tenant, p.arxiv_id, p.chunk_index)] for p in unmatched_passages],
+        similar, similar_passages = await asyncio.gather(
+            self._similarities(
+                store.VECTOR_FIELD, vector,
+                [[store.key(tenant, e.id),
+                  *(store.part_key(tenant, e.id, n) for n in range(MAX_PARTS))]
+                 for e in unmatched],
+            ),
+            self._similarities(
+                kb.VECTOR_FIELD, vector,
+                [[kb.chunk_key(tenant, p.arxiv_id, p.chunk_index)] for p in unmatched_passages],
+            ),
         )  # fmt: skip
+        far = {e.id for e, s in zip(unmatched, similar, strict=True) if s < SIMILARITY_FLOOR}
         far |= {
             f"{p.arxiv_id}#{p.chunk_index}"
-            for p, s in zip(unmatched_passages, similar, strict=True)
+            for p, s in zip(unmatched_passages, similar_passages, strict=True)
             if s < SIMILARITY_FLOOR
         }
         return SearchResults(

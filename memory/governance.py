@@ -36,7 +36,6 @@ from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
 from memory.keys import forgetting_key, papers_key, threads_key
 from memory.locks import OwnedLocks
 from memory.stores.base import decode, delete_keys
-from memory.stores.entity import Entity
 from memory.stores.knowledge_base import base_arxiv_id
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
 
@@ -137,12 +136,11 @@ class Governance:
     async def forget_entity(self, tenant: str, entity_id: str) -> Erasure:
         store = self.memory.entities
         async with self._exclusive(tenant):
-            key = store.key_of(tenant, entity_id)
-            row = await self.redis.hmget(key, store.FIELDS)
-            if not entity_id or row[0] is None:
+            entity = await store.by_id(tenant, entity_id)
+            if entity is None:
                 raise NotFound("entity", entity_id)
-            await delete_keys(self.redis, [key])
-            cached = await self._purge.uncache([Entity(*(decode(v) or "" for v in row)).line()])
+            await delete_keys(self.redis, [store.key_of(tenant, entity_id)])
+            cached = await self._purge.uncache([entity.line()])
             return Erasure(entities=1, cached_embeddings=cached)
 
     async def forget_workflow(self, tenant: str, workflow_id: str) -> Erasure:

@@ -101,9 +101,6 @@ class Portability:
 
     # -- export ---------------------------------------------------------------------------------
 
-    def header(self, tenant: str, thread: str | None) -> dict[str, Any]:
-        return self._exporter.header(tenant, thread)
-
     def export_thread(self, tenant: str, thread: str) -> AsyncIterator[dict[str, Any]]:
         """One thread: its messages, summaries and tool logs. `NotFound` for an unknown one."""
         return self._exporter.export_thread(tenant, thread)

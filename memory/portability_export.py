@@ -106,18 +106,20 @@ class Exporter:
     async def _thread(self, tenant: str, thread: str, score: float) -> AsyncIterator[dict]:
         key = messages_key(tenant, thread)
         summarized = decode(await self.redis.get(summarized_count_key(tenant, thread)))
+        rows = await self.redis.lrange(key, 0, PAGE - 1)  # the first page names the channel too
         yield {
             "kind": "thread",
             "thread": thread,
             "last_active": score,
             "summarized": None if summarized is None else int(summarized),
-            "channel": await self._channel(tenant, thread),
+            "channel": await self._channel(tenant, thread, rows[:CHANNEL_PROBE]),
         }
         start = 0
-        while rows := await self.redis.lrange(key, start, start + PAGE - 1):
+        while rows:
             for row in rows:
                 yield {"kind": "message", "thread": thread, "message": json.loads(row)}
             start += len(rows)
+            rows = await self.redis.lrange(key, start, start + PAGE - 1)
         for kind, store in (
             ("summary", self.memory.summaries),
             ("tool_log", self.memory.tool_logs),
@@ -125,10 +127,9 @@ class Exporter:
             async for record in self._records(kind, store, tenant, thread):
                 yield record
 
-    async def _channel(self, tenant: str, thread: str) -> str:
-        """The channel episodic memory keeps for the thread's first messages (the thread id's
-        own, when none is indexed)."""
-        rows = await self.redis.lrange(messages_key(tenant, thread), 0, CHANNEL_PROBE - 1)
+    async def _channel(self, tenant: str, thread: str, rows: list[bytes]) -> str:
+        """The channel episodic memory keeps for the thread's first messages, `rows` (the
+        thread id's own, when none is indexed)."""
         ids = [json.loads(r).get("id", "") for r in rows]
         pipe = self.redis.pipeline(transaction=False)
         for message_id in ids:

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 VERSION = "v1"
 DEFAULT_LINK_TTL = 3600
 LOGIN_PATH = "/memory/login"
+NOT_SERVED = "The memory page is not served by this ArxivScout (ask whoever runs it)."
 ASK_AGAIN = (  # plain words: the page shows its own markup (server.ASK_AGAIN)
     "Ask for a new link: type /memory in Slack or Discord (or, on the server, run arxivscout web)."
 )

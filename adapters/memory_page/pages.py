@@ -301,19 +301,20 @@ class Pages:
 
     @page
     async def workflows(self, request: web.Request) -> web.StreamResponse:
-        v = self.viewer(request)
-        found = [w for w in await self.browse.workflows(v.tenant, self.seen(v))
-                 if v.can_see(w.audience)]  # fmt: skip
-        names = await self.names(v, (a for w in found for a in w.authors))
-        return self.render(request, "workflows.html", workflows=found, names=names)
+        return await self._learned(request, self.browse.workflows, "workflows")
 
     @page
     async def entities(self, request: web.Request) -> web.StreamResponse:
+        return await self._learned(request, self.browse.entities, "entities")
+
+    async def _learned(
+        self, request: web.Request, read: Callable[..., Awaitable[list[Any]]], kind: str
+    ) -> web.StreamResponse:
+        """Workflows or entities the viewer may see, with who they were learned from."""
         v = self.viewer(request)
-        found = [e for e in await self.browse.entities(v.tenant, self.seen(v))
-                 if v.can_see(e.audience)]  # fmt: skip
-        names = await self.names(v, (a for e in found for a in e.authors))
-        return self.render(request, "entities.html", entities=found, names=names)
+        found = [x for x in await read(v.tenant, self.seen(v)) if v.can_see(x.audience)]
+        names = await self.names(v, (a for x in found for a in x.authors))
+        return self.render(request, f"{kind}.html", names=names, **{kind: found})
 
     async def names(self, v: Viewer, users: Iterable[str]) -> dict[str, str]:
         """Display names of user ids (provenance), the viewer's own from their sign-in."""

@@ -99,6 +99,10 @@ class VectorStore:
     def key_prefix(self, tenant: str | None) -> str:
         return index_prefix(self.prefix(), tenant or "" if self.TENANT_SCOPED else None)
 
+    def key_of(self, tenant: str, record_id: str) -> str:
+        """A record's key by its id: the key after the tenant's prefix (the memory page's ids)."""
+        return f"{self.key_prefix(tenant)}{record_id}"
+
     def schema(self, tenant: str | None) -> IndexSchema:
         data = copy.deepcopy(self.SCHEMA)
         data["index"].update(

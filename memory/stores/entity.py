@@ -80,14 +80,17 @@ class EntityStore(VectorStore):
 
     async def get(self, scope: Scope, name: str) -> Entity | None:
         """The entity of that name learned in `scope`'s own place (public, or this channel)."""
-        row = await self.redis.hmget(self.key(scope, name), self.FIELDS)
+        return await self._read(self.key(scope, name))
+
+    async def by_id(self, tenant: str, entity_id: str) -> Entity | None:
+        """The entity stored under this id, wherever it was learned (for governance)."""
+        return await self._read(self.key_of(tenant, entity_id)) if entity_id else None
+
+    async def _read(self, key: str) -> Entity | None:
+        row = await self.redis.hmget(key, self.FIELDS)
         if row[0] is None:
             return None
         return Entity(*(decode(v) or "" for v in row))
-
-    def key_of(self, tenant: str, entity_id: str) -> str:
-        """The key of an entity by its id (its key after the tenant's prefix)."""
-        return f"{self.key_prefix(tenant)}{entity_id}"
 
     async def upsert(
         self, scope: Scope, entities: list[Entity], authors: Iterable[str] | None = None
@@ -160,15 +163,13 @@ class EntityStore(VectorStore):
     async def describe(self, tenant: str, entity_id: str, description: str) -> tuple[str, str]:
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
         when there is no such entity."""
-        key = self.key_of(tenant, entity_id)
-        row = await self.redis.hmget(key, self.FIELDS)
-        if row[0] is None:
+        old = await self.by_id(tenant, entity_id)
+        if old is None:
             raise KeyError(entity_id)
-        old = Entity(*(decode(v) or "" for v in row))
         new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
         vector = (await self.embedder.embed([new.line()]))[0]
-        await self._write(tenant, [(key, {"description": new.description,
-                                          "updated_at": time.time()}, vector)])  # fmt: skip
+        fields = {"description": new.description, "updated_at": time.time()}
+        await self._write(tenant, [(self.key_of(tenant, entity_id), fields, vector)])
         return old.line(), new.line()
 
     @staticmethod

@@ -48,14 +48,18 @@ class ThreadRecordStore(Generic[R]):
     def thread_index(self, scope: Scope) -> str:
         return thread_records_key(scope.tenant, scope.thread, self.PLURAL)
 
+    def fields(self, record: R) -> dict[str, Any]:
+        """A record as its hash stores it."""
+        data = dataclasses.asdict(record)
+        for name in self.JSON_FIELDS:
+            data[name] = json.dumps(data[name], ensure_ascii=False)
+        return data
+
     async def save(self, scope: Scope, record: R) -> R:
         """Store a record of `scope.thread`, visible where `scope` may see."""
         record.audience = scope.audience
-        fields = dataclasses.asdict(record)
-        for name in self.JSON_FIELDS:
-            fields[name] = json.dumps(fields[name], ensure_ascii=False)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key(scope.tenant, record.id), mapping=fields)
+        pipe.hset(self.key(scope.tenant, record.id), mapping=self.fields(record))
         pipe.zadd(self.thread_index(scope), {record.id: record.created_at})
         await pipe.execute()
         return record
@@ -112,10 +116,17 @@ class ThreadRecordStore(Generic[R]):
 
     async def for_thread(self, scope: Scope, newest_first: bool = False, limit: int = 0) -> list[R]:
         ids = await self.ids(scope, newest_first, limit)
+        return list((await self.get_many(scope.tenant, ids)).values())
+
+    async def get_many(self, tenant: str, ids: Iterable[str]) -> dict[str, R]:
+        """Records by id, in the order asked, those that exist (no audience check: for
+        governance and the thread's own reads)."""
+        ids = list(dict.fromkeys(ids))
         pipe = self.redis.pipeline(transaction=False)
         for record_id in ids:
-            pipe.hgetall(self.key(scope.tenant, record_id))
-        return [self._decode(row) for row in await pipe.execute() if row]
+            pipe.hgetall(self.key(tenant, record_id))
+        rows = await pipe.execute()
+        return {i: self._decode(row) for i, row in zip(ids, rows, strict=True) if row}
 
     def _decode(self, row: dict) -> R:
         data: dict[str, Any] = {}

@@ -15,14 +15,10 @@ texts, so a summary rewritten meanwhile is never merged from its old text.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis.asyncio import Redis
 
@@ -158,22 +154,6 @@ class SummaryStore(ThreadRecordStore[Summary]):
         self._merge = redis.register_script(_MERGE_SCRIPT)
         self._replace = redis.register_script(_REPLACE_SCRIPT)
 
-    def fields(self, summary: Summary) -> dict[str, Any]:
-        """A summary as its hash stores it."""
-        data = dataclasses.asdict(summary)
-        for name in self.JSON_FIELDS:
-            data[name] = json.dumps(data[name], ensure_ascii=False)
-        return data
-
-    async def get_many(self, tenant: str, ids: Iterable[str]) -> dict[str, Summary]:
-        """Summaries by id, wherever they were written (no audience check: for governance)."""
-        ids = list(dict.fromkeys(ids))
-        pipe = self.redis.pipeline(transaction=False)
-        for summary_id in ids:
-            pipe.hgetall(self.key(tenant, summary_id))
-        rows = await pipe.execute()
-        return {i: self._decode(row) for i, row in zip(ids, rows, strict=True) if row}
-
     async def rewrite(self, tenant: str, notes: dict[str, Note]) -> dict[str, str]:
         """Give summaries new notes (description, text) in place; returns each one's parent as
         read after the write, so a merge that took it meanwhile is seen."""
@@ -225,9 +205,7 @@ class SummaryStore(ThreadRecordStore[Summary]):
         merged.audience = scope.audience
         merged.children = [c.id for c in children]
         fields: list[str] = []
-        for name, value in dataclasses.asdict(merged).items():
-            if name in self.JSON_FIELDS:
-                value = json.dumps(value, ensure_ascii=False)
+        for name, value in self.fields(merged).items():
             fields += [name, repr(value) if isinstance(value, float) else str(value)]
         keys = [self.thread_index(scope), self.key(scope.tenant, merged.id)]
         keys += [self.key(scope.tenant, c.id) for c in children]

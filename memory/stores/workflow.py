@@ -76,10 +76,6 @@ class WorkflowStore(VectorStore):
         await self._write(scope.tenant, [(key, fields, vector)])
         return key
 
-    def key_of(self, tenant: str, workflow_id: str) -> str:
-        """The key of a workflow by its id (its key after the tenant's prefix: a digest)."""
-        return f"{self.key_prefix(tenant)}{workflow_id}"
-
     async def rewrite(self, tenant: str, workflow_id: str, text: str) -> str:
         """Replace a workflow's text and re-embed it; returns the old text. KeyError when there
         is no such workflow. Its step count follows the new text's numbered lines, if any."""
