@@ -40,11 +40,24 @@ from dataclasses import dataclass, replace
 import discord
 from discord import app_commands
 
+from adapters.discord_feedback import DiscordFeedback, send_options
+from adapters.discord_files import DiscordFiles, shared_attachments
+from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.auth import NOT_SERVED, Links
-from adapters.spine import NOT_TAKEN, Job, Pipeline, Platform, Status, not_queued_for_now
+from adapters.platform_ids import discord_tenant
+from adapters.spine import (
+    NOT_TAKEN,
+    Job,
+    Pipeline,
+    Platform,
+    Status,
+    feedback_turn,
+    not_queued_for_now,
+)
 from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
 from bot.errors import ConfigError
+from bot.feedback import FeedbackService
 from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
 from memory.scope import Scope, Visibility
@@ -101,7 +114,9 @@ def visibility(channel: discord.abc.Messageable) -> Visibility:
         return Visibility.PRIVATE
     parent = channel.parent if isinstance(channel, discord.Thread) else channel
     guild = getattr(parent, "guild", None)
-    if parent is None or guild is None:
+    if parent is None:  # a thread whose parent is not cached: fail closed
+        return Visibility.PRIVATE
+    if guild is None:
         return Visibility.PUBLIC
     seen = parent.permissions_for(guild.default_role).view_channel
     return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
@@ -127,7 +142,7 @@ class DiscordPlatform(Platform):
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, StepStatus)
-        await status.channel.send(part)
+        await status.channel.send(part, **send_options(feedback_turn(job, index)))
 
     async def notice(self, job: Job, text: str) -> None:
         channel = await self.channel(job.reply["channel_id"])
@@ -176,8 +191,13 @@ class DiscordAdapter:
         self.client = _Client(self)
         self.tree = app_commands.CommandTree(self.client)
         self.pipeline = Pipeline(DiscordPlatform(self.client), handler)
+        self.feedback = DiscordFeedback(FeedbackService(handler.memory), self.client)  # 👍/👎
+        self.files = DiscordFiles(self)  # PDFs attached where the bot answers
         self._waiting: set[asyncio.Task] = set()  # messages waiting for the memory to be back
         self._register_commands()
+        DiscordWatches(handler.watches, self.client, self.pipeline.platform.channel).register(
+            self.tree, self._command_scope
+        )  # /watch, digests and their Save buttons
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -258,17 +278,21 @@ class DiscordAdapter:
         ):
             return
         text = self._strip_mention(message, me.id)
-        if not text:  # a bare mention; or, without the Message Content intent, any follow-up
+        addressed = mentioned or isinstance(message.channel, discord.DMChannel)
+        pdfs = shared_attachments(message, addressed)  # adapters/discord_files.py
+        if not text and not pdfs:  # a bare mention; or, without Message Content, any follow-up
             if mentioned:
                 await self._reply_quietly(message, EMPTY_MENTION)
             return
         if route.open_thread:
-            route = await self._open_thread(message, route, text)
+            route = await self._open_thread(message, route, text or pdfs[0].filename)
             if route is None:
                 return
-        job = Job("turn", route.scope, text, reply={"channel_id": route.channel_id})
-        # the message id was de-duplicated above; the job goes in as a new one
-        await self.pipeline.submit(job, notify=False)
+        if pdfs and await self.files.submit(message, pdfs, route.scope, route.channel_id, text):
+            pass  # read first; the text then runs as a turn (it sees them)
+        elif text:  # the message id was de-duplicated above; the job goes in as a new one
+            job = Job("turn", route.scope, text, reply={"channel_id": route.channel_id})
+            await self.pipeline.submit(job, notify=False)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
 
@@ -399,10 +423,10 @@ class DiscordAdapter:
     def _command_scope(interaction: discord.Interaction) -> Scope:
         """The conversation a command was used in (its channel is the thread's id part)."""
         user, channel_id = interaction.user, interaction.channel_id
+        tenant = discord_tenant(interaction)
         if interaction.guild_id is None:
-            tenant, thread = f"dm-{user.id}", f"discord:dm:{channel_id}"
+            thread = f"discord:dm:{channel_id}"
         else:
-            tenant = str(interaction.guild_id)
             thread = f"discord:{tenant}:{channel_id}"
         where = interaction.channel
         seen = visibility(where) if where is not None else Visibility.PUBLIC

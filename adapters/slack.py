@@ -35,6 +35,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.access import Directory
 from adapters.memory_page.auth import Links
+from adapters.platform_ids import slack_team
 from adapters.slack_delivery import (
     DM,
     MARKDOWN_LIMIT,
@@ -44,7 +45,10 @@ from adapters.slack_delivery import (
     left_out,
     markdown,
 )
+from adapters.slack_feedback import SlackFeedback
+from adapters.slack_files import SlackFiles
 from adapters.slack_home import BUTTON_ACTION, SlackHome
+from adapters.slack_watch import SlackWatches
 from adapters.spine import (
     NOT_TAKEN,
     SHUTDOWN_GRACE_SECONDS,
@@ -53,6 +57,7 @@ from adapters.spine import (
     Pipeline,
 )
 from adapters.text import link_arxiv, split_message
+from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
 from memory.scope import Scope, Visibility
 from memory.text import clean_text
@@ -113,6 +118,7 @@ class SlackAdapter:
             process_before_response=True,  # listeners only queue: they finish in milliseconds
         )
         self.pipeline = Pipeline(SlackPlatform(self.client), handler)
+        self.files = SlackFiles(self)  # PDFs shared where the bot takes part
         self.bot_user_id = ""
         self._visibility: dict[tuple[str, str], Visibility] = {}
         self._names: dict[tuple[str, str], str] = {}
@@ -143,6 +149,8 @@ class SlackAdapter:
         self.app.command("/memory")(self.on_memory_command)
         self.app.event("app_home_opened")(ack=self.ack_quietly, lazy=[self.publish_home])
         self.app.action(BUTTON_ACTION)(ack=self.ack_quietly, lazy=[self.publish_home])
+        SlackWatches(self.handler.watches, self.client).register(self.app, self._command_scope)
+        SlackFeedback(FeedbackService(self.handler.memory), self.client).register(self.app)
 
     @staticmethod
     async def skip_noise(body: dict, next) -> BoltResponse | None:
@@ -155,7 +163,7 @@ class SlackAdapter:
                 event.get("bot_id")
                 or event.get("subtype") in IGNORED_SUBTYPES
                 or not event.get("user")
-                or not event.get("text", "").strip()
+                or not (event.get("text", "").strip() or event.get("files"))
                 or not event.get("channel")
                 or not event.get("ts")
             )
@@ -174,9 +182,15 @@ class SlackAdapter:
         return None
 
     async def on_mention(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
+        if event.get("files"):
+            return  # its `message` event takes it (adapters/slack_files.py)
         await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
 
     async def on_message(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
+        if event.get("files") and await self.files.take(body, event):
+            return  # files and text (adapters/slack_files.py)
+        if not event.get("text", "").strip():
+            return  # files not for the bot, and no text
         if event.get("channel_type") == "im":  # Slack sends no app_mention in DMs
             await self._queue_turn(body, event, event.get("thread_ts") or DM, request)
         elif f"<@{self.bot_user_id}>" in event.get("text", ""):
@@ -237,8 +251,7 @@ class SlackAdapter:
         if event and event.get("tab") != "home":
             return
         user = event.get("user") or (body.get("user") or {}).get("id")
-        team = body.get("team_id") or (body.get("team") or {}).get("id")
-        team = team or (body.get("user") or {}).get("team_id")
+        team = slack_team(body)
         if user and team:
             await self.home.publish(team, user)
 
@@ -317,9 +330,10 @@ class SlackAdapter:
         if kind == "channel":
             return Visibility.PUBLIC
         if (team, channel) not in self._visibility:
-            info: dict[str, Any] = {}
-            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
+            try:
                 info = (await self.client.conversations_info(channel=channel)).get("channel") or {}
+            except (SlackApiError, aiohttp.ClientError):
+                return Visibility.PRIVATE  # unknown: fail closed (not cached, asked again)
             private = info.get("is_private") or info.get("is_group") or info.get("is_mpim")
             self._visibility[(team, channel)] = Visibility.PRIVATE if private else Visibility.PUBLIC
         return self._visibility[(team, channel)]

@@ -22,10 +22,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from adapters.slack_feedback import with_feedback
 from adapters.spine import (
     Job,
     Platform,
     Status,
+    feedback_turn,
 )
 from adapters.text import link_arxiv, split_message
 from bot.agent import AgentEvent
@@ -154,9 +156,11 @@ class SlackStatus(Status):
         self._status_shown = bool(text)
         return True
 
-    async def finish(self, text: str) -> None:
+    async def finish(self, text: str, turn: str = "") -> None:
         """Replace the placeholder with `text` (an answer's first part, or a notice): stop the
-        stream, edit the message; if it is gone, post `text` anew and follow that message."""
+        stream, edit the message; if it is gone, post `text` anew and follow that message.
+        `turn`: the answer's turn id, for its feedback buttons (when this is its last part)."""
+        body = with_feedback(markdown(text), turn)
         if self.streaming:
             with contextlib.suppress(SlackApiError):
                 await until_delivered(self.client.chat_stopStream, channel=self.channel, ts=self.ts)
@@ -165,15 +169,13 @@ class SlackStatus(Status):
             with contextlib.suppress(SlackApiError, aiohttp.ClientError):
                 await self.set_status("")
         try:
-            await until_delivered(
-                self.client.chat_update, channel=self.channel, ts=self.ts, **markdown(text)
-            )
+            await until_delivered(self.client.chat_update, channel=self.channel, ts=self.ts, **body)
         except SlackApiError as exc:
             if slack_error(exc) not in GONE:
                 raise
             log.info("placeholder %s gone (%s); posting anew", self.ts, slack_error(exc))
             posted = await until_delivered(
-                self.client.chat_postMessage, **self.platform.where(self.job), **markdown(text)
+                self.client.chat_postMessage, **self.platform.where(self.job), **body
             )
             self.ts = self.job.progress["placeholder"] = posted["ts"]
 
@@ -276,12 +278,14 @@ class SlackPlatform(Platform):
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, SlackStatus)
+        turn = feedback_turn(job, index)  # the last part of an answer carries 👍/👎
         if status.ts is None:
             await self._deliver_by_response_url(job, index, part)
         elif index == 0:
-            await status.finish(part)
+            await status.finish(part, turn)
         else:
-            await until_delivered(self.client.chat_postMessage, **self.where(job), **markdown(part))
+            body = with_feedback(markdown(part), turn)
+            await until_delivered(self.client.chat_postMessage, **self.where(job), **body)
 
     async def notice(self, job: Job, text: str) -> None:
         try:

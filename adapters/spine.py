@@ -268,6 +268,7 @@ class Pipeline:
                 text = GAVE_UP if attempts > MAX_ATTEMPTS else await self._outcome(job, status)
                 job.progress["answer"] = text  # saved with the first part sent
             parts = split_for_delivery(self.platform.render(text), self.platform.limit) or ["…"]
+            job.progress["parts"] = len(parts)  # the last one carries the feedback buttons
             for index, part in enumerate(parts):
                 if index < job.progress.get("sent", 0):
                     continue  # delivered by an earlier run
@@ -283,6 +284,7 @@ class Pipeline:
             reply = await self.handler.handle(
                 job.scope, job.text, status.event, on_delta, turn_id=job.id
             )
+            job.progress["turn"] = reply.turn_id  # saved with the answer
             return reply.text
         except Exception as exc:
             if memory_unavailable(exc):
@@ -334,6 +336,13 @@ class Pipeline:
             self._recovering.cancel()
             await asyncio.gather(self._recovering, return_exceptions=True)
             self._recovering = None
+
+
+def feedback_turn(job: Job, index: int) -> str:
+    """The turn id whose 👍/👎 buttons part `index` carries: the last part of an answer
+    (not of a failure reply, a summary or a notice); else ""."""
+    last = index == job.progress.get("parts", 0) - 1
+    return str(job.progress.get("turn") or "") if last else ""
 
 
 async def _nothing() -> None:

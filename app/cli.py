@@ -16,6 +16,7 @@ from app.commands import (
     memory_cmd,
     redis_cmd,
     slack_cmd,
+    watch_cmd,
     web_cmd,
     worker_cmd,
 )
@@ -31,12 +32,14 @@ from memory.stores.base import IndexModelMismatch
 from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
 from memory.stores.tool_log import UnknownToolLog
+from memory.stores.watches import InvalidWatch
 
 # The errors a user can cause or meet: printed as one line instead of a trace.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
     InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
     NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, InvalidRetention,
+    InvalidWatch,
 )  # fmt: skip
 
 COMMANDS = [
@@ -50,6 +53,7 @@ COMMANDS = [
     discord_cmd,
     web_cmd,
     worker_cmd,
+    watch_cmd,
 ]
 
 

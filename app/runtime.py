@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.discord_files import DiscordFileEnd
+from adapters.shared_files import FileEnd, SharedFiles
+from adapters.slack_files import SlackFileEnd
 from app.settings import Settings
 from bot.agent import Agent
 from bot.background import BackgroundWork
@@ -16,6 +19,7 @@ from bot.llm import LLMClient, RetryPolicy, openai_client
 from bot.tools import toolbox
 from bot.turns import TurnHandler
 from bot.upkeep import Upkeep
+from bot.watches import WatchService
 from memory.connection import connect
 from memory.context import ContextLimits
 from memory.embeddings import CachedEmbedder, LocalEmbedder, OpenAIEmbedder
@@ -89,15 +93,21 @@ class AgentRuntime:
     memory: MemoryManager
     llm: LLMClient
     agent: Agent
+    watches: WatchService | None = None  # topic watches: adapters attach their posters
+    files: SharedFiles | None = None  # PDFs shared in chat: adapters attach their platform
 
     @property
     def harness(self) -> Harness:
         return self.agent.harness
 
     def turns(self) -> TurnHandler:
-        return TurnHandler(self.agent)
+        return TurnHandler(self.agent, watches=self.watches, files=self.files)
 
     async def close(self) -> None:
+        if self.watches is not None:
+            await self.watches.close()
+        if self.files is not None:
+            await self.files.close()
         await self.harness.close()
         await self.llm.aclose()
         await self.memory.close()
@@ -126,8 +136,29 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
         )
         await upkeep.backfill()  # once per Redis: messages stored before episodic memory
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
+        watches = watch_service(settings, memory)
+        background.every(settings.watch_check_seconds, watches.check)  # due digests, claimed
     except BaseException:
         await memory.close()
         await llm.aclose()
         raise
-    return AgentRuntime(memory, llm, agent)
+    return AgentRuntime(memory, llm, agent, watches, shared_files(settings, memory))
+
+
+def shared_files(settings: Settings, memory: MemoryManager) -> SharedFiles:
+    """The reader of PDFs shared in chat, for the platforms whose tokens this process has; a
+    platform's stream is read once its adapter attaches (never in `chat` or `ask`)."""
+    ends: dict[str, FileEnd] = {}
+    if settings.slack_bot_token:
+        ends["slack"] = SlackFileEnd(settings.slack_bot_token, settings.slack_api_url)
+    if settings.discord_token:
+        ends["discord"] = DiscordFileEnd(settings.discord_token, settings.discord_api_url)
+    encoding = encoding_for(settings.openai_model)
+    return SharedFiles(
+        memory, encoding, ends, max_bytes=int(settings.max_pdf_mb * 1_000_000),
+        max_pages=settings.max_pdf_pages,
+    )  # fmt: skip
+
+
+def watch_service(settings: Settings, memory: MemoryManager) -> WatchService:
+    return WatchService(memory, arxiv_source(settings), encoding_for(settings.openai_model))

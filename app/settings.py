@@ -98,6 +98,13 @@ class Settings(BaseSettings):
         None, pattern=r"^https?://[^\s/]+",
         validation_alias=env("DISCORD_API_URL", "discord_api_url"),
     )  # fmt: skip
+    # PDFs shared in chat (adapters/shared_files.py): larger ones are refused, not downloaded
+    max_pdf_mb: float = Field(
+        50.0, gt=0, le=2000, validation_alias=env("ARXIVSCOUT_MAX_PDF_MB", "max_pdf_mb")
+    )
+    max_pdf_pages: int = Field(
+        300, gt=0, le=100_000, validation_alias=env("ARXIVSCOUT_MAX_PDF_PAGES", "max_pdf_pages")
+    )
     port: int | None = Field(None, validation_alias=env("PORT", "port"))
     # the memory page
     secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET", "secret"))
@@ -118,6 +125,10 @@ class Settings(BaseSettings):
         3600.0, gt=0,
         validation_alias=env("ARXIVSCOUT_RETENTION_SWEEP_SECONDS", "retention_sweep_seconds"),
     )  # fmt: skip
+    # topic watches (bot/watches.py)
+    watch_check_seconds: float = Field(
+        60.0, gt=0, validation_alias=env("ARXIVSCOUT_WATCH_CHECK_SECONDS", "watch_check_seconds")
+    )
 
     @classmethod
     def from_env(cls) -> Settings:

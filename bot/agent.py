@@ -9,9 +9,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bot.citations import add_citations, sources_from_passages, sources_from_text
+from bot.citations import CitationStream, Source, cite
 from bot.harness import Harness, Step
 from bot.llm import DeltaCallback, LLMError
+from bot.metering import metered
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,9 @@ class TurnResult:
     iterations: int
     steps: list[Step] = field(default_factory=list)
     tools_offered: list[str] = field(default_factory=list)
+    citations_removed: int = 0  # citations of passages the model was not shown, taken out
+    sources: list[Source] = field(default_factory=list)  # the passages the answer cites
+    turn_id: str = ""  # its record's id (memory/stores/turn_records.py): feedback names it
 
 
 @dataclass
@@ -56,38 +60,54 @@ class Agent:
     ) -> TurnResult:
         """One question of `scope.user` in `scope.thread`, answered. A `turn_id` makes the
         turn's writes idempotent: run again (after a crash), it stores its messages once."""
+        with metered() as meter:  # every model call of the turn, compaction included
+            return await self._run_turn(scope, question, on_event, on_delta, turn_id, meter)
+
+    async def _run_turn(self, scope, question, on_event, on_delta, turn_id, meter) -> TurnResult:
         prepared = await self.harness.before(scope, question, turn_id)
         if prepared.compacted:
             await _emit(on_event, AgentEvent("compacted", detail=f"{prepared.usage_percent:.0f}%"))
         steps: list[Step] = []
         state = {"iterations": 0}
+        # What streams is filtered as `cite` filters the answer: no made-up citation is shown.
+        stream = CitationStream(prepared.sources, on_delta) if on_delta is not None else None
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                answer, reason = await self._loop(scope, prepared, steps, state, on_event, on_delta)
+                answer, reason = await self._loop(scope, prepared, steps, state, on_event, stream)
         except TimeoutError:
             answer, reason = self._timed_out(steps), "timeout"
         except LLMError as exc:
             log.warning("model error in thread %s: %s", scope.thread, exc)
             answer, reason = self._model_failed(exc, steps), "error"
-        sources = sources_from_passages(prepared.context.passages)
-        for message in prepared.messages:
-            if message["role"] == "tool":
-                sources += sources_from_text(message["content"])
-        answer = add_citations(answer, sources)
-        await self.harness.after(scope, prepared, steps, answer, stop_reason=reason)
-        return TurnResult(answer, reason, state["iterations"], steps, prepared.tool_names)
+        cited = cite(answer, prepared.sources)  # unshown citations out, the Sources list in
+        if cited.removed:
+            log.info("thread %s: %d citation(s) of passages not shown removed",
+                     scope.thread, cited.removed)  # fmt: skip
+        answer = cited.text
+        result = TurnResult(
+            answer, reason, state["iterations"], steps, prepared.tool_names,
+            citations_removed=cited.removed, sources=cited.sources,
+        )  # fmt: skip
+        result.turn_id = prepared.record_id
+        await self.harness.after(
+            scope, prepared, steps, answer, usage=meter, stop_reason=reason,
+            citations_removed=result.citations_removed, cited=result.sources,
+        )  # fmt: skip
+        return result
 
-    async def _loop(self, scope, prepared, steps, state, on_event, on_delta):
+    async def _loop(self, scope, prepared, steps, state, on_event, stream):
         messages = prepared.messages
         for iteration in range(1, self.max_iterations + 1):
             state["iterations"] = iteration
-            reply = await self.harness.llm.chat(messages, prepared.tools, on_delta=on_delta)
+            reply = await self.harness.llm.chat(messages, prepared.tools, on_delta=stream)
+            if stream is not None:
+                await stream.flush()  # the reply's held-back end; the next one starts afresh
             if reply.is_final:
                 return reply.content.strip() or "(the model returned an empty answer)", "final"
             messages.append(reply.assistant_message())
             for call in reply.tool_calls:
                 await _emit(on_event, AgentEvent("tool_start", call.name, call.arguments))
-                output, step = await self.harness.run_tool(scope, call, iteration)
+                output, step = await self.harness.run_tool(scope, call, iteration, prepared.sources)
                 steps.append(step)
                 await _emit(on_event, AgentEvent("tool_end", call.name, step.status))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})

@@ -12,13 +12,16 @@ import contextlib
 import json
 import logging
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from bot.background import BackgroundWork
+from bot.citations import Source, SourceRegistry
 from bot.consolidation import Consolidator, SummaryInProgress
 from bot.llm import LLMClient, ToolCall
+from bot.metering import Meter, metered
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.toolbox import Toolbox, ToolResult
 from bot.tools import MEMORY_TOOLS, ToolContext
@@ -30,6 +33,7 @@ from memory.scope import Scope
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
 from memory.stores.tool_log import ToolLogEntry
+from memory.stores.turn_records import TurnRecord, TurnUsage, UnknownTurn, new_turn_id
 from memory.tokens import context_window, count_tokens
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,8 @@ class Prepared:
     compacted: bool = False
     question: Message | None = None  # the user's message, as stored
     turn_id: str = ""  # the job's id: its messages are stored once however often it runs
+    record_id: str = ""  # the turn record's id: the job's, or a fresh one (terminal turns)
+    sources: SourceRegistry = field(default_factory=SourceRegistry)  # the passages shown, numbered
 
 
 @dataclass
@@ -106,8 +112,11 @@ class Harness:
     def limits(self) -> ContextLimits:
         return self.upkeep.limits
 
-    def tool_context(self, scope: Scope) -> ToolContext:
-        return ToolContext(scope, self.memory, self.arxiv, self.consolidator, self.encoding)
+    def tool_context(self, scope: Scope, sources: SourceRegistry | None = None) -> ToolContext:
+        return ToolContext(
+            scope, self.memory, self.arxiv, self.consolidator, self.encoding,
+            sources if sources is not None else SourceRegistry(),
+        )  # fmt: skip
 
     # -- before the loop -----------------------------------------------------------------------
 
@@ -141,7 +150,11 @@ class Harness:
             {"role": "user", "content": context.render()},
         ]
         schemas = self.toolbox.schemas(tool_names)
-        return Prepared(context, messages, schemas, tool_names, usage, compacted, stored, turn_id)
+        return Prepared(
+            context, messages, schemas, tool_names, usage, compacted, stored, turn_id,
+            record_id=turn_id or new_turn_id(),
+            sources=SourceRegistry(context.passages),  # numbered as the segment shows them
+        )  # fmt: skip
 
     def usage_percent(self, context: AssembledContext) -> float:
         """Tokens the model will be sent (system prompt, question, segments) over its window."""
@@ -177,8 +190,11 @@ class Harness:
 
     # -- inside the loop -----------------------------------------------------------------------
 
-    async def run_tool(self, scope: Scope, call: ToolCall, iteration: int) -> tuple[str, Step]:
-        context = self.tool_context(scope)
+    async def run_tool(
+        self, scope: Scope, call: ToolCall, iteration: int, sources: SourceRegistry | None = None
+    ) -> tuple[str, Step]:
+        """Run one tool call; the passages it shows are numbered in the turn's `sources`."""
+        context = self.tool_context(scope, sources)
         result: ToolResult = await self.toolbox.execute(call.name, call.arguments, context)
         try:
             tool_input: Any = json.loads(call.arguments or "{}")
@@ -203,14 +219,22 @@ class Harness:
     # -- after the loop ------------------------------------------------------------------------
 
     async def after(
-        self, scope: Scope, prepared: Prepared, steps: list[Step], answer: str, **meta: Any
-    ) -> None:
-        """Store the answer; queue what the turn taught: its messages for episodic recall, a
-        rolling summary if the recent window grew past its share, the workflow and entities."""
+        self, scope: Scope, prepared: Prepared, steps: list[Step], answer: str,
+        usage: Meter | None = None, citations_removed: int = 0, cited: Sequence[Source] = (),
+        **meta: Any,
+    ) -> None:  # fmt: skip
+        """Store the answer and the turn's record (with its `usage` and the sources it `cited`);
+        queue what the turn
+        taught: its messages for episodic recall, a rolling summary if the recent window grew
+        past its share, the workflow and entities."""
         once = f"{prepared.turn_id}:answer" if prepared.turn_id else ""
         answered = await self.memory.conversation.append(
             scope, "assistant", answer, once=once, **meta
         )
+        await self.record_turn(
+            scope, prepared, steps, answer, answered, usage or Meter(), citations_removed,
+            str(meta.get("stop_reason", "final")), cited,
+        )  # fmt: skip
         context, question = prepared.context, prepared.context.question
         said = [m for m in (prepared.question, answered) if m is not None]
         window = context.segment("Conversation").tokens + count_tokens(
@@ -222,9 +246,39 @@ class Harness:
             await self.background.submit(
                 ARTIFACTS,
                 {"scope": scope.to_dict(), "question": question, "answer": answer,
-                 "steps": [s.describe() for s in steps],
+                 "steps": [s.describe() for s in steps], "turn": prepared.record_id,
                  "asked": {"id": asked.id, "seq": asked.seq} if asked else None},
             )  # fmt: skip
+
+    async def record_turn(
+        self, scope: Scope, prepared: Prepared, steps: list[Step], answer: str,
+        answered: Message | None, usage: Meter, citations_removed: int, stop_reason: str,
+        cited: Sequence[Source] = (),
+    ) -> None:  # fmt: skip
+        """The turn's record (once per turn id): who asked what, the answer, the memory ids,
+        every passage shown (numbered) and those cited, the tools it used, what it cost."""
+        asked = prepared.question
+        shown = [
+            {"number": n, "id": f"{p.arxiv_id}#{p.chunk_index}"}
+            for n, p in enumerate(prepared.sources.passages, 1)
+        ]
+        cites = [
+            {"number": s.number,
+             "id": s.arxiv_id if s.chunk_index is None else f"{s.arxiv_id}#{s.chunk_index}"}
+            for s in cited
+        ]  # fmt: skip
+        await self.memory.turn_records.save(
+            TurnRecord(
+                prepared.record_id, scope.tenant, scope.thread, prepared.context.question,
+                answer, audience=scope.audience, channel=scope.channel, asker=scope.user,
+                asker_name=scope.user_name, stop_reason=stop_reason,
+                question_id=asked.id if asked else "", answer_id=answered.id if answered else "",
+                memory=prepared.context.memory_ids(), shown=shown, cited=cites,
+                tools=[{"name": s.name, "status": s.status, "log_id": s.log_id} for s in steps],
+                usage=TurnUsage(usage.tokens_in, usage.tokens_out, usage.calls, len(steps)),
+                citations_removed=citations_removed,
+            )
+        )  # fmt: skip
 
     async def drain(self) -> None:
         """Wait for background writes (before shutdown, and in tests)."""
@@ -237,28 +291,51 @@ class Harness:
         """The background task: the workflow of a turn that used tools, and its entities, each
         with its provenance (the thread, and the turn's asker as its author)."""
         for task in tasks:
-            scope, question, answer = (
-                Scope.from_dict(task["scope"]),
-                task["question"],
-                task["answer"],
-            )
+            scope = Scope.from_dict(task["scope"])
             authors = [scope.user] if scope.user else []
             if not await self._still_asked(scope, task):
                 continue  # the question was forgotten meanwhile: nothing is learned from it
-            written: list[str] = []
-            if task["steps"]:
-                written.append(
-                    await self.memory.workflows.add(
-                        scope, question, task["steps"], answer, authors=authors
-                    )
-                )
-            if mentions_names(f"{question}\n{answer}"):
-                entities = await self.extract_entities(question, answer)
-                if entities:
-                    stored = await self.memory.entities.upsert(scope, entities, authors=authors)
-                    written += [self.memory.entities.key(scope, e.name) for e in stored]
-            if written and not await self._still_asked(scope, task):
-                await self.memory.governance.discard(written)  # forgotten while written
+            with metered() as meter:  # entity extraction's model call, counted to the thread
+                written = await self._learn(scope, task, authors)
+            if not await self._still_asked(scope, task):  # forgotten while written
+                if written:
+                    await self.memory.governance.discard(written)
+                continue  # and its usage is not counted to a thread that may be gone
+            await self.memory.turn_records.add_usage(
+                scope, TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+            )
+
+    async def _learn(self, scope: Scope, task: dict[str, Any], authors: list[str]) -> list[str]:
+        """Write a turn's workflow and entities; their keys. The workflow of a turn that got a
+        👎 (before or while it is written) is stored rejected: never offered again."""
+        question, answer, turn = task["question"], task["answer"], task.get("turn", "")
+        written: list[str] = []
+        if task["steps"]:
+            rejected = await self.rejected(scope.tenant, turn)
+            key = await self.memory.workflows.add(
+                scope, question, task["steps"], answer, authors=authors, turn=turn,
+                rejected=rejected,
+            )  # fmt: skip
+            written.append(key)
+            noted = turn and await self.memory.turn_records.set_workflow(scope.tenant, turn, key)
+            if noted and not rejected and await self.rejected(scope.tenant, turn):
+                await self.memory.workflows.reject(key)  # a 👎 came meanwhile
+        if mentions_names(f"{question}\n{answer}"):
+            entities = await self.extract_entities(question, answer)
+            if entities:
+                stored = await self.memory.entities.upsert(scope, entities, authors=authors)
+                written += [self.memory.entities.key(scope, e.name) for e in stored]
+        return written
+
+    async def rejected(self, tenant: str, turn: str) -> bool:
+        """True when someone gave the turn a 👎."""
+        if not turn:
+            return False
+        try:
+            record = await self.memory.turn_records.get(tenant, turn)
+        except UnknownTurn:
+            return False
+        return any(vote.rating < 0 for vote in record.feedback.values())
 
     async def _still_asked(self, scope: Scope, task: dict[str, Any]) -> bool:
         """False when the turn's question was forgotten (memory/governance.py) since."""

@@ -22,6 +22,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.errors import ConfigError
+from bot.metering import count_call
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +214,11 @@ class LLMClient:
         for attempt in range(1, self.retry.max_attempts + 1):
             try:
                 if on_delta is None:
-                    return await self._once(kwargs)
-                return await self._once_streaming(kwargs, on_delta)
+                    reply = await self._once(kwargs)
+                else:
+                    reply = await self._once_streaming(kwargs, on_delta)
+                count_call(reply.usage)
+                return reply
             except _Retryable as failure:
                 failure.error.attempts = attempt
                 # Text already shown to the user cannot be taken back: no retry mid-stream.

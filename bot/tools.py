@@ -6,10 +6,11 @@ services), never the model, so no tool call can reach another team's, place's or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from bot.citations import SourceRegistry
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
 from memory.ingest.arxiv_source import ArxivSource
@@ -40,6 +41,7 @@ class ToolContext:
     arxiv: ArxivSource
     consolidator: Consolidator
     encoding: Any
+    sources: SourceRegistry = field(default_factory=SourceRegistry)  # the turn's, numbered
 
 
 toolbox: Toolbox[ToolContext] = Toolbox(ToolContext)
@@ -117,7 +119,7 @@ async def search_knowledge_base(
     )  # fmt: skip
     if not passages:
         return "No matching passages in the knowledge base."
-    return memory.knowledge_base.segment(passages).render()
+    return memory.knowledge_base.segment(passages, ctx.sources.numbers(passages)).render()
 
 
 @toolbox.register_tool
@@ -151,7 +153,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
         offset: character offset to start reading from, for very long outputs.
     """
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
-    text = entry.output[max(0, int(offset)) :]
+    text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
 
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from bot.agent import Agent, EventCallback, TurnResult
 from bot.consolidation import SummaryInProgress
 from bot.llm import DeltaCallback, LLMError
+from bot.metering import metered
+from bot.watches import WatchService
 from memory.context import AssembledContext, assemble_context
 from memory.keys import InvalidName
 from memory.scope import Scope
 from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
+from memory.stores.turn_records import TurnUsage
 from memory.text import clean_text
 
 log = logging.getLogger(__name__)
@@ -28,10 +32,19 @@ class Reply:
     text: str
     result: TurnResult | None = None
 
+    @property
+    def turn_id(self) -> str:
+        """The answered turn's record id (feedback buttons carry it); "" for other replies."""
+        return self.result.turn_id if self.result is not None else ""
+
 
 class TurnHandler:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(
+        self, agent: Agent, watches: WatchService | None = None, files: Any = None
+    ) -> None:
         self.agent = agent
+        self.watches = watches  # "watch <topic> weekly" makes a topic watch, not a turn
+        self.files = files  # PDFs shared in chat (adapters/shared_files.py's SharedFiles)
         self.memory = agent.harness.memory
         self._prefetching: set[asyncio.Task] = set()
 
@@ -59,6 +72,8 @@ class TurnHandler:
     ) -> Reply:
         """One user message in, one reply out; bad input becomes a reply, not a crash."""
         text = clean_text(text)  # before anything encodes it (the model client, the embedder)
+        if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
+            return Reply(made)
         try:
             result = await self.agent.run_turn(
                 scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id
@@ -69,9 +84,13 @@ class TurnHandler:
 
     async def summarize(self, scope: Scope) -> str:
         try:
-            return await self.agent.harness.consolidator.summarize_and_store(scope)
+            with metered() as meter:
+                return await self.agent.harness.consolidator.summarize_and_store(scope)
         except (SummaryInProgress, LLMError, ValueError) as exc:
             return f"Could not summarize this thread: {exc}"
+        finally:  # what the summary cost counts to the thread
+            usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+            await self.memory.turn_records.add_usage(scope, usage)
 
     async def expand(self, scope: Scope, summary_id: str) -> str:
         if not summary_id.strip():

@@ -15,12 +15,14 @@ from typing import Any
 
 from bot.background import BackgroundWork
 from bot.consolidation import Consolidator, SummaryInProgress
+from bot.metering import metered
 from memory.context import ContextLimits
 from memory.embeddings import background_embedding
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode
+from memory.stores.turn_records import TurnUsage
 
 EPISODES = "episodes"  # task: index messages for episodic recall
 ROLL = "roll"  # task: summarize what left a thread's recent window
@@ -86,8 +88,10 @@ class Upkeep:
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""
         for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
-            with contextlib.suppress(SummaryInProgress):  # that other summary rolls the window
+            with metered() as meter, contextlib.suppress(SummaryInProgress):  # another rolls it
                 await self.consolidator.roll(scope, self.limits.window_target)
+            usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+            await self.memory.turn_records.add_usage(scope, usage)  # counted to the thread
 
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory

@@ -38,7 +38,7 @@ class PaperInfo:
     source: str
     chunks: int
     ingested_at: float
-    audience: str = PUBLIC  # a tenant's knowledge base is shared by the whole team
+    audience: str = PUBLIC  # the whole team's, but for PDFs shared in a private place
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> PaperInfo:
@@ -51,6 +51,7 @@ class PaperInfo:
             url=str(record.get("url") or f"https://arxiv.org/abs/{arxiv_id}"),
             source=str(record.get("source", "")), chunks=int(record.get("chunks") or 0),
             ingested_at=float(record.get("ingested_at") or 0.0),
+            audience=str(record.get("audience") or PUBLIC),
         )  # fmt: skip
 
 
@@ -120,10 +121,11 @@ Learned = TypeVar("Learned", EntityInfo, WorkflowInfo)
 class KnowledgeReads(Reads):
     # -- papers --------------------------------------------------------------------------------
 
-    async def papers(self, tenant: str) -> list[PaperInfo]:
-        """The tenant's papers, latest saved first (the whole team's)."""
-        records = await self.memory.knowledge_base.papers(Scope(tenant))
-        return [PaperInfo.of(r) for r in reversed(records)]
+    async def papers(self, tenant: str, audiences: Audiences = None) -> list[PaperInfo]:
+        """The tenant's papers `audiences` may see, latest saved first."""
+        records = await self.memory.knowledge_base.papers(Scope(tenant), everywhere=True)
+        papers = [PaperInfo.of(r) for r in reversed(records)]
+        return [p for p in papers if sees(audiences, p.audience)]
 
     async def paper_info(self, tenant: str, arxiv_id: str) -> PaperInfo | None:
         """A paper's entry, without its passages."""
@@ -141,7 +143,8 @@ class KnowledgeReads(Reads):
             pipe.hmget(kb.chunk_key(tenant, paper.arxiv_id, i), fields)
         passages = [
             PassageView(paper.arxiv_id, paper.title, decode(section) or "",
-                        int(float(decode(index) or i)), decode(content) or "", paper.url)
+                        int(float(decode(index) or i)), decode(content) or "", paper.url,
+                        paper.audience)
             for i, (section, index, content) in enumerate(await pipe.execute())
             if content is not None
         ]  # fmt: skip

@@ -20,7 +20,7 @@ from redisvl.utils.token_escaper import TokenEscaper
 from memory.browse_knowledge import PassageView
 from memory.browse_reader import Audiences, Reader, Reads, sees
 from memory.keys import erasing_key
-from memory.scope import PUBLIC, Scope
+from memory.scope import PUBLIC
 from memory.stores.base import decode
 from memory.stores.episodic import Episode
 from memory.stores.episodic_text import MAX_PARTS, stems
@@ -81,14 +81,20 @@ class SearchReads(Reads):
             scope = self.reader(tenant, audiences)
         vector = (await self.memory.embedder.embed([query]))[0]
         episodes = self.memory.episodes.search(scope, query, vector, k=k) if scope else _none()
-        found, passages = await asyncio.gather(
-            episodes, self.memory.knowledge_base.search(Scope(tenant), query, vector, k=k)
+        kb_reader = self.reader(tenant, audiences)  # an admin's (None) sees every passage
+        passages_found = (
+            self.memory.knowledge_base.search(
+                kb_reader, query, vector, k=k, everywhere=audiences is None
+            )
+            if audiences is None or audiences
+            else _none()
         )
+        found, passages = await asyncio.gather(episodes, passages_found)
         relevance, store, kb = Relevance.of(query), self.memory.episodes, self.memory.knowledge_base
         messages = [e for e in found if sees(audiences, e.audience)]
         unmatched = [e for e in messages if not relevance.mentioned_in(f"{e.author_name} {e.text}")]
         views = [
-            PassageView(p.arxiv_id, p.title, p.section, p.chunk_index, p.content, p.url)
+            PassageView(p.arxiv_id, p.title, p.section, p.chunk_index, p.content, p.url, p.audience)
             for p in passages
         ]
         unmatched_passages = [

@@ -48,6 +48,21 @@ class AssembledContext:
     episodes: list[Episode] = field(default_factory=list)
 
     window_messages: int = 0  # unsummarized messages of the thread, shown or not
+    workflow_ids: list[str] = field(default_factory=list)
+    entity_names: list[str] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)  # the recent window's, as shown
+
+    def memory_ids(self) -> dict[str, list[str]]:
+        """What the context used, by memory: passages (`<arxiv id>#<chunk>`), episodic and
+        recent messages, summaries, workflows, entities (a turn's record keeps them)."""
+        return {
+            "passages": [f"{p.arxiv_id}#{p.chunk_index}" for p in self.passages],
+            "episodes": [e.id for e in self.episodes],
+            "messages": list(self.message_ids),
+            "summaries": [summary_id for summary_id, _ in self.summaries],
+            "workflows": list(self.workflow_ids),
+            "entities": list(self.entity_names),
+        }
 
     def segment(self, name: str) -> ContextSegment:
         return next(s for s in self.segments if s.name == name)
@@ -131,6 +146,12 @@ def newest_that_fit(segment: Segment, budget: int, model: str) -> tuple[str, int
     return text, count_tokens(text, model)
 
 
+def shown_ids(window: list, shown: int) -> list[str]:
+    """The ids of the newest `shown` messages of the window that the segment lists."""
+    listed = [m.id for m in window if not m.forgotten]
+    return listed[len(listed) - shown :]
+
+
 async def assemble_context(
     memory: MemoryManager,
     scope: Scope,
@@ -147,7 +168,7 @@ async def assemble_context(
         memory.episodes.find(scope, question, vector),  # recall's searches need no budget
         memory.conversation.unsummarized(scope),
         memory.knowledge_base.search(scope, question, vector, k=limits.kb_passages, **kb_filters),
-        memory.workflows.similar(scope, vector, k=limits.workflows),
+        memory.workflows.nearest(scope, vector, k=limits.workflows),
         memory.entities.similar(scope, vector, k=limits.entities),
         memory.summaries.descriptions(scope),
     )
@@ -166,7 +187,7 @@ async def assemble_context(
     episodic_text = EpisodicStore.render(episodes)
     others: list[Segment] = [
         KnowledgeBase.segment(passages),
-        WorkflowStore.segment(workflows),
+        WorkflowStore.segment([text for _, text in workflows]),
         EntityStore.segment(entities),
     ]
     texts = [s.render() for s in others]
@@ -179,5 +200,7 @@ async def assemble_context(
     ]
     return AssembledContext(
         question, rendered, vector, passages, summaries, len(conversation.items), episodes,
-        window_messages=len(window),
+        window_messages=len(window), workflow_ids=[i for i, _ in workflows],
+        entity_names=[e.name for e in entities],
+        message_ids=shown_ids(window, len(conversation.items)),
     )  # fmt: skip

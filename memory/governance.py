@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -35,9 +36,11 @@ from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
 from memory.keys import forgetting_key, papers_key, threads_key
 from memory.locks import OwnedLocks
+from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
 from memory.stores.knowledge_base import base_arxiv_id
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
+from memory.stores.watches import WatchStore
 
 __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 
@@ -63,7 +66,10 @@ class Governance:
             lists = Threads(await self.memory.conversation.raw_threads(tenant, [thread]))
             if not any(m.id == message_id for m in lists.messages(thread)):
                 raise NotFound("message", message_id)
-            return await self._threads.forget_messages(tenant, lists, lambda m: m.id == message_id)
+            erasure = await self._threads.forget_messages(
+                tenant, lists, lambda m: m.id == message_id
+            )
+            return erasure + await self._turns(tenant, message_ids=[message_id])
 
     async def forget_thread(self, tenant: str, thread: str) -> Erasure:
         """The whole thread: its messages, counters, summaries, tool logs, episodic entries,
@@ -74,7 +80,9 @@ class Governance:
             listed = await self.redis.zscore(threads_key(tenant), thread)
             if not lists.raw[thread] and listed is None:
                 raise NotFound("thread", thread)
-            return await self._threads.erase_threads(tenant, lists)
+            erasure = await self._threads.erase_threads(tenant, lists)
+            erasure += await self._private_pdfs(tenant, thread=thread)
+            return erasure + await self._turns(tenant, threads=[thread])
 
     async def forget_summary(self, tenant: str, summary_id: str) -> Erasure:
         """The summary goes; a new one written by the deterministic compaction (over its
@@ -133,6 +141,20 @@ class Governance:
         removed = await self.redis.hdel(papers_key(tenant), arxiv_id)
         return Erasure(papers=int(removed), chunks=len(chunks))
 
+    async def _private_pdfs(self, tenant: str, **which: str) -> Erasure:
+        """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) that a
+        forgotten thread or person brought: `thread=` shared there, `sharer=` shared by them.
+        The team's copies stay, as papers from arXiv do."""
+        erasure = Erasure()
+        for arxiv_id, raw in (await self.redis.hgetall(papers_key(tenant))).items():
+            record = json.loads(raw)
+            if record.get("source") != "pdf" or record.get("audience", PUBLIC) == PUBLIC:
+                continue
+            if all(record.get(field) == value for field, value in which.items()):
+                with contextlib.suppress(NotFound):
+                    erasure += await self.forget_paper(tenant, decode(arxiv_id) or "")
+        return erasure
+
     async def forget_entity(self, tenant: str, entity_id: str) -> Erasure:
         store = self.memory.entities
         async with self._exclusive(tenant):
@@ -185,13 +207,27 @@ class Governance:
         if not user:
             raise NotFound("person", user)
         async with self._exclusive(tenant):
-            return await self._sweeps.person(tenant, user)
+            await WatchStore(self.memory.redis).forget_creator(tenant, user)  # watches stay
+            turns = await self._turns(tenant, asker=user)  # their turns, and their votes
+            turns += await self._private_pdfs(tenant, sharer=user)  # what they shared privately
+            try:
+                return await self._sweeps.person(tenant, user) + turns
+            except NotFound:
+                if turns.total:
+                    return turns
+                raise
 
     async def forget_older_than(self, tenant: str, cutoff: float) -> Erasure:
         """Retention: conversation memory said before `cutoff` (seconds since the epoch); papers,
         entities and workflows are kept (`Sweeps.older_than`)."""
         async with self._exclusive(tenant):
-            return await self._sweeps.older_than(tenant, cutoff)
+            erasure = await self._sweeps.older_than(tenant, cutoff)
+            return erasure + await self._turns(tenant, before=cutoff)
+
+    async def _turns(self, tenant: str, **which: Any) -> Erasure:
+        """The turn records (question, answer, feedback) of what is forgotten: a thread's, a
+        person's (and their votes), a message's, those older than a cutoff."""
+        return Erasure(turn_records=await self.memory.turn_records.forget_where(tenant, **which))
 
     # -- what erasures leave behind -------------------------------------------------------------
 

@@ -36,6 +36,7 @@ class Erasure:
     papers: int = 0
     chunks: int = 0
     cached_embeddings: int = 0
+    turn_records: int = 0  # answered turns' records (memory/stores/turn_records.py)
 
     def __add__(self, other: Erasure) -> Erasure:
         return Erasure(**{f.name: getattr(self, f.name) + getattr(other, f.name)

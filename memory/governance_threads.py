@@ -277,6 +277,7 @@ class ThreadEraser:
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
         await self._drop_idle_queues(tenant, deleted)
+        await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
         return Erasure(
             messages=sum(m.id in said for m in went), threads=len(deleted),
             summaries=sum(s.thread_id in set(deleted) for s in found.values()),

@@ -95,6 +95,18 @@ def papers_key(tenant: str) -> str:
     return tenant_key(tenant, "papers")
 
 
+def shared_pdf_key(tenant: str, share_id: str) -> str:
+    """Hash of one PDF shared in chat being read (memory/ingest/shared_pdf.py): the progress
+    message it posted and its outcome, so a redelivered task edits that message again."""
+    return tenant_key(tenant, "shared-pdf", share_id)
+
+
+def shared_pdf_lock_key(tenant: str, share: str) -> str:
+    """Lock of one share's task while it runs: a second copy (a redelivery, Slack's retry)
+    waits, so a long read is never run twice at once nor its message posted twice."""
+    return tenant_key(tenant, "shared-pdf-lock", share)
+
+
 def joined_key(tenant: str, thread_id: str) -> str:
     """Present while the bot takes part in a thread (it answers there without a mention)."""
     return thread_key(tenant, thread_id, "joined")
@@ -161,6 +173,44 @@ def sweep_claim_key(bucket: int) -> str:
     return f"{ROOT}:retention:sweep:{bucket}"
 
 
+def watches_key(tenant: str) -> str:
+    """Set of the ids of the tenant's topic watches (memory/stores/watches.py)."""
+    return tenant_key(tenant, "watches")
+
+
+def watch_key(tenant: str, watch_id: str) -> str:
+    """Hash of one topic watch: what it asks, where it posts, and its schedule."""
+    return tenant_key(tenant, "watch", watch_id)
+
+
+def watch_posted_key(tenant: str, watch_id: str) -> str:
+    """Sorted set of the arXiv ids a watch's digests posted, scored by when: never twice."""
+    return tenant_key(tenant, "watch", watch_id, "posted")
+
+
+def digest_key(tenant: str, watch_id: str, due: str) -> str:
+    """Hash of one digest of a watch, for the period due at `due`: its claim (taken once, by
+    one process), whether it is being posted or was posted, and the posted message."""
+    return tenant_key(tenant, "watch", watch_id, "digest", due)
+
+
+def digest_lock_key(tenant: str, watch_id: str, due: str) -> str:
+    """Held (with a TTL) by the process running a digest, so two never run it at once."""
+    return tenant_key(tenant, "watch", watch_id, "digest", due, "lock")
+
+
+def watch_answered_key(digest: str) -> str:
+    """Set (with a TTL) once a Save button's answer was sent: a task run again says it once
+    (`digest` hashes the task; process-wide, so even a task with a malformed tenant is)."""
+    return f"{ROOT}:watch-answered:{digest}"
+
+
+def arxiv_slot_key() -> str:
+    """Held (SET NX PX) for arXiv's 3 s between requests, by one process at a time
+    (memory/ingest/arxiv_pace.py)."""
+    return f"{ROOT}:arxiv-slot"
+
+
 def import_partial_key(tenant: str) -> str:
     """The start time of an unfinished import into the tenant: after a crash, the next import
     clears what it left, unless the tenant was used since (memory/portability.py)."""
@@ -173,7 +223,56 @@ def import_lock_key(tenant: str) -> str:
     return f"{ROOT}:import-lock:{validate_tenant(tenant)}"
 
 
+def turn_record_key(tenant: str, turn_id: str) -> str:
+    """Hash of one answered turn (memory/stores/turn_records.py): who asked what, the answer,
+    the memory and tools it used, its usage, and each person's feedback (`vote:<user>`)."""
+    return tenant_key(tenant, "turn", turn_id)
+
+
+def turn_records_key(tenant: str, thread_id: str | None = None) -> str:
+    """Sorted set of the tenant's (or one thread's) turn records, scored by when answered."""
+    if thread_id is None:
+        return tenant_key(tenant, "turns")
+    return thread_key(tenant, thread_id, "turns")
+
+
+def turns_by_key(tenant: str, role: str, user: str) -> str:
+    """Set of the turn ids a person asked (`role` "asker") or voted on ("voter"): what
+    forgetting that person reads, instead of every record."""
+    return tenant_key(tenant, "turns", role, user)
+
+
+def turn_messages_key(tenant: str) -> str:
+    """Hash stored message id (a turn's question or answer) -> its turn id, for forgetting a
+    message."""
+    return tenant_key(tenant, "turns", "messages")
+
+
+def feedback_key(tenant: str) -> str:
+    """Sorted set of the tenant's turns that got feedback, scored by the latest vote's time."""
+    return tenant_key(tenant, "feedback")
+
+
+def usage_key(tenant: str, thread_id: str | None = None, day: str | None = None) -> str:
+    """Hash of model usage (tokens in and out, model and tool calls, turns): the tenant's, one
+    thread's, or the tenant's on one day (YYYY-MM-DD, UTC)."""
+    if thread_id is not None:
+        return thread_key(tenant, thread_id, "usage")
+    return tenant_key(tenant, "usage", *(("day", day) if day else ()))
+
+
+def usage_threads_key(tenant: str) -> str:
+    """Sorted set thread -> tokens (in + out) used there: the tenant's top threads."""
+    return tenant_key(tenant, "usage-threads")
+
+
 # -- process-wide ---------------------------------------------------------------------------
+
+
+def watches_due_key() -> str:
+    """Sorted set `<tenant>|<watch id>` scored by the watch's next due time: what the
+    schedulers of every process look at each minute."""
+    return f"{ROOT}:watches:due"
 
 
 def busy_tenants_key() -> str:

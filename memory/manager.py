@@ -24,6 +24,7 @@ from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.summary import SummaryStore
 from memory.stores.tool_log import ToolLogStore
 from memory.stores.toolbox import ToolboxStore
+from memory.stores.turn_records import TurnRecords
 from memory.stores.workflow import WorkflowStore
 
 
@@ -43,6 +44,7 @@ class MemoryManager:
         self.episodes = EpisodicStore(redis, embedder)
         self.summaries = SummaryStore(redis)
         self.tool_logs = ToolLogStore(redis)
+        self.turn_records = TurnRecords(redis)  # each answered turn, its usage and feedback
         self.events = EventLog(redis)
         self.turns = TurnQueue(redis)
         self.presence = ThreadPresence(redis)

@@ -8,7 +8,10 @@ tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`. Then:
 - `thread`: `thread`, `last_active` (its score in the thread list), `summarized` (the
   summarized-prefix counter), `channel` (where its messages were said, for episodic memory);
   then its `message`s (each as stored, tombstones included), `summary`s and `tool_log`s (each
-  `listed` at its score in the thread's index, or null: a merged child);
+  `listed` at its score in the thread's index, or null: a merged child), and its `turn`s (each
+  answered turn's record with its feedback, `TurnRecord.to_json` without the tenant; importing
+  them counts their usage again to the thread, the tenant and their days; what background
+  model calls cost, summaries and entity extraction, is not carried);
 - `paper` (the papers-hash record), then its `chunk`s, then `entity` and `workflow`: `id` (the
   key after the tenant's prefix), `fields` as stored, `vector` (base64 of float32).
 

@@ -22,7 +22,8 @@ VERSION = 1
 MAX_ID = 1024
 PLURALS = {"thread": "threads", "message": "messages", "summary": "summaries",
            "tool_log": "tool_logs", "paper": "papers", "chunk": "chunks", "entity": "entities",
-           "workflow": "workflows", "retention": "retention"}  # fmt: skip
+           "workflow": "workflows", "retention": "retention",
+           "turn": "turn_records"}  # fmt: skip
 
 
 class BadExportLine(ValueError):
@@ -193,3 +194,31 @@ class Check:
 
     def _workflow(self, record: dict) -> None:
         self._vector_record("workflow", record)
+
+    def _turn(self, record: dict) -> None:
+        """A turn record (memory/stores/turn_records.py) of a declared thread, with its
+        feedback."""
+        thread = self._declared(record)
+        turn = _object(record, "turn")
+        self._unique("turn", _id(turn.get("id"), "turn id"))
+        _need(turn.get("thread", thread) == thread, "its turn belongs to another thread.")
+        for name in ("question", "answer"):
+            _need(isinstance(turn.get(name), str), f"its {name} must be a string.")
+        _need(_is_number(turn.get("created_at")), "its 'created_at' must be a number.")
+        usage = turn.get("usage", {})
+        _need(
+            isinstance(usage, dict) and all(type(v) is int for v in usage.values()),
+            "its usage must be an object of whole numbers.",
+        )
+        votes = turn.get("feedback", [])
+        _need(isinstance(votes, list), "its feedback must be a list.")
+        for vote in votes:
+            _need(
+                isinstance(vote, dict) and isinstance(vote.get("user"), str) and vote["user"]
+                and vote.get("rating") in (1, -1) and _is_number(vote.get("at", 0)),
+                "a vote of its feedback needs a user, a rating of 1 or -1 and a time.",
+            )  # fmt: skip
+            _need(
+                set(vote) <= {"user", "rating", "name", "comment", "reasons", "at"},
+                "a vote of its feedback has unknown fields.",
+            )

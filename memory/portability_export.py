@@ -126,6 +126,20 @@ class Exporter:
         ):
             async for record in self._records(kind, store, tenant, thread):
                 yield record
+        async for record in self._turns(tenant, thread):
+            yield record
+
+    async def _turns(self, tenant: str, thread: str) -> AsyncIterator[dict]:
+        """The thread's turn records (with their feedback), oldest first."""
+        records = self.memory.turn_records
+        ids = list(reversed(await records.ids(tenant, thread)))
+        for start in range(0, len(ids), PAGE):
+            page = ids[start : start + PAGE]
+            found = await records.get_many(tenant, page)
+            for turn_id in page:
+                if turn_id in found:
+                    turn = {k: v for k, v in found[turn_id].to_json().items() if k != "tenant"}
+                    yield {"kind": "turn", "thread": thread, "turn": turn}
 
     async def _channel(self, tenant: str, thread: str, rows: list[bytes]) -> str:
         """The channel episodic memory keeps for the thread's first messages, `rows` (the

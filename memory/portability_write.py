@@ -24,6 +24,7 @@ from memory.portability_export import dumps
 from memory.scope import Scope, legacy_audience
 from memory.stores.base import VectorStore
 from memory.stores.episodic import Episode
+from memory.stores.turn_records import record_of
 
 PIPELINE = 1000  # commands sent together
 BATCH = 256  # records written (and embedded) together
@@ -83,6 +84,10 @@ class Writer:
             if record.get("listed") is not None:
                 index = store.thread_index(Scope(self.tenant, record["thread"]))
                 self.pipe.zadd(index, {item["id"]: record["listed"]})
+        elif kind == "turn":  # written at once: indexes and usage through the store
+            await self.memory.turn_records.restore(
+                record_of(record["turn"], self.tenant, record["thread"])
+            )
         elif kind == "paper":
             self.papers[record["paper"]["arxiv_id"]] = json.dumps(record["paper"])
         else:
@@ -141,7 +146,8 @@ class Writer:
             return
         store: VectorStore = self.stores[kind]
         prefix = store.key_prefix(self.tenant)
-        values = [{**r["fields"], "tenant": self.tenant} for r in records]
+        # an export made before a field existed (e.g. `audience`) gets its default
+        values = [{**store.DEFAULTS, **r["fields"], "tenant": self.tenant} for r in records]
         if self.reembed:
             vectors = await store.embedder.embed([store.embedding_text(v) for v in values])
             self.counts["re-embedded"] += len(records)

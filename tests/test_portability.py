@@ -26,6 +26,7 @@ from memory.stores.conversation import Message
 from memory.stores.entity import Entity
 from memory.stores.summary import Summary
 from memory.stores.tool_log import ToolLogEntry
+from memory.stores.turn_records import TurnRecord, TurnUsage, Vote
 from memory.tasks import TaskStream
 from tests.test_memory_stores import add_memgpt
 
@@ -91,6 +92,16 @@ async def populate(memory, tenant: str) -> list[Message]:
     await memory.entities.upsert(public, [Entity("Quokka", "animal", "A small marsupial.")])
     await memory.workflows.add(public, "find a paper", ["arxiv_search(quokka)"], "found it")
     await memory.retention.set(tenant, 30)
+    await memory.turn_records.save(TurnRecord(
+        "turn-1", tenant, public.thread, texts[0], texts[1], audience=public.audience,
+        channel=public.channel, asker="U1", created_at=start + 60, question_id=said[0].id,
+        answer_id=said[1].id, memory={"passages": ["2310.08560#0"]},
+        shown=[{"number": 1, "id": "2310.08560#0"}], cited=[{"number": 1, "id": "2310.08560#0"}],
+        usage=TurnUsage(100, 20, 2, 1),
+    ))  # fmt: skip
+    await memory.turn_records.vote(
+        tenant, "turn-1", Vote("U2", -1, "Bob", "wrong paper", ["wrong"], at=start + 120)
+    )
     return said
 
 
@@ -119,7 +130,7 @@ async def test_round_trip_is_equal_and_behaves_the_same(memory, tenant, other):
     kinds = [r["kind"] for r in original]
     assert kinds[0] == "arxivscout-export" and original[0]["tenant"] == tenant
     for kind in ("retention", "thread", "message", "summary", "tool_log", "paper", "chunk",
-                 "entity", "workflow"):  # fmt: skip
+                 "entity", "workflow", "turn"):  # fmt: skip
         assert kind in kinds, kind
     tombstone = next(r["message"] for r in original if r["kind"] == "message"
                      and r["message"]["id"] == said[5].id)  # fmt: skip
@@ -155,6 +166,14 @@ async def test_round_trip_is_equal_and_behaves_the_same(memory, tenant, other):
     )
     assert passages and passages[0].arxiv_id == "2310.08560"
     assert [e.name for e in await memory.entities.all(public_b)] == ["Quokka"]
+    turn = await memory.turn_records.get(other, "turn-1")  # its indexes and usage too
+    assert (turn.tenant, turn.feedback["U2"].comment, turn.cited[0]["number"]) == (
+        other, "wrong paper", 1
+    )  # fmt: skip
+    records = memory.turn_records
+    assert await records.usage(other, public_b.thread) == await records.usage(tenant, public.thread)
+    assert [r.id for r in await memory.turn_records.with_feedback(other)] == ["turn-1"]
+    assert await memory.turn_records.forget_where(other, asker="U1") == 1
 
 
 async def test_a_thread_exports_alone_and_imports_into_an_empty_tenant(memory, tenant, other):
@@ -270,6 +289,24 @@ async def test_another_embedding_model_is_embedded_again(memory, tenant, other):
     mine = {r["id"]: r["vector"] for r in await export(memory, tenant) if r["kind"] == "chunk"}
     theirs = {r["id"]: r["vector"] for r in await export(memory, other) if r["kind"] == "chunk"}
     assert mine.keys() == theirs.keys()
+
+
+async def test_an_export_from_before_audiences_is_searchable_by_the_team(memory, tenant, other):
+    await add_memgpt(memory, tenant)
+    records = await export(memory, tenant)
+    stripped = 0
+    for record in records:  # as an export written before chunks carried an audience
+        if isinstance(record.get("fields"), dict) and "audience" in record["fields"]:
+            del record["fields"]["audience"]
+            stripped += record["kind"] == "chunk"
+    assert stripped > 0
+    await memory.portability.import_records(other, records)
+    question = "main context and external context"
+    passages = await memory.knowledge_base.search(
+        Scope(other), question, await memory.embedder.embed_one(question)
+    )
+    assert passages and passages[0].arxiv_id == "2310.08560"
+    assert passages[0].audience == "public"
 
 
 def failing_file(path, fail_at: int = 12, meanwhile=None):

@@ -285,7 +285,8 @@ async def test_direct_messages_and_formatting(slack):
     # standard Markdown in a markdown block (no mrkdwn conversion, no escaping); the model's
     # arXiv references become links to the paper
     expected = "**Bold** see [arXiv:2310.08560](https://arxiv.org/abs/2310.08560) & more"
-    assert update["blocks"] == [{"type": "markdown", "text": expected}]
+    assert update["blocks"][0] == {"type": "markdown", "text": expected}
+    assert [b["type"] for b in update["blocks"]] == ["markdown", "actions"]  # 👍/👎 after it
     assert update["text"] == expected
     stored = await slack.world.runtime.memory.conversation.all(
         Scope(team, thread_id(team, "D1", "dm"), channel="D1", visibility=Visibility.DM)

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).with_name("templates")
 THREADS_PER_PAGE = 50
+TURNS_SHOWN = 100  # of a thread's turns, newest first, in its usage table
 SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("paper", "entity", "workflow")
@@ -266,9 +267,10 @@ class Pages:
         number = min(max(1, _int(request.query.get("page"), 1)), pages)
         shown_threads = threads[(number - 1) * THREADS_PER_PAGE : number * THREADS_PER_PAGE]
         days = await self.memory.retention.get(v.tenant) if v.admin else None
+        usage = await self.memory.turn_records.usage(v.tenant) if v.admin else None
         return self.render(
             request, "overview.html", threads=shown_threads, total=len(threads), page=number,
-            pages=pages, retention_days=days,
+            pages=pages, retention_days=days, usage=usage,
         )  # fmt: skip
 
     @page
@@ -284,11 +286,16 @@ class Pages:
             request, "thread.html", t=found.thread, view=found,
             summaries=[s for s in found.summaries if v.can_see(s.audience)],
             tool_logs=[e for e in found.tool_logs if v.can_see(e.audience)],
+            usage=await self.memory.turn_records.usage(v.tenant, found.thread.id),
+            turns=[r for r in await self.memory.turn_records.of_thread(
+                v.tenant, found.thread.id, TURNS_SHOWN) if v.can_see(r.audience)],
         )  # fmt: skip
 
     @page
     async def papers(self, request: web.Request) -> web.StreamResponse:
-        papers = await self.browse.papers(self.viewer(request).tenant)
+        v = self.viewer(request)
+        listed = await self.browse.papers(v.tenant, self.seen(v))
+        papers = [p for p in listed if v.can_see(p.audience)]
         return self.render(request, "papers.html", papers=papers)
 
     @page

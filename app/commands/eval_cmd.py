@@ -1,5 +1,6 @@
-"""`arxivscout eval scenario|locomo`: the seed's five-call session against the configured model,
-and LoCoMo's evidence recall of the context assembly (no model needed)."""
+"""`arxivscout eval scenario|locomo|feedback`: the seed's five-call session against the configured
+model, LoCoMo's evidence recall of the context assembly (no model needed), and the feedback
+people gave answers (app/commands/turns_cmd.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from app.commands.turns_cmd import add_feedback_options, run_feedback
 from app.evaluation import run_scenario
 from app.locomo import DEFAULT_DATA, LocomoEval, load, text_report
 from app.runtime import llm_client, open_agent, open_memory
@@ -24,21 +26,27 @@ from memory.tasks import TaskStream
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("eval", help="evaluate the agent (scenario) or its memory (locomo)")
-    parser.add_argument("name", choices=["scenario", "locomo"], help="the evaluation to run")
-    parser.add_argument("--tenant", default="eval", help="scenario: tenant to run in")
+    parser = sub.add_parser(
+        "eval", help="evaluate the agent (scenario), its memory (locomo); list feedback"
+    )
+    parser.add_argument("name", choices=["scenario", "locomo", "feedback"], help="what to run")
+    parser.add_argument("--tenant", help="scenario: tenant to run in (default eval); "
+                        "feedback: whose feedback (default local)")  # fmt: skip
     parser.add_argument("--data", type=Path, default=None,
                         help=f"locomo: a file in LoCoMo's layout (default: {DEFAULT_DATA})")  # fmt: skip
     parser.add_argument("--budget", type=int, default=2000,
                         help="locomo: tokens for the conversation-derived segments (default 2000)")  # fmt: skip
     parser.add_argument("--dump", type=Path, help="locomo: one JSON line per question to FILE")
-    parser.add_argument("--json", action="store_true", help="locomo: print the report as JSON")
+    parser.add_argument("--json", action="store_true", help="locomo, feedback: print JSON")
     parser.add_argument("--answer", action="store_true",
                         help="locomo: the model answers each question and an LLM judge grades it")  # fmt: skip
+    add_feedback_options(parser)  # `eval feedback`: app/commands/turns_cmd.py
     parser.set_defaults(handler=run)
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.name == "feedback":
+        return await run_feedback(args)
     settings = Settings.from_env()
     if args.name == "locomo":
         return await run_locomo(args, settings)
@@ -47,7 +55,7 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     runtime = await open_agent(settings)
     try:
-        return 0 if await run_scenario(runtime, args.tenant, print) else 1
+        return 0 if await run_scenario(runtime, args.tenant or "eval", print) else 1
     finally:
         await runtime.close()
 

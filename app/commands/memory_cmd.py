@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.commands.common import add_json, add_tenant, memory_session, print_json, tenant_scope
+from app.commands.turns_cmd import add_usage_parser
 from app.runtime import open_memory
 from app.settings import Settings
 from memory.portability import dumps
@@ -39,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_json(thread)
     thread.set_defaults(handler=run)
     add_governance(views)
+    add_usage_parser(views)  # `memory usage`: app/commands/turns_cmd.py
 
     reindex = sub.add_parser("reindex", help="re-embed every index with the configured embeddings")
     reindex.set_defaults(handler=run_reindex)
@@ -76,7 +78,8 @@ async def _thread(memory, args):
 
 
 async def _papers(memory, args):
-    return await memory.knowledge_base.papers(tenant_scope(args))
+    # the operator's view, as for workflows and entities: every audience, each one shown
+    return await memory.knowledge_base.papers(tenant_scope(args), everywhere=True)
 
 
 async def _workflows(memory, args):
@@ -135,6 +138,7 @@ def _papers_text(papers) -> str:
     return "\n".join(
         f"{p['arxiv_id']}  {p['title']}  ({', '.join(p['authors'][:3])}"
         f"{' et al.' if len(p['authors']) > 3 else ''}; {p['published'][:4]}; {p['chunks']} chunks)"
+        f"{'' if p.get('audience', 'public') == 'public' else '  [' + p['audience'] + ' only]'}"
         for p in papers
     )
 
@@ -170,7 +174,7 @@ ERASED = {  # Erasure field -> how it is printed
     "threads": "threads", "messages": "messages", "summaries": "summaries (deleted or rewritten)",
     "tool_logs": "tool logs", "episodes": "episodic entries", "entities": "entities",
     "workflows": "workflows", "papers": "papers", "chunks": "passages",
-    "cached_embeddings": "cached embeddings",
+    "cached_embeddings": "cached embeddings", "turn_records": "turn records",
 }  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 arXiv asks for at most one request every three seconds. One process-wide limiter spaces every
 request (API pages, retries and PDF downloads alike) by `delay_seconds`, counted from the end
 of the previous request; the `arxiv` client's own delay is set to zero so the wait is not paid
-twice.
+twice. An optional async `pace` hook (memory/ingest/arxiv_pace.py: a slot shared in Redis)
+is awaited before each request too, so processes together keep to arXiv's pace.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -58,13 +59,18 @@ ARXIV_LIMITER = RateLimiter()
 class _ThrottledSession(requests.Session):
     """The `arxiv` client's HTTP session: rate limited, with a timeout, 4xx turned into errors."""
 
-    def __init__(self, limiter: RateLimiter, delay: float, timeout: float) -> None:
+    def __init__(
+        self, limiter: RateLimiter, delay: float, timeout: float,
+        pace: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.limiter, self.delay, self.timeout = limiter, delay, timeout
+        self.limiter, self.delay, self.timeout, self.pace = limiter, delay, timeout, pace
 
     def request(self, method, url, *args, **kwargs):  # type: ignore[override]
         kwargs.setdefault("timeout", self.timeout)
         with self.limiter.slot(self.delay):
+            if self.pace is not None:
+                self.pace()
             response = super().request(method, url, *args, **kwargs)
         # arXiv reports a malformed id as an entry titled "Error" (with HTTP 400 or 200).
         if 400 <= response.status_code < 500 or b"arxiv.org/api/errors" in response.content:
@@ -132,6 +138,39 @@ def check_arxiv_id(arxiv_id: str) -> str:
     return cleaned
 
 
+_QUERY_WORD = re.compile(r"[A-Za-z0-9]+")
+_FIELD_VALUE = re.compile(r"[^\w.\- ]")
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y%m%d%H%M", time.gmtime(seconds))
+
+
+def submitted_query(
+    query: str, since: float, until: float, categories: list[str] | None = None,
+    authors: list[str] | None = None,
+) -> str:  # fmt: skip
+    """arXiv's search_query for a topic's papers submitted in [since, until]: every word of the
+    topic (`all:`), any of the categories (`cat:`), any of the authors (`au:`), and the
+    `submittedDate` range (GMT, to the minute)."""
+    parts = [" AND ".join(f"all:{w}" for w in _QUERY_WORD.findall(query or ""))]
+    cats = [c for c in (_FIELD_VALUE.sub("", c).strip() for c in categories or []) if c]
+    names = [a for a in (_FIELD_VALUE.sub("", a).strip() for a in authors or []) if a]
+    parts.append(" OR ".join(f"cat:{c}" for c in cats))
+    parts.append(" OR ".join(f'au:"{a}"' if " " in a else f"au:{a}" for a in names))
+    parts.append(f"submittedDate:[{_stamp(since)} TO {_stamp(until)}]")
+    return " AND ".join(f"({p})" for p in parts if p)
+
+
+def _candidate(result: arxiv.Result) -> Candidate:
+    paper = result_to_paper(result)
+    return Candidate(
+        arxiv_id=paper.arxiv_id, title=paper.title, authors=paper.authors,
+        published=paper.published, summary=paper.abstract, pdf_url=result.pdf_url or "",
+        url=paper.url, categories=paper.categories,
+    )  # fmt: skip
+
+
 class ArxivSource:
     """Metadata lookups, searches and PDF downloads against one arXiv API endpoint."""
 
@@ -142,14 +181,30 @@ class ArxivSource:
         limiter: RateLimiter | None = None,
         timeout: float = 60.0,
         num_retries: int = 2,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("?")
+        self.pace = pace  # awaited (on the caller's loop) before each request, if given
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.delay_seconds = delay_seconds
         self.limiter = limiter or ARXIV_LIMITER
         self.timeout = timeout
         self.client = arxiv.Client(page_size=100, delay_seconds=0.0, num_retries=num_retries)
         self.client.query_url_format = self.api_url + "?{}"  # instance attribute: no global change
-        self.client._session = _ThrottledSession(self.limiter, delay_seconds, timeout)
+        self.client._session = _ThrottledSession(
+            self.limiter, delay_seconds, timeout, self._wait_pace
+        )
+
+    def _wait_pace(self) -> None:
+        """In a worker thread: wait for the `pace` hook on the loop that asked (if it fails,
+        Redis away, this process's own spacing still holds)."""
+        if self.pace is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self.pace(), self._loop).result(self.timeout)
+
+    async def _in_thread(self, fn, *args):
+        self._loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(fn, *args)
 
     # -- blocking calls (run in a worker thread by the async wrappers) -------------------------
 
@@ -198,27 +253,28 @@ class ArxivSource:
         if not query or not query.strip():
             raise IngestError("The arXiv search query is empty.")
         search = arxiv.Search(query=query.strip(), max_results=max_results)
-        candidates = []
-        for result in self._results(search):
-            paper = result_to_paper(result)
-            candidates.append(
-                Candidate(
-                    arxiv_id=paper.arxiv_id,
-                    title=paper.title,
-                    authors=paper.authors,
-                    published=paper.published,
-                    summary=paper.abstract,
-                    pdf_url=result.pdf_url or "",
-                    url=paper.url,
-                    categories=paper.categories,
-                )
-            )
-        return candidates
+        return [_candidate(result) for result in self._results(search)]
+
+    def submitted_sync(
+        self, query: str, since: float, until: float, categories: list[str] | None = None,
+        authors: list[str] | None = None, max_results: int = 500,
+    ) -> list[Candidate]:  # fmt: skip
+        """Papers submitted between `since` and `until` (Unix seconds) matching the topic, the
+        categories and the authors, newest first, paged 100 at a time up to `max_results`
+        (each page waits its turn under the rate limit)."""
+        search = arxiv.Search(
+            query=submitted_query(query, since, until, categories, authors),
+            max_results=max_results,
+            sort_by=arxiv.SortCriterion.SubmittedDate,
+            sort_order=arxiv.SortOrder.Descending,
+        )
+        return [_candidate(result) for result in self._results(search)]
 
     def download_sync(self, url: str) -> bytes:
         """A PDF's bytes; IngestError for HTTP errors, oversize or non-PDF answers."""
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
+            self._wait_pace()
             with (
                 self.limiter.slot(self.delay_seconds),
                 urllib.request.urlopen(request, timeout=self.timeout) as response,
@@ -237,7 +293,7 @@ class ArxivSource:
     # -- async API --------------------------------------------------------------------------
 
     async def lookup(self, arxiv_ids: list[str]) -> dict[str, ArxivHit | IngestError]:
-        return await asyncio.to_thread(self.lookup_sync, arxiv_ids)
+        return await self._in_thread(self.lookup_sync, arxiv_ids)
 
     async def paper(self, arxiv_id: str) -> ArxivHit:
         """One paper's metadata, or IngestError (invalid id checked before any request)."""
@@ -248,7 +304,15 @@ class ArxivSource:
         return found
 
     async def search_candidates(self, query: str, max_results: int = 10) -> list[Candidate]:
-        return await asyncio.to_thread(self.search_sync, query, max_results)
+        return await self._in_thread(self.search_sync, query, max_results)
+
+    async def submitted(
+        self, query: str, since: float, until: float, categories: list[str] | None = None,
+        authors: list[str] | None = None, max_results: int = 500,
+    ) -> list[Candidate]:  # fmt: skip
+        return await self._in_thread(
+            self.submitted_sync, query, since, until, categories, authors, max_results
+        )
 
     async def download_pdf(self, url: str) -> bytes:
-        return await asyncio.to_thread(self.download_sync, url)
+        return await self._in_thread(self.download_sync, url)

@@ -1,4 +1,4 @@
-"""Text of a PDF as (section, paragraph) pairs, with pypdfium2.
+"""Text of a PDF as (section, paragraph) pairs, each with its page, with pypdfium2.
 
 PDF text comes as positioned lines with no paragraph structure, so paragraphs are rebuilt with
 cheap heuristics: blank lines, a short line that ends a sentence, and numbered headings such as
@@ -30,6 +30,11 @@ class PdfText:
     title: str = ""
     pages: int = 0
     paragraphs: list[tuple[str, str]] = field(default_factory=list)
+    paragraph_pages: list[int] = field(default_factory=list)  # 1-based, one per paragraph
+
+    def located(self) -> list[tuple[str, str, int]]:
+        """(section, paragraph, page) triples, as `chunk_paragraphs` takes them."""
+        return [(s, t, p) for (s, t), p in zip(self.paragraphs, self.paragraph_pages, strict=True)]
 
 
 def read_pdf(source: str | Path | bytes, name: str | None = None) -> PdfText:
@@ -60,12 +65,15 @@ def read_pdf(source: str | Path | bytes, name: str | None = None) -> PdfText:
         raise IngestError(f"{name}: cannot extract the text ({exc}).") from exc
     finally:
         doc.close()
-    paragraphs = _paragraphs(pages)
-    if not paragraphs:
+    located = _paragraphs(pages)
+    if not located:
         raise IngestError(
             f"{name}: no extractable text in {len(pages)} pages (a scanned PDF needs OCR first)."
         )
-    return PdfText(title=title, pages=len(pages), paragraphs=paragraphs)
+    return PdfText(
+        title=title, pages=len(pages), paragraphs=[(s, t) for s, t, _ in located],
+        paragraph_pages=[p for _, _, p in located],
+    )  # fmt: skip
 
 
 def pdf_paragraphs(source: str | Path | bytes, name: str | None = None) -> list[tuple[str, str]]:
@@ -99,19 +107,20 @@ def _heading(line: str) -> str | None:
     return line if letters >= 0.7 * len(words.replace(" ", "")) else None
 
 
-def _paragraphs(pages: list[str]) -> list[tuple[str, str]]:
+def _paragraphs(pages: list[str]) -> list[tuple[str, str, int]]:
+    """(section, paragraph, page) triples; a paragraph never spans a page break."""
     section = ""
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, int]] = []
     current: list[str] = []
 
-    def flush() -> None:
+    def flush(page: int) -> None:
         if current:
             text = " ".join(current).strip()
             if text:
-                out.append((section, text))
+                out.append((section, text, page))
             current.clear()
 
-    for raw in pages:
+    for number, raw in enumerate(pages, start=1):
         text = clean_text(raw.replace("\r\n", "\n").replace("\r", "\n"))
         text = _SOFT_HYPHENS.sub("", text)
         lines = [line.strip() for line in text.split("\n")]
@@ -119,11 +128,11 @@ def _paragraphs(pages: list[str]) -> list[tuple[str, str]]:
         typical = lengths[int(len(lengths) * 0.8)] if lengths else 0
         for line in lines:
             if not line:
-                flush()
+                flush(number)
                 continue
             heading = _heading(line)
             if heading is not None:
-                flush()
+                flush(number)
                 section = heading
                 continue
             if current and current[-1].endswith("-") and line[:1].islower():
@@ -131,6 +140,6 @@ def _paragraphs(pages: list[str]) -> list[tuple[str, str]]:
             else:
                 current.append(line)
             if line.endswith(_SENTENCE_END) and len(line) < 0.8 * typical:
-                flush()
-        flush()  # a page break ends a paragraph; chunking packs them together again
+                flush(number)
+        flush(number)  # a page break ends a paragraph; chunking packs them together again
     return out

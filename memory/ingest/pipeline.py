@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
-from memory.ingest.chunking import chunk_paragraphs
+from memory.ingest.chunking import Paragraph, chunk_paragraphs
 from memory.ingest.errors import IngestError
 from memory.ingest.pdf import read_pdf
 from memory.ingest.unarxive import is_unarxive_path, read_unarxive
@@ -83,7 +83,7 @@ class _Ingestor:
         self.tick()
         return False
 
-    async def store(self, paper: Paper, paragraphs: list[tuple[str, str]]) -> int:
+    async def store(self, paper: Paper, paragraphs: list[Paragraph]) -> int:
         chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, self.encoding)
         if not chunks:
             raise IngestError(f"{paper.arxiv_id}: no text to store")
@@ -135,7 +135,7 @@ class _Ingestor:
                 data = await arxiv.download_pdf(hit.pdf_url)
                 text = await asyncio.to_thread(read_pdf, data, f"arXiv {arxiv_id} PDF")
                 abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
-                await self.store(hit.paper, abstract + text.paragraphs)
+                await self.store(hit.paper, abstract + text.located())
             except Exception as exc:
                 self.fail(arxiv_id, exc)
 
@@ -150,7 +150,7 @@ class _Ingestor:
             paper = Paper(arxiv_id=base_arxiv_id(arxiv_id), title=text.title or stem, source="pdf")
             if not is_arxiv_id(arxiv_id):
                 paper.url = path.resolve().as_uri()
-            await self.store(paper, text.paragraphs)
+            await self.store(paper, text.located())
         except Exception as exc:
             self.fail(str(path), exc)
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.token_escaper import TokenEscaper
 
 from memory.keys import KB_INDEX, KB_PREFIX, papers_key
-from memory.scope import Scope
+from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode
 from memory.stores.stopwords import STOPWORDS
 
@@ -68,6 +69,7 @@ class Chunk:
     text: str
     section: str = ""
     index: int = 0
+    page: int | None = None  # the PDF page where the chunk starts, where known
 
 
 @dataclass
@@ -82,6 +84,8 @@ class Passage:
     url: str
     year: int | None
     score: float
+    audience: str = PUBLIC  # where it may be shown (a PDF shared in a private place: there only)
+    page: int | None = None  # the PDF page where the passage starts (None: not known)
 
 
 class KnowledgeBase(VectorStore):
@@ -100,9 +104,14 @@ class KnowledgeBase(VectorStore):
             {"name": "year", "type": "numeric"},
             {"name": "chunk_index", "type": "numeric"},
             {"name": "content", "type": "text", "attrs": {"no_stem": True}},
+            {"name": "audience", "type": "tag"},
         ],
     }
-    RETURN_FIELDS = ["arxiv_id", "title", "section", "chunk_index", "content", "url", "year"]
+    DEFAULTS = {"audience": PUBLIC}  # papers from before audiences were the whole team's
+    RETURN_FIELDS = [
+        "arxiv_id", "title", "section", "chunk_index", "content", "url", "year", "audience",
+        "page",
+    ]  # fmt: skip
 
     def embedding_text(self, record: dict[str, Any]) -> str:
         return record.get("content", "")
@@ -113,24 +122,32 @@ class KnowledgeBase(VectorStore):
     # -- papers ------------------------------------------------------------------------------
 
     async def has_paper(self, scope: Scope, arxiv_id: str) -> bool:
-        return bool(await self.redis.hexists(papers_key(scope.tenant), base_arxiv_id(arxiv_id)))
+        return await self.paper(scope, arxiv_id) is not None
 
     async def paper(self, scope: Scope, arxiv_id: str) -> dict[str, Any] | None:
+        """The paper's record, if it exists and `scope` may see it."""
         raw = await self.redis.hget(papers_key(scope.tenant), base_arxiv_id(arxiv_id))
-        return json.loads(raw) if raw else None
+        record = json.loads(raw) if raw else None
+        return record if record and scope.can_see(record.get("audience")) else None
 
-    async def papers(self, scope: Scope) -> list[dict[str, Any]]:
+    async def papers(self, scope: Scope, everywhere: bool = False) -> list[dict[str, Any]]:
+        """Those `scope` may see, oldest first; `everywhere`: the whole tenant's (its operator)."""
         rows = await self.redis.hgetall(papers_key(scope.tenant))
         papers = [json.loads(v) for v in rows.values()]
+        if not everywhere:
+            papers = [p for p in papers if scope.can_see(p.get("audience"))]
         return sorted(papers, key=lambda p: p.get("ingested_at", 0))
 
     async def add_paper(
-        self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray
-    ) -> int:
+        self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray,
+        audience: str = PUBLIC, **extra: Any,
+    ) -> int:  # fmt: skip
         """Store a paper's chunks with their vectors; returns the number of chunks written.
 
-        The paper record is written last, so a paper counts as present only once all of its
-        chunks are searchable.
+        `audience`: who may find it (papers from arXiv are the whole team's; a PDF shared in a
+        private channel or a DM is found only there). `extra` goes into the paper's record
+        (e.g. a shared PDF's content hash). The paper record is written last, so a paper counts
+        as present only once all of its chunks are searchable.
         """
         if len(chunks) != len(vectors):
             raise ValueError("one vector per chunk is needed")
@@ -143,6 +160,7 @@ class KnowledgeBase(VectorStore):
             "categories": "|".join(paper.categories),
             "year": paper.year,
             "url": paper.link,
+            "audience": audience,
         }
         await self._write(
             scope.tenant,
@@ -154,6 +172,7 @@ class KnowledgeBase(VectorStore):
                         "section": chunk.section,
                         "chunk_index": chunk.index,
                         "content": chunk.text,
+                        "page": chunk.page,  # None is not written
                     },
                     vector,
                 )
@@ -165,6 +184,8 @@ class KnowledgeBase(VectorStore):
             "arxiv_id": arxiv_id,
             "chunks": len(chunks),
             "ingested_at": time.time(),
+            "audience": audience,
+            **extra,
         }
         await self.redis.hset(papers_key(scope.tenant), arxiv_id, json.dumps(record))
         return len(chunks)
@@ -205,15 +226,20 @@ class KnowledgeBase(VectorStore):
         vector: np.ndarray,
         k: int = 5,
         candidates: int = 10,
+        everywhere: bool = False,
         **filters: Any,
     ) -> list[Passage]:
-        """Hybrid search: vector and BM25 rankings fused by reciprocal rank.
+        """Hybrid search: vector and BM25 rankings fused by reciprocal rank, over what `scope`
+        may see (`everywhere`: the whole tenant's, for an admin).
 
         Both rankings return ids only; the passages' text is read for the final k alone.
         `candidates` stays at 10: with a tenant filter, RediSearch answers larger KNN
         queries on a big index by scanning every vector (k=20 took 29 ms at 100k chunks).
         """
         extra = self.filters(**filters)
+        if not everywhere:
+            seen = self.audience_filter(scope)
+            extra = seen if extra is None else extra & seen
         vector_hits = self._nearest(scope.tenant, vector, candidates, [], extra)
         text_query = self.text_query(query, candidates, extra)
         if text_query is not None:
@@ -263,7 +289,7 @@ class KnowledgeBase(VectorStore):
 
     @staticmethod
     def _passage(row: dict[str, Any], score: float) -> Passage:
-        year = decode(row.get("year"))
+        year, page = decode(row.get("year")), decode(row.get("page"))
         return Passage(
             arxiv_id=decode(row.get("arxiv_id", "")),
             title=decode(row.get("title", "")),
@@ -273,22 +299,33 @@ class KnowledgeBase(VectorStore):
             url=decode(row.get("url", "")),
             year=int(float(year)) if year not in (None, "") else None,
             score=score,
+            audience=decode(row.get("audience")) or PUBLIC,
+            page=int(float(page)) if page not in (None, "") else None,
         )
 
     @staticmethod
-    def segment(passages: list[Passage]) -> Segment:
+    def segment(passages: list[Passage], numbers: Sequence[int] | None = None) -> Segment:
+        """The passages as a segment, each headed by its number: `numbers` (the turn's, given by
+        the caller) or 1, 2, … in order."""
+        numbers = list(numbers) if numbers is not None else list(range(1, len(passages) + 1))
+        if len(numbers) != len(passages):
+            raise ValueError("one number per passage is needed")
         items = []
-        for p in passages:
+        for number, p in zip(numbers, passages, strict=True):
             where = f" — section: {p.section}" if p.section else ""
             year = f" ({p.year})" if p.year else ""
+            page = f" — page {p.page}" if p.page else ""
+            # a PDF shared in chat is no arXiv paper: no arxiv.org link is to be made of it
+            label = "PDF" if p.arxiv_id.startswith("pdf-") else "arXiv"
             items.append(
-                f"[arXiv:{p.arxiv_id}] {p.title}{year}{where} — chunk {p.chunk_index}\n"
-                f"Link: {p.url}\n{p.content}"
+                f"[{number}] [{label}:{p.arxiv_id}] {p.title}{year}{where}{page} — chunk "
+                f"{p.chunk_index}\nLink: {p.url}\n{p.content}"
             )
         return Segment(
             name="Knowledge Base",
             description="passages of papers saved to the team's knowledge base, most relevant first.",
-            usage="ground factual claims in these passages and cite them as arXiv id, title and link.",
+            usage="ground factual claims in these passages; cite each passage you use by its number "
+            "in brackets, as [1] or [2, 3], right after the claim, and only numbers you were shown.",
             items=items,
             empty_note="(no relevant passages in the knowledge base)",
         )

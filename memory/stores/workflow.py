@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from redisvl.query.filter import Num
+from redisvl.query.filter import Num, Tag
 
 from memory.keys import WORKFLOW_INDEX, WORKFLOW_PREFIX
 from memory.scope import PUBLIC, Scope
@@ -40,9 +40,17 @@ class WorkflowStore(VectorStore):
             {"name": "audience", "type": "tag"},
             {"name": "thread", "type": "tag"},
             {"name": "authors", "type": "tag"},
+            {"name": "rejected", "type": "tag"},  # "1": its turn got a 👎, never reused
         ],
     }
     DEFAULTS = {"audience": PUBLIC}  # workflows from before scopes were learned team-wide
+
+    def __init__(self, redis: Any, embedder: Any) -> None:
+        super().__init__(redis, embedder)
+        self._reject = redis.register_script(  # never re-creates a forgotten workflow's hash
+            "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
+            "redis.call('HSET', KEYS[1], 'rejected', ARGV[1]) return 1"
+        )
 
     def embedding_text(self, record: dict[str, Any]) -> str:
         return record.get("text", "")
@@ -55,8 +63,11 @@ class WorkflowStore(VectorStore):
         outcome: str,
         vector: np.ndarray | None = None,
         authors: Iterable[str] | None = None,
+        turn: str = "",
+        rejected: bool = False,
     ) -> str:
-        """Store the workflow of a turn in `scope.thread` by `authors` (default: `scope.user`)."""
+        """Store the workflow of a turn in `scope.thread` by `authors` (default: `scope.user`);
+        `turn`: the turn's id; `rejected`: its turn got a 👎 (kept, never reused)."""
         authors = [scope.user] if authors is None else list(authors)
         text = workflow_text(query, steps, outcome)
         if vector is None:
@@ -72,6 +83,8 @@ class WorkflowStore(VectorStore):
             "audience": scope.audience,
             "thread": scope.thread,
             "authors": joined("", authors),
+            "turn": turn,
+            "rejected": "1" if rejected else "0",
         }
         await self._write(scope.tenant, [(key, fields, vector)])
         return key
@@ -91,10 +104,19 @@ class WorkflowStore(VectorStore):
         return old
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[str]:
-        """Workflows nearest the question among those `scope` may see."""
-        where = (Num("num_steps") > 0) & self.audience_filter(scope)
+        """Workflows nearest the question among those `scope` may see (never rejected ones)."""
+        return [text for _, text in await self.nearest(scope, vector, k)]
+
+    async def nearest(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[tuple[str, str]]:
+        """(id, text) of the workflows `similar` returns."""
+        where = (Num("num_steps") > 0) & self.audience_filter(scope) & (Tag("rejected") != "1")
         rows = await self._nearest(scope.tenant, vector, k, ["text"], where)
-        return [decode(r["text"]) for r in rows]
+        prefix = self.key_prefix(scope.tenant)
+        return [(r["id"].removeprefix(prefix), decode(r["text"])) for r in rows]
+
+    async def reject(self, key: str, rejected: bool = True) -> bool:
+        """Mark a workflow (by its key) rejected, or no longer; False when it is gone."""
+        return bool(await self._reject(keys=[key], args=["1" if rejected else "0"]))
 
     async def all(self, scope: Scope, limit: int = 100, everywhere: bool = False) -> list[str]:
         """Those `scope` may see; `everywhere`: the whole tenant's (for its operator)."""

@@ -38,6 +38,16 @@ MEMGPT_ABSTRACT = (
 )
 
 
+_RANGE = re.compile(r"submittedDate:\[(\d{12}) TO (\d{12})\]")
+_CATS = re.compile(r"cat:([\w.\-]+)")
+_AUTHORS = re.compile(r'au:("[^"]+"|[\w.\-]+)')
+
+
+def _minute(iso: str) -> str:
+    """2026-01-05T10:30:00Z -> 202601051030, as submittedDate ranges are written."""
+    return re.sub(r"\D", "", iso)[:12]
+
+
 @dataclass
 class AtomEntry:
     arxiv_id: str  # without version
@@ -128,7 +138,9 @@ class ArxivReplay:
     def __init__(self) -> None:
         self.responses = load_fixtures()
         self.pdfs: dict[str, bytes] = {}
+        self.feed: list[AtomEntry] = []  # new papers, for submittedDate range searches
         self.requests: list[tuple[float, str]] = []  # (time.monotonic() on arrival, path)
+        self.down = False  # while set, API queries are answered 503 (arXiv unavailable)
         self._lock = threading.Lock()
         replay = self
 
@@ -185,14 +197,45 @@ class ArxivReplay:
             if pdf is None:
                 return 404, b"not found", "text/plain"
             return 200, pdf, "application/pdf"
+        if self.down:
+            return 503, b"Service Unavailable", "text/plain"
         query = parse_qs(parts.query, keep_blank_values=True)
         ids, search = query.get("id_list", [""])[0], query.get("search_query", [""])[0]
         if ids:
             status, body = self._ids(ids.split(","))
+        elif self.feed and "submittedDate:[" in search:
+            status, body = 200, self._new_papers(search, query)
         else:
             status, body = self.responses.get(("q", search), (200, atom_feed([], search)))
         body = body.replace("https://arxiv.org/pdf/", f"{self.base}/pdf/")
         return status, body.encode("utf-8"), "application/atom+xml; charset=utf-8"
+
+    def add_feed(self, entries: list[AtomEntry]) -> None:
+        """New papers: answer submittedDate range searches (and id lookups) from them."""
+        self.feed += entries
+        for entry in entries:
+            self.add_entry(entry)
+
+    def _new_papers(self, search: str, query: dict[str, list[str]]) -> str:
+        """The feed's entries in the search's submittedDate range, of any of its `cat:` and
+        `au:` values, newest first, one page (`start`, `max_results`) with the total, as arXiv
+        pages. Topic words (`all:`) are not matched: every paper of the range comes back, so
+        the digest's ranking is what puts the topic first."""
+        low, high = _RANGE.search(search).groups()
+        cats = _CATS.findall(search)
+        names = [a.strip('"') for a in _AUTHORS.findall(search)]
+        found = [
+            e for e in self.feed
+            if low <= _minute(e.published) <= high
+            and (not cats or set(cats) & set(e.categories))
+            and (not names or any(n in a for n in names for a in e.authors))
+        ]  # fmt: skip
+        found.sort(key=lambda e: e.published, reverse=True)
+        start = int(query.get("start", ["0"])[0])
+        size = int(query.get("max_results", ["100"])[0])
+        body = atom_feed(found[start : start + size], search)
+        total = f"<opensearch:totalResults>{len(found)}</opensearch:totalResults>"
+        return re.sub(r"<opensearch:totalResults>\d+</opensearch:totalResults>", total, body)
 
     def _lookup(self, arxiv_id: str) -> tuple[int, str] | None:
         """The recorded answer for an id, else the one for its unversioned form."""

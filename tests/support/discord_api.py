@@ -83,6 +83,16 @@ class Call:
 
 
 @dataclass
+class Posted:
+    """A message the bot posted over REST, as it shows now."""
+
+    id: int
+    channel_id: int
+    content: str
+    edits: int = 0
+
+
+@dataclass
 class Thread:
     id: int
     guild_id: int
@@ -155,8 +165,14 @@ class MockDiscordApi(ThreadedServer):
     threads: dict[int, Thread] = field(default_factory=dict)
     no_access: set[int] = field(default_factory=set)  # channels the bot may not read
     calls: list[Call] = field(default_factory=list)
+    callbacks: list[dict[str, Any]] = field(default_factory=list)  # interaction responses
+    followups: list[dict[str, Any]] = field(default_factory=list)  # interaction follow-ups
     base_url: str = ""
     _limits: dict[str, list[Any]] = field(default_factory=dict)  # route -> [times, wait, global]
+    posted: dict[int, Posted] = field(default_factory=dict)  # the bot's messages, by id
+    attachments: dict[str, bytes] = field(default_factory=dict)  # CDN path -> bytes
+    dms: dict[int, int] = field(default_factory=dict)  # person -> the bot's DM channel
+    cdn_url: str = ""
 
     async def start(self) -> str:
         app = web.Application(middlewares=[self._discord])
@@ -176,12 +192,22 @@ class MockDiscordApi(ThreadedServer):
                            self._archived_joined, name="archived_joined")  # fmt: skip
         app.router.add_get(f"{v10}/channels/{{channel}}/thread-members/{{user}}",
                            self._thread_member, name="thread_member")  # fmt: skip
+        app.router.add_post(f"{v10}/interactions/{{interaction}}/{{token}}/callback",
+                            self._interaction_callback, name="interaction_callback")  # fmt: skip
+        app.router.add_post(f"{v10}/webhooks/{{application}}/{{token}}", self._followup,
+                            name="followup")  # fmt: skip
+        app.router.add_post(f"{v10}/channels/{{channel}}/messages", self._post, name="post")
+        app.router.add_post(f"{v10}/users/@me/channels", self._open_dm, name="open_dm")
+        app.router.add_patch(f"{v10}/channels/{{channel}}/messages/{{message}}", self._edit,
+                             name="edit")  # fmt: skip
+        app.router.add_get("/attachments/{channel}/{id}/{name}", self._cdn, name="cdn")
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}{v10}"
+        self.cdn_url = f"http://127.0.0.1:{port}/attachments/"
         self.users.setdefault(self.bot_id, "arxivscout")
         return self.base_url
 
@@ -220,6 +246,16 @@ class MockDiscordApi(ThreadedServer):
         """Answer the next `times` calls of `route` (a name above, e.g. "member") with 429."""
         self._limits[route] = [times, retry_after, is_global]
 
+    def attachment(self, channel: int, name: str, data: bytes) -> str:
+        """An attached file served by the CDN (no token needed): its URL."""
+        path = f"{channel}/{snowflake()}/{name}"
+        self.attachments[path] = data
+        return f"{self.cdn_url}{path}"
+
+    def texts(self, channel: int) -> list[str]:
+        """What the bot's messages posted over REST in `channel` show now, in order."""
+        return [p.content for p in self.posted.values() if p.channel_id == channel]
+
     def of(self, route: str) -> list[Call]:
         return [c for c in self.calls if c.route == route]
 
@@ -230,7 +266,13 @@ class MockDiscordApi(ThreadedServer):
         route = request.match_info.route.name or "unknown"
         self.calls.append(Call(route, request.path, dict(request.query)))
         bucket = {"Via": "1.1 google", "X-RateLimit-Bucket": f"b-{route}"}
-        if request.headers.get("Authorization") != f"Bot {self.token}":
+        if route == "cdn":  # cdn.discordapp.com takes no token (its addresses are signed)
+            return await handler(request)
+        # an interaction's callback is authorised by its token in the path, not the bot's
+        if (
+            route not in ("interaction_callback", "followup")
+            and request.headers.get("Authorization") != f"Bot {self.token}"
+        ):
             return self._error(401, 0, "401: Unauthorized", {"Via": "1.1 google"})
         limit = self._limits.get(route)
         if limit and limit[0] > 0:
@@ -306,6 +348,24 @@ class MockDiscordApi(ThreadedServer):
     def _member_of_thread(thread: Thread, user: int) -> dict[str, Any]:
         return {"id": str(thread.id), "user_id": str(user), "join_timestamp": stamp(600),
                 "flags": 1}  # fmt: skip
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        """A follow-up message to an interaction (its webhook, authorised by the token in the
+        path): recorded, with its ids."""
+        body = await _read_body(request)
+        self.followups.append({"application": request.match_info["application"],
+                               "token": request.match_info["token"], **body})  # fmt: skip
+        message = Posted(snowflake(), 0, body.get("content") or "")
+        return _json(self._message(message))
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        """An interaction answered (type 4 a message, 9 a modal): recorded, with its ids."""
+        body = await request.json()
+        self.callbacks.append({"interaction": request.match_info["interaction"],
+                               "token": request.match_info["token"], **body})  # fmt: skip
+        flags = (body.get("data") or {}).get("flags") or 0
+        return _json({"interaction": {"id": request.match_info["interaction"], "type": 3,
+                                      "response_message_ephemeral": bool(flags & 64)}})  # fmt: skip
 
     async def _me(self, request: web.Request) -> web.Response:
         return _json({**self._user(self.bot_id), "verified": True, "flags": 0,
@@ -398,6 +458,50 @@ class MockDiscordApi(ThreadedServer):
     async def _archived_joined(self, request: web.Request) -> web.Response:
         return self._archive(request, private=True, by_id=True)
 
+    async def _post(self, request: web.Request) -> web.Response:
+        """POST a message (REST): recorded, answered with the message object."""
+        channel, body = self._channel_id(request), await _read_body(request)
+        message = Posted(snowflake(), channel, body.get("content") or "")
+        self.posted[message.id] = message
+        return _json(self._message(message))
+
+    async def _open_dm(self, request: web.Request) -> web.Response:
+        """The bot's DM channel with a person (`create_dm`): its id is recorded in `dms`."""
+        recipient = int((await request.json())["recipient_id"])
+        self.users.setdefault(recipient, f"user{recipient}")
+        channel = self.dms.setdefault(recipient, snowflake())
+        return _json({"id": str(channel), "type": 1, "last_message_id": None,
+                      "recipients": [self._user(recipient)]})  # fmt: skip
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        channel, body = self._channel_id(request), await _read_body(request)
+        message = self.posted.get(_id(request, "message"))
+        if message is None or message.channel_id != channel:
+            raise DiscordError(404, 10008, "Unknown Message")
+        message.content = body.get("content", message.content)
+        message.edits += 1
+        return _json(self._message(message))
+
+    def _channel_id(self, request: web.Request) -> int:
+        channel = _id(request, "channel")
+        if channel in self.no_access:
+            raise DiscordError(403, 50001, "Missing Access")
+        return channel
+
+    def _message(self, message: Posted) -> dict[str, Any]:
+        return {"id": str(message.id), "channel_id": str(message.channel_id), "type": 0,
+                "content": message.content, "author": self._user(self.bot_id),
+                "timestamp": stamp(), "edited_timestamp": stamp() if message.edits else None,
+                "attachments": [], "embeds": [], "mentions": [], "mention_roles": [],
+                "pinned": False, "mention_everyone": False, "tts": False}  # fmt: skip
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        data = self.attachments.get(f"{info['channel']}/{info['id']}/{info['name']}")
+        if data is None:  # an expired or unknown address
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=data, content_type="application/pdf")
+
     async def _thread_member(self, request: web.Request) -> web.Response:
         thread = self.threads.get(_id(request, "channel"))
         if thread is None:
@@ -406,6 +510,16 @@ class MockDiscordApi(ThreadedServer):
         if user not in thread.members:
             raise DiscordError(*UNKNOWN_MEMBER)
         return _json(self._member_of_thread(thread, user))
+
+
+async def _read_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise DiscordError(400, 50109, "The request body contains invalid JSON.") from None
+    if not isinstance(body, dict) or len(body.get("content") or "") > 2000:
+        raise DiscordError(400, 50035, "Invalid Form Body")
+    return body
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -92,6 +92,9 @@ class MockSlackApi(ThreadedServer):
     mpims: set[str] = field(default_factory=set)  # group DMs among `members`' channels
     page_size: int = 100  # users.conversations answers at most this many per page
     home_views: dict[str, dict[str, Any]] = field(default_factory=dict)  # views.publish, by user
+    files: dict[str, tuple[dict[str, Any], bytes]] = field(default_factory=dict)  # id: (file, data)
+    downloads: list[str] = field(default_factory=list)  # file ids downloaded with a valid token
+    modals: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # method -> [times, error]
     _ts = itertools.count(1)
@@ -100,6 +103,7 @@ class MockSlackApi(ThreadedServer):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)  # Slack takes GET and POST
         app.router.add_post("/respond/{id}", self._respond)
+        app.router.add_get("/files-pri/{file}/download/{name}", self._download)  # files.slack.com
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -107,6 +111,7 @@ class MockSlackApi(ThreadedServer):
         port = site._server.sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}/api/"
         self.response_url = f"http://127.0.0.1:{port}/respond/"
+        self.files_url = f"http://127.0.0.1:{port}/files-pri/"
         return self.base_url
 
     async def close(self) -> None:
@@ -179,9 +184,42 @@ class MockSlackApi(ThreadedServer):
             return self._user_conversations(params)
         if method == "conversations.open":
             return self._open(params)
+        if method == "files.info":
+            found = self.files.get(params.get("file") or "")
+            if found is None:
+                raise SlackError("file_not_found")
+            return {"file": found[0]}
         if method == "views.publish":
             return self._publish(params)
+        if method == "views.open":
+            return self._open_modal(params)
+        if method in ("conversations.history", "conversations.replies"):
+            return self._history(method, params)
         return {}
+
+    def _history(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The bot's posted messages in a channel (or a thread's replies) since `oldest`,
+        newest first; their metadata only with `include_all_metadata`."""
+        self._check_channel(params.get("channel", ""))
+        oldest = float(params.get("oldest") or 0)
+        with_metadata = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = []
+        for posted in self.of("chat.postMessage"):
+            if posted.get("channel") != params["channel"] or "_ts" not in posted:
+                continue
+            if method == "conversations.replies" and posted.get("thread_ts") != params.get("ts"):
+                continue
+            if float(posted["_ts"]) < oldest:
+                continue
+            message = {"type": "message", "ts": posted["_ts"], "text": posted.get("text", ""),
+                       "bot_id": "BBOT", "user": BOT_USER}  # fmt: skip
+            metadata = posted.get("metadata")
+            if with_metadata and metadata:
+                message["metadata"] = (
+                    json.loads(metadata) if isinstance(metadata, str) else metadata
+                )
+            found.append(message)
+        return {"messages": found[::-1], "has_more": False}
 
     def _check_channel(self, channel: str) -> None:
         if not channel or channel in self.missing_channels:
@@ -252,6 +290,40 @@ class MockSlackApi(ThreadedServer):
         """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`
         (e.g. "invalid_auth", "missing_scope")."""
         self._failures[method] = [times, error]
+
+    def add_file(self, name: str, data: bytes, mimetype: str = "application/pdf",
+                 filetype: str = "pdf", pretty_type: str = "PDF", user: str = "U1",
+                 size: int | None = None) -> dict[str, Any]:  # fmt: skip
+        """A file someone uploaded, as a `file_share` event's `files` item shows it; its
+        `url_private_download` serves `data` to a request with a valid bot token."""
+        file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+        found = {
+            "id": file_id, "created": int(time.time()), "timestamp": int(time.time()),
+            "name": name, "title": name, "mimetype": mimetype, "filetype": filetype,
+            "pretty_type": pretty_type, "user": user, "user_team": self.team_id,
+            "editable": False, "size": len(data) if size is None else size, "mode": "hosted",
+            "is_external": False, "external_type": "", "is_public": False,
+            "public_url_shared": False, "display_as_bot": False, "username": "",
+            "url_private": f"{self.files_url}{self.team_id}-{file_id}/{name}",
+            "url_private_download": f"{self.files_url}{self.team_id}-{file_id}/download/{name}",
+            "permalink": f"https://test.slack.com/files/{user}/{file_id}/{name}",
+            "has_rich_preview": False, "file_access": "visible",
+        }  # fmt: skip
+        self.files[file_id] = (found, data)
+        return found
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """files.slack.com: the bytes for `Authorization: Bearer <bot token>`; without a valid
+        token Slack answers its sign-in page (200, text/html), not an error."""
+        file_id = request.match_info["file"].rpartition("-")[2]
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if not token.startswith("xoxb-") or token == INVALID_TOKEN:
+            return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        if file_id not in self.files:
+            return web.Response(status=404, text="file not found")
+        self.downloads.append(file_id)
+        found, data = self.files[file_id]
+        return web.Response(body=data, content_type=found["mimetype"])
 
     def knows(self, *timestamps: str) -> None:
         """Messages people posted (what events carry), so replies may thread under them."""
@@ -354,6 +426,19 @@ class MockSlackApi(ThreadedServer):
         self.home_views[user_id] = view
         return {"view": {"id": f"V{uuid.uuid4().hex[:8].upper()}", **view}}
 
+    def _open_modal(self, params: dict[str, Any]) -> dict[str, Any]:
+        """views.open: a modal, with a trigger_id (Slack's expire in 3 s) and a title of 24."""
+        view = params.get("view")
+        view = json.loads(view) if isinstance(view, str) else view
+        if not params.get("trigger_id"):
+            raise SlackError("invalid_trigger_id")
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            raise SlackError("invalid_arguments")
+        if not 0 < len((view.get("title") or {}).get("text", "")) <= 24:
+            raise SlackError("invalid_arguments")
+        self.modals.append(view)
+        return {"view": {"id": f"V{uuid.uuid4().hex[:8].upper()}", **view}}
+
     def _conversation(self, channel: str) -> dict[str, Any]:
         """conversations.info: "G…" (legacy private groups) and listed channels are private."""
         if not channel:
@@ -362,7 +447,8 @@ class MockSlackApi(ThreadedServer):
         private = group or channel in self.private_channels
         return {"ok": True, "channel": {"id": channel, "is_channel": not (im or group),
                                         "is_group": group, "is_im": im, "is_mpim": False,
-                                        "is_private": private}}  # fmt: skip
+                                        "is_private": private,
+                                        "is_member": channel not in self.not_joined}}  # fmt: skip
 
     async def _respond(self, request: web.Request) -> web.Response:
         body = json.loads(await request.text())
@@ -496,6 +582,18 @@ def mention(
 ) -> dict:
     event = {"type": "app_mention", "user": user, "text": f"<@{BOT_USER}> {text}", "ts": ts,
              "channel": channel, "event_ts": ts}  # fmt: skip
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def file_share(files: list[dict[str, Any]], ts: str, text: str = "", channel: str = "C1",
+               user: str = "U1", thread_ts: str | None = None,
+               channel_type: str = "channel") -> dict:  # fmt: skip
+    """A message sharing files, as Slack sends it (subtype `file_share`, the files inline)."""
+    event = {"type": "message", "subtype": "file_share", "text": text, "files": files,
+             "upload": False, "user": user, "display_as_bot": False, "ts": ts,
+             "channel": channel, "channel_type": channel_type, "event_ts": ts}  # fmt: skip
     if thread_ts:
         event["thread_ts"] = thread_ts
     return event

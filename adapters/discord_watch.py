@@ -1,0 +1,277 @@
+"""Discord's side of topic watches (bot/watches.py): `/watch add|list|remove`, the digest
+message, its Save buttons.
+
+- `/watch add topic [period] [category] [author]` makes a watch that posts to the channel (or
+  thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there). A
+  mention "watch … weekly" does the same, through the turn handler.
+- A digest is one message under 2,000 characters with a "Save" button per paper (custom id
+  `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
+  posted by another process or before a restart work). It is sent with a nonce naming its
+  watch and period: Discord enforces a nonce, so a digest task run again after a crash gets the
+  first message back instead of a second one (Discord keeps nonces for a few minutes; the task
+  is claimed again within a minute).
+- A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
+  task, and answered again through the interaction's follow-up ("Saved … (N passages)").
+- `/watch add` (and `resume`) need the bot to be able to send there (the interaction's
+  `app_permissions`): elsewhere Discord would refuse every digest, so it answers "let me post
+  here first". A digest refused later pauses the watch and its creator is told in a DM.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import discord
+from discord import app_commands
+
+from adapters.platform_ids import discord_tenant
+from bot.watches import (
+    NOT_QUEUED,
+    UNREACHABLE,
+    Undeliverable,
+    WatchPlace,
+    WatchService,
+    created_text,
+    describe,
+    saving_text,
+)
+from memory.digest import Digest, short_authors, when
+from memory.ingest.arxiv_source import check_arxiv_id
+from memory.ingest.errors import IngestError
+from memory.scope import Scope
+from memory.stores.watches import InvalidWatch, Watch
+
+log = logging.getLogger(__name__)
+
+TEMPLATE = r"digest:save:(?P<arxiv_id>[A-Za-z0-9.\-/]{4,60})"
+LIMIT = 2000
+NONCE_LIMIT = 25
+
+
+CANNOT_POST = (
+    "I cannot send messages in this channel, so Discord would refuse my digests here: let me "
+    "post here first (the channel's permissions: Send Messages), then ask again."
+)
+
+
+def can_send(interaction: discord.Interaction) -> bool:
+    """The bot may send messages where the interaction was used (in a thread: in threads)."""
+    permissions = interaction.app_permissions
+    if isinstance(interaction.channel, discord.Thread):
+        return permissions.send_messages_in_threads
+    return permissions.send_messages
+
+
+def interaction_webhook(client: discord.Client, application_id: int, token: str) -> discord.Webhook:
+    """The follow-up webhook of an interaction answered in another process (or before a
+    restart), from its application id and token: the same object `Interaction.followup`
+    builds. discord.py has no public constructor for an *application* webhook (the only kind
+    that may send ephemeral messages: `Webhook.from_url` makes an incoming one), so this one
+    function uses the client's connection state, as `Interaction.followup` does."""
+    data = {"id": application_id, "type": 3, "token": token}
+    return discord.Webhook.from_state(data=data, state=client._connection)
+
+
+class DigestSaveButton(discord.ui.DynamicItem[discord.ui.Button], template=TEMPLATE):
+    """A paper's Save button; rebuilt from its custom id whenever it is pressed."""
+
+    def __init__(self, arxiv_id: str, number: int = 0) -> None:
+        label = f"Save {number} to team knowledge base" if number else "Save to team knowledge base"
+        super().__init__(
+            discord.ui.Button(
+                label=label, style=discord.ButtonStyle.success,
+                custom_id=f"digest:save:{arxiv_id}",
+            )
+        )  # fmt: skip
+        self.arxiv_id = arxiv_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Button, match: re.Match[str]
+    ) -> DigestSaveButton:
+        return cls(match["arxiv_id"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        watches: WatchService = interaction.client.adapter.handler.watches  # type: ignore[attr-defined]
+        try:
+            arxiv_id = check_arxiv_id(self.arxiv_id)
+        except IngestError as exc:
+            await interaction.response.send_message(str(exc), ephemeral=True)
+            return
+        await interaction.response.send_message(saving_text(arxiv_id), ephemeral=True)
+        reply = {"application_id": str(interaction.application_id), "token": interaction.token}
+        try:
+            await watches.queue_save(
+                "discord", discord_tenant(interaction), arxiv_id, str(interaction.user.id), reply
+            )
+        except Exception as exc:  # memory down: the person presses again later
+            log.warning("could not queue a Save: %r", exc)
+            await interaction.followup.send(NOT_QUEUED, ephemeral=True)
+
+
+async def _said(answer: Awaitable[str]) -> str:
+    """A command's answer, or what went wrong (Redis away): an interaction is not sent again."""
+    try:
+        return await answer
+    except Exception as exc:
+        log.warning("/watch failed: %r", exc)
+        return UNREACHABLE
+
+
+def digest_message(digest: Digest) -> str:
+    """The digest as one Discord message (Markdown, under 2,000 characters)."""
+    watch = digest.watch
+    topic = watch.query or ", ".join(watch.categories + watch.authors)
+    head = (
+        f"**New on “{topic}”**: {len(digest.items)} of {digest.found} papers submitted since "
+        f"{when(digest.since)}"
+    )
+    foot = f"-# Watch `{watch.id}`: {describe(watch)}. `/watch remove {watch.id}` stops it."
+    room = (LIMIT - len(head) - len(foot) - 4) // max(1, len(digest.items))
+    parts = []
+    for n, item in enumerate(digest.items, 1):
+        paper = item.paper
+        link = paper.url or f"https://arxiv.org/abs/{paper.arxiv_id}"
+        part = (
+            f"**{n}. [{paper.title[:150]}](<{link}>)**\n{short_authors(paper.authors)} · "
+            f"arXiv:{paper.arxiv_id}\n{item.why}"
+        )
+        parts.append(part if len(part) <= room else part[: room - 1] + "…")
+    return "\n\n".join([head, *parts, foot])[:LIMIT]
+
+
+def digest_view(digest: Digest) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for n, item in enumerate(digest.items, 1):
+        view.add_item(DigestSaveButton(item.paper.arxiv_id, n))
+    return view
+
+
+ChannelOf = Callable[[int], Awaitable[Any]]
+ScopeOf = Callable[[discord.Interaction], Scope]
+
+
+class DiscordWatches:
+    """The Discord poster of digests, the `/watch` commands and the Save buttons."""
+
+    def __init__(
+        self, watches: WatchService | None, client: discord.Client, channel_of: ChannelOf
+    ) -> None:
+        self.watches = watches
+        self.client = client
+        self.channel_of = channel_of
+
+    def register(self, tree: app_commands.CommandTree, scope_of: ScopeOf) -> None:
+        if self.watches is None:
+            return
+        self.watches.attach("discord", self)
+        self.client.add_dynamic_items(DigestSaveButton)
+        tree.add_command(self.commands(scope_of))
+
+    def commands(self, scope_of: ScopeOf) -> app_commands.Group:
+        group = app_commands.Group(name="watch", description="New arXiv papers on a topic, here")
+        watches = self.watches
+
+        def place(interaction: discord.Interaction) -> WatchPlace:
+            return WatchPlace("discord", str(interaction.channel_id))
+
+        @group.command(name="add", description="Post a digest of new papers on a topic here")
+        @app_commands.describe(
+            topic="what to watch, e.g. state-space models",
+            period="daily, weekly, or every N days (default daily)",
+            category="an arXiv category, e.g. cs.CL", author="an author's name",
+        )  # fmt: skip
+        async def add(
+            interaction: discord.Interaction, topic: str, period: str = "daily",
+            category: str | None = None, author: str | None = None,
+        ) -> None:  # fmt: skip
+            text = f"{topic} {period}" + (f" cat:{category}" if category else "")
+            text += f' author:"{author}"' if author else ""
+            if not can_send(interaction):
+                await interaction.response.send_message(CANNOT_POST, ephemeral=True)
+                return
+            try:
+                watch = await watches.create(scope_of(interaction), text, place(interaction))
+            except InvalidWatch as exc:
+                await interaction.response.send_message(str(exc), ephemeral=True)
+                return
+            except Exception as exc:  # Redis away: say so
+                log.warning("/watch add failed: %r", exc)
+                await interaction.response.send_message(UNREACHABLE, ephemeral=True)
+                return
+            await interaction.response.send_message(created_text(watch))
+
+        @group.command(name="list", description="The topic watches of this channel")
+        async def listing(interaction: discord.Interaction) -> None:
+            answer = await _said(watches.list_text(scope_of(interaction), place(interaction)))
+            await interaction.response.send_message(answer, ephemeral=True)
+
+        @group.command(name="remove", description="Stop a topic watch")
+        @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
+        async def remove(interaction: discord.Interaction, watch_id: str) -> None:
+            answer = await _said(
+                watches.remove_text(scope_of(interaction), watch_id, place(interaction))
+            )
+            await interaction.response.send_message(answer, ephemeral=True)
+
+        @group.command(name="pause", description="Pause a topic watch of this channel")
+        @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
+        async def pause(interaction: discord.Interaction, watch_id: str) -> None:
+            answer = await _said(
+                watches.pause_text(scope_of(interaction), watch_id, place(interaction))
+            )
+            await interaction.response.send_message(answer, ephemeral=True)
+
+        @group.command(name="resume", description="Resume a paused topic watch of this channel")
+        @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
+        async def resume(interaction: discord.Interaction, watch_id: str) -> None:
+            if not can_send(interaction):
+                answer = CANNOT_POST
+            else:
+                answer = await _said(
+                    watches.resume_text(scope_of(interaction), watch_id, place(interaction))
+                )
+            await interaction.response.send_message(answer, ephemeral=True)
+
+        self.callbacks = {"add": add, "list": listing, "remove": remove, "pause": pause,
+                          "resume": resume}  # fmt: skip
+        return group
+
+    # -- the Poster ------------------------------------------------------------------------
+
+    async def post(self, watch: Watch, digest: Digest, marker: str) -> str:
+        channel = await self.channel_of(int(watch.channel))
+        if channel is None:
+            raise Undeliverable(f"Discord channel {watch.channel} is gone or hidden")
+        try:
+            message = await channel.send(
+                digest_message(digest), view=digest_view(digest), nonce=marker[:NONCE_LIMIT],
+                allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True,
+            )  # fmt: skip
+        except (discord.Forbidden, discord.NotFound) as exc:
+            raise Undeliverable(f"Discord refused the digest in {watch.channel}: {exc}") from exc
+        return str(message.id)
+
+    async def find(self, watch: Watch, marker: str, since: float) -> str | None:
+        return None  # posting again with the same nonce returns the first message
+
+    async def can_post(self, place: WatchPlace) -> str:
+        return ""  # checked by the commands, from the interaction (`can_send`)
+
+    async def tell(self, watch: Watch, text: str) -> None:
+        if watch.created_by:
+            dm = await self.client.create_dm(discord.Object(int(watch.created_by)))
+            await dm.send(text, allowed_mentions=discord.AllowedMentions.none())
+
+    async def notice(self, watch: Watch, text: str) -> None:
+        channel = await self.channel_of(int(watch.channel))
+        if channel is not None:
+            await channel.send(text, allowed_mentions=discord.AllowedMentions.none())
+
+    async def answer(self, reply: dict[str, Any], text: str) -> None:
+        """The interaction's follow-up (valid 15 minutes), ephemeral, from any process."""
+        webhook = interaction_webhook(self.client, int(reply["application_id"]), reply["token"])
+        await webhook.send(text, ephemeral=True)

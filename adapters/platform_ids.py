@@ -1,0 +1,27 @@
+"""Who a platform payload belongs to, said once for every adapter module.
+
+- `slack_team`: the workspace (tenant) of a Slack payload: events and commands carry `team_id`,
+  interactive payloads (buttons, shortcuts, views) `team.id`, and some only `user.team_id`.
+- `discord_tenant`: the tenant of a Discord interaction: its server, or the person's DMs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import discord
+
+
+def slack_team(body: dict[str, Any]) -> str:
+    return (
+        body.get("team_id")
+        or (body.get("team") or {}).get("id")
+        or (body.get("user") or {}).get("team_id")
+        or ""
+    )
+
+
+def discord_tenant(interaction: discord.Interaction) -> str:
+    if interaction.guild_id is None:
+        return f"dm-{interaction.user.id}"
+    return str(interaction.guild_id)

@@ -1,0 +1,325 @@
+"""Files shared in chat, read as durable background work: the task every platform queues.
+
+A platform's listener only queues one task per message (`SHARED_FILES`, on the Redis stream of
+`bot/background.py`) with the message's files, its scope, where to reply, and the message's text
+as a turn to queue afterwards; the bytes are not in the task, they are fetched when it runs.
+Each platform has its own stream (`shared-files-<platform>`), read only in a process whose
+adapter holds that platform's token (`SharedFiles.attach`, as bot/watches.py does for digests):
+a `chat` or `ask` process, or one with Slack's token only, never takes a Discord share.
+
+    per file: describe (size, type) -> "Reading <name>…" -> download -> into the knowledge
+    base (memory/ingest/shared_pdf.py) -> the message edited to the outcome
+    then: the message's text queued as a turn, so the question sees the PDF
+
+Delivery is at least once, one task at a time, claimed back only after CLAIM_IDLE_MS. A share's
+task holds a lock in Redis while it runs, so two copies (a redelivery, Slack's retry) never read
+or post at once. The message posted and each outcome are kept in Redis (`ShareProgress`), so a
+redelivered task edits its own message and says the same thing; the turn is queued under the
+message's event id, so never twice. Posting and editing are best effort: a message that cannot
+be edited is posted anew, one that cannot be posted is logged, and the turn is queued anyway.
+What a person can fix (not a PDF, too large, encrypted, no text) is the file's outcome at once;
+what may pass (a download timing out, a 5xx, the embedding API busy) runs again, and becomes
+the outcome, in words, on the last delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any, Protocol
+
+import aiohttp
+
+from bot.background import BackgroundWork
+from memory.errors import memory_unavailable
+from memory.ingest.errors import IngestError
+from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
+from memory.keys import task_stream
+from memory.scope import Scope, Visibility
+from memory.tasks import TaskStream
+
+log = logging.getLogger(__name__)
+
+SHARED_FILES = "shared_files"  # the background task's kind
+STREAM_PREFIX = "shared-files"  # one stream per platform: shared-files-slack, -discord
+CLAIM_IDLE_MS = 600_000  # a long read (a 300-page PDF) is not taken over while it runs
+MAX_DELIVERIES = 5
+READING = "_Reading {name}…_"
+PDF_TYPES = {"application/pdf", "application/x-pdf"}
+
+
+class FetchError(Exception):
+    """A file could not be downloaded; the message says why, for the person who shared it.
+    `retryable`: it may pass (a timeout, a 5xx), so the task runs again before saying so."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ShareBusy(Exception):
+    """Another copy of this share's task holds its lock: this one runs again later."""
+
+
+class FileEnd(Protocol):
+    """One platform's side of the task: details of a file, its bytes, and the reply."""
+
+    async def describe(self, file: dict[str, Any]) -> dict[str, Any]:
+        """The file with its size, type and download address (asked of the platform when the
+        event lacked them)."""
+
+    async def fetch(self, file: dict[str, Any], max_bytes: int) -> bytes:
+        """The file's bytes; FetchError when it cannot be had or exceeds `max_bytes`."""
+
+    async def post(self, reply: dict[str, Any], text: str) -> str:
+        """Post `text` where `reply` says; the posted message's id."""
+
+    async def edit(self, reply: dict[str, Any], message: str, text: str) -> None:
+        """Replace the text of a message this task posted."""
+
+
+async def download(
+    url: str, name: str, platform: str, max_bytes: int, timeout_seconds: float,
+    headers: dict[str, str] | None = None, refused: Mapping[int, str] | None = None,
+    check=None,
+) -> bytes:  # fmt: skip
+    """GET `url` up to `max_bytes`; every failure a FetchError in words. `refused`: the words
+    for statuses that will not change; `check(response)`: the platform's own refusal."""
+    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, headers=headers or {}) as response,
+        ):
+            if response.status in (refused or {}):
+                raise FetchError(refused[response.status])
+            if response.status >= 400:
+                raise FetchError(
+                    f"I could not download {name}: {platform} answered {response.status}.",
+                    retryable=response.status >= 500 or response.status == 429,
+                )
+            if check is not None:
+                check(response)
+            data = bytearray()
+            async for piece in response.content.iter_chunked(1 << 16):
+                data += piece
+                if len(data) > max_bytes:
+                    raise FetchError(oversized(name, None, max_bytes))
+    except TimeoutError:
+        raise FetchError(
+            f"I could not download {name}: {platform} took too long.", retryable=True
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise FetchError(
+            f"I could not download {name} from {platform} ({exc}).", retryable=True
+        ) from None
+    return bytes(data)
+
+
+def oversized(name: str, size: int | None, max_bytes: int) -> str:
+    """The one wording for a file over the size limit (known before or during the download)."""
+    size_text = _mb(size) if size is not None else f"over {_mb(max_bytes)}"
+    return f"{name} is {size_text}; I read PDFs up to {_mb(max_bytes)}."
+
+
+def is_pdf(file: dict[str, Any]) -> bool:
+    name = str(file.get("name") or "").lower()
+    mimetype = str(file.get("mimetype") or "").split(";")[0].strip().lower()
+    return mimetype in PDF_TYPES or file.get("filetype") == "pdf" or name.endswith(".pdf")
+
+
+def kind_of(file: dict[str, Any]) -> str:
+    """What a file is, in words ("a PNG image", "a text/plain file")."""
+    if file.get("kind"):
+        return str(file["kind"])
+    mimetype = str(file.get("mimetype") or "").split(";")[0].strip()
+    suffix = PurePath(str(file.get("name") or "")).suffix.lstrip(".").upper()
+    if mimetype.startswith("image/"):
+        return f"an image ({mimetype})"
+    if mimetype:
+        return f"a {mimetype} file"
+    return f"a .{suffix.lower()} file" if suffix else "a file of unknown type"
+
+
+def place_of(scope: Scope) -> str:
+    return {
+        Visibility.PUBLIC: "the knowledge base of this team",
+        Visibility.PRIVATE: "the knowledge base of this channel (found only here)",
+        Visibility.DM: "the knowledge base of this conversation (found only here)",
+    }[scope.visibility]
+
+
+def saved_text(saved: SavedPdf, scope: Scope) -> str:
+    if saved.already:
+        return f"Already in the knowledge base as *{saved.title}*."
+    pages = f"{saved.pages} pages, " if saved.pages else ""
+    return f"Saved *{saved.title}* ({pages}{saved.passages} passages) to {place_of(scope)}."
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB"
+
+
+class SharedFiles:
+    """Runs `SHARED_FILES` tasks: each file of a message read into the knowledge base."""
+
+    def __init__(
+        self, memory: Any, encoding: Any, ends: Mapping[str, FileEnd],
+        max_bytes: int, max_pages: int | None = None, stream_prefix: str = STREAM_PREFIX,
+    ) -> None:  # fmt: skip
+        self.memory, self.encoding, self.ends = memory, encoding, dict(ends)
+        self.max_bytes, self.max_pages = max_bytes, max_pages
+        self.stream_prefix = stream_prefix
+        self.progress = ShareProgress(memory.redis)
+        self.workers: dict[str, BackgroundWork] = {}
+
+    def stream(self, platform: str) -> TaskStream:
+        return TaskStream(self.memory.redis, task_stream(f"{self.stream_prefix}-{platform}"))
+
+    def attach(self, platform: str) -> None:
+        """This process holds `platform`'s token (its adapter runs here): read its stream
+        (from now if an event loop runs, else from the first submit)."""
+        if platform not in self.ends:
+            raise LookupError(f"{platform} is not configured in this process")
+        if platform not in self.workers:
+            self.workers[platform] = BackgroundWork(
+                self.stream(platform), {SHARED_FILES: self.run}, batch=1, workers=2,
+                claim_idle_ms=CLAIM_IDLE_MS, max_deliveries=MAX_DELIVERIES,
+            )  # fmt: skip
+        with contextlib.suppress(RuntimeError):  # no running loop (yet)
+            asyncio.get_running_loop()
+            self.workers[platform].start()
+
+    async def submit(self, platform: str, payload: dict[str, Any]) -> str:
+        """Queue a share on its platform's stream (in Redis before this returns)."""
+        task_id = await self.stream(platform).add(SHARED_FILES, payload)
+        if platform in self.workers:
+            self.workers[platform].start()
+        return task_id
+
+    async def drain(self) -> None:
+        for work in self.workers.values():
+            await work.drain()
+
+    async def close(self) -> None:
+        for work in self.workers.values():
+            await work.close()
+        self.workers.clear()
+
+    async def run(self, payloads: list[dict[str, Any]]) -> None:
+        for payload in payloads:
+            await self.one(payload)
+
+    async def one(self, payload: dict[str, Any]) -> None:
+        """One share: its files, then its turn; under the share's lock (ShareBusy if held)."""
+        platform = payload["platform"]
+        end = self.ends.get(platform)
+        if end is None:  # only a misrouted task: each stream is read where its token is
+            raise LookupError(f"{platform} is not configured in this process")
+        scope = Scope.from_dict(payload["scope"])
+        tenant, share, token = scope.tenant, payload["share"], uuid.uuid4().hex
+        if not await self.progress.lock(tenant, share, token, CLAIM_IDLE_MS // 1000):
+            raise ShareBusy(f"{share} is being read by another copy of its task")
+        try:
+            last = await self.progress.attempt(tenant, share) >= MAX_DELIVERIES
+            for index, file in enumerate(payload["files"]):
+                await self._file(end, scope, payload, f"{share}:{index}", file, last)
+            if payload.get("turn"):  # the message's text, now that its files are read
+                await self.memory.turns.push(
+                    scope, payload["turn"], payload["turn_event"], watch=platform
+                )
+        finally:
+            await self.progress.unlock(tenant, share, token)
+
+    async def _file(
+        self, end: FileEnd, scope: Scope, payload: dict[str, Any], share_id: str,
+        file: dict[str, Any], last: bool,
+    ) -> None:  # fmt: skip
+        tenant, reply = scope.tenant, payload["reply"]
+        progress = await self.progress.get(tenant, share_id)
+        outcome: str | None = progress.get("outcome")
+        message: str | None = progress.get("message")
+        if outcome is None:
+            try:
+                file = await end.describe(file)
+            except FetchError as exc:
+                if exc.retryable and not last:
+                    raise
+                outcome = str(exc)
+            else:
+                outcome = self.refusal(file)
+        shown = None
+        if message is None:
+            shown = outcome or READING.format(name=file.get("name") or "the file")
+            message = await self._post(end, reply, shown)
+            if message is not None:
+                await self.progress.set(tenant, share_id, message=message)
+        if outcome is None:
+            sharer = str(payload.get("sharer") or "")
+            outcome = await self._read(end, scope, share_id, file, last, sharer)
+        await self.progress.set(tenant, share_id, outcome=outcome)
+        if outcome == shown:
+            return
+        if message is None:
+            await self._post(end, reply, outcome)
+            return
+        try:
+            await end.edit(reply, message, outcome)
+        except Exception as exc:  # deleted, no access: say it anew
+            log.warning("could not edit the message of %s (%r); posting anew", share_id, exc)
+            if (posted := await self._post(end, reply, outcome)) is not None:
+                await self.progress.set(tenant, share_id, message=posted)
+
+    async def _post(self, end: FileEnd, reply: dict[str, Any], text: str) -> str | None:
+        """Best effort: a place the bot cannot post to any more does not stop the share."""
+        try:
+            return await end.post(reply, text)
+        except Exception as exc:
+            log.warning("could not post about a shared file in %s: %r", reply, exc)
+            return None
+
+    def refusal(self, file: dict[str, Any]) -> str | None:
+        """Why a file is not read, before downloading it; None to read it."""
+        name = file.get("name") or "this file"
+        if not is_pdf(file):
+            return f"I can read PDFs only; {name} is {kind_of(file)}."
+        size = file.get("size")
+        if isinstance(size, int) and size > self.max_bytes:
+            return oversized(name, size, self.max_bytes)
+        return None
+
+    async def _read(
+        self, end: FileEnd, scope: Scope, share_id: str, file: dict, last: bool, sharer: str
+    ) -> str:
+        """The file's outcome; a failure that may pass raises (the task runs again), except
+        on the last delivery, where it is said."""
+        name = file.get("name") or "the file"
+        memory = self.memory
+        try:
+            data = await end.fetch(file, self.max_bytes)
+            shared = SharedFile(name, file.get("link") or "", share_id, sharer)
+            saved = await save_shared_pdf(
+                data, shared, scope, memory.knowledge_base, memory.embedder, self.encoding,
+                self.max_bytes, self.max_pages,
+            )  # fmt: skip
+        except IngestError as exc:
+            return f"I could not read {exc}"
+        except FetchError as exc:
+            if exc.retryable and not last:
+                raise
+            return str(exc) + (
+                " I tried several times; share it again later." if exc.retryable else ""
+            )
+        except Exception as exc:
+            if memory_unavailable(exc) or not last:
+                raise  # the task stays pending and runs again (Redis back, the API free)
+            log.exception("reading the shared file %s failed", share_id)
+            return (
+                f"Sorry, I could not read {name}: something went wrong on my side "
+                "(tried several times); share it again later."
+            )
+        return saved_text(saved, scope)

@@ -1,0 +1,175 @@
+"""Slack files: a PDF shared where the bot takes part is read into the knowledge base.
+
+- The listener (`SlackFiles.take`): a `message` event with `files` (subtype `file_share`) in a
+  DM with the bot, mentioning the bot, or in a thread the bot has joined, is queued as one
+  `SHARED_FILES` task (adapters/shared_files.py) on Slack's stream, with its files' details,
+  never their bytes. Files that are not PDFs get a reply only when the bot is addressed (a DM
+  or a mention); in a joined thread they are left alone (an image posted there is not for us).
+  Its text, if any, is queued as a turn once the files are read, so the question sees them.
+  Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
+  slackapi/bolt-python#925), so the `message` event alone takes it.
+- The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details,
+  the download from `url_private_download` with the bot token (scope `files:read`; without it
+  Slack answers a sign-in page, said as such), and the progress message (chat.postMessage,
+  then chat.update). Citations link the file's `permalink`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.shared_files import FetchError, FileEnd, download, is_pdf
+from adapters.slack_delivery import DM, markdown, until_delivered
+from adapters.spine import Job, MemoryUnavailable
+from memory.errors import memory_unavailable
+from memory.text import clean_text
+
+DOWNLOAD_TIMEOUT_SECONDS = 120.0
+FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
+               "url_private_download", "url_private", "permalink")  # fmt: skip
+
+
+def slack_escape(text: str) -> str:
+    """Text (a file name, a title) put into a Slack message: `&<>` are Slack's markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def file_details(found: dict[str, Any]) -> dict[str, Any]:
+    """What the task needs of a Slack file object (an event's `files` item, or files.info's)."""
+    return {
+        "id": found.get("id", ""),
+        "name": found.get("name") or found.get("title") or found.get("id", ""),
+        "mimetype": found.get("mimetype") or "",
+        "filetype": found.get("filetype") or "",
+        "kind": f"a {found['pretty_type']} file" if found.get("pretty_type") else "",
+        "size": found.get("size"),
+        "url": found.get("url_private_download") or found.get("url_private") or "",
+        "link": found.get("permalink") or "",
+    }
+
+
+class SlackFiles:
+    """The listener's part: which file shares to take, and queueing them."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.memory = adapter.handler.memory
+        self.service = getattr(adapter.handler, "files", None)
+        if self.service is not None and "slack" in self.service.ends:
+            self.service.attach("slack")  # this process holds Slack's token: read its stream
+
+    async def take(self, body: dict, event: dict) -> bool:
+        """Queue the files (and the text) of a `message` event that has `files`; False when
+        it is not a share for the bot (its text, if any, is then an ordinary message). Memory
+        down raises MemoryUnavailable (Slack is answered 503 and sends the event again)."""
+        try:
+            return await self._take(body, event)
+        except Exception as exc:
+            if memory_unavailable(exc):
+                raise MemoryUnavailable(str(exc)) from exc
+            raise
+
+    async def _take(self, body: dict, event: dict) -> bool:
+        adapter, bot = self.adapter, self.adapter.bot_user_id
+        text = event.get("text", "")
+        channel, ts = event["channel"], event["ts"]
+        mentioned = f"<@{bot}>" in text
+        addressed = mentioned or event.get("channel_type") == "im" or channel.startswith("D")
+        if event.get("channel_type") == "im" or channel.startswith("D"):
+            thread_ts = event.get("thread_ts") or DM
+        elif mentioned:
+            thread_ts = event.get("thread_ts") or ts
+        elif event.get("thread_ts"):
+            thread_ts = event["thread_ts"]
+        else:
+            return False  # a file in a channel, not for the bot
+        files = [file_details(f) for f in event.get("files") or []]
+        if not addressed:  # only PDFs (or files whose kind the event does not say) are ours
+            files = [f for f in files if is_pdf(f) or not (f["mimetype"] or f["filetype"])]
+        if not files or self.service is None or "slack" not in self.service.ends:
+            return False
+        team = body.get("team_id") or event.get("team")
+        scope = await adapter._scope(team, event, thread_ts)
+        if not addressed and not await adapter.presence.joined(scope):
+            return True  # a thread the bot is not part of
+        event_id = f"slack-files:{channel}:{ts}"
+        # Slack's retry of this very event (its first delivery failed) is taken again
+        taker = body.get("event_id") or "1"
+        if not await self.memory.events.first_time(team, event_id, taker=taker):
+            return True  # a redelivery
+        reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
+        question = clean_text(re.sub(rf"<@{bot}>\s*", "", text).strip())
+        turn = Job("turn", scope, question, event_id=f"{channel}:{ts}", reply=reply)
+        await self.service.submit("slack", {
+            "platform": "slack", "scope": scope.to_dict(), "reply": reply,
+            "share": f"slack:{channel}:{ts}", "files": files, "sharer": event.get("user", ""),
+            "turn": turn.to_json() if question else None, "turn_event": f"{event_id}:turn",
+        })  # fmt: skip
+        await adapter.presence.join(scope, reference=thread_ts)
+        return True
+
+
+class SlackFileEnd(FileEnd):
+    """The task's Slack side, from the bot token alone (any process with it may run the task)."""
+
+    def __init__(self, token: str, api_url: str | None = None) -> None:
+        self.token = token
+        self.options = {"base_url": api_url} if api_url else {}
+
+    def client(self) -> AsyncWebClient:
+        return AsyncWebClient(token=self.token, **self.options)
+
+    async def describe(self, file: dict[str, Any]) -> dict[str, Any]:
+        if file.get("url") and file.get("size") is not None and (file.get("mimetype") or
+                                                                   file.get("filetype")):  # fmt: skip
+            return file
+        try:
+            found = (await self.client().files_info(file=file["id"])).get("file") or {}
+        except SlackApiError as exc:
+            why = exc.response.get("error")
+            raise FetchError(
+                f"I could not look up {file.get('name') or 'the file'} on Slack ({why}"
+                f"{'; the app needs the files:read scope' if why == 'missing_scope' else ''})."
+            ) from None
+        details = file_details(found)
+        return {**file, **{k: v for k, v in details.items() if v not in ("", None)}}
+
+    async def fetch(self, file: dict[str, Any], max_bytes: int) -> bytes:
+        name = file.get("name") or "the file"
+
+        def signed_in(response) -> None:
+            if response.content_type == "text/html":  # a sign-in page: no files:read
+                raise FetchError(
+                    f"Slack sent a sign-in page instead of {name}: the app needs the "
+                    "files:read scope (reinstall it from its manifest)."
+                )
+
+        refused = {
+            401: f"Slack refused to let me download {name} (files:read).",
+            403: f"Slack refused to let me download {name} (files:read).",
+            404: f"I could not download {name}: it is gone from Slack.",
+        }
+        return await download(
+            file["url"], name, "Slack", max_bytes, DOWNLOAD_TIMEOUT_SECONDS,
+            headers={"Authorization": f"Bearer {self.token}"}, refused=refused, check=signed_in,
+        )  # fmt: skip
+
+    async def post(self, reply: dict[str, Any], text: str) -> str:
+        where = {"channel": reply["channel"]}
+        if reply.get("thread_ts"):
+            where["thread_ts"] = reply["thread_ts"]
+        body = markdown(slack_escape(text))  # names and titles: no markup, no <!here>
+        posted = await until_delivered(self.client().chat_postMessage, **where, **body)
+        return str(posted["ts"])
+
+    async def edit(self, reply: dict[str, Any], message: str, text: str) -> None:
+        await until_delivered(
+            self.client().chat_update,
+            channel=reply["channel"],
+            ts=message,
+            **markdown(slack_escape(text)),
+        )

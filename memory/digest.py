@@ -1,0 +1,203 @@
+"""A watch's digest: the new arXiv papers on its topic, minus what the team has, best first.
+
+arXiv is asked for the papers submitted since the last digest (from `since` less an overlap:
+arXiv lists a paper a day or more after it was submitted, so a window that ended at the last
+digest may still gain papers); papers already in the team's knowledge base, or shown by this
+watch before, are dropped. The rest are ranked by how close they are, in the embedder's space,
+to the topic and to what the team saved (its nearest saved paper and the centroid of its saved
+papers), with every text embedded in one call. Why a paper matters to this team is said from
+that ranking, deterministically and honestly: the team's closest saved paper with a plain word
+for how close it is, the topic's words the paper shares, and its abstract's sentence that shares
+most with the topic. No model is needed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memory.ingest.arxiv_source import ArxivSource, Candidate
+from memory.scope import Scope
+from memory.stores.knowledge_base import KnowledgeBase
+from memory.stores.watches import DAY, Watch, WatchStore
+
+OVERLAP = 3 * DAY  # asked again of arXiv before `since`; what was posted then is dropped
+MAX_CANDIDATES = 500  # per digest: five pages of arXiv's 100
+TOP_N = 5
+SAVED_COMPARED = 300  # the team's most recently saved papers that ranking compares against
+TEXT_CHARS = 200  # of title and abstract embedded per paper: its gist (~40 tokens); the cost
+# of an embedding grows with its length, and 500 candidates must rank within 2 s
+CLOSENESS = ((0.75, "very close to"), (0.55, "close to"), (0.35, "loosely related to"))
+# cosine -> how a saved paper's closeness is said; below the last, "nothing you saved is close"
+TOPIC_WEIGHT = 0.65  # the rest goes to closeness to the team's saved papers
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass
+class DigestItem:
+    paper: Candidate
+    score: float
+    why: str
+    near: str = ""  # the title of the team's closest saved paper (any closeness)
+    closeness: float = 0.0
+
+
+@dataclass
+class Digest:
+    watch: Watch
+    since: float
+    until: float
+    items: list[DigestItem] = field(default_factory=list)
+    found: int = 0  # what arXiv gave
+    known: int = 0  # dropped: in the knowledge base
+    repeated: int = 0  # dropped: shown by an earlier digest
+
+    @property
+    def arxiv_ids(self) -> list[str]:
+        return [item.paper.arxiv_id for item in self.items]
+
+
+def short_authors(authors: list[str], shown: int = 3) -> str:
+    if not authors:
+        return "unknown authors"
+    names = ", ".join(authors[:shown])
+    return names + (" et al." if len(authors) > shown else "")
+
+
+def when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(seconds))
+
+
+def best_sentence(abstract: str, query: str, limit: int = 240) -> str:
+    """The abstract's sentence sharing most words (or word starts) with the topic; the first
+    sentence when none does."""
+    sentences = [s.strip() for s in _SENTENCE.split(abstract or "") if s.strip()]
+    if not sentences:
+        return ""
+    wanted = {w[:5] for w in _WORD.findall(query.lower()) if len(w) > 2}
+    scores = [len(wanted & {w[:5] for w in _WORD.findall(s.lower())}) for s in sentences]
+    best = sentences[int(np.argmax(scores))] if max(scores) else sentences[0]
+    return best if len(best) <= limit else best[: limit - 1].rstrip() + "…"
+
+
+def matched_words(paper: Candidate, query: str) -> list[str]:
+    """The topic's words (or word starts) the paper's title or abstract has, in topic order."""
+    have = {w[:5] for w in _WORD.findall(f"{paper.title} {paper.summary}".lower())}
+    words = [w for w in _WORD.findall(query.lower()) if len(w) > 2 and w[:5] in have]
+    return list(dict.fromkeys(words))
+
+
+def closeness_phrase(similarity: float) -> str:
+    return next((said for floor, said in CLOSENESS if similarity >= floor), "")
+
+
+def _text(title: str, abstract: str) -> str:
+    return f"{title}. {abstract}"[:TEXT_CHARS]
+
+
+class DigestBuilder:
+    def __init__(
+        self, knowledge_base: KnowledgeBase, watches: WatchStore, embedder, arxiv: ArxivSource,
+        top_n: int = TOP_N, max_candidates: int = MAX_CANDIDATES,
+    ) -> None:  # fmt: skip
+        self.kb = knowledge_base
+        self.watches = watches
+        self.embedder = embedder
+        self.arxiv = arxiv
+        self.top_n = top_n
+        self.max_candidates = max_candidates
+
+    async def build(self, watch: Watch, until: float, since: float | None = None) -> Digest:
+        """Ask arXiv, then rank (`since`: from then instead of the watch's own, less the
+        overlap)."""
+        start = (watch.since if since is None else since) - OVERLAP
+        found = await self.arxiv.submitted(
+            watch.query, start, until, watch.categories, watch.authors, self.max_candidates
+        )
+        return await self.rank(watch, found, watch.since if since is None else since, until)
+
+    async def rank(
+        self, watch: Watch, candidates: list[Candidate], since: float, until: float
+    ) -> Digest:
+        """Drop the known and the already posted, rank the rest, keep the best `top_n`."""
+        digest = Digest(watch, since, until, found=len(candidates))
+        unique = list({c.arxiv_id: c for c in candidates}.values())
+        saved = await self.kb.papers(Scope(watch.tenant))
+        in_kb = {p["arxiv_id"] for p in saved}
+        posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
+        fresh = [c for c in unique if c.arxiv_id not in in_kb and c.arxiv_id not in posted]
+        digest.known = sum(c.arxiv_id in in_kb for c in unique)
+        digest.repeated = sum(c.arxiv_id in posted and c.arxiv_id not in in_kb for c in unique)
+        if not fresh:
+            return digest
+        saved = saved[-SAVED_COMPARED:]
+        topic = " ".join([watch.query, *watch.categories]).strip() or "new research papers"
+        texts = [topic, *(_text(c.title, c.summary) for c in fresh)]
+        texts += [_text(p.get("title", ""), p.get("abstract", "")) for p in saved]
+        vectors = np.asarray(await self.embedder.embed(texts), dtype=np.float32)
+        query, papers, team = vectors[0], vectors[1 : 1 + len(fresh)], vectors[1 + len(fresh) :]
+        scores = papers @ query if watch.query else np.zeros(len(fresh), dtype=np.float32)
+        nearest = np.full(len(fresh), -1, dtype=np.int64)
+        closeness = np.zeros(len(fresh), dtype=np.float32)
+        if len(team):
+            similarity = papers @ team.T
+            nearest = similarity.argmax(axis=1)
+            centroid = team.mean(axis=0)
+            centroid /= np.linalg.norm(centroid) or 1.0
+            closeness = 0.5 * similarity.max(axis=1) + 0.5 * (papers @ centroid)
+            weight = TOPIC_WEIGHT if watch.query else 0.0
+            scores = weight * scores + (1 - weight) * closeness
+        order = np.argsort(-scores, kind="stable")[: self.top_n]
+        for i in order:
+            paper, near, similarity = fresh[i], "", 0.0
+            if nearest[i] >= 0:
+                near = saved[nearest[i]].get("title") or saved[nearest[i]]["arxiv_id"]
+                similarity = float(papers[i] @ team[nearest[i]])
+            why = self.why(paper, watch, near, similarity)
+            digest.items.append(DigestItem(paper, float(scores[i]), why, near, similarity))
+        return digest
+
+    @staticmethod
+    def why(paper: Candidate, watch: Watch, near: str, similarity: float) -> str:
+        """Why it matters to this team: its closest saved paper (said as close as it is), the
+        topic's words it shares, and its key sentence."""
+        phrase = closeness_phrase(similarity) if near else ""
+        if phrase:
+            team = f"{phrase[0].upper()}{phrase[1:]} your saved “{near}”"
+        elif near:
+            team = f"Nothing you saved is close (nearest: “{near}”)"
+        else:
+            team = "Nothing saved yet to compare it with"
+        words = matched_words(paper, watch.query)
+        on = f"; on {', '.join(words)}" if words else ""
+        sentence = best_sentence(paper.summary, watch.query)
+        return f"{team}{on}: {sentence}" if sentence else f"{team}{on}."
+
+
+def digest_text(digest: Digest) -> str:
+    """The digest as plain text (the terminal's)."""
+    watch = digest.watch
+    if not digest.items:
+        return (
+            f"Nothing new on “{watch.query or ', '.join(watch.categories)}” since "
+            f"{when(digest.since)} ({digest.found} found, {digest.known} already saved, "
+            f"{digest.repeated} already shown)."
+        )
+    lines = [
+        f"New on “{watch.query or ', '.join(watch.categories)}” since {when(digest.since)}: "
+        f"{len(digest.items)} of {digest.found} papers"
+    ]
+    for n, item in enumerate(digest.items, 1):
+        paper = item.paper
+        lines += [
+            "",
+            f"{n}. {paper.title}",
+            f"   {short_authors(paper.authors)} · arXiv:{paper.arxiv_id} · {paper.published}",
+            f"   {item.why}",
+            f"   {paper.url or 'https://arxiv.org/abs/' + paper.arxiv_id}",
+        ]
+    return "\n".join(lines)

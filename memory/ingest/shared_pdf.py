@@ -1,0 +1,184 @@
+"""PDFs shared in chat: the bytes of one file into the tenant's knowledge base, for the place.
+
+A PDF shared in a public channel is the whole team's; one shared in a private channel or a DM
+is found only there (`Scope.audience`, kept on each chunk and on the paper's record). A file is
+known by the SHA-256 of its bytes: sharing it again where a copy is visible (the team's, or
+this place's own) answers with that copy, and a copy elsewhere is never revealed. The paper's
+id is made from the hash and the audience, so each private place keeps its own copy and a
+redelivered task writes the same keys again (idempotent). Downloading is the platforms'
+business (adapters/); this module gets bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+from redis.asyncio import Redis
+
+from memory.ingest.chunking import chunk_paragraphs
+from memory.ingest.errors import IngestError
+from memory.ingest.pdf import PdfText, read_pdf
+from memory.keys import shared_pdf_key, shared_pdf_lock_key
+from memory.scope import PUBLIC, Scope
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
+
+EMBED_BATCH = 128
+PROGRESS_TTL_SECONDS = 7 * 86400  # long past any redelivery of the task
+
+
+@dataclass(frozen=True)
+class SharedFile:
+    """One file as shared: its name, where citations link, and the share's own id."""
+
+    name: str
+    link: str  # a Slack permalink, a Discord message link: where a citation points
+    origin: str  # the platform's id of this share (file and message), to know a redelivery
+    sharer: str = ""  # the platform's user id of who shared it (forgetting them forgets it)
+
+
+@dataclass(frozen=True)
+class SavedPdf:
+    arxiv_id: str
+    title: str
+    pages: int
+    passages: int
+    audience: str
+    already: bool  # a copy was there before this share (not written again)
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def shared_pdf_id(digest: str, audience: str) -> str:
+    """The knowledge-base id of a shared PDF: the team's copy, or one place's own."""
+    if audience == PUBLIC:
+        return f"pdf-{digest[:16]}"
+    return f"pdf-{hashlib.sha256(f'{audience}|{digest}'.encode()).hexdigest()[:16]}"
+
+
+def title_of(text: PdfText, name: str) -> str:
+    return text.title or PurePath(name).stem or name or "Untitled PDF"
+
+
+async def find_copy(kb: KnowledgeBase, scope: Scope, digest: str) -> dict[str, Any] | None:
+    """A stored copy of the PDF with this hash that `scope` may see (the team's first)."""
+    for audience in dict.fromkeys((PUBLIC, scope.audience)):
+        record = await kb.paper(scope, shared_pdf_id(digest, audience))
+        if record is not None:
+            return record
+    return None
+
+
+def _saved(record: dict[str, Any], already: bool) -> SavedPdf:
+    return SavedPdf(
+        arxiv_id=record["arxiv_id"], title=record.get("title", ""),
+        pages=int(record.get("pages") or 0), passages=int(record.get("chunks") or 0),
+        audience=record.get("audience") or PUBLIC, already=already,
+    )  # fmt: skip
+
+
+def _chunks(text: PdfText, encoding) -> list[Chunk]:
+    """The PDF's chunks, each with the page it starts on (citations link `#page=N`)."""
+    return chunk_paragraphs(text.located(), encoding)
+
+
+async def save_shared_pdf(
+    data: bytes, shared: SharedFile, scope: Scope, kb: KnowledgeBase, embedder, encoding,
+    max_bytes: int, max_pages: int | None = None,
+) -> SavedPdf:  # fmt: skip
+    """Read a shared PDF into the knowledge base for `scope`'s audience, unless a copy it may
+    see is there. Raises IngestError, with a message for the person who shared it, for a file
+    too large (bytes or pages), not a PDF, encrypted, or without text. The paper's record is written after its
+    chunks: a failure half-way leaves no paper (and a redelivery writes the same chunks)."""
+    if len(data) > max_bytes:
+        raise IngestError(
+            f"{shared.name}: it is {_mb(len(data))}, and I read PDFs up to {_mb(max_bytes)}."
+        )
+    digest = content_hash(data)
+    copy = await find_copy(kb, scope, digest)
+    if copy is not None:  # the same share delivered again counts as saved by it
+        return _saved(copy, already=copy.get("origin") != shared.origin)
+    text = await asyncio.to_thread(read_pdf, data, shared.name)
+    if max_pages is not None and text.pages > max_pages:
+        raise IngestError(
+            f"{shared.name}: it has {text.pages} pages, and I read up to {max_pages}."
+        )
+    chunks = await asyncio.to_thread(_chunks, text, encoding)
+    if not chunks:
+        raise IngestError(f"{shared.name}: no text to store (a scanned PDF needs OCR first).")
+    texts = [c.text for c in chunks]
+    vectors = np.concatenate(
+        [
+            await embedder.embed(texts[i : i + EMBED_BATCH])
+            for i in range(0, len(texts), EMBED_BATCH)
+        ]
+    )
+    paper = Paper(
+        arxiv_id=shared_pdf_id(digest, scope.audience), title=title_of(text, shared.name),
+        url=shared.link, source="pdf",
+    )  # fmt: skip
+    await kb.add_paper(
+        scope, paper, chunks, vectors, audience=scope.audience,
+        sha256=digest, origin=shared.origin, pages=text.pages, file_name=shared.name,
+        sharer=shared.sharer, thread=scope.thread,
+    )  # fmt: skip
+    record = await kb.paper(scope, paper.arxiv_id)
+    if record is None:  # forgotten at once by someone else: say what was done all the same
+        record = {"arxiv_id": paper.arxiv_id, "title": paper.title, "pages": text.pages,
+                  "chunks": len(chunks), "audience": scope.audience}  # fmt: skip
+    return _saved(record, already=False)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB"
+
+
+class ShareProgress:
+    """What a task reading a shared file has shown and found, kept so a redelivered task edits
+    its message instead of posting again, and repeats an outcome instead of redoing it."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def get(self, tenant: str, share_id: str) -> dict[str, Any]:
+        rows = await self.redis.hgetall(shared_pdf_key(tenant, share_id))
+        return {_text(k): json.loads(v) for k, v in rows.items()}
+
+    async def lock(self, tenant: str, share: str, token: str, seconds: int) -> bool:
+        """Take the share's lock (SET NX) for `seconds`; False while another copy holds it."""
+        return bool(
+            await self.redis.set(shared_pdf_lock_key(tenant, share), token, nx=True, ex=seconds)
+        )
+
+    async def unlock(self, tenant: str, share: str, token: str) -> None:
+        """Release the lock if it is still ours (it may have expired and been taken)."""
+        key = shared_pdf_lock_key(tenant, share)
+        if _text(await self.redis.get(key) or b"") == token:
+            await self.redis.delete(key)
+
+    async def attempt(self, tenant: str, share: str) -> int:
+        """Count one more run of the share's task; the count (1 the first time)."""
+        key = shared_pdf_key(tenant, share)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, "attempts", 1)
+            pipe.expire(key, PROGRESS_TTL_SECONDS)
+            count, _ = await pipe.execute()
+        return int(count)
+
+    async def set(self, tenant: str, share_id: str, **fields: Any) -> None:
+        key = shared_pdf_key(tenant, share_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={k: json.dumps(v) for k, v in fields.items()})
+            pipe.expire(key, PROGRESS_TTL_SECONDS)
+            await pipe.execute()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,408 @@
+"""Topic watches: a saved arXiv query that posts a digest of new papers to a place, every period.
+
+A watch is a hash of its own (fields written apart, so the scheduler's `next_due` and a digest's
+`since` never overwrite each other), listed in its tenant's set. One process-wide sorted set
+scores every watch by its next due time: each bot process looks at it every minute.
+
+Exactly one digest per period, across processes: `claim` is a Lua compare-and-set on the watch's
+`next_due` that also takes the period's digest record for one claim token, both in the tenant's
+slot. The digest task is queued first (its stream is in another slot) and carries the token;
+the task claims again (the same token: idempotent) and runs only if its token holds the
+period, so a crash between queueing and claiming loses no period and a duplicate task does
+nothing. Periods are counted from the watch's creation (its phase), so a period missed while
+no process ran is not posted on its own: the claim moves `next_due` to the first period end
+after now, and the one digest covers everything since the last one (`since` moves only when a
+digest is finished). The digest record says whether the period's message is being posted or was
+posted (and its platform reference), so a digest task run again after a crash does not post
+twice (bot/watches.py). A watch whose place refused a digest is paused (off the due index) until
+resumed; a digest arXiv did not answer is retried later (`retry`), with its failures counted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memory.keys import (
+    digest_key,
+    digest_lock_key,
+    watch_answered_key,
+    watch_key,
+    watch_posted_key,
+    watches_due_key,
+    watches_key,
+)
+from memory.scope import PUBLIC, Scope
+from memory.stores.base import decode
+
+DAY = 86_400
+DIGEST_TTL = 90 * DAY  # a digest record outlives any retry of its task
+POSTED_KEPT = 180 * DAY  # a paper posted this long ago may be posted again (it will not be new)
+LOCK_SECONDS = 60  # a digest's lock, renewed while it runs; a dead holder's lapses this soon
+
+# KEYS: a digest's lock. ARGV: the holder's token, seconds (0: release). Only its holder may.
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) == 0 then return redis.call('DEL', KEYS[1]) end
+return redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+
+# KEYS: the watch, the period's digest. ARGV: due, next due, now, the digest's TTL, the claim's
+# token. Claiming again with the holder's token answers 2 (the task re-checks its claim).
+_CLAIM = """
+local holder = redis.call('HGET', KEYS[2], 'token')
+if holder then if holder == ARGV[5] then return 2 end return 0 end
+if redis.call('HGET', KEYS[1], 'next_due') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'paused') then return 0 end
+redis.call('HSET', KEYS[2], 'claimed', ARGV[3], 'token', ARGV[5], 'next', ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[1], 'next_due', ARGV[2])
+return 1
+"""
+
+# KEYS: the watch, the tenant's set of watches. ARGV: the watch's fields as name, value pairs.
+# A watch made again with the same id (a job run again) is left as it is.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+redis.call('SADD', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: the watch. ARGV: the next due its period's claim set, the retry time, now. arXiv did not
+# answer: the watch is due again at the retry time (unless a later period was claimed since).
+_RETRY = """
+if redis.call('HGET', KEYS[1], 'next_due') ~= ARGV[1] then return -1 end
+redis.call('HSET', KEYS[1], 'next_due', ARGV[2])
+redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[3])
+return redis.call('HINCRBY', KEYS[1], 'failures', 1)
+"""
+
+# KEYS: the watch, the digest, the posted set. ARGV: state, until, now, ref, posted-kept, TTL,
+# then the posted arXiv ids. `since` never moves back (a late catch-up of an older period).
+_FINISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], 'state', ARGV[1], 'ref', ARGV[4], 'finished', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+local since = tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
+if since < tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+if ARGV[1] == 'posted' then
+  redis.call('HSET', KEYS[1], 'last_posted', ARGV[3])
+  for i = 7, #ARGV do redis.call('ZADD', KEYS[3], ARGV[3], ARGV[i]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(ARGV[3]) - tonumber(ARGV[5]))
+end
+redis.call('HDEL', KEYS[1], 'failures', 'failing_since')
+return 1
+"""
+
+
+class InvalidWatch(ValueError):
+    """A watch that cannot be made (empty topic, bad period, a place that cannot be posted to)."""
+
+
+@dataclass
+class Watch:
+    """A topic watch. Times are Unix seconds; `next_due` whole seconds (the claim compares it)."""
+
+    id: str
+    tenant: str
+    query: str
+    period: int  # seconds
+    platform: str  # "slack", "discord", "terminal"
+    channel: str
+    thread: str = ""  # a thread to post in; "" for the channel itself
+    audience: str = PUBLIC  # of the place it posts to: who may list and remove it
+    categories: list[str] = field(default_factory=list)
+    authors: list[str] = field(default_factory=list)
+    created_by: str = ""
+    created_at: float = 0.0
+    since: float = 0.0  # papers submitted after this are new to the next digest
+    last_posted: float = 0.0
+    next_due: int = 0
+    paused: str = ""  # why its place refused a digest; "" while it runs
+    failures: int = 0  # digests in a row arXiv did not answer (retried later)
+    failing_since: float = 0.0
+
+    def fields(self) -> dict[str, str]:
+        data = asdict(self)
+        for name in ("paused", "failures", "failing_since"):  # set only while they apply
+            data.pop(name)
+        data["categories"] = json.dumps(self.categories)
+        data["authors"] = json.dumps(self.authors)
+        return {k: str(v) if not isinstance(v, str) else v for k, v in data.items()}
+
+    @classmethod
+    def from_fields(cls, row: dict[Any, Any]) -> Watch:
+        data = {decode(k): decode(v) for k, v in row.items()}
+        return cls(
+            id=data["id"], tenant=data["tenant"], query=data["query"], period=int(data["period"]),
+            platform=data["platform"], channel=data["channel"], thread=data.get("thread", ""),
+            audience=data.get("audience") or PUBLIC,
+            categories=json.loads(data.get("categories") or "[]"),
+            authors=json.loads(data.get("authors") or "[]"),
+            created_by=data.get("created_by", ""), created_at=float(data.get("created_at") or 0),
+            since=float(data.get("since") or 0), last_posted=float(data.get("last_posted") or 0),
+            next_due=int(float(data.get("next_due") or 0)), paused=data.get("paused", ""),
+            failures=int(data.get("failures") or 0),
+            failing_since=float(data.get("failing_since") or 0),
+        )  # fmt: skip
+
+    @property
+    def period_name(self) -> str:
+        if self.period == DAY:
+            return "daily"
+        if self.period == 7 * DAY:
+            return "weekly"
+        days = self.period / DAY
+        return f"every {days:g} days" if days >= 1 else f"every {self.period} s"
+
+    def next_after(self, now: float) -> int:
+        """The first period end after `now`, counted from the watch's creation (its phase)."""
+        anchor = int(self.created_at)
+        return anchor + (int((now - anchor) // self.period) + 1) * self.period
+
+
+@dataclass
+class DigestRecord:
+    """What is known of one period's digest: claimed, being posted, posted (with the platform's
+    reference of the message) or empty (nothing new)."""
+
+    claimed: float = 0.0
+    token: str = ""  # the claim's: only the task carrying it runs the period
+    next: int = 0  # the `next_due` the claim set
+    state: str = ""  # "", "posting", "posted", "empty", "failed", "folded", "retry"
+    ref: str = ""
+    posting_since: float = 0.0
+    papers: list[str] = field(default_factory=list)  # the arXiv ids being (or) posted
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("posted", "empty", "failed", "folded", "retry")
+
+
+class WatchStore:
+    def __init__(self, redis) -> None:
+        self.redis = redis
+        self._claim = redis.register_script(_CLAIM)
+        self._create = redis.register_script(_CREATE)
+        self._retry = redis.register_script(_RETRY)
+        self._finish = redis.register_script(_FINISH)
+        self._renew = redis.register_script(_RENEW)
+
+    # -- the watches -------------------------------------------------------------------------
+
+    async def create(
+        self, scope: Scope, query: str, period: int, *, platform: str, channel: str,
+        thread: str = "", categories: list[str] | None = None, authors: list[str] | None = None,
+        now: float | None = None, watch_id: str = "",
+    ) -> Watch:  # fmt: skip
+        """A new watch for the place `scope` is in. Its first digest is due at once and covers
+        the period before it: a new watch shows what it will bring. `watch_id` (derived from
+        the job that asked): made again, the same watch is returned unchanged."""
+        query = " ".join((query or "").split())
+        if not query and not categories and not authors:
+            raise InvalidWatch("A watch needs a topic, a category or an author.")
+        if period < 3600:
+            raise InvalidWatch("A watch's period is at least an hour.")
+        now = time.time() if now is None else now
+        watch = Watch(
+            id=watch_id or uuid.uuid4().hex[:8], tenant=scope.tenant, query=query[:300], period=int(period),
+            platform=platform, channel=channel, thread=thread, audience=scope.audience,
+            categories=list(categories or []), authors=list(authors or []),
+            created_by=scope.user, created_at=now, since=now - period, next_due=int(now),
+        )  # fmt: skip
+        pairs = [item for pair in watch.fields().items() for item in pair]  # "id" first
+        made = await self._create(
+            keys=[watch_key(scope.tenant, watch.id), watches_key(scope.tenant)], args=pairs
+        )
+        if not made:
+            return await self.get(scope.tenant, watch.id) or watch
+        await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+        return watch
+
+    async def get(self, tenant: str, watch_id: str) -> Watch | None:
+        if not watch_id or any(c in watch_id for c in ":{}| \n"):
+            return None
+        row = await self.redis.hgetall(watch_key(tenant, watch_id))
+        return Watch.from_fields(row) if row else None
+
+    async def all(self, tenant: str) -> list[Watch]:
+        ids = sorted(decode(i) for i in await self.redis.smembers(watches_key(tenant)))
+        pipe = self.redis.pipeline(transaction=False)
+        for watch_id in ids:
+            pipe.hgetall(watch_key(tenant, watch_id))
+        rows = await pipe.execute() if ids else []
+        watches = [Watch.from_fields(row) for row in rows if row]
+        return sorted(watches, key=lambda w: w.created_at)
+
+    async def visible(self, scope: Scope, channel: str | None = None) -> list[Watch]:
+        """The watches `scope` may see (their place's audience), of one channel if given."""
+        return [
+            w
+            for w in await self.all(scope.tenant)
+            if scope.can_see(w.audience) and (channel is None or w.channel == channel)
+        ]
+
+    async def remove(self, tenant: str, watch_id: str) -> bool:
+        watch = await self.get(tenant, watch_id)
+        if watch is None:
+            return False
+        await self.redis.zrem(watches_due_key(), _member(watch))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(watch_key(tenant, watch_id), watch_posted_key(tenant, watch_id))
+        pipe.srem(watches_key(tenant), watch_id)
+        await pipe.execute()
+        return True
+
+    async def pause(self, watch: Watch, why: str) -> None:
+        """Its place refused a digest: no period is claimed until it is resumed."""
+        await self.redis.hset(watch_key(watch.tenant, watch.id), "paused", why[:300] or "refused")
+        await self.redis.zrem(watches_due_key(), _member(watch))
+        watch.paused = why
+
+    async def resume(self, watch: Watch, now: float) -> None:
+        """Due again at once; its next digest covers everything since the last one."""
+        key = watch_key(watch.tenant, watch.id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(key, "paused", "failures", "failing_since")
+        pipe.hset(key, "next_due", str(int(now)))
+        await pipe.execute()
+        watch.paused, watch.next_due = "", int(now)
+        await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+
+    async def forget_creator(self, tenant: str, user: str) -> int:
+        """A person is erased: their id leaves the watches they made (the watches stay, they
+        belong to their places). Returns how many."""
+        cleared = 0
+        for watch in await self.all(tenant):
+            if user and watch.created_by == user:
+                await self.redis.hset(watch_key(tenant, watch.id), "created_by", "")
+                cleared += 1
+        return cleared
+
+    # -- the schedule ----------------------------------------------------------------------
+
+    async def due(self, now: float, limit: int = 200) -> list[tuple[str, str]]:
+        """(tenant, watch id) of the watches due at `now`, most overdue first."""
+        members = await self.redis.zrangebyscore(watches_due_key(), "-inf", now, 0, limit)
+        return [tuple(decode(m).split("|", 1)) for m in members]  # type: ignore[misc]
+
+    async def reindex(self, watch: Watch | None, tenant: str, watch_id: str) -> None:
+        """Put the due index right: a removed watch out, another at its `next_due`."""
+        member = f"{tenant}|{watch_id}"
+        if watch is None:
+            await self.redis.zrem(watches_due_key(), member)
+        else:
+            await self.redis.zadd(watches_due_key(), {member: watch.next_due})
+
+    async def claim(
+        self, watch: Watch, now: float, token: str = "", due: int | None = None,
+        next_due: int | None = None,
+    ) -> int | None:  # fmt: skip
+        """Take the watch's due period for `token`, if no other token has it: returns the
+        period's `due` (the key of its digest) and moves `next_due` to the first period end
+        after `now` (missed periods are covered by this one digest); None when another token
+        has it. Claiming again with the same token (and `due`, `next_due`) answers the same."""
+        due = watch.next_due if due is None else due
+        next_due = watch.next_after(now) if next_due is None else next_due
+        took = await self._claim(
+            keys=[watch_key(watch.tenant, watch.id), digest_key(watch.tenant, watch.id, str(due))],
+            args=[str(due), str(next_due), repr(now), DIGEST_TTL, token or uuid.uuid4().hex],
+        )
+        if not took:
+            return None
+        if took == 1:  # moved now (2: it was, by this token, and may have moved on since)
+            watch.next_due = next_due
+            await self.redis.zadd(watches_due_key(), {_member(watch): next_due})
+        return due
+
+    async def retry(self, watch: Watch, claimed_next: int, retry_at: float, now: float) -> int:
+        """arXiv did not answer this period's digest: due again at `retry_at` (if no later
+        period was claimed since); returns the failures in a row (0: a later period has it)."""
+        failures = await self._retry(
+            keys=[watch_key(watch.tenant, watch.id)],
+            args=[str(claimed_next), str(int(retry_at)), repr(now)],
+        )
+        if int(failures) < 0:
+            return 0
+        watch.next_due = int(retry_at)
+        await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+        return int(failures)
+
+    # -- a period's digest -----------------------------------------------------------------
+
+    async def digest(self, tenant: str, watch_id: str, due: str) -> DigestRecord:
+        row = {
+            decode(k): decode(v)
+            for k, v in (await self.redis.hgetall(digest_key(tenant, watch_id, due))).items()
+        }
+        return DigestRecord(
+            claimed=float(row.get("claimed") or 0), token=row.get("token", ""),
+            next=int(float(row.get("next") or 0)), state=row.get("state", ""),
+            ref=row.get("ref", ""), posting_since=float(row.get("posting_since") or 0),
+            papers=json.loads(row.get("papers") or "[]"),
+        )  # fmt: skip
+
+    async def lock(self, tenant: str, watch_id: str, due: str, token: str) -> bool:
+        """Run this period's digest alone (a task can be handed to a second process while the
+        first still runs it); the lock lapses after LOCK_SECONDS if its holder dies."""
+        key = digest_lock_key(tenant, watch_id, due)
+        return bool(await self.redis.set(key, token, nx=True, ex=LOCK_SECONDS))
+
+    async def renew(self, tenant: str, watch_id: str, due: str, token: str) -> bool:
+        """Keep holding the lock (False: it lapsed and is someone else's)."""
+        return bool(await self._renew(
+            keys=[digest_lock_key(tenant, watch_id, due)], args=[token, LOCK_SECONDS]
+        ))  # fmt: skip
+
+    async def unlock(self, tenant: str, watch_id: str, due: str, token: str) -> None:
+        await self._renew(keys=[digest_lock_key(tenant, watch_id, due)], args=[token, 0])
+
+    async def posting(
+        self, tenant: str, watch_id: str, due: str, now: float, arxiv_ids: list[str]
+    ) -> None:
+        """About to post these papers: a re-run that finds this looks for the message first."""
+        key = digest_key(tenant, watch_id, due)
+        mapping = {"state": "posting", "posting_since": repr(now), "papers": json.dumps(arxiv_ids)}
+        await self.redis.hset(key, mapping=mapping)
+
+    async def settle(self, tenant: str, watch_id: str, due: str, state: str, why: str = "") -> None:
+        """The period ends without a post, `since` where it was: "failed" (the platform
+        refused it), "folded" (a later period covers it), "retry" (arXiv did not answer)."""
+        key = digest_key(tenant, watch_id, due)
+        await self.redis.hset(key, mapping={"state": state, "error": why[:500]})
+
+    async def once(self, marker: str) -> bool:
+        """True the first time `marker` is seen (for a day): an answer is sent once."""
+        key = watch_answered_key(marker)
+        return bool(await self.redis.set(key, "1", nx=True, ex=DAY))
+
+    async def finish(
+        self, watch: Watch, due: str, until: float, now: float, ref: str = "",
+        posted: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        """The period is done: posted (with the message's reference and the papers it showed)
+        or empty; the watch's `since` moves to `until`."""
+        await self._finish(
+            keys=[
+                watch_key(watch.tenant, watch.id),
+                digest_key(watch.tenant, watch.id, due),
+                watch_posted_key(watch.tenant, watch.id),
+            ],
+            args=["posted" if posted else "empty", repr(until), repr(now), ref, POSTED_KEPT,
+                  DIGEST_TTL, *(posted or [])],
+        )  # fmt: skip
+
+    async def posted(self, watch: Watch, arxiv_ids: list[str]) -> set[str]:
+        """Which of these papers the watch's earlier digests showed."""
+        if not arxiv_ids:
+            return set()
+        scores = await self.redis.zmscore(watch_posted_key(watch.tenant, watch.id), arxiv_ids)
+        return {a for a, s in zip(arxiv_ids, scores, strict=True) if s is not None}
+
+
+def _member(watch: Watch) -> str:
+    return f"{watch.tenant}|{watch.id}"
