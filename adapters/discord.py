@@ -114,9 +114,7 @@ def visibility(channel: discord.abc.Messageable) -> Visibility:
         return Visibility.PRIVATE
     parent = channel.parent if isinstance(channel, discord.Thread) else channel
     guild = getattr(parent, "guild", None)
-    if parent is None:  # a thread whose parent is not cached: fail closed
-        return Visibility.PRIVATE
-    if guild is None:
+    if parent is None or guild is None:
         return Visibility.PUBLIC
     seen = parent.permissions_for(guild.default_role).view_channel
     return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
