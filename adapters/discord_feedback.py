@@ -23,6 +23,7 @@ from typing import Any
 
 import discord
 
+from adapters.platform_ids import discord_tenant
 from bot.feedback import FAILED, MAX_COMMENT, THANKS, FeedbackService
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,6 @@ log = logging.getLogger(__name__)
 TEMPLATE = r"feedback:(?P<vote>up|down):(?P<turn>[A-Za-z0-9_\-]{1,80})"
 FORM = re.compile(r"feedback:why:(?P<turn>[A-Za-z0-9_\-]{1,80}):(?P<user>\d{1,25})")
 MODAL_SUBMIT = 5  # the interaction type of a submitted modal
-
-
-def tenant_of(interaction: discord.Interaction) -> str:
-    """The tenant as the adapter names it: the server, or the person's DMs."""
-    if interaction.guild_id is None:
-        return f"dm-{interaction.user.id}"
-    return str(interaction.guild_id)
 
 
 def channel_of(interaction: discord.Interaction) -> str:
@@ -67,7 +61,7 @@ class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button], template=TEMPLAT
         user = interaction.user
         rating = 1 if self.vote == "up" else -1
         said = await service.vote(
-            tenant_of(interaction), self.turn, str(user.id), rating, user.display_name,
+            discord_tenant(interaction), self.turn, str(user.id), rating, user.display_name,
             channel=channel_of(interaction),
         )  # fmt: skip
         if rating > 0 or said != THANKS:  # a 👍, or a 👎 not kept: no form to fill in
@@ -148,7 +142,7 @@ class DiscordFeedback:
             said = FAILED
         else:
             said = await self.service.comment(
-                tenant_of(interaction), found["turn"], str(user.id), submitted_text(data),
+                discord_tenant(interaction), found["turn"], str(user.id), submitted_text(data),
                 name=user.display_name, channel=channel_of(interaction),
             )  # fmt: skip
         try:

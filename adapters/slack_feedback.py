@@ -25,6 +25,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.platform_ids import slack_team
 from bot.feedback import MAX_COMMENT, REASONS, THANKS, FeedbackService
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,6 @@ def thanks_view(text: str) -> dict[str, Any]:
     }
 
 
-def _tenant(body: dict[str, Any]) -> str:
-    return (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or ""
-
-
 def _channel(body: dict[str, Any]) -> str:
     """The channel of the message whose button was pressed."""
     return (body.get("container") or {}).get("channel_id") or (body.get("channel") or {}).get(
@@ -119,7 +116,7 @@ class SlackFeedback:
         await ack()
         user, name = _who(body)
         said = await self.service.vote(
-            _tenant(body), action.get("value", ""), user, 1, name, channel=_channel(body)
+            slack_team(body), action.get("value", ""), user, 1, name, channel=_channel(body)
         )
         await self._tell(body, said)
 
@@ -127,7 +124,9 @@ class SlackFeedback:
         await ack()
         turn = action.get("value", "")
         user, name = _who(body)
-        said = await self.service.vote(_tenant(body), turn, user, -1, name, channel=_channel(body))
+        said = await self.service.vote(
+            slack_team(body), turn, user, -1, name, channel=_channel(body)
+        )
         if said != THANKS:  # not kept (forgotten, memory down): no form to fill in
             await self._tell(body, said)
             return
@@ -143,7 +142,7 @@ class SlackFeedback:
         ticked = ((values.get(CHOICES) or {}).get(CHOICES) or {}).get("selected_options") or []
         user, name = _who(body)
         said = await self.service.comment(
-            _tenant(body), view.get("private_metadata", ""), user, comment,
+            slack_team(body), view.get("private_metadata", ""), user, comment,
             [o.get("value", "") for o in ticked], name,
         )  # fmt: skip
         await ack(response_action="update", view=thanks_view(said))

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from adapters.discord import visibility
-from adapters.memory_page.access import DirectoryError, DiscordDirectory, use_discord_api
+from adapters.memory_page.access import DirectoryError, DiscordDirectory
 from adapters.memory_page.server import SESSION_COOKIE
 from adapters.web import build_web_app
 from app.commands.web_cmd import page_wiring
@@ -27,18 +27,14 @@ from tests.support.discord_api import (
     MANAGE_THREADS,
     Guild,
     MockDiscordApi,
+    serving_discord_api,
 )
 
 
 @pytest.fixture
 async def api() -> AsyncIterator[MockDiscordApi]:
-    api = MockDiscordApi()
-    await api.start()
-    previous = discord.http.Route.BASE
-    use_discord_api(api.base_url)
-    yield api
-    discord.http.Route.BASE = previous
-    await api.close()
+    async with serving_discord_api() as api:
+        yield api
 
 
 @pytest.fixture

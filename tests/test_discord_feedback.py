@@ -13,10 +13,9 @@ import discord
 import pytest
 
 from adapters.discord import DiscordAdapter
-from adapters.memory_page.access import use_discord_api
 from bot.feedback import NOT_HERE, SORRY, THANKS
 from tests.agent_world import close_world, open_world
-from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, snowflake
+from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, serving_discord_api, snowflake
 from tests.support.discord_fakes import FakeDiscord
 from tests.support.scripted_openai import text
 
@@ -26,13 +25,8 @@ CHANNEL_MESSAGE, MODAL = 4, 9
 
 @pytest.fixture
 async def api() -> AsyncIterator[MockDiscordApi]:
-    api = MockDiscordApi()
-    await api.start()
-    previous = discord.http.Route.BASE
-    use_discord_api(api.base_url)
-    yield api
-    discord.http.Route.BASE = previous
-    await api.close()
+    async with serving_discord_api() as api:
+        yield api
 
 
 @pytest.fixture

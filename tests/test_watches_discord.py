@@ -15,11 +15,10 @@ import discord
 import pytest
 
 from adapters.discord import DiscordAdapter
-from adapters.memory_page.access import use_discord_api
 from memory.scope import Scope
 from tests.agent_world import close_world, open_world
 from tests.support.arxiv_replay import MEMGPT_ID, MEMGPT_TITLE, memgpt_entry
-from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, snowflake
+from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, serving_discord_api, snowflake
 from tests.support.discord_fakes import FakeDiscord
 from tests.test_discord_feedback import answered, interaction, pressed
 from tests.test_watches import ON_TOPIC, entry
@@ -30,13 +29,8 @@ VIEW, SEND = 1 << 10, 1 << 11 | 1 << 38  # send messages (and in threads)
 
 @pytest.fixture
 async def api() -> AsyncIterator[MockDiscordApi]:
-    api = MockDiscordApi()
-    await api.start()
-    previous = discord.http.Route.BASE
-    use_discord_api(api.base_url)
-    yield api
-    discord.http.Route.BASE = previous
-    await api.close()
+    async with serving_discord_api() as api:
+        yield api
 
 
 @pytest.fixture

@@ -29,11 +29,15 @@ import itertools
 import json
 import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import discord
 from aiohttp import web
 
+from adapters.memory_page.access import use_discord_api
 from tests.support.threaded import ThreadedServer
 
 BOT_TOKEN = "discord-test-token"
@@ -533,3 +537,17 @@ def _id(request: web.Request, name: str) -> int:
     if not value.isdigit():
         raise DiscordError(400, 50035, "Invalid Form Body")  # not a snowflake
     return int(value)
+
+
+@asynccontextmanager
+async def serving_discord_api() -> AsyncIterator[MockDiscordApi]:
+    """A running mock that the whole process's discord.py talks to, restored afterwards."""
+    api = MockDiscordApi()
+    await api.start()
+    previous = discord.http.Route.BASE
+    use_discord_api(api.base_url)
+    try:
+        yield api
+    finally:
+        discord.http.Route.BASE = previous
+        await api.close()
