@@ -110,13 +110,18 @@ class ContextLimits:
     Summary): the Summary segment gets at most `summary_share` of it, the recent window (every
     unsummarized message: rolling summaries keep it near `window_share`, and the harness compacts
     beyond twice that) what it needs, and Episodic Memory the rest.
+
+    The Summary segment is an index of what can be expanded (a line of at most 12 words per
+    top-level summary, and there are at most 8): 5 % of the default budget shows them all, and
+    at a tight budget its newest lines give way to the recalled messages themselves, which on
+    LoCoMo answer more per token (0.885 -> 0.896 recall at 2,000 tokens, from 15 % to 5 %).
     """
 
     memory_tokens: int = DEFAULT_MEMORY_TOKENS
     kb_passages: int = 5
     workflows: int = 3
     entities: int = 5
-    summary_share: float = 0.15
+    summary_share: float = 0.05
     window_share: float = 0.25
 
     @property

@@ -9,7 +9,7 @@ import pytest
 
 from memory.scope import Scope, Visibility
 from memory.stores.episodic import Episode, EpisodicStore, Ranking, _Filter, _filter
-from memory.stores.episodic_text import mentioned_periods, parts
+from memory.stores.episodic_text import mentioned_periods, parts, stems
 from memory.tokens import count_tokens
 
 MODEL = "gpt-5-mini"
@@ -294,6 +294,28 @@ async def test_a_word_is_found_in_its_other_forms(store, tenant):
 
     assert "t-general-10" not in await text_hits(0.0)
     assert "t-general-10" in await text_hits(0.5)
+
+
+async def test_a_bare_word_finds_its_longer_forms(store, tenant):
+    """A word with no suffix to cut is searched as a prefix too: "research" finds
+    "Researching", which a verbatim match cannot; a short word ("pain") is not, or it would
+    find "painting"."""
+    texts = [*FILLER[:10], "Researching adoption agencies has been my whole week.", *FILLER[10:]]
+    texts.append("The painting class was fun.")
+    await store.add(Scope(tenant), thread_of(texts))
+    scope = Scope(tenant, "t-general", channel="general")
+
+    async def text_hits(question: str) -> set[str]:
+        vector = (await store.embedder.embed([question]))[0]
+        store.ranking = Ranking(vector_candidates=1, named_candidates=0)
+        where = _Filter(scope, _filter(scope), True)
+        read = await store._read(scope, question)
+        found = await store._candidates(scope, read, vector, where)
+        return {i for i, c in found.items() if c.text_score > 0}
+
+    assert "t-general-10" in await text_hits("What did she research?")
+    assert f"t-general-{len(texts) - 1}" not in await text_hits("Any pain lately?")
+    assert stems(["research", "pain", "painting"]) == ["research", "paint"]
 
 
 async def test_the_second_pass_measures_hits_and_neighbours_within_the_audience(store, tenant):

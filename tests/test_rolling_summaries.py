@@ -296,6 +296,8 @@ async def test_summaries_of_summaries_keep_the_segment_short(memory, tenant):
     merged = tops[0]
     assert merged.level >= 2 and merged.children  # merged, then merged again
     assert merged.description.startswith(f"{len(merged.children)} earlier summaries")
+    assert merged.description.count("earlier summaries") == 1  # a merge of merges says what
+    assert "Compacted" in merged.description  # they covered, not "6 earlier summaries: 6 ..."
 
     expanded = await roller.expand_summary(scope, merged.id)
     originals = {m.id: m for m in await memory.conversation.all(scope)}

@@ -69,17 +69,23 @@ def parts(text: str) -> list[str]:
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er",
              "ed", "es", "ly", "s", "e", "y")  # fmt: skip
 STEM_CHARS = 4  # a shorter stem would match too many words as a prefix
+WHOLE_STEM_CHARS = 5  # a word kept whole as a stem: `pain*` would find `paint`
 
 
 def stems(terms: list[str]) -> list[str]:
     """Stems of the question's words to search as prefixes (`research*` for `researched`):
-    the index keeps words as written, and people say `volunteered` of `volunteering`."""
+    the index keeps words as written, and people say `volunteered` of `volunteering`. A word
+    with no suffix to cut is its own stem when it is long enough (`research*` for `research`,
+    which finds `researching`): a short one would match too many words."""
     out = []
     for term in terms:
         for suffix in _SUFFIXES:
             if term.endswith(suffix) and len(term) - len(suffix) >= STEM_CHARS:
                 out.append(term[: -len(suffix)])
                 break
+        else:
+            if len(term) >= WHOLE_STEM_CHARS:
+                out.append(term)
     return list(dict.fromkeys(out))
 
 

@@ -16,6 +16,7 @@ texts, so a summary rewritten meanwhile is never merged from its old text.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from memory.stores.conversation import Message
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 COMPACT_CHARS_PER_MESSAGE = 300
+_MERGED_HEAD = re.compile(r"^\d+ earlier summaries(?: \(\d+ messages\))?: ")
 
 Note = tuple[str, str]  # (description, text)
 
@@ -69,9 +71,12 @@ def compact_note(messages: list[Message]) -> Note:
 
 
 def merged_note(children: list[Summary]) -> Note:
-    """The deterministic note of merged summaries: their descriptions."""
-    description = f"{len(children)} earlier summaries: " + "; ".join(
-        c.description for c in children
+    """The deterministic note of merged summaries: their descriptions, each without the head
+    of a merged one (a merge of merges would otherwise begin "6 earlier summaries: 6 earlier
+    summaries: ..." and say nothing in its first words)."""
+    messages = sum(len(c.message_ids) for c in children)
+    description = f"{len(children)} earlier summaries ({messages} messages): " + "; ".join(
+        _MERGED_HEAD.sub("", c.description) for c in children
     )
     text = "\n".join(f"[Summary ID: {c.id}] {c.description}" for c in children)
     return " ".join(description.split()[:24]), text
