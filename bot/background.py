@@ -4,7 +4,10 @@ Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before 
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
-a crashed process to a live one. Delivery is at least once: handlers must be idempotent.
+a crashed process to a live one. Delivery is at least once: handlers must be idempotent. While a
+handler runs, its tasks are kept alive (their idle time restarted every third of
+`claim_idle_ms`), so a long one is not taken over and run twice; past `max_run_ms` that stops,
+and a hung handler's tasks go to whoever claims them.
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -43,6 +46,7 @@ class BackgroundWork:
         claim_idle_ms: int = 30_000,
         max_deliveries: int = 5,
         block_ms: int = 1_000,
+        max_run_ms: int | None = None,
     ) -> None:
         self.stream = stream
         self.handlers: dict[str, Handler] = dict(handlers or {})
@@ -52,6 +56,7 @@ class BackgroundWork:
         self.claim_idle_ms = claim_idle_ms
         self.max_deliveries = max_deliveries
         self.block_ms = block_ms
+        self.max_run_ms = 10 * claim_idle_ms if max_run_ms is None else max_run_ms
         # Claim often enough that a failed or orphaned task waits about claim_idle_ms, no more.
         self._claim_every = min(max(claim_idle_ms / 2000, 0.05), 15.0)
         self._next_claim = 0.0
@@ -212,7 +217,7 @@ class BackgroundWork:
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
-                await handler([t.payload for t in tasks])
+                await self._keeping_alive(tasks, handler([t.payload for t in tasks]))
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
             else:
@@ -222,6 +227,26 @@ class BackgroundWork:
         finally:
             self._in_flight.difference_update(t.id for t in tasks)
             self._slots.release()
+
+    async def _keeping_alive(self, tasks: list[Task], work: Awaitable[None]) -> None:
+        """Await `work` while keeping `tasks` alive in the group, for at most max_run_ms."""
+        beat = self.claim_idle_ms / 3000
+        beats = int(self.max_run_ms / 1000 / beat)
+
+        async def keep_alive() -> None:
+            for _ in range(beats):
+                await asyncio.sleep(beat)
+                try:
+                    await self.stream.keep_alive(tasks)
+                except Exception:  # Redis away: the tasks may be claimed; run at least once
+                    log.warning("background: could not keep %d tasks alive", len(tasks))
+
+        beating = asyncio.create_task(keep_alive())
+        try:
+            await work
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
 
     async def _failed(
         self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception

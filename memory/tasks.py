@@ -25,6 +25,21 @@ from redis.exceptions import ResponseError
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
 
+# Reset the idle time of the entries (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still
+# holds, and only those: XCLAIM alone would take an entry over from whoever holds it now.
+# JUSTID leaves the delivery count alone. Returns how many were still held.
+_KEEP_ALIVE_SCRIPT = """
+local held = 0
+for i = 3, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if row and row[2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    held = held + 1
+  end
+end
+return held
+"""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -105,6 +120,16 @@ class TaskStream:
             return []
         counts = await self._delivery_counts([t.id for t in claimed], self.consumer)
         return [Task(t.id, t.kind, t.payload, counts.get(t.id, t.deliveries)) for t in claimed]
+
+    async def keep_alive(self, tasks: Iterable[Task]) -> int:
+        """Tell the group these tasks are still being worked on (their idle time starts
+        again), so that no process takes them over while a long handler runs. Entries another
+        consumer has taken over meanwhile are left with it. Returns how many are still ours."""
+        ids = [t.id for t in tasks]
+        if not ids:
+            return 0
+        script = self.redis.register_script(_KEEP_ALIVE_SCRIPT)
+        return int(await script(keys=[self.stream], args=[self.group, self.consumer, *ids]))
 
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""

@@ -157,6 +157,61 @@ async def test_a_crashed_consumers_tasks_are_claimed(client, name):
     assert (await client.xpending(name, "workers"))["pending"] == 0
 
 
+async def test_a_long_task_is_not_taken_over_while_it_runs(client, name):
+    """A handler running five times the claim time, beside a second process claiming stale
+    tasks: it is kept alive, so it runs once. (One worker: its busy slot keeps the first
+    process from claiming anything, its own task included.)"""
+    handler = Recorder(delay=1.0)
+    first = work(client, name, {"a": handler}, consumer="A", workers=1)
+    second = work(client, name, {"a": handler}, consumer="B")
+    await first.submit("a", {"i": 0})
+    await asyncio.sleep(0.05)  # A has it
+    second.start()
+    await drain(first)
+    await asyncio.gather(first.close(), second.close())
+    assert handler.payloads == [{"i": 0}]
+
+
+async def test_a_hung_task_is_taken_over_after_max_run(client, name):
+    """Keeping alive is bounded: a handler hung past max_run_ms loses its task to a live
+    process, which runs it."""
+    hung = asyncio.Event()
+
+    async def hangs(payloads: list[dict]) -> None:
+        hung.set()
+        await asyncio.Event().wait()
+
+    done = Recorder()
+    first = work(client, name, {"a": hangs}, consumer="A", max_run_ms=400)
+    await first.submit("a", {"i": 0})
+    await hung.wait()
+    second = work(client, name, {"a": done}, consumer="B")
+    second.start()
+    async with asyncio.timeout(5):
+        while not done.payloads:
+            await asyncio.sleep(0.05)
+    await second.close()
+    for runner in list(first._running):
+        runner.cancel()
+    await first.close()
+    assert done.payloads == [{"i": 0}]
+
+
+async def test_keep_alive_leaves_a_task_taken_over_with_its_new_consumer(client, name):
+    slow = TaskStream(client, name, consumer="A")
+    await slow.ensure_group()
+    await slow.add("a", {"i": 0})
+    tasks = await slow.read(1, 100)
+    await asyncio.sleep(0.05)
+    assert await slow.keep_alive(tasks) == 1  # still A's
+    other = TaskStream(client, name, consumer="B")
+    await asyncio.sleep(0.05)
+    assert [t.id for t in await other.claim_stale(10, 10)] == [tasks[0].id]
+    assert await slow.keep_alive(tasks) == 0  # B's now: A does not take it back
+    pending = await client.xpending_range(name, "workers", min="-", max="+", count=10)
+    assert [row["consumer"] for row in pending] == [b"B"]
+
+
 async def test_close_finishes_the_batch_in_hand_and_leaves_the_rest(client, name):
     started, release = asyncio.Event(), asyncio.Event()
     first: list[list[dict]] = []
