@@ -1,0 +1,144 @@
+"""`/watch …` and chat watch commands: make, list, pause, resume or remove a watch.
+
+Every command answers with a text to show (a malformed one with the usage), never raises for a
+person's mistake. Only the place a watch posts to may remove, pause or resume it, and a watch is
+made or resumed only where this process's poster says it can post (the bot is in the channel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.watch_places import TERMINAL, Poster, WatchPlace, place_of
+from bot.watch_texts import (
+    RESERVED,
+    USAGE,
+    chat_command,
+    created_text,
+    describe,
+    parse_watch,
+    utc_minute,
+    watch_id_of,
+)
+from memory.scope import Scope
+from memory.stores.watches import InvalidWatch, Watch, WatchStore
+
+
+class WatchCommands:
+    """The watch commands of one process (its posters are those the adapters attached)."""
+
+    def __init__(
+        self, store: WatchStore, posters: dict[str, Poster], now: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self.posters = posters  # shared with the service: `attach` adds to it
+        self.now = now
+
+    async def create(
+        self, scope: Scope, text: str, place: WatchPlace | None, watch_id: str = ""
+    ) -> Watch:
+        """A watch posting to `place`; InvalidWatch when the request is malformed or this
+        process's poster says it cannot post there (the bot is not in the channel)."""
+        request = parse_watch(text)
+        place = place or TERMINAL
+        poster = self.posters.get(place.platform)
+        if poster is not None and (why := await poster.can_post(place)):
+            raise InvalidWatch(why)
+        return await self.store.create(
+            scope, request.query, request.period, platform=place.platform,
+            channel=place.channel, thread=place.thread, categories=request.categories,
+            authors=request.authors, now=self.now(), watch_id=watch_id,
+        )  # fmt: skip
+
+    async def command(
+        self, scope: Scope, text: str, place: WatchPlace | None, watch_id: str = ""
+    ) -> str:
+        """`/watch …` (or a chat watch command): make, list, pause, resume or remove; the
+        answer to show. A reserved word never makes a watch; misused, it answers the usage."""
+        words = text.split()
+        verb = words[0].lower() if words else ""
+        try:
+            if verb in ("", "help"):
+                return USAGE
+            if verb in RESERVED:
+                return await self._verb(scope, verb, words[1:], place)
+            watch = await self.create(scope, text, place, watch_id)
+        except InvalidWatch as exc:
+            return str(exc)
+        return created_text(watch)
+
+    async def _verb(
+        self, scope: Scope, verb: str, rest: list[str], place: WatchPlace | None
+    ) -> str:
+        """A reserved word's command; anything else than its one form answers the usage."""
+        if verb == "list":
+            if rest:
+                return "`/watch list` takes no more words. " + USAGE
+            return await self.list_text(scope, place)
+        if len(rest) != 1:
+            return f"`/watch {verb}` takes one id. " + USAGE
+        if verb in ("remove", "delete", "stop"):
+            return await self.remove_text(scope, rest[0], place)
+        if verb == "pause":
+            return await self.pause_text(scope, rest[0], place)
+        return await self.resume_text(scope, rest[0], place)
+
+    async def message(self, scope: Scope, text: str, turn_id: str = "") -> str | None:
+        """A chat message that is a watch command (`chat_command`), answered; None for any
+        other message. `turn_id`: the job's id, from which a made watch takes its id."""
+        command = chat_command(text)
+        if command is None:
+            return None
+        watch_id = watch_id_of(scope.tenant, turn_id) if turn_id else ""
+        return await self.command(scope, command, place_of(scope), watch_id)
+
+    async def list_text(self, scope: Scope, place: WatchPlace | None) -> str:
+        channel = place.channel if place else None
+        watches = await self.store.visible(scope, channel)
+        if not watches:
+            return "No watches here. " + USAGE
+        return "\n".join(f"• `{w.id}` {describe(w)} — {_state(w)}" for w in watches)
+
+    async def _here(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> Watch | None:
+        """The watch, if it posts to this place and this person may see it there: only the
+        place a watch posts to may remove, pause or resume it."""
+        watch = await self.store.get(scope.tenant, watch_id.strip("`"))
+        if watch is None or not scope.can_see(watch.audience):
+            return None
+        return watch if (place or TERMINAL).holds(watch) else None
+
+    async def remove_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
+        watch = await self._here(scope, watch_id, place)
+        if watch is None:
+            return _not_here(watch_id)
+        await self.store.remove(scope.tenant, watch.id)
+        return f"Stopped watching {describe(watch)} (`{watch.id}`)."
+
+    async def pause_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
+        watch = await self._here(scope, watch_id, place)
+        if watch is None:
+            return _not_here(watch_id)
+        await self.store.pause(watch, f"paused by {scope.user or 'someone'}")
+        return f"Paused {describe(watch)} (`{watch.id}`); `/watch resume {watch.id}` resumes it."
+
+    async def resume_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
+        watch = await self._here(scope, watch_id, place)
+        if watch is None:
+            return _not_here(watch_id)
+        poster = self.posters.get(watch.platform)
+        if poster is not None and (why := await poster.can_post(place or TERMINAL)):
+            return why
+        await self.store.resume(watch, self.now())
+        return f"Resumed {describe(watch)} (`{watch.id}`): a digest comes within a few minutes."
+
+
+def _not_here(watch_id: str) -> str:
+    return f"No watch `{watch_id}` posts here (`/watch list` shows their ids)."
+
+
+def _state(watch: Watch) -> str:
+    """A listed watch's schedule: its next digest, or why it is paused."""
+    if watch.paused:
+        return f"*paused* ({watch.paused}): `/watch resume {watch.id}`"
+    retrying = f" (arXiv failed {watch.failures}×, retrying)" if watch.failures else ""
+    return f"next digest {utc_minute(watch.next_due)} UTC{retrying}"

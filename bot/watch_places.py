@@ -1,0 +1,75 @@
+"""Where a watch posts, and how a platform posts there.
+
+A watch made in chat posts to the channel it was made in (`place_of`); one made in the terminal
+posts nowhere (`TERMINAL`: it is run by hand). Each chat adapter registers a `Poster`, the one
+seam between the platform-free watch service and Slack's or Discord's API, so that the
+scheduler, the digest task and the Save task never name a platform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory.digest import Digest
+from memory.scope import Scope
+from memory.stores.watches import Watch
+
+
+class Undeliverable(RuntimeError):
+    """The platform will not take the digest there (channel gone, bot removed): the period is
+    given up without moving `since`, so a later digest still shows its papers."""
+
+
+@dataclass
+class WatchPlace:
+    """Where a watch made in chat posts: the platform, its channel and thread."""
+
+    platform: str
+    channel: str
+    thread: str = ""
+
+    def holds(self, watch: Watch) -> bool:
+        """The watch posts here (only here may it be paused, resumed or removed)."""
+        return (watch.platform, watch.channel) == (self.platform, self.channel)
+
+
+TERMINAL = WatchPlace("terminal", "terminal")
+
+
+def place_of(scope: Scope) -> WatchPlace | None:
+    """The place of a chat message (from its thread id), or None for the terminal."""
+    parts = scope.thread.split(":")
+    if parts[0] == "slack" and len(parts) >= 4:
+        return WatchPlace("slack", parts[2])  # digests go to the channel, not the thread
+    if parts[0] == "discord" and len(parts) >= 3 and scope.channel:
+        return WatchPlace("discord", scope.channel)
+    return None
+
+
+class Poster(Protocol):
+    """How one platform shows digests and answers the Save button (registered by its adapter)."""
+
+    async def post(self, watch: Watch, digest: Digest, marker: str) -> str:
+        """Post the digest; returns the platform's reference of the message."""
+        ...
+
+    async def find(self, watch: Watch, marker: str, since: float) -> str | None:
+        """The reference of a digest message posted with `marker` since then, if any."""
+        ...
+
+    async def answer(self, reply: dict[str, Any], text: str) -> None:
+        """Say `text` where a Save button was pressed (`reply`: the adapter's own address)."""
+        ...
+
+    async def can_post(self, place: WatchPlace) -> str:
+        """ "" if digests can be posted there, else why not (and what to do)."""
+        ...
+
+    async def tell(self, watch: Watch, text: str) -> None:
+        """Say `text` to the watch's creator alone (a direct message)."""
+        ...
+
+    async def notice(self, watch: Watch, text: str) -> None:
+        """Say `text` in the watch's place."""
+        ...

@@ -1,0 +1,131 @@
+"""The words of topic watches: what a person asked for, and what the bot says back.
+
+Kept apart from the service so that every side (chat, slash commands, the terminal's
+`arxivscout watch`, the digest task's notices) reads a request and words a watch the same way.
+
+- `parse_watch` reads "state-space models weekly cat:cs.LG author:Gu" (a slash command's text).
+- A chat message is a watch command only in an explicit form (`chat_command`): "watch: <topic>",
+  or "watch <topic>" naming a period or an option ("weekly", "every 3 days", "cat:", "author:"),
+  or "watch list|remove|pause|resume|help …"; never with a question mark, nor "watch out", "watch
+  it" and the like.
+- Made from a job, a watch's id comes from the job's id (`watch_id_of`), so a job run again finds
+  the watch it made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+from memory.stores.watches import DAY, InvalidWatch, Watch
+
+_PERIOD = re.compile(r"^(?:every\s*)?(\d{1,3})\s*(?:d|days?)$", re.I)
+_OPTION = re.compile(
+    r"\b(cat|category|au|author):(\"[^\"]+\"|\S+)|\bevery\s+\d{1,3}\s+days?\b", re.I
+)
+RESERVED = ("list", "remove", "delete", "stop", "pause", "resume", "help")
+_CHAT = re.compile(r"^\s*watch(:|\s)\s*(.*)$", re.I | re.S)
+_NOT_A_TOPIC = re.compile(r"^(out|it|this|that|these|those|me|you|him|her|them|us|over)\b", re.I)
+_SCHEDULED = re.compile(
+    r"\b(daily|weekly|every\s+(day|week|\d{1,3}\s*(d|days?)))\b|\b(cat|category|au|author):", re.I
+)
+UNREACHABLE = "My memory is unreachable right now, so nothing was changed: try again in a minute."
+NOT_QUEUED = (
+    "I could not take that right now (my memory is unreachable): press it again in a minute."
+)
+USAGE = (
+    "Usage: `/watch <topic> [daily|weekly|every N days] [cat:cs.CL] [author:Name]`, "
+    "`/watch list`, `/watch remove <id>`, `/watch pause <id>`, `/watch resume <id>` "
+    "(in chat: “watch state-space models weekly” or “watch: state-space models”)."
+)
+
+
+@dataclass
+class WatchRequest:
+    query: str
+    period: int = DAY
+    categories: list[str] = field(default_factory=list)
+    authors: list[str] = field(default_factory=list)
+
+
+def parse_period(word: str) -> int | None:
+    word = word.strip().lower()
+    if word in ("daily", "day", "every day"):
+        return DAY
+    if word in ("weekly", "week", "every week"):
+        return 7 * DAY
+    if found := _PERIOD.match(word):
+        days = int(found.group(1))
+        return days * DAY if days >= 1 else None
+    return None
+
+
+def chat_command(text: str) -> str | None:
+    """The command of a chat message that is an explicit watch command (see the module's
+    docstring), else None: a message that merely starts with "watch" is a question."""
+    found = _CHAT.match(text)
+    if found is None or "?" in text:
+        return None
+    colon, rest = found.group(1) == ":", found.group(2).strip()
+    first = rest.split()[0].lower() if rest else ""
+    if first in RESERVED:
+        return rest
+    if not rest or _NOT_A_TOPIC.match(rest) or not (colon or _SCHEDULED.search(rest)):
+        return None
+    return re.sub(r"^(for|on)\s+", "", rest, flags=re.I)
+
+
+def parse_watch(text: str) -> WatchRequest:
+    """A watch's topic and options from free text; InvalidWatch when nothing is asked."""
+    request = WatchRequest("")
+    rest = []
+    for found in _OPTION.finditer(text):
+        if found.group(1) is None:
+            request.period = parse_period(found.group(0)) or request.period
+            continue
+        value = found.group(2).strip('"').replace("_", " ").strip()
+        target = request.categories if found.group(1).lower() in ("cat", "category") else None
+        (target if target is not None else request.authors).append(value)
+    for word in _OPTION.sub(" ", text).split():
+        period = parse_period(word)
+        if period is not None:
+            request.period = period
+        else:
+            rest.append(word)
+    request.query = " ".join(rest).strip(" .,:;\"'")
+    if not (request.query or request.categories or request.authors):
+        raise InvalidWatch("What should I watch? " + USAGE)
+    return request
+
+
+def watch_id_of(tenant: str, job_id: str) -> str:
+    """A watch's id from the job that made it: the same job run again makes the same watch."""
+    return hashlib.blake2b(f"{tenant}:{job_id}".encode(), digest_size=5).hexdigest()
+
+
+def describe(watch: Watch) -> str:
+    what = f"“{watch.query}”" if watch.query else "new papers"
+    extra = [f"cat:{c}" for c in watch.categories] + [f"author:{a}" for a in watch.authors]
+    return f"{what}{' ' + ' '.join(extra) if extra else ''}, {watch.period_name}"
+
+
+def created_text(watch: Watch) -> str:
+    """The answer to a watch made in chat (it starts with "Watching ")."""
+    where = "for the terminal (`arxivscout watch run`)" if watch.platform == "terminal" else "here"
+    return (
+        f"Watching {describe(watch)} {where} (id `{watch.id}`). The first digest comes "
+        f"within a few minutes and covers the last {watch.period_name.replace('ly', '')}; "
+        f"`/watch remove {watch.id}` stops it."
+    )
+
+
+def saving_text(arxiv_id: str) -> str:
+    """The first answer to a pressed Save (the task answers again once it is saved)."""
+    return f"Saving arXiv:{arxiv_id} to the team knowledge base…"
+
+
+def utc_minute(timestamp: float) -> str:
+    """A time as people read it in a notice or a listing ("2026-12-01 10:41", UTC)."""
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(timestamp))
