@@ -28,6 +28,7 @@ from adapters.slack_delivery import DM
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.scope import Scope, Visibility
+from memory.stores.knowledge_base import is_shared_pdf
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,17 @@ def esc(text: str) -> str:
 
 def _date(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+def _paper_line(paper: dict[str, Any]) -> str:
+    """A paper from arXiv links to arXiv with its id; a PDF shared in chat has no arXiv id:
+    its title (or file name) links where it was shared, if anywhere."""
+    arxiv_id = paper["arxiv_id"]
+    if not is_shared_pdf(arxiv_id):
+        link = paper.get("url") or f"https://arxiv.org/abs/{arxiv_id}"
+        return f"<{link}|{esc(paper.get('title') or arxiv_id)}> · arXiv:{esc(arxiv_id)}"
+    name = esc(paper.get("title") or paper.get("file_name") or "Untitled PDF")
+    return f"<{paper['url']}|{name}> · shared PDF" if paper.get("url") else f"{name} · shared PDF"
 
 
 def _section(text: str, **extra: Any) -> dict[str, Any]:
@@ -118,12 +130,7 @@ class SlackHome:
 
     async def _papers(self, team: str) -> list[dict[str, Any]]:
         papers = (await self.memory.knowledge_base.papers(Scope(team)))[-PAPERS_SHOWN:][::-1]
-        lines = [
-            f"• <{p.get('url') or 'https://arxiv.org/abs/' + p['arxiv_id']}|"
-            f"{esc(p.get('title') or p['arxiv_id'])}> · arXiv:{esc(p['arxiv_id'])}"
-            f" · saved {_date(p.get('ingested_at') or 0)}"
-            for p in papers
-        ]
+        lines = [f"• {_paper_line(p)} · saved {_date(p.get('ingested_at') or 0)}" for p in papers]
         text = "\n".join(lines) or "_No papers saved yet: ask me to find and save one._"
         return [_header("Recently saved papers"), _section(text)]
 

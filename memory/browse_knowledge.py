@@ -12,7 +12,7 @@ from memory.browse_reader import Audiences, Reads, sees
 from memory.keys import papers_key
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import decode
-from memory.stores.knowledge_base import base_arxiv_id
+from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
 
 
 def _split_ids(value: Any) -> list[str]:
@@ -39,19 +39,39 @@ class PaperInfo:
     chunks: int
     ingested_at: float
     audience: str = PUBLIC  # the whole team's, but for PDFs shared in a private place
+    file_name: str = ""  # a shared PDF's, as it was shared
+    sharer: str = ""  # who shared a PDF (a platform user id; "" for papers from arXiv)
+
+    @property
+    def shared_pdf(self) -> bool:
+        return is_shared_pdf(self.arxiv_id)
+
+    @property
+    def name(self) -> str:
+        """What the page calls it: its title, else a shared PDF's file name, else its id."""
+        return self.title or (self.file_name if self.shared_pdf else "") or self.arxiv_id
+
+    @property
+    def label(self) -> str:
+        """`arXiv:<id>` for a paper from arXiv; a shared PDF's id is no arXiv id."""
+        if not self.shared_pdf:
+            return f"arXiv:{self.arxiv_id}"
+        return f"shared PDF · {self.file_name}" if self.file_name else "shared PDF"
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> PaperInfo:
         arxiv_id = str(record.get("arxiv_id", ""))
+        arxiv_link = "" if is_shared_pdf(arxiv_id) else f"https://arxiv.org/abs/{arxiv_id}"
         return cls(
             arxiv_id=arxiv_id, title=str(record.get("title", "")),
             authors=list(record.get("authors") or []), published=str(record.get("published", "")),
             categories=list(record.get("categories") or []),
             abstract=str(record.get("abstract", "")),
-            url=str(record.get("url") or f"https://arxiv.org/abs/{arxiv_id}"),
+            url=str(record.get("url") or arxiv_link),
             source=str(record.get("source", "")), chunks=int(record.get("chunks") or 0),
             ingested_at=float(record.get("ingested_at") or 0.0),
             audience=str(record.get("audience") or PUBLIC),
+            file_name=str(record.get("file_name") or ""), sharer=str(record.get("sharer") or ""),
         )  # fmt: skip
 
 
@@ -64,6 +84,11 @@ class PassageView:
     content: str
     url: str = ""
     audience: str = PUBLIC
+
+    @property
+    def label(self) -> str:
+        """`arXiv:<id>`, or "shared PDF" for a PDF shared in chat (its id is no arXiv id)."""
+        return "shared PDF" if is_shared_pdf(self.arxiv_id) else f"arXiv:{self.arxiv_id}"
 
 
 @dataclass

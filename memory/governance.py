@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from redisvl.query.filter import Tag
@@ -81,7 +81,7 @@ class Governance:
             if not lists.raw[thread] and listed is None:
                 raise NotFound("thread", thread)
             erasure = await self._threads.erase_threads(tenant, lists)
-            erasure += await self._private_pdfs(tenant, thread=thread)
+            erasure += await self._private_pdfs(tenant, lambda pdf: pdf.get("thread") == thread)
             return erasure + await self._turns(tenant, threads=[thread])
 
     async def forget_summary(self, tenant: str, summary_id: str) -> Erasure:
@@ -141,16 +141,18 @@ class Governance:
         removed = await self.redis.hdel(papers_key(tenant), arxiv_id)
         return Erasure(papers=int(removed), chunks=len(chunks))
 
-    async def _private_pdfs(self, tenant: str, **which: str) -> Erasure:
+    async def _private_pdfs(
+        self, tenant: str, brought: Callable[[dict[str, Any]], bool]
+    ) -> Erasure:
         """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) that a
-        forgotten thread or person brought: `thread=` shared there, `sharer=` shared by them.
-        The team's copies stay, as papers from arXiv do."""
+        forgotten thread or person brought (`brought(record)`: shared in a thread that went,
+        by a person who went). The team's copies stay, as papers from arXiv do."""
         erasure = Erasure()
         for arxiv_id, raw in (await self.redis.hgetall(papers_key(tenant))).items():
             record = json.loads(raw)
             if record.get("source") != "pdf" or record.get("audience", PUBLIC) == PUBLIC:
                 continue
-            if all(record.get(field) == value for field, value in which.items()):
+            if brought(record):
                 with contextlib.suppress(NotFound):
                     erasure += await self.forget_paper(tenant, decode(arxiv_id) or "")
         return erasure
@@ -209,7 +211,8 @@ class Governance:
         async with self._exclusive(tenant):
             await WatchStore(self.memory.redis).forget_creator(tenant, user)  # watches stay
             turns = await self._turns(tenant, asker=user)  # their turns, and their votes
-            turns += await self._private_pdfs(tenant, sharer=user)  # what they shared privately
+            # what they shared privately
+            turns += await self._private_pdfs(tenant, lambda pdf: pdf.get("sharer") == user)
             try:
                 return await self._sweeps.person(tenant, user) + turns
             except NotFound:
@@ -218,10 +221,18 @@ class Governance:
                 raise
 
     async def forget_older_than(self, tenant: str, cutoff: float) -> Erasure:
-        """Retention: conversation memory said before `cutoff` (seconds since the epoch); papers,
-        entities and workflows are kept (`Sweeps.older_than`)."""
+        """Retention: conversation memory said before `cutoff` (seconds since the epoch), and
+        the PDFs shared privately in the threads that went whole (as `forget_thread` does);
+        papers from arXiv and the team's PDFs, entities and workflows are kept
+        (`Sweeps.expiry`, `Sweeps.expire`)."""
         async with self._exclusive(tenant):
-            erasure = await self._sweeps.older_than(tenant, cutoff)
+            expiry = await self._sweeps.expiry(tenant, cutoff)
+            erasure = await self._sweeps.expire(tenant, expiry)
+            dropped = set(expiry.dropped)
+            if dropped:
+                erasure += await self._private_pdfs(
+                    tenant, lambda pdf: pdf.get("thread") in dropped
+                )
             return erasure + await self._turns(tenant, before=cutoff)
 
     async def _turns(self, tenant: str, **which: Any) -> Erasure:

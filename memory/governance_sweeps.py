@@ -1,11 +1,11 @@
 """Erasures that sweep a tenant's whole memory: one person, across every store (`person`), and
-what is older than the retention period (`older_than`). Both find what to erase, then leave the
-messages and threads to `ThreadEraser` (memory/governance_threads.py). The caller holds the
-tenant's erasure lock (`Governance._exclusive`)."""
+what is older than the retention period (`expiry`, then `expire`). Both find what to erase,
+then leave the messages and threads to `ThreadEraser` (memory/governance_threads.py). The
+caller holds the tenant's erasure lock (`Governance._exclusive`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redisvl.query import FilterQuery
@@ -41,12 +41,14 @@ async def delete_where(
 @dataclass
 class Expiry:
     """What a retention sweep found: the threads as read (`lists`), those whose every message
-    is older than `cutoff` (`whole`) and those with some older ones (`partly`)."""
+    is older than `cutoff` (`whole`) and those with some older ones (`partly`); once expired,
+    the whole ones that went (`dropped`: not those that grew meanwhile)."""
 
     cutoff: float
     lists: Threads
     whole: list[str]
     partly: list[str]
+    dropped: list[str] = field(default_factory=list)
 
 
 class Sweeps:
@@ -85,15 +87,11 @@ class Sweeps:
             raise NotFound("person", user)
         return erasure
 
-    async def older_than(self, tenant: str, cutoff: float) -> Erasure:
-        """Retention: conversation memory said before `cutoff` (seconds since the epoch):
-        messages (tombstones), summaries over them (rewritten), tool logs, episodic entries,
-        cached vectors. A thread whose every message is older goes whole. Papers, entities and
-        workflows are kept."""
-        return await self.expire(tenant, await self.expiry(tenant, cutoff))
-
     async def expiry(self, tenant: str, cutoff: float) -> Expiry:
-        """What a retention sweep finds: every thread, read; which go whole and which in part."""
+        """What a retention sweep finds: every thread, read; which go whole and which in part.
+        `expire` then forgets what was said before `cutoff` (seconds since the epoch): messages
+        (tombstones), summaries over them (rewritten), tool logs, episodic entries, cached
+        vectors; a thread whose every message is older goes whole."""
         listed = await self.redis.zrange(threads_key(tenant), 0, -1, withscores=True)
         lists = await self.threads.read(tenant, [decode(t) for t, _ in listed])
         last = {decode(t): score for t, score in listed}
@@ -116,6 +114,7 @@ class Sweeps:
             return m.timestamp < cutoff and not m.forgotten
 
         erasure, grown = await self.threads.erase_unchanged(tenant, lists.only(expiry.whole))
+        expiry.dropped = [t for t in expiry.whole if t not in set(grown)]
         if grown:
             lists.update(await self.memory.conversation.raw_threads(tenant, grown))
         erasure += await self.threads.forget_messages(

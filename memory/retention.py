@@ -12,7 +12,8 @@ task stream (memory/tasks.py), and the stream's consumer group gives each task t
 or to another when that one dies before it acknowledges the task. A sweep reads the period again
 when it runs, so one turned off meanwhile removes nothing. It forgets conversation memory
 (messages, summaries over them, tool logs, episodic entries) said before now minus the period,
-through `Governance.forget_older_than`; papers, entities and workflows are kept.
+through `Governance.forget_older_than`, and the PDFs shared privately in a thread that went
+whole; papers from arXiv, the team's PDFs, entities and workflows are kept.
 """
 
 from __future__ import annotations

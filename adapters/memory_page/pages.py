@@ -7,9 +7,10 @@ guard keeps in the session for the next page (`server.Flashed`), never in the ad
 A Forget button leads to a page that shows what would be forgotten (`GET /memory/forget/confirm`),
 whose form posts the erasure: nothing is erased by one stray click, and no script is needed.
 Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see,
-forget their own messages, the threads, summaries and tool logs of their own DMs, and
-everything about themselves; everything else that changes or exports the tenant is an admin's
-(403). An id the viewer may not see, or of another tenant, is a 404, like a missing one.
+forget their own messages, the threads, summaries and tool logs of their own DMs, the PDFs
+they shared in a private channel or a DM, and everything about themselves; everything else
+that changes or exports the tenant is an admin's (403). An id the viewer may not see, or of
+another tenant, is a 404, like a missing one.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ THREADS_PER_PAGE = 50
 TURNS_SHOWN = 100  # of a thread's turns, newest first, in its usage table
 SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
-ADMIN_KINDS = ("paper", "entity", "workflow")
-KINDS = ("message", "thread", "summary", "tool_log", *ADMIN_KINDS)
+ADMIN_KINDS = ("entity", "workflow")
+KINDS = ("message", "thread", "summary", "tool_log", "paper", *ADMIN_KINDS)
 NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, imports, pages)
     "messages": ("message", "messages"), "threads": ("thread", "threads"),
     "summaries": ("summary", "summaries"), "tool_logs": ("tool log", "tool logs"),
@@ -105,6 +106,13 @@ def may_forget_message(viewer: Viewer, message: Any) -> bool:
 def may_forget_record(viewer: Viewer, audience: str) -> bool:
     """A thread, summary or tool log: an admin's, or the viewer's own DM's."""
     return viewer.admin or own_dm(viewer, audience)
+
+
+def may_forget_paper(viewer: Viewer, paper: Any) -> bool:
+    """A paper: an admin's; a PDF shared in a private channel or a DM, its sharer's too (the
+    team's copies and papers from arXiv are the whole team's: an admin's to forget)."""
+    shared_privately = paper.shared_pdf and paper.audience != PUBLIC
+    return viewer.admin or (shared_privately and bool(paper.sharer) and paper.sharer == viewer.user)
 
 
 def when(timestamp: float | None) -> str:
@@ -227,6 +235,7 @@ class Pages:
             thread_url=thread_url, quote=lambda s: quote(s, safe=""),
             page_of=lambda seq: seq // PAGE_SIZE + 1,
             may_forget_message=may_forget_message, may_forget_record=may_forget_record,
+            may_forget_paper=may_forget_paper,
         )  # fmt: skip
 
     # -- rendering -----------------------------------------------------------------------------
@@ -375,9 +384,14 @@ class Pages:
                 raise Refused
             return Target(kind, item, record.thread_id, record, thread_url(record.thread_id))
         if kind == "paper":
-            found: Any = await self.browse.paper_info(v.tenant, item)
-        elif kind == "entity":
-            found = await self.browse.entity(v.tenant, item, seen)
+            paper = await self.browse.paper_info(v.tenant, item)
+            if paper is None or not v.can_see(paper.audience):
+                raise Missing
+            if not may_forget_paper(v, paper):
+                raise Refused
+            return Target(kind, paper.arxiv_id, "", paper, "/memory/papers")
+        if kind == "entity":
+            found: Any = await self.browse.entity(v.tenant, item, seen)
         else:
             found = await self.browse.workflow(v.tenant, item, seen)
         if found is None or not v.can_see(found.audience):

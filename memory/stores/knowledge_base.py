@@ -42,6 +42,12 @@ def is_arxiv_id(text: str) -> bool:
     return bool(_ARXIV_ID.match(text.strip()))
 
 
+def is_shared_pdf(paper_id: str) -> bool:
+    """A PDF shared in chat (memory/ingest/shared_pdf.py), known as `pdf-…`: no arXiv paper,
+    so no arxiv.org link or `arXiv:` label is to be made of it."""
+    return paper_id.startswith("pdf-")
+
+
 @dataclass
 class Paper:
     """A paper's metadata as the knowledge base keeps it."""
@@ -315,8 +321,7 @@ class KnowledgeBase(VectorStore):
             where = f" — section: {p.section}" if p.section else ""
             year = f" ({p.year})" if p.year else ""
             page = f" — page {p.page}" if p.page else ""
-            # a PDF shared in chat is no arXiv paper: no arxiv.org link is to be made of it
-            label = "PDF" if p.arxiv_id.startswith("pdf-") else "arXiv"
+            label = "PDF" if is_shared_pdf(p.arxiv_id) else "arXiv"
             items.append(
                 f"[{number}] [{label}:{p.arxiv_id}] {p.title}{year}{where}{page} — chunk "
                 f"{p.chunk_index}\nLink: {p.url}\n{p.content}"
