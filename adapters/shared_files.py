@@ -11,15 +11,15 @@ a `chat` or `ask` process, or one with Slack's token only, never takes a Discord
     base (memory/ingest/shared_pdf.py) -> the message edited to the outcome
     then: the message's text queued as a turn, so the question sees the PDF
 
-Delivery is at least once, one task at a time, claimed back only after CLAIM_IDLE_MS. A share's
-task holds a lock in Redis while it runs, so two copies (a redelivery, Slack's retry) never read
-or post at once. The message posted and each outcome are kept in Redis (`ShareProgress`), so a
-redelivered task edits its own message and says the same thing; the turn is queued under the
-message's event id, so never twice. Posting and editing are best effort: a message that cannot
-be edited is posted anew, one that cannot be posted is logged, and the turn is queued anyway.
-What a person can fix (not a PDF, too large, encrypted, no text) is the file's outcome at once;
-what may pass (a download timing out, a 5xx, the embedding API busy) runs again, and becomes
-the outcome, in words, on the last delivery.
+Delivery is at least once, one task at a time; a dead process's is taken over after
+CLAIM_IDLE_MS. A share's task holds a lock in Redis while it runs, so two copies (a redelivery,
+Slack's retry) never read or post at once. The message posted and each outcome are kept in Redis
+(`ShareProgress`), so a redelivered task edits its own message and says the same thing; the turn
+is queued under the message's event id, so never twice. Posting and editing are best effort: a
+message that cannot be edited is posted anew, one that cannot be posted is logged, and the turn
+is queued anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the file's
+outcome at once; what may pass (a download timing out, a 5xx, the embedding API busy) runs
+again, and becomes the outcome, in words, on the last delivery.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 SHARED_FILES = "shared_files"  # the background task's kind
 STREAM_PREFIX = "shared-files"  # one stream per platform: shared-files-slack, -discord
-CLAIM_IDLE_MS = 600_000  # a long read (a 300-page PDF) is not taken over while it runs
+CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the share's lock
+# lasts as long (a live process keeps its tasks alive however long a read runs: bot/background.py)
 MAX_DELIVERIES = 5
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}

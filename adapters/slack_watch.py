@@ -1,9 +1,9 @@
-"""Slack's side of topic watches (bot/watches.py): `/watch`, the digest message, its buttons.
+"""Slack's side of topic watches (bot/watches.py and its parts): `/watch`, the digest message, its buttons.
 
 - `/watch <topic> [daily|weekly|every N days] [cat:cs.CL] [author:Name]` makes a watch that
   posts to the channel it was used in; `/watch list`, `/watch remove|pause|resume <id>` (only
   from that channel). A mention "watch … weekly" does the same, through the turn handler
-  (bot/watches.py `chat_command`).
+  (bot/watch_texts.py `chat_command`).
 - A digest is one message (Block Kit): per paper its title linked, authors, why it matters,
   and a "Save to team knowledge base" button (action `digest_save`, value the arXiv id). The
   message carries metadata naming its watch and period, so a digest task run again after a

@@ -4,10 +4,11 @@ Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before 
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
-a crashed process to a live one. Delivery is at least once: handlers must be idempotent. While a
-handler runs, its tasks are kept alive (their idle time restarted every third of
-`claim_idle_ms`), so a long one is not taken over and run twice; past `max_run_ms` that stops,
-and a hung handler's tasks go to whoever claims them.
+a crashed process to a live one. Delivery is at least once: handlers must be idempotent. From
+the moment they are read until they are acknowledged, a process keeps its tasks alive (their
+idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
+worker, is not taken over and run twice; after `max_run_ms` that stops, and a hung handler's
+tasks go to whoever claims them.
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[list[dict]], Awaitable[None]]
 
 MAX_BACKOFF = 5.0  # seconds between retries while Redis is unreachable
+MAX_RUN_MS = 1_800_000  # a batch held longer than this is taken for hung: others may claim it
 DRAIN_POLL = 0.05  # seconds between pending-count checks in drain()
 
 
@@ -46,8 +48,10 @@ class BackgroundWork:
         claim_idle_ms: int = 30_000,
         max_deliveries: int = 5,
         block_ms: int = 1_000,
-        max_run_ms: int | None = None,
+        max_run_ms: int = MAX_RUN_MS,
     ) -> None:
+        if claim_idle_ms <= 0:
+            raise ValueError("claim_idle_ms must be positive")
         self.stream = stream
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self.workers = workers
@@ -56,16 +60,17 @@ class BackgroundWork:
         self.claim_idle_ms = claim_idle_ms
         self.max_deliveries = max_deliveries
         self.block_ms = block_ms
-        self.max_run_ms = 10 * claim_idle_ms if max_run_ms is None else max_run_ms
+        self.max_run_ms = max_run_ms
         # Claim often enough that a failed or orphaned task waits about claim_idle_ms, no more.
         self._claim_every = min(max(claim_idle_ms / 2000, 0.05), 15.0)
         self._next_claim = 0.0
         self._slots = asyncio.Semaphore(workers)
         self._stop = asyncio.Event()
         self._consumer: asyncio.Task | None = None
+        self._beating: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self._tickers: set[asyncio.Task] = set()
-        self._in_flight: set[str] = set()
+        self._held: dict[str, tuple[Task, float]] = {}  # read, not yet acknowledged: since when
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -127,6 +132,8 @@ class BackgroundWork:
             self._stop.clear()
             self._next_claim = 0.0  # claim what crashed consumers left, first thing
             self._consumer = asyncio.create_task(self._consume(), name="background-consumer")
+        if self._beating is None or self._beating.done():
+            self._beating = asyncio.create_task(self._keep_alive(), name="background-keep-alive")
 
     async def drain(self) -> None:
         """Wait until every task on the stream (submitted by anyone) is done and acknowledged.
@@ -152,6 +159,10 @@ class BackgroundWork:
                 await asyncio.gather(self._consumer, return_exceptions=True)
             self._consumer = None
         await asyncio.gather(*self._running, return_exceptions=True)
+        if self._beating is not None:  # the batches in hand are done: nothing left to hold
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+            self._beating = None
 
     # -- the consumer ----------------------------------------------------------------------------
 
@@ -182,20 +193,27 @@ class BackgroundWork:
         except BaseException:
             self._slots.release()
             raise
-        tasks = [t for t in tasks if t.id not in self._in_flight]  # reclaimed from ourselves
+        tasks = [t for t in tasks if t.id not in self._held]  # reclaimed from ourselves
         if not tasks:
             self._slots.release()
             return
+        now = asyncio.get_running_loop().time()
+        self._held.update((t.id, (t, now)) for t in tasks)
         by_kind: dict[str, list[Task]] = {}
         for task in tasks:
             by_kind.setdefault(task.kind, []).append(task)
-        for i, (kind, group) in enumerate(by_kind.items()):
-            if i:
-                await self._slots.acquire()
-            self._in_flight.update(t.id for t in group)
-            runner = asyncio.create_task(self._run(kind, group, deadline))
-            self._running.add(runner)
-            runner.add_done_callback(self._running.discard)
+        started = 0
+        try:
+            for kind, group in by_kind.items():
+                if started:
+                    await self._slots.acquire()
+                runner = asyncio.create_task(self._run(kind, group, deadline))
+                started += 1
+                self._running.add(runner)
+                runner.add_done_callback(self._running.discard)
+        finally:  # stopped while waiting for a worker: the rest is not ours to hold
+            for _, group in list(by_kind.items())[started:]:
+                self._release(group)
 
     async def _fetch(self) -> list[Task]:
         now = asyncio.get_running_loop().time()
@@ -217,7 +235,7 @@ class BackgroundWork:
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
-                await self._keeping_alive(tasks, handler([t.payload for t in tasks]))
+                await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
             else:
@@ -225,28 +243,25 @@ class BackgroundWork:
         except Exception:  # Redis failed on ack: the tasks stay pending and are claimed again
             log.exception("background %s: could not record the outcome", kind)
         finally:
-            self._in_flight.difference_update(t.id for t in tasks)
+            self._release(tasks)
             self._slots.release()
 
-    async def _keeping_alive(self, tasks: list[Task], work: Awaitable[None]) -> None:
-        """Await `work` while keeping `tasks` alive in the group, for at most max_run_ms."""
+    def _release(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            self._held.pop(task.id, None)
+
+    async def _keep_alive(self) -> None:
+        """Every third of claim_idle_ms, restart the idle time of the tasks this process holds
+        (read, not yet acknowledged, for less than max_run_ms): nobody claims them meanwhile."""
         beat = self.claim_idle_ms / 3000
-        beats = int(self.max_run_ms / 1000 / beat)
-
-        async def keep_alive() -> None:
-            for _ in range(beats):
-                await asyncio.sleep(beat)
-                try:
-                    await self.stream.keep_alive(tasks)
-                except Exception:  # Redis away: the tasks may be claimed; run at least once
-                    log.warning("background: could not keep %d tasks alive", len(tasks))
-
-        beating = asyncio.create_task(keep_alive())
-        try:
-            await work
-        finally:
-            beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
+        while True:
+            await asyncio.sleep(beat)
+            now = asyncio.get_running_loop().time()
+            held = [t for t, since in self._held.values() if now - since < self.max_run_ms / 1000]
+            try:
+                await self.stream.keep_alive(held)
+            except Exception:  # Redis away: they may be claimed elsewhere, and run twice
+                log.warning("background: could not keep %d tasks alive", len(held))
 
     async def _failed(
         self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception

@@ -111,10 +111,11 @@ class ContextLimits:
     unsummarized message: rolling summaries keep it near `window_share`, and the harness compacts
     beyond twice that) what it needs, and Episodic Memory the rest.
 
-    The Summary segment is an index of what can be expanded (a line of at most 12 words per
-    top-level summary, and there are at most 8): 5 % of the default budget shows them all, and
-    at a tight budget its newest lines give way to the recalled messages themselves, which on
-    LoCoMo answer more per token (0.885 -> 0.896 recall at 2,000 tokens, from 15 % to 5 %).
+    The Summary segment is an index of what can be expanded (a line per top-level summary, at
+    most 8; a model's descriptions run to 12 words, the deterministic notes to 16 or 24): 5 %
+    of the default budget shows the newest 6 to 8, and at a tight budget fewer, leaving the
+    tokens to the recalled messages themselves, which on LoCoMo answer more per token (0.885 ->
+    0.896 recall at 2,000 tokens, from 15 % to 5 %).
     """
 
     memory_tokens: int = DEFAULT_MEMORY_TOKENS

@@ -38,7 +38,7 @@ from memory.keys import forgetting_key, papers_key, threads_key
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
-from memory.stores.knowledge_base import base_arxiv_id
+from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
 from memory.stores.watches import WatchStore
 
@@ -142,19 +142,20 @@ class Governance:
         return Erasure(papers=int(removed), chunks=len(chunks))
 
     async def _private_pdfs(
-        self, tenant: str, brought: Callable[[dict[str, Any]], bool]
+        self, tenant: str, matches: Callable[[dict[str, Any]], bool]
     ) -> Erasure:
-        """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) that a
-        forgotten thread or person brought (`brought(record)`: shared in a thread that went,
-        by a person who went). The team's copies stay, as papers from arXiv do."""
+        """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) whose record
+        `matches` (shared in a thread that went, by a person who went). The team's copies
+        stay, as papers from arXiv do."""
         erasure = Erasure()
         for arxiv_id, raw in (await self.redis.hgetall(papers_key(tenant))).items():
             record = json.loads(raw)
-            if record.get("source") != "pdf" or record.get("audience", PUBLIC) == PUBLIC:
+            paper_id = decode(arxiv_id) or ""
+            if not is_shared_pdf(paper_id) or record.get("audience", PUBLIC) == PUBLIC:
                 continue
-            if brought(record):
+            if matches(record):
                 with contextlib.suppress(NotFound):
-                    erasure += await self.forget_paper(tenant, decode(arxiv_id) or "")
+                    erasure += await self.forget_paper(tenant, paper_id)
         return erasure
 
     async def forget_entity(self, tenant: str, entity_id: str) -> Erasure:
@@ -222,7 +223,8 @@ class Governance:
 
     async def forget_older_than(self, tenant: str, cutoff: float) -> Erasure:
         """Retention: conversation memory said before `cutoff` (seconds since the epoch), and
-        the PDFs shared privately in the threads that went whole (as `forget_thread` does);
+        the PDFs shared privately before it in the threads that went whole (as `forget_thread`
+        does; a PDF shared alone adds no message, so a quiet thread can go with a new one);
         papers from arXiv and the team's PDFs, entities and workflows are kept
         (`Sweeps.expiry`, `Sweeps.expire`)."""
         async with self._exclusive(tenant):
@@ -231,7 +233,10 @@ class Governance:
             dropped = set(expiry.dropped)
             if dropped:
                 erasure += await self._private_pdfs(
-                    tenant, lambda pdf: pdf.get("thread") in dropped
+                    tenant,
+                    lambda pdf: (
+                        pdf.get("thread") in dropped and float(pdf.get("ingested_at") or 0) < cutoff
+                    ),
                 )
             return erasure + await self._turns(tenant, before=cutoff)
 

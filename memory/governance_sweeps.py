@@ -114,7 +114,8 @@ class Sweeps:
             return m.timestamp < cutoff and not m.forgotten
 
         erasure, grown = await self.threads.erase_unchanged(tenant, lists.only(expiry.whole))
-        expiry.dropped = [t for t in expiry.whole if t not in set(grown)]
+        kept = set(grown)
+        expiry.dropped = [t for t in expiry.whole if t not in kept]
         if grown:
             lists.update(await self.memory.conversation.raw_threads(tenant, grown))
         erasure += await self.threads.forget_messages(

@@ -72,6 +72,7 @@ class TaskStream:
         self.group = group
         self.consumer = consumer or default_consumer()
         self.dead_stream = f"{stream}:dead"
+        self._keep_alive = redis.register_script(_KEEP_ALIVE_SCRIPT)
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; from id 0, so tasks added before the
@@ -128,8 +129,9 @@ class TaskStream:
         ids = [t.id for t in tasks]
         if not ids:
             return 0
-        script = self.redis.register_script(_KEEP_ALIVE_SCRIPT)
-        return int(await script(keys=[self.stream], args=[self.group, self.consumer, *ids]))
+        return int(
+            await self._keep_alive(keys=[self.stream], args=[self.group, self.consumer, *ids])
+        )
 
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""

@@ -172,6 +172,23 @@ async def test_a_long_task_is_not_taken_over_while_it_runs(client, name):
     assert handler.payloads == [{"i": 0}]
 
 
+async def test_a_task_waiting_for_a_worker_is_not_taken_over(client, name):
+    """Read in one batch with a long task of another kind, a task waits for the only worker
+    for five times the claim time: it is held all along, so it runs once."""
+    slow, quick = Recorder(delay=1.0), Recorder()
+    first = work(client, name, {"slow": slow, "quick": quick}, consumer="A", workers=1)
+    await first.stream.ensure_group()
+    await first.stream.add("slow", {"i": 0})
+    await first.stream.add("quick", {"i": 1})
+    first.start()
+    await asyncio.sleep(0.1)  # A read both: "quick" waits for the worker "slow" holds
+    second = work(client, name, {"slow": slow, "quick": quick}, consumer="B")
+    second.start()
+    await drain(first)
+    await asyncio.gather(first.close(), second.close())
+    assert slow.payloads == [{"i": 0}] and quick.payloads == [{"i": 1}]
+
+
 async def test_a_hung_task_is_taken_over_after_max_run(client, name):
     """Keeping alive is bounded: a handler hung past max_run_ms loses its task to a live
     process, which runs it."""

@@ -17,6 +17,7 @@ from memory.governance_purge import Purge
 from memory.governance_sweeps import Sweeps
 from memory.governance_threads import ThreadEraser
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, save_shared_pdf
+from memory.keys import papers_key
 from memory.retention import DAY, Retention
 from memory.scope import Scope, Visibility
 from memory.tokens import encoding_for
@@ -30,6 +31,13 @@ async def share(memory, scope: Scope, name: str, sharer: str = "U1") -> SavedPdf
     kb, encoding = memory.knowledge_base, encoding_for("gpt-5-mini")
     return await save_shared_pdf(shared_pdf(f"Paper of the {name}"), shared, scope, kb,
                                  memory.embedder, encoding, 10**7)  # fmt: skip
+
+
+async def backdate(memory, tenant: str, arxiv_id: str, when: float) -> None:
+    """Say the PDF was saved at `when` (it was shared with the thread's old message)."""
+    key = papers_key(tenant)
+    record = json.loads(await memory.redis.hget(key, arxiv_id))
+    await memory.redis.hset(key, arxiv_id, json.dumps({**record, "ingested_at": when}))
 
 
 async def say(memory, scope: Scope, when: float) -> None:
@@ -49,7 +57,10 @@ async def test_retention_forgets_private_pdfs_shared_in_the_threads_it_drops(mem
     saved = {}
     for name, scope in (("dropped", dropped), ("dm", dm), ("mixed", mixed), ("team", team)):
         saved[name] = await share(memory, scope, name)
+        await backdate(memory, tenant, saved[name].arxiv_id, old)
         await say(memory, scope, old)
+    # shared alone (no message) into the old thread just now: the thread goes, the PDF stays
+    saved["fresh"] = await share(memory, dropped, "fresh")
     await say(memory, dm, new)  # the DM thread and the mixed one are only partly old
     await say(memory, mixed, new)
     for name in saved:
@@ -64,26 +75,25 @@ async def test_retention_forgets_private_pdfs_shared_in_the_threads_it_drops(mem
     assert not await memory.knowledge_base.has_paper(dropped, gone)
     assert not await has_chunks(memory, tenant, gone)
     kept = {p["arxiv_id"] for p in await memory.knowledge_base.papers(team, everywhere=True)}
-    assert kept == {saved[n].arxiv_id for n in ("dm", "mixed", "team")}  # the team's stays
-    for name in ("dm", "mixed", "team"):
+    assert kept == {saved[n].arxiv_id for n in ("dm", "mixed", "team", "fresh")}
+    for name in ("dm", "mixed", "team", "fresh"):
         assert await has_chunks(memory, tenant, saved[name].arxiv_id)
     last = await retention.last_sweep(tenant)
     assert last["papers"] == 1
 
 
-async def test_a_thread_that_grew_during_the_sweep_keeps_its_private_pdf(memory, tenant):
-    """A reply comes after the sweep read the old thread: it is not dropped, nor its PDF."""
+async def test_a_thread_that_grew_during_the_sweep_is_not_dropped(memory, tenant):
+    """A reply comes after the sweep read the old thread: it is kept, so it is not among the
+    dropped threads whose private PDFs retention takes."""
     purge = Purge(memory)
     sweeps = Sweeps(memory, ThreadEraser(memory, purge), purge)
     scope = Scope(tenant, "slack:T:G1:1", channel="G1", visibility=Visibility.PRIVATE)
-    saved = await share(memory, scope, "grown")
     await say(memory, scope, time.time() - 3 * DAY)
     expiry = await sweeps.expiry(tenant, time.time() - DAY)
     assert expiry.whole == [scope.thread]
     await say(memory, scope, time.time())
     await sweeps.expire(tenant, expiry)
-    assert expiry.dropped == []
-    assert await memory.knowledge_base.has_paper(scope, saved.arxiv_id)
+    assert expiry.dropped == []  # what `Governance.forget_older_than` takes the PDFs of
 
 
 # -- how they are named ------------------------------------------------------------------------

@@ -84,7 +84,8 @@ def page(handler: Handler) -> Handler:
                                message="There is nothing here that you may see.")  # fmt: skip
         except Refused:
             return self.render(request, "error.html", status=403, title="Not allowed",
-                               message="Only an admin of this workspace may do that.")  # fmt: skip
+                               message="Only an admin of this workspace, or the person it "
+                               "is about, may do that.")  # fmt: skip
         except Busy:
             return self.render(request, "error.html", status=503, title="Try again shortly",
                                message="Another erasure is still running in this workspace's "

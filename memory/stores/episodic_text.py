@@ -75,8 +75,8 @@ WHOLE_STEM_CHARS = 5  # a word kept whole as a stem: `pain*` would find `paint`
 def stems(terms: list[str]) -> list[str]:
     """Stems of the question's words to search as prefixes (`research*` for `researched`):
     the index keeps words as written, and people say `volunteered` of `volunteering`. A word
-    with no suffix to cut is its own stem when it is long enough (`research*` for `research`,
-    which finds `researching`): a short one would match too many words."""
+    whose suffix cannot be cut (none, or too short a stem would be left) is its own stem when
+    it is long enough (`research*` finds `researching`): a short one matches too many words."""
     out = []
     for term in terms:
         for suffix in _SUFFIXES:

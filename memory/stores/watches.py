@@ -14,7 +14,7 @@ no process ran is not posted on its own: the claim moves `next_due` to the first
 after now, and the one digest covers everything since the last one (`since` moves only when a
 digest is finished). The digest record says whether the period's message is being posted or was
 posted (and its platform reference), so a digest task run again after a crash does not post
-twice (bot/watches.py). A watch whose place refused a digest is paused (off the due index) until
+twice (bot/watch_digest.py). A watch whose place refused a digest is paused (off the due index) until
 resumed; a digest arXiv did not answer is retried later (`retry`), with its failures counted.
 """
 
