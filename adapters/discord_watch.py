@@ -2,8 +2,9 @@
 message, its Save buttons.
 
 - `/watch add topic [period] [category] [author]` makes a watch that posts to the channel (or
-  thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there). A
-  mention "watch … weekly" does the same, through the turn handler.
+  thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there, but
+  for members with Manage Server or Administrator, the memory page's admins: from anywhere). A
+  mention "watch … weekly" does the same, through the turn handler (only from the watch's place).
 - A digest is one message under 2,000 characters with a "Save" button per paper (custom id
   `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
   posted by another process or before a restart work). It is sent with a nonce naming its
@@ -55,6 +56,18 @@ CANNOT_POST = (
     "I cannot send messages in this channel, so Discord would refuse my digests here: let me "
     "post here first (the channel's permissions: Send Messages), then ask again."
 )
+
+
+def admin_of(interaction: discord.Interaction) -> Callable[[], Awaitable[bool]]:
+    """Whether the person manages the whole server (Manage Server or Administrator, as on the
+    memory page), and so every channel's watches: from the interaction's resolved permissions
+    (none in a DM)."""
+
+    async def admin() -> bool:
+        permissions = interaction.permissions
+        return bool(permissions.administrator or permissions.manage_guild)
+
+    return admin
 
 
 def can_send(interaction: discord.Interaction) -> bool:
@@ -213,7 +226,9 @@ class DiscordWatches:
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def remove(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
-                watches.remove_text(scope_of(interaction), watch_id, place(interaction))
+                watches.remove_text(
+                    scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                )
             )
             await interaction.response.send_message(answer, ephemeral=True)
 
@@ -221,7 +236,9 @@ class DiscordWatches:
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
-                watches.pause_text(scope_of(interaction), watch_id, place(interaction))
+                watches.pause_text(
+                    scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                )
             )
             await interaction.response.send_message(answer, ephemeral=True)
 
@@ -232,7 +249,9 @@ class DiscordWatches:
                 answer = CANNOT_POST
             else:
                 answer = await _said(
-                    watches.resume_text(scope_of(interaction), watch_id, place(interaction))
+                    watches.resume_text(
+                        scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                    )
                 )
             await interaction.response.send_message(answer, ephemeral=True)
 

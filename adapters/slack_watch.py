@@ -2,8 +2,10 @@
 
 - `/watch <topic> [daily|weekly|every N days] [cat:cs.CL] [author:Name]` makes a watch that
   posts to the channel it was used in; `/watch list`, `/watch remove|pause|resume <id>` (only
-  from that channel). A mention "watch … weekly" does the same, through the turn handler
-  (bot/watch_texts.py `chat_command`).
+  from that channel, but for the workspace's admins and owners, or ARXIVSCOUT_ADMINS: from
+  anywhere, as the memory page decides who is an admin). A mention "watch … weekly" does the
+  same, through the turn handler (bot/watch_texts.py `chat_command`; there, only from the
+  watch's channel).
 - A digest is one message (Block Kit): per paper its title linked, authors, why it matters,
   and a "Save to team knowledge base" button (action `digest_save`, value the arXiv id). The
   message carries metadata naming its watch and period, so a digest task run again after a
@@ -27,6 +29,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from adapters.memory_page.access import Directory, DirectoryError, SlackDirectory
 from adapters.platform_ids import slack_team
 from adapters.slack_home import esc
 from bot.watches import (
@@ -86,9 +89,15 @@ def digest_fallback(digest: Digest) -> str:
 class SlackWatches:
     """The Slack poster of digests, and the listeners of `/watch` and the Save button."""
 
-    def __init__(self, watches: WatchService | None, client: AsyncWebClient) -> None:
+    def __init__(
+        self, watches: WatchService | None, client: AsyncWebClient,
+        directory: Directory | None = None,
+    ) -> None:  # fmt: skip
+        """`directory`: the memory page's (who is an admin, ARXIVSCOUT_ADMINS included); without
+        it, Slack's users.info says (admins and owners)."""
         self.watches = watches
         self.client = client
+        self.directory = directory or SlackDirectory(client)
         self.scope_of: Callable[[dict], Awaitable[Scope]] | None = None
 
     def register(self, app: AsyncApp, scope_of: Callable[[dict], Awaitable[Scope]]) -> None:
@@ -106,13 +115,27 @@ class SlackWatches:
     async def on_command(self, ack, command: dict) -> None:
         scope = await self.scope_of(command)
         text = command.get("text", "")
+
+        async def admin() -> bool:  # asked only for a watch of another channel
+            return await self.is_admin(scope.tenant, scope.user)
+
         try:
-            answer = await self.watches.command(scope, text, WatchPlace("slack", scope.channel))
+            place = WatchPlace("slack", scope.channel)
+            answer = await self.watches.command(scope, text, place, admin=admin)
         except Exception as exc:  # a command is not sent again: say what happened
             log.warning("/watch failed: %r", exc)
             answer = UNREACHABLE
         made = answer.startswith("Watching ")
         await ack(response_type="in_channel" if made else "ephemeral", text=answer)
+
+    async def is_admin(self, team: str, user: str) -> bool:
+        """A workspace admin or owner (or named in ARXIVSCOUT_ADMINS): manages every channel's
+        watches. Not one when Slack cannot say now."""
+        try:
+            return (await self.directory.viewer(team, user, "slack")).admin
+        except DirectoryError as exc:
+            log.warning("could not tell whether %s is an admin: %s", user, exc.message)
+            return False
 
     async def on_save(self, ack, body: dict, respond) -> None:
         await ack()

@@ -1,13 +1,15 @@
 """`/watch …` and chat watch commands: make, list, pause, resume or remove a watch.
 
 Every command answers with a text to show (a malformed one with the usage), never raises for a
-person's mistake. Only the place a watch posts to may remove, pause or resume it, and a watch is
-made or resumed only where this process's poster says it can post (the bot is in the channel).
+person's mistake. Only the place a watch posts to may remove, pause or resume it, or a tenant's
+admin from anywhere (the adapter says who is one: `AdminCheck`, asked only when the watch is
+not here); a watch is made or resumed only where this process's poster says it can post (the
+bot is in the channel).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from bot.watch_places import TERMINAL, Poster, WatchPlace, place_of
 from bot.watch_texts import (
@@ -22,6 +24,8 @@ from bot.watch_texts import (
 )
 from memory.scope import Scope
 from memory.stores.watches import InvalidWatch, Watch, WatchStore
+
+AdminCheck = Callable[[], Awaitable[bool]]  # is the person asking an admin of the tenant?
 
 
 class WatchCommands:
@@ -51,25 +55,28 @@ class WatchCommands:
         )  # fmt: skip
 
     async def command(
-        self, scope: Scope, text: str, place: WatchPlace | None, watch_id: str = ""
-    ) -> str:
+        self, scope: Scope, text: str, place: WatchPlace | None, watch_id: str = "",
+        admin: AdminCheck | None = None,
+    ) -> str:  # fmt: skip
         """`/watch …` (or a chat watch command): make, list, pause, resume or remove; the
-        answer to show. A reserved word never makes a watch; misused, it answers the usage."""
+        answer to show. A reserved word never makes a watch; misused, it answers the usage.
+        `admin`: whether the person may remove, pause or resume a watch of another place."""
         words = text.split()
         verb = words[0].lower() if words else ""
         try:
             if verb in ("", "help"):
                 return USAGE
             if verb in RESERVED:
-                return await self._verb(scope, verb, words[1:], place)
+                return await self._verb(scope, verb, words[1:], place, admin)
             watch = await self.create(scope, text, place, watch_id)
         except InvalidWatch as exc:
             return str(exc)
         return created_text(watch)
 
     async def _verb(
-        self, scope: Scope, verb: str, rest: list[str], place: WatchPlace | None
-    ) -> str:
+        self, scope: Scope, verb: str, rest: list[str], place: WatchPlace | None,
+        admin: AdminCheck | None,
+    ) -> str:  # fmt: skip
         """A reserved word's command; anything else than its one form answers the usage."""
         if verb == "list":
             if rest:
@@ -78,10 +85,10 @@ class WatchCommands:
         if len(rest) != 1:
             return f"`/watch {verb}` takes one id. " + USAGE
         if verb in ("remove", "delete", "stop"):
-            return await self.remove_text(scope, rest[0], place)
+            return await self.remove_text(scope, rest[0], place, admin)
         if verb == "pause":
-            return await self.pause_text(scope, rest[0], place)
-        return await self.resume_text(scope, rest[0], place)
+            return await self.pause_text(scope, rest[0], place, admin)
+        return await self.resume_text(scope, rest[0], place, admin)
 
     async def message(self, scope: Scope, text: str, turn_id: str = "") -> str | None:
         """A chat message that is a watch command (`chat_command`), answered; None for any
@@ -99,41 +106,68 @@ class WatchCommands:
             return "No watches here. " + USAGE
         return "\n".join(f"• `{w.id}` {describe(w)} — {_state(w)}" for w in watches)
 
-    async def _here(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> Watch | None:
-        """The watch, if it posts to this place and this person may see it there: only the
-        place a watch posts to may remove, pause or resume it."""
+    async def _here(
+        self, scope: Scope, watch_id: str, place: WatchPlace | None, admin: AdminCheck | None
+    ) -> tuple[Watch | None, str]:
+        """The watch, if it posts to this place and this person may see it there (only the
+        place a watch posts to may remove, pause or resume it), or if the person is an admin
+        of the tenant (who manages every place's); with where it posts, said when not here."""
         watch = await self.store.get(scope.tenant, watch_id.strip("`"))
-        if watch is None or not scope.can_see(watch.audience):
-            return None
-        return watch if (place or TERMINAL).holds(watch) else None
+        if watch is None:
+            return None, ""
+        if scope.can_see(watch.audience) and (place or TERMINAL).holds(watch):
+            return watch, ""
+        if admin is not None and await admin():
+            return watch, f" in {_place_name(watch)}"
+        return None, ""
 
-    async def remove_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
-        watch = await self._here(scope, watch_id, place)
+    async def remove_text(
+        self, scope: Scope, watch_id: str, place: WatchPlace | None,
+        admin: AdminCheck | None = None,
+    ) -> str:  # fmt: skip
+        watch, where = await self._here(scope, watch_id, place, admin)
         if watch is None:
             return _not_here(watch_id)
         await self.store.remove(scope.tenant, watch.id)
-        return f"Stopped watching {describe(watch)} (`{watch.id}`)."
+        return f"Stopped watching {describe(watch)}{where} (`{watch.id}`)."
 
-    async def pause_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
-        watch = await self._here(scope, watch_id, place)
+    async def pause_text(
+        self, scope: Scope, watch_id: str, place: WatchPlace | None,
+        admin: AdminCheck | None = None,
+    ) -> str:  # fmt: skip
+        watch, where = await self._here(scope, watch_id, place, admin)
         if watch is None:
             return _not_here(watch_id)
         await self.store.pause(watch, f"paused by {scope.user or 'someone'}")
-        return f"Paused {describe(watch)} (`{watch.id}`); `/watch resume {watch.id}` resumes it."
+        return (
+            f"Paused {describe(watch)}{where} (`{watch.id}`); `/watch resume {watch.id}` "
+            "resumes it."
+        )
 
-    async def resume_text(self, scope: Scope, watch_id: str, place: WatchPlace | None) -> str:
-        watch = await self._here(scope, watch_id, place)
+    async def resume_text(
+        self, scope: Scope, watch_id: str, place: WatchPlace | None,
+        admin: AdminCheck | None = None,
+    ) -> str:  # fmt: skip
+        watch, where = await self._here(scope, watch_id, place, admin)
         if watch is None:
             return _not_here(watch_id)
         poster = self.posters.get(watch.platform)
-        if poster is not None and (why := await poster.can_post(place or TERMINAL)):
+        own = WatchPlace(watch.platform, watch.channel, watch.thread)  # where it posts
+        if poster is not None and (why := await poster.can_post(own)):
             return why
         await self.store.resume(watch, self.now())
-        return f"Resumed {describe(watch)} (`{watch.id}`): a digest comes within a few minutes."
+        return (
+            f"Resumed {describe(watch)}{where} (`{watch.id}`): a digest comes within a few minutes."
+        )
 
 
 def _not_here(watch_id: str) -> str:
     return f"No watch `{watch_id}` posts here (`/watch list` shows their ids)."
+
+
+def _place_name(watch: Watch) -> str:
+    """Where a watch posts, as a chat shows it (a channel link; the terminal by name)."""
+    return "the terminal" if watch.platform == TERMINAL.platform else f"<#{watch.channel}>"
 
 
 def _state(watch: Watch) -> str:

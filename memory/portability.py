@@ -13,17 +13,24 @@ tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`. Then:
   them counts their usage again to the thread, the tenant and their days; what background
   model calls cost, summaries and entity extraction, is not carried);
 - `paper` (the papers-hash record), then its `chunk`s, then `entity` and `workflow`: `id` (the
-  key after the tenant's prefix), `fields` as stored, `vector` (base64 of float32).
+  key after the tenant's prefix), `fields` as stored, `vector` (base64 of float32);
+- `watch` (a whole tenant's topic watches): `watch`, every field of the stored watch but the
+  tenant (topic, period, filters, place, creator, `since`, `next_due`, `paused`, failures),
+  and `posted`, the arXiv ids its digests posted with when. An imported watch posts to the
+  same place and keeps its schedule, but a `next_due` already past moves to the next period
+  end (counted from its creation, as before): an import never posts at once, and the next
+  digest covers everything since the last one. A paused watch stays paused.
 
 Exports are read store by store and page by page, so a large tenant is never held in memory
 whole. An import checks every line first and writes only a file that is whole: a malformed line
 is a `BadExportLine` naming it, and nothing is written. It refuses a tenant that holds anything
 (`TenantNotEmpty`), writes the same keys the stores write (thread scores, summarized-prefix
-counters, the thread indexes of summaries and tool logs, papers after their chunks), and indexes
-the messages for episodic recall. Vectors are reused when the export's embedding model is the
-configured one, and embedded again otherwise. An import that fails clears what it wrote; one
-that crashed leaves a marker with its start time: the next import into that tenant clears what
-it wrote and starts again, unless the tenant was used since (then it is refused).
+counters, the thread indexes of summaries and tool logs, papers after their chunks, watches in
+the due index), and indexes the messages for episodic recall. Vectors are reused when the
+export's embedding model is the configured one, and embedded again otherwise. An import that
+fails clears what it wrote; one that crashed leaves a marker with its start time: the next
+import into that tenant clears what it wrote and starts again, unless the tenant was used since
+(then it is refused).
 
 The entry point is `Portability`, here, with the errors an import raises; the parts:
 memory/portability_export.py (reading a tenant out as records, `dumps`),
@@ -50,12 +57,14 @@ from memory.keys import (
     retention_key,
     threads_key,
     validate_tenant,
+    watches_key,
 )
 from memory.locks import OwnedLocks
 from memory.portability_check import BadExportLine, Check
 from memory.portability_export import Exporter, dumps
 from memory.portability_write import Writer
 from memory.stores.base import decode
+from memory.stores.watches import WatchStore
 
 __all__ = ["BadExportLine", "ImportBusy", "Portability", "TenantNotEmpty", "dumps"]
 
@@ -204,10 +213,13 @@ class Portability:
 
     async def used_since(self, tenant: str, started: float) -> bool:
         """True when the tenant saw activity after `started` (seconds since the epoch): a
-        thread active since (its score in the tenant's threads), or a paper ingested since.
+        thread active since (its score in the tenant's threads), a paper ingested since, or a
+        watch made since.
         What an import writes keeps its export's times, older than the import."""
         if await self.redis.zrangebyscore(threads_key(tenant), f"({started!r}", "+inf", 0, 1):
             return True
+        if any(w.created_at > started for w in await WatchStore(self.redis).all(tenant)):
+            return True  # a watch made since
         for raw in await self.redis.hvals(papers_key(tenant)):
             try:
                 if float(json.loads(raw).get("ingested_at") or 0) > started:
@@ -217,8 +229,9 @@ class Portability:
         return False
 
     async def is_empty(self, tenant: str) -> bool:
-        """True when the tenant holds no threads, papers, retention setting or indexed records."""
-        keys = (threads_key(tenant), papers_key(tenant), retention_key(tenant))
+        """True when the tenant holds no threads, papers, retention setting, watches or indexed
+        records."""
+        keys = (threads_key(tenant), papers_key(tenant), retention_key(tenant), watches_key(tenant))
         if await self.redis.exists(*keys):
             return False
         listed = {decode(n) for n in await self.redis.execute_command("FT._LIST")}

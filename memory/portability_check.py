@@ -16,6 +16,7 @@ from typing import Any
 from memory.keys import InvalidName, validate_thread
 from memory.retention import InvalidRetention, check_days
 from memory.stores.conversation import ConversationStore
+from memory.stores.watches import MIN_PERIOD
 
 HEADER = "arxivscout-export"
 VERSION = 1
@@ -23,7 +24,10 @@ MAX_ID = 1024
 PLURALS = {"thread": "threads", "message": "messages", "summary": "summaries",
            "tool_log": "tool_logs", "paper": "papers", "chunk": "chunks", "entity": "entities",
            "workflow": "workflows", "retention": "retention",
-           "turn": "turn_records"}  # fmt: skip
+           "turn": "turn_records", "watch": "watches"}  # fmt: skip
+WATCH_PLATFORMS = ("slack", "discord", "terminal")
+WATCH_TEXTS = ("query", "platform", "channel", "thread", "audience", "created_by", "paused")
+WATCH_TIMES = ("created_at", "since", "last_posted", "failing_since")
 
 
 class BadExportLine(ValueError):
@@ -194,6 +198,50 @@ class Check:
 
     def _workflow(self, record: dict) -> None:
         self._vector_record("workflow", record)
+
+    def _watch(self, record: dict) -> None:
+        """A topic watch (memory/stores/watches.py) with its schedule and the papers its digests
+        posted; it is written into the importing tenant, under its own id."""
+        watch = _object(record, "watch")
+        watch_id = _id(watch.get("id"), "watch id")
+        _need(
+            not any(c in watch_id for c in ":{}| "), "its watch id holds one of : { } | or a space."
+        )
+        self._unique("watch", watch_id)
+        for name in WATCH_TEXTS:
+            _need(isinstance(watch.get(name, ""), str), f"its watch's {name!r} must be a string.")
+        _need(
+            watch.get("platform") in WATCH_PLATFORMS and watch.get("channel"),
+            f"its watch needs a platform ({', '.join(WATCH_PLATFORMS)}) and a channel.",
+        )
+        period = watch.get("period")
+        _need(
+            type(period) is int and period >= MIN_PERIOD,
+            f"its watch's period must be a whole number of seconds, at least {MIN_PERIOD}.",
+        )
+        for name in ("categories", "authors"):
+            values = watch.get(name, [])
+            _need(
+                isinstance(values, list) and all(isinstance(v, str) for v in values),
+                f"its watch's {name!r} must be a list of strings.",
+            )
+        _need(
+            bool(watch.get("query") or watch.get("categories") or watch.get("authors")),
+            "its watch needs a topic, a category or an author.",
+        )
+        for name in WATCH_TIMES:
+            _need(_is_number(watch.get(name, 0)), f"its watch's {name!r} must be a number.")
+        for name in ("next_due", "failures"):
+            value = watch.get(name, 0)
+            _need(
+                type(value) is int and value >= 0,
+                f"its watch's {name!r} must be a whole number.",
+            )
+        posted = record.get("posted", {})
+        _need(
+            isinstance(posted, dict) and all(_is_number(at) for at in posted.values()),
+            "its 'posted' must be an object of arXiv ids and times.",
+        )
 
     def _turn(self, record: dict) -> None:
         """A turn record (memory/stores/turn_records.py) of a declared thread, with its

@@ -11,7 +11,7 @@ import json
 import time
 import typing
 from collections.abc import AsyncIterator
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from memory.browse import channel_of
@@ -23,10 +23,12 @@ from memory.keys import (
     threads_key,
     validate_tenant,
     validate_thread,
+    watch_posted_key,
 )
 from memory.portability_check import HEADER, VERSION
 from memory.stores.base import VectorStore, decode
 from memory.stores.records import ThreadRecordStore
+from memory.stores.watches import WatchStore
 
 PAGE = 1000  # messages read per LRANGE, records per pipeline
 CHANNEL_PROBE = 20  # messages whose episodic entries may name a thread's channel
@@ -102,6 +104,23 @@ class Exporter:
             )
             async for record in self._vectors(kind, store, tenant, keys):
                 yield record
+        async for record in self._watches(tenant):
+            yield record
+
+    async def _watches(self, tenant: str) -> AsyncIterator[dict]:
+        """The tenant's topic watches, each with its schedule (paused or not) and the papers its
+        digests posted (so a digest after an import does not post them again)."""
+        for watch in await WatchStore(self.redis).all(tenant):
+            record = asdict(watch)
+            del record["tenant"]
+            posted = await self.redis.zrange(
+                watch_posted_key(tenant, watch.id), 0, -1, withscores=True
+            )
+            yield {
+                "kind": "watch",
+                "watch": record,
+                "posted": {decode(arxiv_id): at for arxiv_id, at in posted},
+            }
 
     async def _thread(self, tenant: str, thread: str, score: float) -> AsyncIterator[dict]:
         key = messages_key(tenant, thread)

@@ -2,7 +2,8 @@
 through the stores' key layout, in batches.
 
 The same keys the stores write: thread scores, summarized-prefix counters, the thread indexes
-of summaries and tool logs, papers after their chunks. Messages are indexed for episodic recall
+of summaries and tool logs, papers after their chunks, watches (through their store, with
+their due index). Messages are indexed for episodic recall
 as they are written; vectors are reused when the export's embedding model is the configured
 one, and embedded again otherwise (`reembed`).
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ from memory.scope import Scope, legacy_audience
 from memory.stores.base import VectorStore
 from memory.stores.episodic import Episode
 from memory.stores.turn_records import record_of
+from memory.stores.watches import Watch, WatchStore
 
 PIPELINE = 1000  # commands sent together
 BATCH = 256  # records written (and embedded) together
@@ -88,6 +91,8 @@ class Writer:
             await self.memory.turn_records.restore(
                 record_of(record["turn"], self.tenant, record["thread"])
             )
+        elif kind == "watch":  # written at once, through the store (its due index too)
+            await self._watch(record)
         elif kind == "paper":
             self.papers[record["paper"]["arxiv_id"]] = json.dumps(record["paper"])
         else:
@@ -96,6 +101,12 @@ class Writer:
                 await self._vectors(kind)
         if len(self.pipe) >= PIPELINE:
             await self.pipe.execute()
+
+    async def _watch(self, record: dict) -> None:
+        known = {f.name for f in fields(Watch)} - {"tenant"}
+        values = {"query": "", **{k: v for k, v in record["watch"].items() if k in known}}
+        watch = Watch(tenant=self.tenant, **values)
+        await WatchStore(self.redis).restore(watch, record.get("posted") or {}, time.time())
 
     def _thread(self, record: dict) -> None:
         thread = record["thread"]

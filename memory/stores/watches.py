@@ -39,6 +39,7 @@ from memory.scope import PUBLIC, Scope
 from memory.stores.base import decode
 
 DAY = 86_400
+MIN_PERIOD = 3600  # a watch's shortest period, in seconds
 DIGEST_TTL = 90 * DAY  # a digest record outlives any retry of its task
 POSTED_KEPT = 180 * DAY  # a paper posted this long ago may be posted again (it will not be new)
 LOCK_SECONDS = 60  # a digest's lock, renewed while it runs; a dead holder's lapses this soon
@@ -205,7 +206,7 @@ class WatchStore:
         query = " ".join((query or "").split())
         if not query and not categories and not authors:
             raise InvalidWatch("A watch needs a topic, a category or an author.")
-        if period < 3600:
+        if period < MIN_PERIOD:
             raise InvalidWatch("A watch's period is at least an hour.")
         now = time.time() if now is None else now
         watch = Watch(
@@ -272,6 +273,28 @@ class WatchStore:
         await pipe.execute()
         watch.paused, watch.next_due = "", int(now)
         await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+
+    async def restore(self, watch: Watch, posted: dict[str, float], now: float) -> Watch:
+        """A watch read from an export (memory/portability.py), written into `watch.tenant` with
+        the papers its digests posted. Its schedule is kept, but a period end that passed
+        before `now` moves to the first one after it, as after any missed period: an import
+        posts nothing at once, and the next digest covers everything since the last one
+        (`since` is kept). A paused watch stays paused, off the due index."""
+        if not watch.paused and watch.next_due <= now:
+            watch.next_due = watch.next_after(now)
+        data = watch.fields()
+        kept = {"paused": watch.paused, "failures": watch.failures,
+                "failing_since": watch.failing_since}  # fmt: skip
+        data.update({name: str(value) for name, value in kept.items() if value})
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(watch_key(watch.tenant, watch.id), mapping=data)
+        pipe.sadd(watches_key(watch.tenant), watch.id)
+        if posted:
+            pipe.zadd(watch_posted_key(watch.tenant, watch.id), posted)
+        await pipe.execute()
+        if not watch.paused:
+            await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+        return watch
 
     async def forget_creator(self, tenant: str, user: str) -> int:
         """A person is erased: their id leaves the watches they made (the watches stay, they
