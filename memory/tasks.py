@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 import redis.asyncio as aredis
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
@@ -72,7 +73,7 @@ class TaskStream:
         self.group = group
         self.consumer = consumer or default_consumer()
         self.dead_stream = f"{stream}:dead"
-        self._keep_alive = redis.register_script(_KEEP_ALIVE_SCRIPT)
+        self._keep_alive: AsyncScript | None = None  # registered on first use
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; from id 0, so tasks added before the
@@ -129,9 +130,10 @@ class TaskStream:
         ids = [t.id for t in tasks]
         if not ids:
             return 0
-        return int(
-            await self._keep_alive(keys=[self.stream], args=[self.group, self.consumer, *ids])
-        )
+        if self._keep_alive is None:
+            self._keep_alive = self.redis.register_script(_KEEP_ALIVE_SCRIPT)
+        held = await self._keep_alive(keys=[self.stream], args=[self.group, self.consumer, *ids])
+        return int(held)
 
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""
