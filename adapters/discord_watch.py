@@ -61,7 +61,8 @@ CANNOT_POST = (
 def admin_of(interaction: discord.Interaction) -> Callable[[], Awaitable[bool]]:
     """Whether the person manages the whole server (Manage Server or Administrator, as on the
     memory page), and so every channel's watches: from the interaction's resolved permissions
-    (none in a DM)."""
+    (none in a DM). Channel overwrites cannot grant or deny these two, so the channel's
+    resolution says what the server's would."""
 
     async def admin() -> bool:
         permissions = interaction.permissions

@@ -149,7 +149,8 @@ class SlackAdapter:
         self.app.command("/memory")(self.on_memory_command)
         self.app.event("app_home_opened")(ack=self.ack_quietly, lazy=[self.publish_home])
         self.app.action(BUTTON_ACTION)(ack=self.ack_quietly, lazy=[self.publish_home])
-        watches = SlackWatches(self.handler.watches, self.client, self.home.directory)
+        admins = getattr(self.home.directory, "admins", None)  # ARXIVSCOUT_ADMINS
+        watches = SlackWatches(self.handler.watches, self.client, admins)
         watches.register(self.app, self._command_scope)
         SlackFeedback(FeedbackService(self.handler.memory), self.client).register(self.app)
 

@@ -20,18 +20,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from adapters.memory_page.access import Directory, DirectoryError, SlackDirectory
+from adapters.memory_page.access import Admins
 from adapters.platform_ids import slack_team
 from adapters.slack_home import esc
+from bot.watch_commands import AdminUnknown
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 SAVE_ACTION = "digest_save"
 SAVE_LABEL = "Save to team knowledge base"
 METADATA_EVENT = "arxivscout_digest"
+ADMIN_CHECK_SECONDS = 2.0  # of Slack's 3 s to answer a slash command
+ADMIN_UNKNOWN = "Slack did not say in time whether you are an admin here: try again in a minute."
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
 
 
@@ -91,13 +96,12 @@ class SlackWatches:
 
     def __init__(
         self, watches: WatchService | None, client: AsyncWebClient,
-        directory: Directory | None = None,
+        admins: Admins | None = None,
     ) -> None:  # fmt: skip
-        """`directory`: the memory page's (who is an admin, ARXIVSCOUT_ADMINS included); without
-        it, Slack's users.info says (admins and owners)."""
+        """`admins`: ARXIVSCOUT_ADMINS, as the memory page reads it."""
         self.watches = watches
         self.client = client
-        self.directory = directory or SlackDirectory(client)
+        self.admins = admins or Admins()
         self.scope_of: Callable[[dict], Awaitable[Scope]] | None = None
 
     def register(self, app: AsyncApp, scope_of: Callable[[dict], Awaitable[Scope]]) -> None:
@@ -129,13 +133,20 @@ class SlackWatches:
         await ack(response_type="in_channel" if made else "ephemeral", text=answer)
 
     async def is_admin(self, team: str, user: str) -> bool:
-        """A workspace admin or owner (or named in ARXIVSCOUT_ADMINS): manages every channel's
-        watches. Not one when Slack cannot say now."""
+        """A workspace admin or owner, or named in ARXIVSCOUT_ADMINS (as on the memory page):
+        manages every channel's watches. One users.info, within ADMIN_CHECK_SECONDS (the
+        command is answered within Slack's 3 s); AdminUnknown when Slack cannot say."""
+        if self.admins.named(team, user):
+            return True
         try:
-            return (await self.directory.viewer(team, user, "slack")).admin
-        except DirectoryError as exc:
-            log.warning("could not tell whether %s is an admin: %s", user, exc.message)
+            async with asyncio.timeout(ADMIN_CHECK_SECONDS):
+                found = (await self.client.users_info(user=user)).get("user") or {}
+        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("could not tell whether %s is an admin: %r", user, exc)
+            raise AdminUnknown(ADMIN_UNKNOWN) from None
+        if found.get("deleted"):
             return False
+        return any(found.get(k) for k in ("is_admin", "is_owner", "is_primary_owner"))
 
     async def on_save(self, ack, body: dict, respond) -> None:
         await ack()

@@ -158,11 +158,13 @@ class BackgroundWork:
                 self._consumer.cancel()  # a lost reply leaves entries pending: claimed later
                 await asyncio.gather(self._consumer, return_exceptions=True)
             self._consumer = None
-        await asyncio.gather(*self._running, return_exceptions=True)
-        if self._beating is not None:  # the batches in hand are done: nothing left to hold
-            self._beating.cancel()
-            await asyncio.gather(self._beating, return_exceptions=True)
-            self._beating = None
+        try:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        finally:  # the batches in hand are done (or close was cancelled): nothing left to hold
+            if self._beating is not None:
+                self._beating.cancel()
+                await asyncio.gather(self._beating, return_exceptions=True)
+                self._beating = None
 
     # -- the consumer ----------------------------------------------------------------------------
 

@@ -28,6 +28,10 @@ from memory.stores.watches import InvalidWatch, Watch, WatchStore
 AdminCheck = Callable[[], Awaitable[bool]]  # is the person asking an admin of the tenant?
 
 
+class AdminUnknown(Exception):
+    """An `AdminCheck` could not tell (the platform did not answer in time): said as is."""
+
+
 class WatchCommands:
     """The watch commands of one process (its posters are those the adapters attached)."""
 
@@ -69,7 +73,7 @@ class WatchCommands:
             if verb in RESERVED:
                 return await self._verb(scope, verb, words[1:], place, admin)
             watch = await self.create(scope, text, place, watch_id)
-        except InvalidWatch as exc:
+        except (InvalidWatch, AdminUnknown) as exc:
             return str(exc)
         return created_text(watch)
 

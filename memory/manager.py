@@ -25,6 +25,7 @@ from memory.stores.summary import SummaryStore
 from memory.stores.tool_log import ToolLogStore
 from memory.stores.toolbox import ToolboxStore
 from memory.stores.turn_records import TurnRecords
+from memory.stores.watches import WatchStore
 from memory.stores.workflow import WorkflowStore
 
 
@@ -68,7 +69,9 @@ class MemoryManager:
         return {store.family(): await store.reindex() for store in self.vector_stores}
 
     async def drop_tenant(self, tenant: str) -> None:
-        """Erase everything a tenant's memory holds (temporary tenants of evaluations)."""
+        """Erase everything a tenant's memory holds (temporary tenants of evaluations, what a
+        failed import wrote), its watches off the due index every tenant shares too."""
+        await WatchStore(self.redis).unschedule_all(tenant)
         for store in self.vector_stores:
             if store.TENANT_SCOPED:
                 await store.drop_tenant(tenant)

@@ -19,7 +19,9 @@ tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`. Then:
   and `posted`, the arXiv ids its digests posted with when. An imported watch posts to the
   same place and keeps its schedule, but a `next_due` already past moves to the next period
   end (counted from its creation, as before): an import never posts at once, and the next
-  digest covers everything since the last one. A paused watch stays paused.
+  digest covers everything since the last one. A paused watch stays paused; imported under
+  another tenant's name, every watch is a paused copy (its channels are the original's, which
+  may still post there, and whose slash commands look in the original tenant).
 
 Exports are read store by store and page by page, so a large tenant is never held in memory
 whole. An import checks every line first and writes only a file that is whole: a malformed line

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from typing import Any
 
 from memory.keys import InvalidName, validate_thread
@@ -51,7 +52,8 @@ def _need(ok: bool, why: str) -> None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float (JSON as Python reads it also holds NaN and Infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _id(value: Any, what: str) -> str:

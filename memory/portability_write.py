@@ -58,6 +58,7 @@ class Writer:
     def __init__(self, memory: Any, tenant: str, reembed: bool) -> None:
         self.memory, self.redis, self.tenant, self.reembed = memory, memory.redis, tenant, reembed
         self.counts: Counter[str] = Counter()
+        self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
         self.threads: dict[str, _ThreadState] = {}
         self.papers: dict[str, str] = {}
@@ -71,6 +72,7 @@ class Writer:
     async def write(self, record: dict) -> None:
         kind = record["kind"]
         if kind == HEADER:
+            self.source = str(record.get("tenant") or self.tenant)
             return
         self.counts[PLURALS[kind]] += 1
         if kind == "retention":
@@ -106,6 +108,10 @@ class Writer:
         known = {f.name for f in fields(Watch)} - {"tenant"}
         values = {"query": "", **{k: v for k, v in record["watch"].items() if k in known}}
         watch = Watch(tenant=self.tenant, **values)
+        if self.source != self.tenant and not watch.paused:
+            # a copy under another name: its channels are the original's, which may still post
+            # there (twice, then), and their slash commands look in the original tenant
+            watch.paused = f"copied from tenant {self.source} by an import"
         await WatchStore(self.redis).restore(watch, record.get("posted") or {}, time.time())
 
     def _thread(self, record: dict) -> None:

@@ -70,7 +70,7 @@ async def two_watches(memory, tenant: str, now: float) -> tuple[Watch, Watch]:
     return await store.get(tenant, active.id), await store.get(tenant, paused.id)
 
 
-async def test_watches_go_out_with_the_tenant_and_keep_running_after_import(memory, tenant, other):
+async def test_watches_go_out_with_the_tenant_and_keep_running_after_import(memory, tenant):
     now = time.time()
     active, paused = await two_watches(memory, tenant, now)
     assert active.next_due == int(now - 10 * DAY + 2 * WEEK) and active.since == now - 3 * DAY
@@ -82,27 +82,29 @@ async def test_watches_go_out_with_the_tenant_and_keep_running_after_import(memo
     thread = await export(memory, tenant, f"slack:{tenant}:C1:1.1")
     assert "watch" not in {r["kind"] for r in thread}  # a thread's export holds no watches
 
-    counts = await memory.portability.import_records(other, records)
+    await memory.drop_tenant(tenant)  # moved: the same tenant, into a new Redis
+    assert await due_at(memory, tenant, active.id) is None  # dropped, so off the due index
+    counts = await memory.portability.import_records(tenant, records)
     assert counts["watches"] == 2
     store = WatchStore(memory.redis)
-    restored = await store.all(other)
+    restored = await store.all(tenant)
     assert [stored(w) for w in restored] == [stored(active), stored(paused)]
-    assert {w.tenant for w in restored} == {other}
-    assert comparable(await export(memory, other)) == comparable(records)
+    assert {w.tenant for w in restored} == {tenant}
+    assert comparable(await export(memory, tenant)) == comparable(records)
 
     # listed where they post; the active one is due at its next period end, the paused one not
     commands = WatchCommands(store, {}, lambda: now)
-    here = await commands.list_text(Scope(other, channel="C1"), WatchPlace("slack", "C1"))
+    here = await commands.list_text(Scope(tenant, channel="C1"), WatchPlace("slack", "C1"))
     assert active.id in here and paused.id not in here
     in_private = await commands.list_text(
-        Scope(other, channel="G7", visibility=Visibility.PRIVATE), WatchPlace("slack", "G7")
+        Scope(tenant, channel="G7", visibility=Visibility.PRIVATE), WatchPlace("slack", "G7")
     )
     assert paused.id in in_private and "*paused* (paused by U2)" in in_private
-    assert await due_at(memory, other, active.id) == active.next_due
-    assert await due_at(memory, other, paused.id) is None
-    assert (other, active.id) not in await store.due(now)  # nothing posted at once
-    assert (other, active.id) in await store.due(active.next_due)
-    moved = await store.get(other, active.id)
+    assert await due_at(memory, tenant, active.id) == active.next_due
+    assert await due_at(memory, tenant, paused.id) is None
+    assert (tenant, active.id) not in await store.due(now)  # nothing posted at once
+    assert (tenant, active.id) in await store.due(active.next_due)
+    moved = await store.get(tenant, active.id)
     assert await store.claim(moved, active.next_due + 1) == active.next_due  # it runs
     assert await store.posted(moved, [POSTED, "2401.99999"]) == {POSTED}  # not posted again
 
@@ -115,11 +117,48 @@ async def test_a_next_due_already_past_moves_to_the_next_period_end(memory, tena
         channel="C1", now=now - 9 * DAY,
     )  # fmt: skip
     assert made.next_due < now  # its first digest never ran
-    await memory.portability.import_records(other, await export(memory, tenant))
-    restored = await store.get(other, made.id)
+    records = await export(memory, tenant)
+    await memory.drop_tenant(tenant)
+    await memory.portability.import_records(tenant, records)
+    restored = await store.get(tenant, made.id)
     assert restored.next_due == int(now - 9 * DAY + 2 * WEEK) > now
     assert restored.since == made.since  # the next digest covers everything since
-    assert await due_at(memory, other, made.id) == restored.next_due
+    assert await due_at(memory, tenant, made.id) == restored.next_due
+
+
+async def test_a_copy_under_another_tenant_name_is_paused(memory, tenant, other):
+    """Its channels are the original's, which may still post there, and their slash commands
+    look in the original tenant: a copy posts nothing until resumed."""
+    now = time.time()
+    active, paused = await two_watches(memory, tenant, now)
+    await memory.portability.import_records(other, await export(memory, tenant))
+    store = WatchStore(memory.redis)
+    copied = {w.id: w for w in await store.all(other)}
+    assert copied[active.id].paused == f"copied from tenant {tenant} by an import"
+    assert copied[paused.id].paused == "paused by U2"
+    assert await due_at(memory, other, active.id) is None
+    assert await due_at(memory, tenant, active.id) == active.next_due  # the original runs on
+
+
+async def test_a_clock_ahead_and_impossible_times(memory, tenant, other):
+    """A creation time from an exporting clock ahead of ours is taken as now (or the import
+    would look like a tenant used since); NaN or infinite times are refused."""
+    now = time.time()
+    store = WatchStore(memory.redis)
+    made = await store.create(Scope(tenant, channel="C1", user="U1"), "quokkas", WEEK,
+                              platform="slack", channel="C1", now=now)  # fmt: skip
+    records = await export(memory, tenant)
+    ahead = json.loads(json.dumps(records))
+    next(r for r in ahead if r["kind"] == "watch")["watch"]["created_at"] = now + 120
+    await memory.portability.import_records(other, ahead)
+    assert (await store.get(other, made.id)).created_at <= time.time()
+    for value in (float("nan"), float("inf")):
+        broken = json.loads(json.dumps(records))
+        next(r for r in broken if r["kind"] == "watch")["watch"]["since"] = value
+        third = f"t-{uuid.uuid4().hex[:10]}"
+        with pytest.raises(BadExportLine, match="'since' must be a number"):
+            await memory.portability.import_records(third, broken)
+        assert await store.all(third) == []
 
 
 def _broken(records: list[dict], how: str) -> list[dict]:

@@ -49,6 +49,12 @@ async def test_a_slack_admin_manages_a_watch_from_another_channel(slack):  # noq
             assert refused.startswith(f"No watch `{watch.id}` posts here"), verb
         assert (await store.get(team, watch.id)).paused == ""
 
+        # Slack cannot say who is an admin: said so, nothing changed
+        slack.api.fail("users.info", "ratelimited")
+        unknown = await slash(slack, f"pause {watch.id}", team, "C2", "U3")
+        assert unknown.startswith("Slack did not say in time whether you are an admin")
+        assert (await store.get(team, watch.id)).paused == ""
+
         # an admin, elsewhere: paused, resumed and removed, told where it posts
         paused = await slash(slack, f"pause {watch.id}", team, "C2", "U3")
         assert paused.startswith("Paused “quokka sleep”, weekly in <#C1>")

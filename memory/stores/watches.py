@@ -279,7 +279,10 @@ class WatchStore:
         the papers its digests posted. Its schedule is kept, but a period end that passed
         before `now` moves to the first one after it, as after any missed period: an import
         posts nothing at once, and the next digest covers everything since the last one
-        (`since` is kept). A paused watch stays paused, off the due index."""
+        (`since` is kept). A paused watch stays paused, off the due index. A creation time
+        after `now` (the exporting machine's clock ran ahead) is taken as `now`: the import
+        must not look like a watch made since it began (`Portability.used_since`)."""
+        watch.created_at = min(watch.created_at, now)
         if not watch.paused and watch.next_due <= now:
             watch.next_due = watch.next_after(now)
         data = watch.fields()
@@ -295,6 +298,12 @@ class WatchStore:
         if not watch.paused:
             await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
         return watch
+
+    async def unschedule_all(self, tenant: str) -> None:
+        """Take every watch of the tenant off the due index (the tenant is being dropped)."""
+        ids = [decode(i) for i in await self.redis.smembers(watches_key(tenant))]
+        if ids:
+            await self.redis.zrem(watches_due_key(), *(f"{tenant}|{i}" for i in ids))
 
     async def forget_creator(self, tenant: str, user: str) -> int:
         """A person is erased: their id leaves the watches they made (the watches stay, they
