@@ -129,32 +129,42 @@ class WatchCommands:
         self, scope: Scope, watch_id: str, place: WatchPlace | None,
         admin: AdminCheck | None = None,
     ) -> str:  # fmt: skip
-        watch, where = await self._here(scope, watch_id, place, admin)
-        if watch is None:
-            return _not_here(watch_id)
-        await self.store.remove(scope.tenant, watch.id)
-        return f"Stopped watching {describe(watch)}{where} (`{watch.id}`)."
+        return await self._on_watch(self._remove, scope, watch_id, place, admin)
 
     async def pause_text(
         self, scope: Scope, watch_id: str, place: WatchPlace | None,
         admin: AdminCheck | None = None,
     ) -> str:  # fmt: skip
+        return await self._on_watch(self._pause, scope, watch_id, place, admin)
+
+    async def resume_text(
+        self, scope: Scope, watch_id: str, place: WatchPlace | None,
+        admin: AdminCheck | None = None,
+    ) -> str:  # fmt: skip
+        return await self._on_watch(self._resume, scope, watch_id, place, admin)
+
+    async def _on_watch(
+        self, action: Callable[[Scope, Watch, str], Awaitable[str]], scope: Scope,
+        watch_id: str, place: WatchPlace | None, admin: AdminCheck | None,
+    ) -> str:  # fmt: skip
+        """Run `action` on the watch if this person may act on it from here (`_here`)."""
         watch, where = await self._here(scope, watch_id, place, admin)
         if watch is None:
             return _not_here(watch_id)
+        return await action(scope, watch, where)
+
+    async def _remove(self, scope: Scope, watch: Watch, where: str) -> str:
+        await self.store.remove(scope.tenant, watch.id)
+        return f"Stopped watching {describe(watch)}{where} (`{watch.id}`)."
+
+    async def _pause(self, scope: Scope, watch: Watch, where: str) -> str:
         await self.store.pause(watch, f"paused by {scope.user or 'someone'}")
         return (
             f"Paused {describe(watch)}{where} (`{watch.id}`); `/watch resume {watch.id}` "
             "resumes it."
         )
 
-    async def resume_text(
-        self, scope: Scope, watch_id: str, place: WatchPlace | None,
-        admin: AdminCheck | None = None,
-    ) -> str:  # fmt: skip
-        watch, where = await self._here(scope, watch_id, place, admin)
-        if watch is None:
-            return _not_here(watch_id)
+    async def _resume(self, scope: Scope, watch: Watch, where: str) -> str:
         poster = self.posters.get(watch.platform)
         own = WatchPlace(watch.platform, watch.channel, watch.thread)  # where it posts
         if poster is not None and (why := await poster.can_post(own)):

@@ -303,7 +303,7 @@ class WatchStore:
         """Take every watch of the tenant off the due index (the tenant is being dropped)."""
         ids = [decode(i) for i in await self.redis.smembers(watches_key(tenant))]
         if ids:
-            await self.redis.zrem(watches_due_key(), *(f"{tenant}|{i}" for i in ids))
+            await self.redis.zrem(watches_due_key(), *(_member_of(tenant, i) for i in ids))
 
     async def forget_creator(self, tenant: str, user: str) -> int:
         """A person is erased: their id leaves the watches they made (the watches stay, they
@@ -324,7 +324,7 @@ class WatchStore:
 
     async def reindex(self, watch: Watch | None, tenant: str, watch_id: str) -> None:
         """Put the due index right: a removed watch out, another at its `next_due`."""
-        member = f"{tenant}|{watch_id}"
+        member = _member_of(tenant, watch_id)
         if watch is None:
             await self.redis.zrem(watches_due_key(), member)
         else:
@@ -437,4 +437,9 @@ class WatchStore:
 
 
 def _member(watch: Watch) -> str:
-    return f"{watch.tenant}|{watch.id}"
+    return _member_of(watch.tenant, watch.id)
+
+
+def _member_of(tenant: str, watch_id: str) -> str:
+    """A watch in the due index, which every tenant shares."""
+    return f"{tenant}|{watch_id}"
