@@ -7,7 +7,9 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   processes). Direct messages are answered in the DM channel.
 - Scope: thread `discord:<guild>:<thread>` and tenant = the server (guild id); a channel that
   `@everyone` cannot view (and its threads) is private, and so is a private thread anywhere
-  (audience `private:<thread>`: its members' and Manage Threads holders'). In DMs thread
+  (audience `private:<thread>`: its members' and Manage Threads holders'). A thread whose
+  parent is not cached has its parent fetched first; what Discord cannot tell is private. In
+  DMs thread
   `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own memory, never a
   server's.
 - The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
@@ -107,17 +109,44 @@ class Route:
 
 def visibility(channel: discord.abc.Messageable) -> Visibility:
     """A DM; a private thread (its members' and Manage Threads holders', whatever its parent);
-    a channel (or a thread's parent) that @everyone cannot view; or public."""
+    a channel (or a thread's parent) that @everyone cannot view; or public. What the cache
+    cannot settle (a thread whose parent is not cached, a server whose roles are not) is
+    private: memory never crosses a privacy line because of a cache miss. `resolve_visibility`
+    fetches the parent first."""
     if isinstance(channel, discord.DMChannel):
         return Visibility.DM
     if isinstance(channel, discord.Thread) and channel.type is discord.ChannelType.private_thread:
         return Visibility.PRIVATE
     parent = channel.parent if isinstance(channel, discord.Thread) else channel
     guild = getattr(parent, "guild", None)
-    if parent is None or guild is None:
-        return Visibility.PUBLIC
-    seen = parent.permissions_for(guild.default_role).view_channel
+    everyone = getattr(guild, "default_role", None)
+    if parent is None or everyone is None or not hasattr(parent, "permissions_for"):
+        return Visibility.PRIVATE
+    seen = parent.permissions_for(everyone).view_channel
     return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
+
+
+async def resolve_visibility(
+    client: discord.Client, channel: discord.abc.Messageable | None, channel_id: int | None
+) -> Visibility:
+    """`visibility`, after fetching from Discord what the cache lacks: the channel itself (a
+    command's channel may come uncached) or a thread's parent. When Discord cannot tell
+    (no access, an error, no answer), the place is private."""
+    try:
+        if channel is None or isinstance(channel, discord.PartialMessageable):
+            if channel_id is None:
+                return Visibility.PRIVATE
+            channel = await client.fetch_channel(channel_id)
+        if (
+            isinstance(channel, discord.Thread)
+            and channel.parent is None
+            and channel.type is not discord.ChannelType.private_thread
+        ):
+            return visibility(await client.fetch_channel(channel.parent_id))
+    except (discord.HTTPException, discord.ClientException, discord.InvalidData) as exc:
+        log.warning("Discord could not say who sees channel %s (%s): private", channel_id, exc)
+        return Visibility.PRIVATE
+    return visibility(channel)
 
 
 class DiscordPlatform(Platform):
@@ -322,7 +351,8 @@ class DiscordAdapter:
             tenant = str(message.guild.id)
             thread = f"discord:{tenant}:{channel.id}"
         scope = Scope(
-            tenant, thread, str(channel.id), visibility(channel), str(author.id),
+            tenant, thread, str(channel.id),
+            await resolve_visibility(self.client, channel, channel.id), str(author.id),
             author.display_name,
         )  # fmt: skip
         if message.guild is None:
@@ -386,7 +416,7 @@ class DiscordAdapter:
     # -- slash commands --------------------------------------------------------------------
 
     async def summarize_command(self, interaction: discord.Interaction) -> None:
-        scope = self._command_scope(interaction)
+        scope = await self._command_scope(interaction)
         channel = interaction.channel
         owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
         known = interaction.guild_id is None or await self.knows_thread(scope, owner_id)
@@ -398,7 +428,7 @@ class DiscordAdapter:
 
     async def expand_command(self, interaction: discord.Interaction, summary_id: str) -> None:
         await interaction.response.defer(thinking=True)
-        scope = self._command_scope(interaction)
+        scope = await self._command_scope(interaction)
         await self._followup(interaction, await self.handler.expand(scope, summary_id))
 
     async def memory_command(self, interaction: discord.Interaction) -> None:
@@ -409,26 +439,29 @@ class DiscordAdapter:
         their messages), or for their DMs' memory when used in a DM."""
         if self.links is None:
             return NOT_SERVED
-        scope = self._command_scope(interaction)
-        url = self.links.login(scope.tenant, scope.user, "discord")
+        tenant, _, user = self._command_place(interaction)
+        url = self.links.login(tenant, str(user.id), "discord")
         minutes = self.links.ttl // 60
         return (
             f"[Open your ArxivScout memory page](<{url}>): what I remember that you may see. "
             f"The link is yours alone and works for {minutes} minutes."
         )
 
-    @staticmethod
-    def _command_scope(interaction: discord.Interaction) -> Scope:
+    async def _command_scope(self, interaction: discord.Interaction) -> Scope:
         """The conversation a command was used in (its channel is the thread's id part)."""
-        user, channel_id = interaction.user, interaction.channel_id
+        tenant, thread, user = self._command_place(interaction)
+        seen = await resolve_visibility(self.client, interaction.channel, interaction.channel_id)
+        return Scope(
+            tenant, thread, str(interaction.channel_id), seen, str(user.id), user.display_name
+        )
+
+    @staticmethod
+    def _command_place(interaction: discord.Interaction) -> tuple[str, str, discord.abc.User]:
+        """A command's tenant, thread and user: all a memory link needs."""
         tenant = discord_tenant(interaction)
         if interaction.guild_id is None:
-            thread = f"discord:dm:{channel_id}"
-        else:
-            thread = f"discord:{tenant}:{channel_id}"
-        where = interaction.channel
-        seen = visibility(where) if where is not None else Visibility.PUBLIC
-        return Scope(tenant, thread, str(channel_id), seen, str(user.id), user.display_name)
+            return tenant, f"discord:dm:{interaction.channel_id}", interaction.user
+        return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str) -> None:

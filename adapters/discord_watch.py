@@ -165,7 +165,7 @@ def digest_view(digest: Digest) -> discord.ui.View:
 
 
 ChannelOf = Callable[[int], Awaitable[Any]]
-ScopeOf = Callable[[discord.Interaction], Scope]
+ScopeOf = Callable[[discord.Interaction], Awaitable[Scope]]
 
 
 class DiscordWatches:
@@ -208,7 +208,7 @@ class DiscordWatches:
                 await interaction.response.send_message(CANNOT_POST, ephemeral=True)
                 return
             try:
-                watch = await watches.create(scope_of(interaction), text, place(interaction))
+                watch = await watches.create(await scope_of(interaction), text, place(interaction))
             except InvalidWatch as exc:
                 await interaction.response.send_message(str(exc), ephemeral=True)
                 return
@@ -220,7 +220,7 @@ class DiscordWatches:
 
         @group.command(name="list", description="The topic watches of this channel")
         async def listing(interaction: discord.Interaction) -> None:
-            answer = await _said(watches.list_text(scope_of(interaction), place(interaction)))
+            answer = await _said(watches.list_text(await scope_of(interaction), place(interaction)))
             await interaction.response.send_message(answer, ephemeral=True)
 
         @group.command(name="remove", description="Stop a topic watch")
@@ -228,7 +228,7 @@ class DiscordWatches:
         async def remove(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
                 watches.remove_text(
-                    scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                    await scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
                 )
             )
             await interaction.response.send_message(answer, ephemeral=True)
@@ -238,7 +238,7 @@ class DiscordWatches:
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
                 watches.pause_text(
-                    scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                    await scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
                 )
             )
             await interaction.response.send_message(answer, ephemeral=True)
@@ -251,7 +251,10 @@ class DiscordWatches:
             else:
                 answer = await _said(
                     watches.resume_text(
-                        scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                        await scope_of(interaction),
+                        watch_id,
+                        place(interaction),
+                        admin_of(interaction),
                     )
                 )
             await interaction.response.send_message(answer, ephemeral=True)

@@ -218,6 +218,45 @@ async def test_a_private_thread_of_a_public_channel_is_private_to_itself(world, 
         assert len(stored) == 2 and {m.audience for m in stored} == {audience}
 
 
+async def test_a_thread_whose_parent_is_not_cached_is_asked_of_discord(world, fake, adapter):
+    """A thread's parent missing from the cache is fetched before the thread's memory gets an
+    audience; when Discord cannot say (no access, gone), the thread is private: a cache miss
+    never makes a hidden channel's thread team-wide. The same for a command's channel."""
+    guild = fake.guild()
+    user = fake.user(name="Ada")
+    public_parent, hidden_parent = fake.text_channel(guild), fake.text_channel(guild, private=True)
+    threads = {}
+    for name, parent_id in (("public", public_parent.id), ("hidden", hidden_parent.id),
+                            ("gone", fake.snowflake())):  # fmt: skip
+        thread = fake.thread(guild, owner_id=user.id, parent_id=public_parent.id)
+        thread.type, thread.parent, thread.parent_id = (
+            discord.ChannelType.public_thread,
+            None,
+            parent_id,
+        )
+        threads[name] = thread
+    assert visibility(threads["public"]) is Visibility.PRIVATE  # the cache alone cannot tell
+
+    for thread in threads.values():
+        await adapter.handle_message(fake.mention(thread, user, "what do we know?"))
+    await settle(world, adapter)
+    expected = {"public": "public", "hidden": f"private:{threads['hidden'].id}",
+                "gone": f"private:{threads['gone'].id}"}  # fmt: skip
+    for name, thread in threads.items():
+        scope = Scope(str(guild.id), f"discord:{guild.id}:{thread.id}")
+        stored = await world.runtime.memory.conversation.all(scope)
+        assert len(stored) == 2 and {m.audience for m in stored} == {expected[name]}, name
+    asked = [c.args[0] for c in adapter.client.fetch_channel.call_args_list]
+    assert {public_parent.id, hidden_parent.id} <= set(asked)
+
+    # a command whose channel comes uncached: the channel is fetched, then its parent
+    for name, thread in threads.items():
+        interaction = fake.interaction(thread, user)
+        interaction.channel = None
+        scope = await adapter._command_scope(interaction)
+        assert scope.audience == expected[name], name
+
+
 async def test_summarize_and_expand_commands(world, fake, adapter):
     guild = fake.guild()
     channel, user = fake.text_channel(guild), fake.user()

@@ -181,8 +181,9 @@ def hidden_channels(channels: Iterable[Any], member: Any) -> set[int]:
 
 def private_threads(channels: Iterable[Any], member: Any, threads: Iterable[Any]) -> list[Any]:
     """Those of `threads` whose memory is their own (a private thread, or any thread of a channel
-    hidden from @everyone: the adapter's `visibility`) in a channel `member` can view."""
-    from adapters.discord import visibility
+    hidden from @everyone: the adapter's `visibility`) in a channel `member` can view. Their
+    parents are among `channels`, not necessarily in a cache: looked up here by id."""
+    import discord
 
     channels = list(channels)
     viewed = {c.id for c in channels if c.permissions_for(member).view_channel}
@@ -190,7 +191,7 @@ def private_threads(channels: Iterable[Any], member: Any, threads: Iterable[Any]
     return [
         t for t in threads
         if t.parent_id in viewed
-        and (t.parent_id in hidden or visibility(t) is Visibility.PRIVATE)
+        and (t.parent_id in hidden or t.type is discord.ChannelType.private_thread)
     ]  # fmt: skip
 
 
