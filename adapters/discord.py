@@ -9,9 +9,8 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   `@everyone` cannot view (and its threads) is private, and so is a private thread anywhere
   (audience `private:<thread>`: its members' and Manage Threads holders'). A thread whose
   parent is not cached has its parent fetched first; what Discord cannot tell is private. In
-  DMs thread
-  `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own memory, never a
-  server's.
+  DMs thread `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own
+  memory, never a server's.
 - The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
