@@ -13,13 +13,16 @@ a `chat` or `ask` process, or one with Slack's token only, never takes a Discord
 
 Delivery is at least once, one task at a time; a dead process's is taken over after
 CLAIM_IDLE_MS. A share's task holds a lock in Redis while it runs, so two copies (a redelivery,
-Slack's retry) never read or post at once. The message posted and each outcome are kept in Redis
-(`ShareProgress`), so a redelivered task edits its own message and says the same thing; the turn
-is queued under the message's event id, so never twice. Posting and editing are best effort: a
-message that cannot be edited is posted anew, one that cannot be posted is logged, and the turn
-is queued anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the file's
-outcome at once; what may pass (a download timing out, a 5xx, the embedding API busy) runs
-again, and becomes the outcome, in words, on the last delivery.
+Slack's retry) never read or post at once; it is renewed every third of its lifetime however
+long a read runs, up to the task's max run (bot/background.py: then the task is taken for hung
+and may run elsewhere). A dead process's lock lapses within CLAIM_IDLE_MS, a hung one's that
+long after its max run. The message posted and each outcome are kept in Redis (`ShareProgress`),
+so a redelivered task edits its own message and says the same thing; the turn is queued under
+the message's event id, so never twice. Posting and editing are best effort: a message that
+cannot be edited is posted anew, one that cannot be posted is logged, and the turn is queued
+anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the file's outcome
+at once; what may pass (a download timing out, a 5xx, the embedding API busy) runs again, and
+becomes the outcome, in words, on the last delivery.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol
 
 import aiohttp
 
-from bot.background import BackgroundWork
+from bot.background import MAX_RUN_MS, BackgroundWork
 from memory.errors import memory_unavailable
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
@@ -47,7 +50,8 @@ log = logging.getLogger(__name__)
 SHARED_FILES = "shared_files"  # the background task's kind
 STREAM_PREFIX = "shared-files"  # one stream per platform: shared-files-slack, -discord
 CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the share's lock
-# lasts as long (a live process keeps its tasks alive however long a read runs: bot/background.py)
+# lasts as long unless renewed (a live process renews it, and keeps its tasks alive, however long
+# a read runs, up to MAX_RUN_MS: bot/background.py)
 MAX_DELIVERIES = 5
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
@@ -171,10 +175,12 @@ class SharedFiles:
     def __init__(
         self, memory: Any, encoding: Any, ends: Mapping[str, FileEnd],
         max_bytes: int, max_pages: int | None = None, stream_prefix: str = STREAM_PREFIX,
+        lock_seconds: float = CLAIM_IDLE_MS / 1000, max_run_ms: int = MAX_RUN_MS,
     ) -> None:  # fmt: skip
         self.memory, self.encoding, self.ends = memory, encoding, dict(ends)
         self.max_bytes, self.max_pages = max_bytes, max_pages
         self.stream_prefix = stream_prefix
+        self.lock_seconds, self.max_run_ms = lock_seconds, max_run_ms
         self.progress = ShareProgress(memory.redis)
         self.workers: dict[str, BackgroundWork] = {}
 
@@ -190,6 +196,7 @@ class SharedFiles:
             self.workers[platform] = BackgroundWork(
                 self.stream(platform), {SHARED_FILES: self.run}, batch=1, workers=2,
                 claim_idle_ms=CLAIM_IDLE_MS, max_deliveries=MAX_DELIVERIES,
+                max_run_ms=self.max_run_ms,
             )  # fmt: skip
         with contextlib.suppress(RuntimeError):  # no running loop (yet)
             asyncio.get_running_loop()
@@ -222,10 +229,8 @@ class SharedFiles:
         if end is None:  # only a misrouted task: each stream is read where its token is
             raise LookupError(f"{platform} is not configured in this process")
         scope = Scope.from_dict(payload["scope"])
-        tenant, share, token = scope.tenant, payload["share"], uuid.uuid4().hex
-        if not await self.progress.lock(tenant, share, token, CLAIM_IDLE_MS // 1000):
-            raise ShareBusy(f"{share} is being read by another copy of its task")
-        try:
+        tenant, share = scope.tenant, payload["share"]
+        async with self._locked(tenant, share):
             last = await self.progress.attempt(tenant, share) >= MAX_DELIVERIES
             for index, file in enumerate(payload["files"]):
                 await self._file(end, scope, payload, f"{share}:{index}", file, last)
@@ -233,8 +238,41 @@ class SharedFiles:
                 await self.memory.turns.push(
                     scope, payload["turn"], payload["turn_event"], watch=platform
                 )
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:
+        """Hold the share's lock while the body runs (ShareBusy if another copy holds it),
+        renewed meanwhile; released at the end, however it ends."""
+        token = uuid.uuid4().hex
+        if not await self.progress.lock(tenant, share, token, self.lock_seconds):
+            raise ShareBusy(f"{share} is being read by another copy of its task")
+        keeper = asyncio.create_task(
+            self._keep_lock(tenant, share, token), name=f"share-lock:{share}"
+        )
+        try:
+            yield
         finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
             await self.progress.unlock(tenant, share, token)
+
+    async def _keep_lock(self, tenant: str, share: str, token: str) -> None:
+        """Every third of its lifetime, renew the lock while it is ours, for up to max_run_ms:
+        then the task is taken for hung (bot/background.py), and the lock lapses so that
+        whoever takes the task over can run it."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.max_run_ms / 1000
+        while True:
+            await asyncio.sleep(self.lock_seconds / 3)
+            if loop.time() >= until:
+                log.warning("share %s still running after its max run: its lock lapses", share)
+                return
+            try:
+                if not await self.progress.renew(tenant, share, token, self.lock_seconds):
+                    log.warning("share %s lost its lock (expired): another copy may run", share)
+                    return
+            except Exception as exc:  # Redis away: try again at the next beat
+                log.warning("could not renew the lock of share %s: %r", share, exc)
 
     async def _file(
         self, end: FileEnd, scope: Scope, payload: dict[str, Any], share_id: str,

@@ -7,8 +7,9 @@ acknowledged only after its handler succeeds; one that fails is retried once it 
 a crashed process to a live one. Delivery is at least once: handlers must be idempotent. From
 the moment they are read until they are acknowledged, a process keeps its tasks alive (their
 idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
-worker, is not taken over and run twice; after `max_run_ms` that stops, and a hung handler's
-tasks go to whoever claims them.
+worker, is not taken over and run twice; `max_run_ms` after its handler started that stops, and
+a hung handler's tasks go to whoever claims them. (Waiting for a worker is not bounded: it ends
+when a batch in hand finishes, or reaches its own max run.)
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[list[dict]], Awaitable[None]]
 
 MAX_BACKOFF = 5.0  # seconds between retries while Redis is unreachable
-MAX_RUN_MS = 1_800_000  # a batch held longer than this is taken for hung: others may claim it
+MAX_RUN_MS = 1_800_000  # a batch running longer than this is taken for hung: others may claim it
 DRAIN_POLL = 0.05  # seconds between pending-count checks in drain()
 
 
@@ -70,7 +71,8 @@ class BackgroundWork:
         self._beating: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self._tickers: set[asyncio.Task] = set()
-        self._held: dict[str, tuple[Task, float]] = {}  # read, not yet acknowledged: since when
+        # Read, not yet acknowledged: since when its handler runs (None: waiting for a worker).
+        self._held: dict[str, tuple[Task, float | None]] = {}
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -199,8 +201,7 @@ class BackgroundWork:
         if not tasks:
             self._slots.release()
             return
-        now = asyncio.get_running_loop().time()
-        self._held.update((t.id, (t, now)) for t in tasks)
+        self._held.update((t.id, (t, None)) for t in tasks)
         by_kind: dict[str, list[Task]] = {}
         for task in tasks:
             by_kind.setdefault(task.kind, []).append(task)
@@ -237,6 +238,7 @@ class BackgroundWork:
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
+                self._started(tasks)
                 await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
@@ -248,18 +250,29 @@ class BackgroundWork:
             self._release(tasks)
             self._slots.release()
 
+    def _started(self, tasks: list[Task]) -> None:
+        """Their handler starts now: max_run_ms counts from here, not from when they were
+        read (a batch that waited long for a worker gets its full run)."""
+        now = asyncio.get_running_loop().time()
+        self._held.update((t.id, (t, now)) for t in tasks if t.id in self._held)
+
     def _release(self, tasks: list[Task]) -> None:
         for task in tasks:
             self._held.pop(task.id, None)
 
     async def _keep_alive(self) -> None:
         """Every third of claim_idle_ms, restart the idle time of the tasks this process holds
-        (read, not yet acknowledged, for less than max_run_ms): nobody claims them meanwhile."""
+        (read, not yet acknowledged: waiting for a worker, or run for less than max_run_ms):
+        nobody claims them meanwhile."""
         beat = self.claim_idle_ms / 3000
         while True:
             await asyncio.sleep(beat)
             now = asyncio.get_running_loop().time()
-            held = [t for t, since in self._held.values() if now - since < self.max_run_ms / 1000]
+            held = [
+                t
+                for t, since in self._held.values()
+                if since is None or now - since < self.max_run_ms / 1000
+            ]
             try:
                 await self.stream.keep_alive(held)
             except Exception:  # Redis away: they may be claimed elsewhere, and run twice
@@ -276,6 +289,7 @@ class BackgroundWork:
             # the others down with it.
             for task in spent:
                 try:
+                    self._started([task])  # a run of its own: max_run_ms afresh
                     await handler([task.payload])
                 except Exception as alone:
                     await self._give_up(task, alone)

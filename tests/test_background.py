@@ -214,6 +214,26 @@ async def test_a_hung_task_is_taken_over_after_max_run(client, name):
     assert done.payloads == [{"i": 0}]
 
 
+async def test_max_run_counts_from_when_the_handler_starts(client, name):
+    """Read in one batch with a task that runs past max_run_ms, a task waits for the only
+    worker longer than max_run_ms: it is held all along and, once started, gets its own full
+    run, so it runs once; the long task is taken for hung and run again by the other process."""
+    slow, quick = Recorder(delay=1.5), Recorder(delay=0.2)
+    handlers = {"slow": slow, "quick": quick}
+    first = work(client, name, handlers, consumer="A", workers=1, max_run_ms=400)
+    await first.stream.ensure_group()
+    await first.stream.add("slow", {"i": 0})
+    await first.stream.add("quick", {"i": 1})
+    first.start()
+    await asyncio.sleep(0.1)  # A read both: "quick" waits for the worker "slow" holds
+    second = work(client, name, handlers, consumer="B")
+    second.start()
+    await drain(first)
+    await asyncio.gather(first.close(), second.close())
+    assert slow.payloads == [{"i": 0}, {"i": 0}]  # taken over max_run_ms after it started
+    assert quick.payloads == [{"i": 1}]  # waited 1.5 s, more than max_run_ms: not taken
+
+
 async def test_keep_alive_leaves_a_task_taken_over_with_its_new_consumer(client, name):
     slow = TaskStream(client, name, consumer="A")
     await slow.ensure_group()

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePath
 from typing import Any
 
@@ -25,6 +26,7 @@ from memory.ingest.chunking import chunk_paragraphs
 from memory.ingest.errors import IngestError
 from memory.ingest.pdf import PdfText, read_pdf
 from memory.keys import shared_pdf_key, shared_pdf_lock_key
+from memory.locks import OwnedLocks
 from memory.scope import PUBLIC, Scope
 from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
 
@@ -147,21 +149,27 @@ class ShareProgress:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
+    @cached_property
+    def _locks(self) -> OwnedLocks:
+        """Made on first use: wiring a process needs no Redis yet."""
+        return OwnedLocks(self.redis)
+
     async def get(self, tenant: str, share_id: str) -> dict[str, Any]:
         rows = await self.redis.hgetall(shared_pdf_key(tenant, share_id))
         return {_text(k): json.loads(v) for k, v in rows.items()}
 
-    async def lock(self, tenant: str, share: str, token: str, seconds: int) -> bool:
+    async def lock(self, tenant: str, share: str, token: str, seconds: float) -> bool:
         """Take the share's lock (SET NX) for `seconds`; False while another copy holds it."""
-        return bool(
-            await self.redis.set(shared_pdf_lock_key(tenant, share), token, nx=True, ex=seconds)
-        )
+        return await self._locks.acquire(shared_pdf_lock_key(tenant, share), token, _ms(seconds))
+
+    async def renew(self, tenant: str, share: str, token: str, seconds: float) -> bool:
+        """Make the lock last `seconds` from now if it is still ours (atomically); False if it
+        is not (it expired, and may have been taken by another copy, whose lock stays as is)."""
+        return await self._locks.renew(shared_pdf_lock_key(tenant, share), token, _ms(seconds))
 
     async def unlock(self, tenant: str, share: str, token: str) -> None:
         """Release the lock if it is still ours (it may have expired and been taken)."""
-        key = shared_pdf_lock_key(tenant, share)
-        if _text(await self.redis.get(key) or b"") == token:
-            await self.redis.delete(key)
+        await self._locks.release(shared_pdf_lock_key(tenant, share), token)
 
     async def attempt(self, tenant: str, share: str) -> int:
         """Count one more run of the share's task; the count (1 the first time)."""
@@ -178,6 +186,10 @@ class ShareProgress:
             pipe.hset(key, mapping={k: json.dumps(v) for k, v in fields.items()})
             pipe.expire(key, PROGRESS_TTL_SECONDS)
             await pipe.execute()
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _text(value: Any) -> str:
