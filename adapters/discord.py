@@ -11,6 +11,10 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   parent is not cached has its parent fetched first; what Discord cannot tell is private. In
   DMs thread `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own
   memory, never a server's.
+- A person's message deleted on Discord (`on_raw_message_delete`) is forgotten: its erasure
+  is queued as a background task that finds the stored message by its source (the message
+  id) in its channel's thread or the thread opened from it; in a DM the tenant comes from
+  the DM channel's recipient (cached, else fetched). Edits are not followed.
 - The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
@@ -35,7 +39,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import discord
@@ -45,7 +49,7 @@ from adapters.discord_feedback import DiscordFeedback, send_options
 from adapters.discord_files import DiscordFiles, shared_attachments
 from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.auth import NOT_SERVED, Links
-from adapters.platform_ids import discord_tenant
+from adapters.platform_ids import discord_source, discord_tenant
 from adapters.spine import (
     NOT_TAKEN,
     Job,
@@ -202,6 +206,9 @@ class _Client(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.handle_message(message)
 
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self.adapter.handle_deletion(payload)
+
 
 class DiscordAdapter:
     def __init__(
@@ -287,7 +294,7 @@ class DiscordAdapter:
             if not not_queued_for_now(exc):
                 raise
             await self._reply_quietly(message, NOT_TAKEN)
-            self._retry_later(message, delivery)
+            self._retry_later(f"message {message.id}", lambda: self._take(message, delivery))
 
     async def _take(self, message: discord.Message, delivery: str) -> None:
         me = self.client.user
@@ -317,23 +324,65 @@ class DiscordAdapter:
         if pdfs and await self.files.submit(message, pdfs, route.scope, route.channel_id, text):
             pass  # read first; the text then runs as a turn (it sees them)
         elif text:  # the message id was de-duplicated above; the job goes in as a new one
-            job = Job("turn", route.scope, text, reply={"channel_id": route.channel_id})
+            job = Job(
+                "turn", route.scope, text, reply={"channel_id": route.channel_id},
+                source=discord_source(message.id),
+            )  # fmt: skip
             await self.pipeline.submit(job, notify=False)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
 
-    def _retry_later(self, message: discord.Message, delivery: str) -> None:
+    async def handle_deletion(self, payload: discord.RawMessageDeleteEvent) -> None:
+        """Queue the erasure of a deleted message from memory, where `route` would have stored
+        it: its channel's thread, or the thread a mention opened (Discord gives a thread
+        started from a message that message's id); in a DM, the recipient's DM memory. Discord
+        sends it once: while the memory is unreachable, it is kept here and tried again."""
+        source = discord_source(payload.message_id)
+        if payload.guild_id is not None:
+            tenant = str(payload.guild_id)
+            threads = [f"discord:{tenant}:{payload.channel_id}"]
+            threads.append(f"discord:{tenant}:{payload.message_id}")
+        else:
+            user = await self._dm_person(payload)
+            if user is None:
+                log.warning("deleted DM message %s: its person is unknown", payload.message_id)
+                return
+            tenant, threads = f"dm-{user}", [f"discord:dm:{payload.channel_id}"]
+        try:
+            await self.handler.message_deleted(tenant, threads, source)
+        except Exception as exc:
+            if not not_queued_for_now(exc):
+                raise
+            what = f"deletion of message {payload.message_id}"
+            self._retry_later(what, lambda: self.handler.message_deleted(tenant, threads, source))
+
+    async def _dm_person(self, payload: discord.RawMessageDeleteEvent) -> int | None:
+        """The person of a DM channel (its tenant is theirs): the channel's recipient, from the
+        cache or Discord; else the deleted message's author, if it was cached."""
+        channel = self.client.get_channel(payload.channel_id)
+        if channel is None:
+            with contextlib.suppress(discord.HTTPException, discord.ClientException):
+                channel = await self.client.fetch_channel(payload.channel_id)
+        recipient = channel.recipient if isinstance(channel, discord.DMChannel) else None
+        if recipient is not None:
+            return recipient.id
+        cached = payload.cached_message
+        return cached.author.id if cached is not None and not cached.author.bot else None
+
+    def _retry_later(self, what: str, take: Callable[[], Awaitable[object]]) -> None:
+        """Call `take` again every few seconds, for an hour, until the memory is back."""
+
         async def retry() -> None:
             for _ in range(RESUBMIT_TRIES):
                 await asyncio.sleep(RESUBMIT_EVERY_SECONDS)
                 try:
-                    await self._take(message, delivery)
+                    await take()
                     return
                 except Exception as exc:
                     if not not_queued_for_now(exc):
-                        log.exception("message %s could not be queued", message.id)
+                        log.exception("%s could not be queued", what)
                         return
-            log.error("memory stayed unavailable; message %s not answered", message.id)
+            log.error("memory stayed unavailable; %s not taken", what)
 
         task = asyncio.create_task(retry())
         self._waiting.add(task)

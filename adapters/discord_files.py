@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from adapters.platform_ids import discord_source
 from adapters.shared_files import FileEnd, download
 from adapters.spine import Job
 
@@ -57,7 +58,8 @@ class DiscordFiles:
         if self.service is None or "discord" not in self.service.ends:
             return False
         reply = {"channel_id": channel_id}
-        turn = Job("turn", scope, text, reply=reply) if text else None
+        source = discord_source(message.id)
+        turn = Job("turn", scope, text, reply=reply, source=source) if text else None
         files = [
             {"id": str(a.id), "name": a.filename, "mimetype": a.content_type or "",
              "size": a.size, "url": a.url, "link": message.jump_url}

@@ -3,6 +3,8 @@
 - `slack_team`: the workspace (tenant) of a Slack payload: events and commands carry `team_id`,
   interactive payloads (buttons, shortcuts, views) `team.id`, and some only `user.team_id`.
 - `discord_tenant`: the tenant of a Discord interaction: its server, or the person's DMs.
+- `slack_source`, `discord_source`: how a stored message names the platform message it came
+  from, so that a deletion there finds it (memory/governance.py `forget_deleted`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ def slack_team(body: dict[str, Any]) -> str:
         or (body.get("user") or {}).get("team_id")
         or ""
     )
+
+
+def slack_source(channel: str, ts: str) -> str:
+    """A Slack message (a ts is unique per channel)."""
+    return f"slack:{channel}:{ts}"
+
+
+def discord_source(message_id: int) -> str:
+    """A Discord message (ids are global)."""
+    return f"discord:{message_id}"
 
 
 def discord_tenant(interaction: discord.Interaction) -> str:

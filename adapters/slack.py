@@ -5,8 +5,11 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   later messages in a thread the bot answered need no mention; direct messages work.
 - Scope: tenant = the workspace (team id); thread `slack:<team>:<channel>:<thread_ts>`;
   visibility from the channel (public channel, private channel, DM).
-- Bolt ignores the bot's own events; a middleware drops other bots, edits and deletions.
-  Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
+- Bolt ignores the bot's own events; a middleware drops other bots, edits, joins and empty
+  messages. Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
+- A person's message deleted in Slack (`message_deleted`; a thread's parent becomes a
+  `tombstone` through `message_changed`) is forgotten: its erasure is queued as a background
+  task that finds the stored message by its source (`channel:ts`). Edits are not followed.
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`.
@@ -35,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.access import Directory
 from adapters.memory_page.auth import Links
-from adapters.platform_ids import slack_team
+from adapters.platform_ids import slack_source, slack_team
 from adapters.slack_delivery import (
     DM,
     MARKDOWN_LIMIT,
@@ -59,6 +62,7 @@ from adapters.spine import (
 from adapters.text import link_arxiv, split_message
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
+from memory.errors import memory_unavailable
 from memory.scope import Scope, Visibility
 from memory.text import clean_text
 
@@ -79,6 +83,22 @@ _THREAD_LINK = re.compile(
 
 def thread_id(team: str, channel: str, thread_ts: str) -> str:
     return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def deleted_message(event: dict) -> dict | None:
+    """The message (ts, thread_ts, user, bot_id) an event says was deleted, or None. Slack
+    sends `message_deleted`, or, for a thread's parent, which stays as a "This message was
+    deleted." tombstone, `message_changed` to a message of subtype `tombstone`."""
+    if event.get("type") != "message":
+        return None
+    previous = event.get("previous_message") or {}
+    if event.get("subtype") == "message_deleted":
+        return {**previous, "ts": event.get("deleted_ts") or previous.get("ts")}
+    now = event.get("message") or {}
+    if event.get("subtype") == "message_changed" and now.get("subtype") == "tombstone":
+        thread_ts = now.get("thread_ts") or previous.get("thread_ts")
+        return {**previous, "ts": now.get("ts") or previous.get("ts"), "thread_ts": thread_ts}
+    return None
 
 
 def parse_thread_link(text: str) -> tuple[str, str] | None:
@@ -158,6 +178,9 @@ class SlackAdapter:
     async def skip_noise(body: dict, next) -> BoltResponse | None:
         """Acknowledge and drop what is never a question: other bots, edits, joins, empty text."""
         event = body.get("event") if body.get("type") == "event_callback" else None
+        if event is not None and deleted_message(event) is not None:
+            await next()  # no user, no text: `on_message` takes it to `on_deleted`
+            return None
         if (
             event is not None
             and event.get("type") in MESSAGE_EVENTS
@@ -189,6 +212,8 @@ class SlackAdapter:
         await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
 
     async def on_message(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
+        if (deleted := deleted_message(event)) is not None:
+            return await self.on_deleted(body, event, deleted)
         if event.get("files") and await self.files.take(body, event):
             return  # files and text (adapters/slack_files.py)
         if not event.get("text", "").strip():
@@ -201,6 +226,30 @@ class SlackAdapter:
             scope = await self._scope(body["team_id"], event, event["thread_ts"])
             if await self.presence.joined(scope):
                 await self._queue_turn(body, event, event["thread_ts"], request)
+
+    async def on_deleted(self, body: dict, event: dict, deleted: dict) -> None:
+        """A message deleted in Slack: queue its erasure from memory (a person's only; the
+        bot's own, such as a replaced placeholder, were never stored as theirs). Memory down
+        answers 503, so Slack sends the event again."""
+        team = body.get("team_id") or event.get("team")
+        channel, ts = event.get("channel"), deleted["ts"]
+        if not (team and channel and ts) or deleted.get("bot_id"):
+            return
+        if deleted.get("user") == self.bot_user_id:
+            return
+        # the threads `_queue_turn` may have stored it in: its thread, or a DM's conversation
+        # (a DM's message with replies under it was stored there, not in their thread)
+        in_dm = event.get("channel_type") == "im" or channel.startswith("D")
+        thread_ts = deleted.get("thread_ts") or (DM if in_dm else ts)
+        places = [thread_ts, DM] if in_dm and thread_ts == ts else [thread_ts]
+        try:
+            await self.handler.message_deleted(
+                team, [thread_id(team, channel, t) for t in places], slack_source(channel, ts)
+            )
+        except Exception as exc:
+            if memory_unavailable(exc):
+                raise MemoryUnavailable(str(exc)) from exc
+            raise
 
     async def on_summarize_command(self, ack, command: dict) -> None:
         team, user = command["team_id"], command["user_id"]
@@ -286,6 +335,7 @@ class SlackAdapter:
         job = Job(
             "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
             reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts},
+            source=slack_source(event["channel"], event["ts"]),
         )  # fmt: skip
         retried = bool(request.headers.get("x-slack-retry-num"))
         if await self.pipeline.submit(job, notify=not retried):

@@ -22,6 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.platform_ids import slack_source
 from adapters.shared_files import FetchError, FileEnd, download, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, MemoryUnavailable
@@ -103,7 +104,10 @@ class SlackFiles:
             return True  # a redelivery
         reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
         question = clean_text(re.sub(rf"<@{bot}>\s*", "", text).strip())
-        turn = Job("turn", scope, question, event_id=f"{channel}:{ts}", reply=reply)
+        turn = Job(
+            "turn", scope, question, event_id=f"{channel}:{ts}", reply=reply,
+            source=slack_source(channel, ts),
+        )  # fmt: skip
         await self.service.submit("slack", {
             "platform": "slack", "scope": scope.to_dict(), "reply": reply,
             "share": f"slack:{channel}:{ts}", "files": files, "sharer": event.get("user", ""),

@@ -91,6 +91,7 @@ class Job:
     event_id: str = ""  # the platform's id of the event, for de-duplication
     reply: dict[str, Any] = field(default_factory=dict)  # where to answer, in platform terms
     id: str = field(default_factory=_new_id)
+    source: str = ""  # the platform's id of the person's message: a deletion there finds it
     progress: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -101,8 +102,11 @@ class Job:
 
     @classmethod
     def from_json(cls, raw: str) -> Job:
+        """A queued job; fields this version does not know (queued by a newer process during
+        a rolling deploy) are left out rather than failing the thread's queue."""
         data = json.loads(raw)
-        return cls(**{**data, "scope": Scope.from_dict(data["scope"])})
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "scope": Scope.from_dict(data["scope"])})
 
 
 class Status:
@@ -260,6 +264,9 @@ class Pipeline:
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
 
     async def _run(self, job: Job, save: Save) -> None:
+        if await self._deleted(job):
+            log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
+            return
         attempts = job.progress["attempts"]
         async with self.platform.working(job) as status:
             await save()
@@ -276,13 +283,20 @@ class Pipeline:
                 job.progress["sent"] = index + 1
                 await save()
 
+    async def _deleted(self, job: Job) -> bool:
+        """A turn not answered yet whose message its author deleted on the platform meanwhile
+        (bot/upkeep.py `forget_deleted`): it is neither stored nor answered."""
+        if job.kind != "turn" or not job.source or "answer" in job.progress:
+            return False
+        return await self.memory.governance.was_deleted(job.scope.tenant, job.source)
+
     async def _outcome(self, job: Job, status: Status) -> str:
         try:
             if job.kind == "summarize":
                 return await self.handler.summarize(job.scope)
             on_delta = status.delta if self.platform.streams else None
             reply = await self.handler.handle(
-                job.scope, job.text, status.event, on_delta, turn_id=job.id
+                job.scope, job.text, status.event, on_delta, turn_id=job.id, source=job.source
             )
             job.progress["turn"] = reply.turn_id  # saved with the answer
             return reply.text

@@ -57,14 +57,18 @@ class Agent:
         on_event: EventCallback | None = None,
         on_delta: DeltaCallback | None = None,
         turn_id: str = "",
+        source: str = "",
     ) -> TurnResult:
         """One question of `scope.user` in `scope.thread`, answered. A `turn_id` makes the
-        turn's writes idempotent: run again (after a crash), it stores its messages once."""
+        turn's writes idempotent: run again (after a crash), it stores its messages once.
+        `source`: the platform's id of the question's message, stored with it."""
         with metered() as meter:  # every model call of the turn, compaction included
-            return await self._run_turn(scope, question, on_event, on_delta, turn_id, meter)
+            return await self._run_turn(scope, question, on_event, on_delta, turn_id, meter, source)
 
-    async def _run_turn(self, scope, question, on_event, on_delta, turn_id, meter) -> TurnResult:
-        prepared = await self.harness.before(scope, question, turn_id)
+    async def _run_turn(
+        self, scope, question, on_event, on_delta, turn_id, meter, source=""
+    ) -> TurnResult:
+        prepared = await self.harness.before(scope, question, turn_id, source)
         if prepared.compacted:
             await _emit(on_event, AgentEvent("compacted", detail=f"{prepared.usage_percent:.0f}%"))
         steps: list[Step] = []

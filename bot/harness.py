@@ -120,11 +120,15 @@ class Harness:
 
     # -- before the loop -----------------------------------------------------------------------
 
-    async def before(self, scope: Scope, question: str, turn_id: str = "") -> Prepared:
+    async def before(
+        self, scope: Scope, question: str, turn_id: str = "", source: str = ""
+    ) -> Prepared:
+        """`source`: the platform's id of the question's message, kept with it (a deletion
+        there finds it: memory/governance.py `forget_deleted`)."""
         with self.background.foreground():
-            return await self._prepare(scope, question, turn_id)
+            return await self._prepare(scope, question, turn_id, source)
 
-    async def _prepare(self, scope: Scope, question: str, turn_id: str) -> Prepared:
+    async def _prepare(self, scope: Scope, question: str, turn_id: str, source: str) -> Prepared:
         context = await assemble_context(self.memory, scope, question, self.limits)
         if context.window_overflows(self.limits.window_cap):  # the background roll fell behind
             await self.consolidator.ensure_window(scope, self.limits.window_cap)
@@ -143,8 +147,9 @@ class Harness:
             usage = self.usage_percent(context)
         tool_names = await self.select_tools(scope, context)
         stored = await self.memory.conversation.append(
-            scope, "user", question, once=f"{turn_id}:question" if turn_id else ""
-        )
+            scope, "user", question, once=f"{turn_id}:question" if turn_id else "",
+            **({"source": source} if source else {}),
+        )  # fmt: skip
         messages = [
             {"role": "system", "content": AGENT_SYSTEM_PROMPT},
             {"role": "user", "content": context.render()},

@@ -69,18 +69,36 @@ class TurnHandler:
         on_event: EventCallback | None = None,
         on_delta: DeltaCallback | None = None,
         turn_id: str = "",
+        source: str = "",
     ) -> Reply:
-        """One user message in, one reply out; bad input becomes a reply, not a crash."""
+        """One user message in, one reply out; bad input becomes a reply, not a crash.
+        `source`: the platform's id of the message, stored with it; deleted there while this
+        turn ran, the message is forgotten once the turn has stored it."""
         text = clean_text(text)  # before anything encodes it (the model client, the embedder)
         if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
             return Reply(made)
         try:
             result = await self.agent.run_turn(
-                scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id
+                scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id, source=source
             )
         except (InvalidMessage, InvalidName) as exc:
             return Reply(f"I can't take that message: {exc}")
+        finally:
+            if source:
+                await self._forget_if_deleted(scope, source, turn_id)
         return Reply(result.answer, result)
+
+    async def _forget_if_deleted(self, scope: Scope, source: str, turn_id: str) -> None:
+        """The message was deleted on the platform while its turn ran: the erasure may have
+        looked before the turn stored it, so it is forgotten now (with the turn's record)."""
+        governance = self.memory.governance
+        if await governance.was_deleted(scope.tenant, source):
+            await governance.forget_deleted(scope.tenant, [scope.thread], source, turn=turn_id)
+
+    async def message_deleted(self, tenant: str, threads: list[str], source: str) -> None:
+        """A person deleted their message on the platform (`source`: its id there; `threads`:
+        where it may be stored): its erasure is queued as durable background work."""
+        await self.agent.harness.upkeep.message_deleted(tenant, threads, source)
 
     async def summarize(self, scope: Scope) -> str:
         try:

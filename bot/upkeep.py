@@ -1,10 +1,12 @@
 """Memory upkeep after messages are stored: index them for episodic recall, and roll the
-thread's recent window into summaries when it grows past its share of the context.
+thread's recent window into summaries when it grows past its share of the context; and forget
+a message its author deleted on Slack or Discord (`message_deleted`).
 
-Both run as durable background tasks (bot/background.py), after the reply. The bot's turns and
-`arxivscout eval locomo` queue them the same way, through `after_messages`. A queued task keeps
-a copy of its messages: one forgotten meanwhile (memory/governance.py) is not indexed, and one
-forgotten while it is indexed is taken out again.
+Each runs as a durable background task (bot/background.py). The bot's turns and `arxivscout
+eval locomo` queue indexing and rolls the same way, after the reply, through `after_messages`.
+A queued task keeps a copy of its messages: one forgotten meanwhile (memory/governance.py) is
+not indexed, and one forgotten while it is indexed is taken out again. A deletion is queued by
+the platform's adapter as it acknowledges the event.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from memory.stores.turn_records import TurnUsage
 
 EPISODES = "episodes"  # task: index messages for episodic recall
 ROLL = "roll"  # task: summarize what left a thread's recent window
+DELETED = "deleted-message"  # task: forget a message its author deleted on the platform
 BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
 BACKFILL_BATCH = 64
 
@@ -44,7 +47,11 @@ class Upkeep:
         self.limits = limits or ContextLimits()
 
     def handlers(self) -> dict[str, Any]:
-        return {EPISODES: self.index_episodes, ROLL: self.roll_summaries}
+        return {
+            EPISODES: self.index_episodes,
+            ROLL: self.roll_summaries,
+            DELETED: self.forget_deleted,
+        }
 
     async def after_messages(self, scope: Scope, messages: list[Message], window: int) -> None:
         """Queue the indexing of `messages`, and a roll if the window (its tokens) is past its
@@ -54,6 +61,23 @@ class Upkeep:
         )
         if window > self.limits.window_target:
             await self.background.submit(ROLL, {"scope": scope.to_dict()})
+
+    async def message_deleted(self, tenant: str, threads: list[str], source: str) -> None:
+        """Queue the erasure of a message deleted on the platform (`source`: its id there), in
+        whichever of `threads` holds it; in Redis before this returns, so the platform's event
+        can be acknowledged at once."""
+        await self.background.submit(
+            DELETED, {"tenant": tenant, "threads": threads, "source": source}
+        )
+
+    async def forget_deleted(self, tasks: list[dict[str, Any]]) -> None:
+        """Forget messages deleted on the platform (memory/governance.py `forget_deleted`): a
+        message not stored (yet) is noted, so its queued turn is not run; run twice, it finds
+        only a tombstone the second time."""
+        for task in tasks:
+            await self.memory.governance.forget_deleted(
+                task["tenant"], task["threads"], task["source"]
+            )
 
     async def index_episodes(self, tasks: list[dict[str, Any]]) -> None:
         """Embed messages and add them to episodic memory, one batch per tenant. Nobody waits

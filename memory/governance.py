@@ -7,7 +7,8 @@ an id the tenant does not hold. What is forgotten is gone from the next turn's c
 
 Where each part is:
 - here: one kind of item at a time (a message, thread, summary, tool log, paper, entity,
-  workflow), the edits, and the tenant's erasure lock;
+  workflow), a message its author deleted on Slack or Discord (`forget_deleted`), the edits,
+  and the tenant's erasure lock;
 - memory/governance_threads.py: messages made tombstones, whole threads deleted, and the
   summaries over them rewritten;
 - memory/governance_sweeps.py: a person erased from every store, and the retention cut;
@@ -34,7 +35,7 @@ from memory.governance_erasure import Busy, Erasure, NotFound
 from memory.governance_purge import Purge
 from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
-from memory.keys import forgetting_key, papers_key, threads_key
+from memory.keys import deleted_message_key, forgetting_key, papers_key, threads_key
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
@@ -46,6 +47,7 @@ __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
+DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
 
 
 class Governance:
@@ -70,6 +72,32 @@ class Governance:
                 tenant, lists, lambda m: m.id == message_id
             )
             return erasure + await self._turns(tenant, message_ids=[message_id])
+
+    async def forget_deleted(
+        self, tenant: str, threads: Iterable[str], source: str, turn: str = ""
+    ) -> Erasure:
+        """A message its author deleted on the platform: `source` is the platform's id of it
+        (stored as the user message's `metadata["source"]`), `threads` where it may be. The
+        deletion is noted first (a day, `was_deleted`), then the message is forgotten as by
+        `forget_message`: a turn that stores it after this read sees the note and calls this
+        again. `turn` also drops that turn's record. Idempotent: a tombstone keeps no source."""
+        await self.redis.set(deleted_message_key(tenant, source), 1, ex=DELETED_NOTE_SECONDS)
+        threads, erasure = list(threads), Erasure()
+        if turn:
+            erasure.turn_records = await self.memory.turn_records.forget(tenant, [turn])
+        conversation = self.memory.conversation
+        if not _from_source(Threads(await conversation.raw_threads(tenant, threads)), source):
+            return erasure  # most deletions: a message the bot never stored (no lock taken)
+        async with self._exclusive(tenant):
+            lists = Threads(await conversation.raw_threads(tenant, threads))
+            if ids := set(_from_source(lists, source)):
+                erasure += await self._threads.forget_messages(tenant, lists, lambda m: m.id in ids)
+                erasure += await self._turns(tenant, message_ids=ids)
+        return erasure
+
+    async def was_deleted(self, tenant: str, source: str) -> bool:
+        """True when the message of `source` was deleted on the platform in the last day."""
+        return bool(await self.redis.exists(deleted_message_key(tenant, source)))
 
     async def forget_thread(self, tenant: str, thread: str) -> Erasure:
         """The whole thread: its messages, counters, summaries, tool logs, episodic entries,
@@ -286,3 +314,11 @@ class Governance:
             renewing.cancel()
             await self._locks.release(key, token)
             self._purge.schedule(tenant)
+
+
+def _from_source(lists: Threads, source: str) -> list[str]:
+    """The ids of the user messages stored from the platform's message `source`."""
+    return [
+        m.id for thread in lists for m in lists.messages(thread)
+        if m.role == "user" and m.metadata.get("source") == source
+    ]  # fmt: skip

@@ -329,6 +329,13 @@ def erasing_key(tenant: str) -> str:
     return tenant_key(tenant, "erasing")
 
 
+def deleted_message_key(tenant: str, source: str) -> str:
+    """Set for a day when a person deleted their message on the platform (`source`: Slack's
+    channel and ts, Discord's message id): a turn for it that is still queued is not run, and
+    one that stored it meanwhile forgets it (memory/governance.py `forget_deleted`)."""
+    return tenant_key(tenant, "deleted-message", source)
+
+
 def web_secret_key() -> str:
     """The memory page's link-signing secret, made once when ARXIVSCOUT_SECRET is unset, so
     every process signs and checks links alike."""

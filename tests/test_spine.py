@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -64,6 +65,14 @@ def test_jobs_survive_the_queue_as_json():
     job = Job("turn", Scope("team", "t", "C1", Visibility.PRIVATE, "U1", "Ada"), "hi é",
               event_id="Ev1", reply={"channel": "C1", "thread_ts": "1.2"})  # fmt: skip
     assert Job.from_json(job.to_json()) == job
+
+
+def test_a_job_from_a_newer_process_is_read_without_its_new_fields():
+    """During a rolling deploy a newer process may queue fields this version does not know:
+    the job still runs (a TypeError here would stall the thread's queue)."""
+    job = Job("turn", Scope("team", "t", "C1"), "hi", source="slack:C1:1.2")
+    newer = json.dumps({**json.loads(job.to_json()), "priority": "high"})
+    assert Job.from_json(newer) == job
 
 
 async def test_answers_are_split_to_the_platform_size(redis_url, tmp_path, tenant):

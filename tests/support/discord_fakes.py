@@ -90,8 +90,8 @@ class FakeDiscord:
         everyone = spec(discord.Role, id=guild_id, name="@everyone")
         return spec(discord.Guild, id=guild_id, default_role=everyone)
 
-    def _messageable(self, cls: type, **attrs: Any) -> Any:
-        channel = spec(cls, id=self.snowflake(), **attrs)
+    def _messageable(self, cls: type, channel_id: int | None = None, **attrs: Any) -> Any:
+        channel = spec(cls, id=channel_id or self.snowflake(), **attrs)
         channel.send.side_effect = lambda content=None, **kw: self._post(channel.id, content)
         channel.typing.side_effect = lambda: FakeTyping(self.typing, channel.id)
         self.channels[channel.id] = channel
@@ -108,12 +108,16 @@ class FakeDiscord:
         channel.permissions_for.side_effect = permissions_for
         return channel
 
-    def thread(self, guild: Any, owner_id: int, parent_id: int | None = None) -> Any:
-        """A thread in `parent_id`'s channel (a new public text channel if not given)."""
+    def thread(
+        self, guild: Any, owner_id: int, parent_id: int | None = None, thread_id: int | None = None
+    ) -> Any:
+        """A thread in `parent_id`'s channel (a new public text channel if not given);
+        `thread_id`: a thread started from a message has that message's id."""
         parent = self.channels.get(parent_id) if parent_id else self.text_channel(guild)
         return self._messageable(
-            discord.Thread, guild=guild, owner_id=owner_id, parent_id=parent.id, parent=parent
-        )
+            discord.Thread, thread_id, guild=guild, owner_id=owner_id, parent_id=parent.id,
+            parent=parent,
+        )  # fmt: skip
 
     def dm_channel(self, recipient: Any) -> Any:
         return self._messageable(discord.DMChannel, recipient=recipient)
@@ -148,7 +152,7 @@ class FakeDiscord:
         )  # fmt: skip
 
         async def create_thread(*, name: str, **kw: Any) -> Any:
-            return self.thread(guild, owner_id=self.bot.id, parent_id=channel.id)
+            return self.thread(guild, self.bot.id, parent_id=channel.id, thread_id=message.id)
 
         message.create_thread.side_effect = create_thread
         message.reply.side_effect = lambda content=None, **kw: self._post(channel.id, content)
