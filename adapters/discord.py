@@ -73,6 +73,7 @@ DISCORD_LIMIT = 2000
 THREAD_NAME_LIMIT = 100
 RESUBMIT_EVERY_SECONDS = 5.0
 RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
+ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -135,19 +136,20 @@ async def resolve_visibility(
     """`visibility`, after fetching from Discord what the cache lacks: the channel itself (a
     command's channel may come uncached) or a thread's parent. When Discord cannot tell
     (no access, an error, no answer), the place is private."""
-    try:
-        if channel is None or isinstance(channel, discord.PartialMessageable):
-            if channel_id is None:
-                return Visibility.PRIVATE
-            channel = await client.fetch_channel(channel_id)
-        if (
-            isinstance(channel, discord.Thread)
-            and channel.parent is None
-            and channel.type is not discord.ChannelType.private_thread
-        ):
-            return visibility(await client.fetch_channel(channel.parent_id))
-    except (discord.HTTPException, discord.ClientException, discord.InvalidData) as exc:
-        log.warning("Discord could not say who sees channel %s (%s): private", channel_id, exc)
+    try:  # bounded: a command must be answered within 3 s
+        async with asyncio.timeout(ASK_DISCORD_SECONDS):
+            if channel is None or isinstance(channel, discord.PartialMessageable):
+                if channel_id is None:
+                    return Visibility.PRIVATE
+                channel = await client.fetch_channel(channel_id)
+            if (
+                isinstance(channel, discord.Thread)
+                and channel.parent is None
+                and channel.type is not discord.ChannelType.private_thread
+            ):
+                return visibility(await client.fetch_channel(channel.parent_id))
+    except Exception as exc:  # an HTTP error, the network, no answer in time
+        log.warning("Discord could not say who sees channel %s (%r): private", channel_id, exc)
         return Visibility.PRIVATE
     return visibility(channel)
 
@@ -208,6 +210,9 @@ class _Client(discord.Client):
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         await self.adapter.handle_deletion(payload)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self.adapter.handle_bulk_deletion(payload)
 
 
 class DiscordAdapter:
@@ -337,23 +342,37 @@ class DiscordAdapter:
         it: its channel's thread, or the thread a mention opened (Discord gives a thread
         started from a message that message's id); in a DM, the recipient's DM memory. Discord
         sends it once: while the memory is unreachable, it is kept here and tried again."""
-        source = discord_source(payload.message_id)
         if payload.guild_id is not None:
-            tenant = str(payload.guild_id)
-            threads = [f"discord:{tenant}:{payload.channel_id}"]
-            threads.append(f"discord:{tenant}:{payload.message_id}")
-        else:
-            user = await self._dm_person(payload)
-            if user is None:
-                log.warning("deleted DM message %s: its person is unknown", payload.message_id)
-                return
-            tenant, threads = f"dm-{user}", [f"discord:dm:{payload.channel_id}"]
+            await self._in_guild(payload.guild_id, payload.channel_id, payload.message_id)
+            return
+        user = await self._dm_person(payload)
+        if user is None:
+            log.warning("deleted DM message %s: its person is unknown", payload.message_id)
+            return
+        threads = [f"discord:dm:{payload.channel_id}"]
+        await self._queue_deletion(f"dm-{user}", threads, payload.message_id)
+
+    async def handle_bulk_deletion(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        """A moderator's purge, or a ban that deletes the member's messages: each one as a
+        single deletion (bulk deletions happen in servers only)."""
+        if payload.guild_id is None:
+            return
+        for message_id in sorted(payload.message_ids):
+            await self._in_guild(payload.guild_id, payload.channel_id, message_id)
+
+    async def _in_guild(self, guild_id: int, channel_id: int, message_id: int) -> None:
+        tenant = str(guild_id)
+        threads = [f"discord:{tenant}:{channel_id}", f"discord:{tenant}:{message_id}"]
+        await self._queue_deletion(tenant, threads, message_id)
+
+    async def _queue_deletion(self, tenant: str, threads: list[str], message_id: int) -> None:
+        source = discord_source(message_id)
         try:
             await self.handler.message_deleted(tenant, threads, source)
         except Exception as exc:
             if not not_queued_for_now(exc):
                 raise
-            what = f"deletion of message {payload.message_id}"
+            what = f"deletion of message {message_id}"
             self._retry_later(what, lambda: self.handler.message_deleted(tenant, threads, source))
 
     async def _dm_person(self, payload: discord.RawMessageDeleteEvent) -> int | None:
@@ -361,8 +380,11 @@ class DiscordAdapter:
         cache or Discord; else the deleted message's author, if it was cached."""
         channel = self.client.get_channel(payload.channel_id)
         if channel is None:
-            with contextlib.suppress(discord.HTTPException, discord.ClientException):
-                channel = await self.client.fetch_channel(payload.channel_id)
+            try:
+                async with asyncio.timeout(ASK_DISCORD_SECONDS):
+                    channel = await self.client.fetch_channel(payload.channel_id)
+            except Exception as exc:  # an error, no answer: the cached message may still say
+                log.warning("DM channel %s could not be fetched: %r", payload.channel_id, exc)
         recipient = channel.recipient if isinstance(channel, discord.DMChannel) else None
         if recipient is not None:
             return recipient.id

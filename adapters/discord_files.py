@@ -67,7 +67,7 @@ class DiscordFiles:
         ]  # fmt: skip
         await self.service.submit("discord", {
             "platform": "discord", "scope": scope.to_dict(), "reply": reply,
-            "share": f"discord:{message.id}", "files": files, "sharer": str(message.author.id),
+            "share": source, "files": files, "sharer": str(message.author.id),
             "turn": turn.to_json() if turn else None,
             "turn_event": f"discord-files:{message.id}:turn",
         })  # fmt: skip

@@ -231,6 +231,11 @@ class SharedFiles:
         scope = Scope.from_dict(payload["scope"])
         tenant, share = scope.tenant, payload["share"]
         async with self._locked(tenant, share):
+            # a share is named as its message is (adapters/platform_ids.py): deleted on the
+            # platform before its files were read, neither they nor its text are taken
+            if await self.memory.governance.was_deleted(tenant, share):
+                log.info("share %s not read: its message was deleted", share)
+                return
             last = await self.progress.attempt(tenant, share) >= MAX_DELIVERIES
             for index, file in enumerate(payload["files"]):
                 await self._file(end, scope, payload, f"{share}:{index}", file, last)

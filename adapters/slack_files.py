@@ -110,7 +110,7 @@ class SlackFiles:
         )  # fmt: skip
         await self.service.submit("slack", {
             "platform": "slack", "scope": scope.to_dict(), "reply": reply,
-            "share": f"slack:{channel}:{ts}", "files": files, "sharer": event.get("user", ""),
+            "share": slack_source(channel, ts), "files": files, "sharer": event.get("user", ""),
             "turn": turn.to_json() if question else None, "turn_event": f"{event_id}:turn",
         })  # fmt: skip
         await adapter.presence.join(scope, reference=thread_ts)

@@ -8,8 +8,8 @@ a crashed process to a live one. Delivery is at least once: handlers must be ide
 the moment they are read until they are acknowledged, a process keeps its tasks alive (their
 idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
 worker, is not taken over and run twice; `max_run_ms` after its handler started that stops, and
-a hung handler's tasks go to whoever claims them. (Waiting for a worker is not bounded: it ends
-when a batch in hand finishes, or reaches its own max run.)
+a hung handler's tasks go to whoever claims them. (Tasks waiting for a worker are kept while
+some batch in hand is within its max run; when all are past it, the waiting ones go too.)
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -264,14 +264,18 @@ class BackgroundWork:
         """Every third of claim_idle_ms, restart the idle time of the tasks this process holds
         (read, not yet acknowledged: waiting for a worker, or run for less than max_run_ms):
         nobody claims them meanwhile."""
-        beat = self.claim_idle_ms / 3000
+        beat, limit = self.claim_idle_ms / 3000, self.max_run_ms / 1000
         while True:
             await asyncio.sleep(beat)
             now = asyncio.get_running_loop().time()
+            running = [now - since for _, since in self._held.values() if since is not None]
+            # Waiting tasks wait for a worker to come free: not when every batch that holds
+            # one is past its max run (hung): then they go to whoever claims them too.
+            waiting_kept = not running or min(running) < limit
             held = [
                 t
                 for t, since in self._held.values()
-                if since is None or now - since < self.max_run_ms / 1000
+                if (since is None and waiting_kept) or (since is not None and now - since < limit)
             ]
             try:
                 await self.stream.keep_alive(held)

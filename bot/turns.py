@@ -85,15 +85,18 @@ class TurnHandler:
             return Reply(f"I can't take that message: {exc}")
         finally:
             if source:
-                await self._forget_if_deleted(scope, source, turn_id)
+                await self._forget_if_deleted(scope, source)
         return Reply(result.answer, result)
 
-    async def _forget_if_deleted(self, scope: Scope, source: str, turn_id: str) -> None:
+    async def _forget_if_deleted(self, scope: Scope, source: str) -> None:
         """The message was deleted on the platform while its turn ran: the erasure may have
-        looked before the turn stored it, so it is forgotten now (with the turn's record)."""
-        governance = self.memory.governance
-        if await governance.was_deleted(scope.tenant, source):
-            await governance.forget_deleted(scope.tenant, [scope.thread], source, turn=turn_id)
+        looked before the turn stored it, so it is queued again (durable, retried; the turn's
+        record goes with the message). A failure here is logged: the answer stands."""
+        try:
+            if await self.memory.governance.was_deleted(scope.tenant, source):
+                await self.message_deleted(scope.tenant, [scope.thread], source)
+        except Exception:
+            log.exception("the erasure of deleted message %s could not be queued", source)
 
     async def message_deleted(self, tenant: str, threads: list[str], source: str) -> None:
         """A person deleted their message on the platform (`source`: its id there; `threads`:

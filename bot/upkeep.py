@@ -65,7 +65,9 @@ class Upkeep:
     async def message_deleted(self, tenant: str, threads: list[str], source: str) -> None:
         """Queue the erasure of a message deleted on the platform (`source`: its id there), in
         whichever of `threads` holds it; in Redis before this returns, so the platform's event
-        can be acknowledged at once."""
+        can be acknowledged at once. The deletion is noted first: a turn for the message that
+        starts before the erasure runs is then not answered (adapters/spine.py)."""
+        await self.memory.governance.note_deleted(tenant, source)
         await self.background.submit(
             DELETED, {"tenant": tenant, "threads": threads, "source": source}
         )

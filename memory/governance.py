@@ -48,6 +48,7 @@ __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
 DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
+DELETED_NOTE = "deleted"  # the note's member that says so (the others: ids of messages found)
 
 
 class Governance:
@@ -73,27 +74,44 @@ class Governance:
             )
             return erasure + await self._turns(tenant, message_ids=[message_id])
 
-    async def forget_deleted(
-        self, tenant: str, threads: Iterable[str], source: str, turn: str = ""
-    ) -> Erasure:
+    async def forget_deleted(self, tenant: str, threads: Iterable[str], source: str) -> Erasure:
         """A message its author deleted on the platform: `source` is the platform's id of it
         (stored as the user message's `metadata["source"]`), `threads` where it may be. The
-        deletion is noted first (a day, `was_deleted`), then the message is forgotten as by
-        `forget_message`: a turn that stores it after this read sees the note and calls this
-        again. `turn` also drops that turn's record. Idempotent: a tombstone keeps no source."""
-        await self.redis.set(deleted_message_key(tenant, source), 1, ex=DELETED_NOTE_SECONDS)
+        deletion is noted (a day, `was_deleted`), then the message is forgotten as by
+        `forget_message`: a turn that stores it after this read sees the note and queues this
+        again; the turn records of the messages go too. The ids found are kept in the note before
+        the message becomes a tombstone (which keeps no source), so a run again after a failure
+        half-way finds them and finishes the clean-up."""
+        await self.note_deleted(tenant, source)
         threads, erasure = list(threads), Erasure()
-        if turn:
-            erasure.turn_records = await self.memory.turn_records.forget(tenant, [turn])
         conversation = self.memory.conversation
-        if not _from_source(Threads(await conversation.raw_threads(tenant, threads)), source):
+        if not await self._deleted_ids(tenant, threads, source):
             return erasure  # most deletions: a message the bot never stored (no lock taken)
         async with self._exclusive(tenant):
-            lists = Threads(await conversation.raw_threads(tenant, threads))
-            if ids := set(_from_source(lists, source)):
+            if ids := await self._deleted_ids(tenant, threads, source):
+                lists = Threads(await conversation.raw_threads(tenant, threads))
                 erasure += await self._threads.forget_messages(tenant, lists, lambda m: m.id in ids)
                 erasure += await self._turns(tenant, message_ids=ids)
         return erasure
+
+    async def note_deleted(self, tenant: str, source: str, ids: Iterable[str] = ()) -> None:
+        """Note for a day that `source` was deleted on the platform (with the ids of the
+        messages stored from it, when known): a queued turn for it is then not run."""
+        key = deleted_message_key(tenant, source)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(key, DELETED_NOTE, *ids)
+            pipe.expire(key, DELETED_NOTE_SECONDS)
+            await pipe.execute()
+
+    async def _deleted_ids(self, tenant: str, threads: list[str], source: str) -> set[str]:
+        """The ids of the messages stored from `source` in `threads`: found by their source,
+        or noted by an earlier run (tombstones by now); kept in the note as found."""
+        lists = Threads(await self.memory.conversation.raw_threads(tenant, threads))
+        found = set(_from_source(lists, source))
+        noted = {decode(m) for m in await self.redis.smembers(deleted_message_key(tenant, source))}
+        if found - noted:
+            await self.note_deleted(tenant, source, found - noted)
+        return (found | noted) - {DELETED_NOTE}
 
     async def was_deleted(self, tenant: str, source: str) -> bool:
         """True when the message of `source` was deleted on the platform in the last day."""

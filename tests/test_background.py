@@ -215,23 +215,41 @@ async def test_a_hung_task_is_taken_over_after_max_run(client, name):
 
 
 async def test_max_run_counts_from_when_the_handler_starts(client, name):
-    """Read in one batch with a task that runs past max_run_ms, a task waits for the only
-    worker longer than max_run_ms: it is held all along and, once started, gets its own full
-    run, so it runs once; the long task is taken for hung and run again by the other process."""
-    slow, quick = Recorder(delay=1.5), Recorder(delay=0.2)
-    handlers = {"slow": slow, "quick": quick}
+    """Read in one batch behind two batches of other kinds that each run within max_run_ms, a
+    task waits for the only worker longer than max_run_ms: it is held all along and, once
+    started, gets its own full run; nothing is taken over, nothing runs twice."""
+    first_kind, second_kind, quick = Recorder(delay=0.3), Recorder(delay=0.3), Recorder(delay=0.2)
+    handlers = {"a": first_kind, "b": second_kind, "quick": quick}
     first = work(client, name, handlers, consumer="A", workers=1, max_run_ms=400)
+    await first.stream.ensure_group()
+    for kind, i in (("a", 0), ("b", 1), ("quick", 2)):
+        await first.stream.add(kind, {"i": i})
+    first.start()
+    await asyncio.sleep(0.1)  # A read all three: "quick" waits 0.6 s for the worker
+    second = work(client, name, handlers, consumer="B")
+    second.start()
+    await drain(first)
+    await asyncio.gather(first.close(), second.close())
+    assert first_kind.payloads == [{"i": 0}] and second_kind.payloads == [{"i": 1}]
+    assert quick.payloads == [{"i": 2}]  # waited longer than max_run_ms: not taken
+
+
+async def test_tasks_waiting_behind_a_hung_batch_go_to_another_process(client, name):
+    """When every batch a process runs is past max_run_ms (hung), the tasks it read that wait
+    for a worker are no longer kept either: another process takes them over and runs them."""
+    in_a = {"slow": Recorder(delay=1.5), "quick": Recorder()}
+    in_b = {"slow": Recorder(delay=1.5), "quick": Recorder()}
+    first = work(client, name, in_a, consumer="A", workers=1, max_run_ms=400)
     await first.stream.ensure_group()
     await first.stream.add("slow", {"i": 0})
     await first.stream.add("quick", {"i": 1})
     first.start()
     await asyncio.sleep(0.1)  # A read both: "quick" waits for the worker "slow" holds
-    second = work(client, name, handlers, consumer="B")
+    second = work(client, name, in_b, consumer="B")
     second.start()
     await drain(first)
     await asyncio.gather(first.close(), second.close())
-    assert slow.payloads == [{"i": 0}, {"i": 0}]  # taken over max_run_ms after it started
-    assert quick.payloads == [{"i": 1}]  # waited 1.5 s, more than max_run_ms: not taken
+    assert in_b["quick"].payloads == [{"i": 1}]  # B took it while A's worker was hung
 
 
 async def test_keep_alive_leaves_a_task_taken_over_with_its_new_consumer(client, name):

@@ -256,6 +256,13 @@ async def test_a_thread_whose_parent_is_not_cached_is_asked_of_discord(world, fa
         scope = await adapter._command_scope(interaction)
         assert scope.audience == expected[name], name
 
+    # the network failing (not an HTTP answer) is "cannot tell" too: private, no exception
+    adapter.client.fetch_channel.side_effect = ConnectionResetError("gone")
+    interaction = fake.interaction(threads["public"], user)
+    interaction.channel = None
+    scope = await adapter._command_scope(interaction)
+    assert scope.audience == f"private:{threads['public'].id}"
+
 
 async def test_summarize_and_expand_commands(world, fake, adapter):
     guild = fake.guild()

@@ -307,3 +307,32 @@ async def test_discord_deletion_while_memory_is_down_is_kept_and_done_when_back(
         await adapter.pipeline.close()
         await close_world(world)
         server.stop()
+
+
+async def test_discord_bulk_deletion_forgets_each_message(world):
+    """A moderator's purge (MESSAGE_DELETE_BULK) forgets every stored message it names."""
+    fake = FakeDiscord()
+    adapter = new_adapter(world, fake)
+    memory = world.runtime.memory
+    guild = fake.guild()
+    channel, user = fake.text_channel(guild), fake.user()
+    await adapter.handle_message(fake.mention(channel, user, "when do walruses migrate"))
+    await settle(world, adapter)
+    opened = next(c for c in fake.channels.values() if isinstance(c, discord.Thread))
+    purged = []
+    for question in ("the zebra budget", "the okapi grant"):
+        purged.append(fake.message(opened, user, question))
+        await adapter.handle_message(purged[-1])
+        await settle(world, adapter)
+    here = Scope(str(guild.id), f"discord:{guild.id}:{opened.id}")
+    assert len(await texts(memory, here)) == 6
+
+    ids = [str(m.id) for m in purged]
+    data = {"ids": ids, "channel_id": str(opened.id), "guild_id": str(guild.id)}
+    payload = discord.RawBulkMessageDeleteEvent(data)  # type: ignore[arg-type]
+    await adapter.client.on_raw_bulk_message_delete(payload)
+    await settle(world, adapter)
+    assert await texts(memory, here) == [
+        "when do walruses migrate", "Answer: when do walruses migrate",
+        "Answer: the zebra budget", "Answer: the okapi grant",
+    ]  # fmt: skip

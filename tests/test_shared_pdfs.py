@@ -458,6 +458,19 @@ async def test_a_redelivered_task_edits_its_own_message_instead_of_posting(memor
     assert [m for m, _ in end.edits] == ["1", "1"] and end.edits[0][1] == end.edits[1][1]
 
 
+async def test_a_pdf_whose_message_was_deleted_is_not_read(memory, tenant):
+    """Deleted on the platform before its task ran (a share is named as its message is), the
+    message's files are not read or saved, nothing is posted, and its text is not answered."""
+    end = StubEnd(shared_pdf("Gone"))
+    files = stub_files(memory, end)
+    scope = Scope(tenant, "t", channel="D1", visibility=Visibility.DM)
+    share = f"slack:D1:{time.time_ns()}"
+    await memory.governance.note_deleted(tenant, share)
+    await files.one(share_payload(scope, share, turn="what does it say?"))
+    assert end.posts == [] and end.edits == []
+    assert await memory.knowledge_base.papers(scope) == []
+
+
 async def test_a_share_being_read_is_not_read_again_at_once(memory, tenant):
     files = stub_files(memory, StubEnd(shared_pdf()))
     scope = Scope(tenant, "t", channel="D1", visibility=Visibility.DM)
