@@ -134,11 +134,12 @@ async def resolve_visibility(
     client: discord.Client, channel: discord.abc.Messageable | None, channel_id: int | None
 ) -> Visibility:
     """`visibility`, after fetching from Discord what the cache lacks: the channel itself (a
-    command's channel may come uncached) or a thread's parent. When Discord cannot tell
+    command's channel may come uncached, built from the interaction's partial data, which
+    need not carry its permission overwrites) or a thread's parent. When Discord cannot tell
     (no access, an error, no answer), the place is private."""
     try:  # bounded: a command must be answered within 3 s
         async with asyncio.timeout(ASK_DISCORD_SECONDS):
-            if channel is None or isinstance(channel, discord.PartialMessageable):
+            if channel is None or _not_cached(client, channel):
                 if channel_id is None:
                     return Visibility.PRIVATE
                 channel = await client.fetch_channel(channel_id)
@@ -152,6 +153,15 @@ async def resolve_visibility(
         log.warning("Discord could not say who sees channel %s (%r): private", channel_id, exc)
         return Visibility.PRIVATE
     return visibility(channel)
+
+
+def _not_cached(client: discord.Client, channel: discord.abc.Messageable) -> bool:
+    """A server channel this client does not hold: its overwrites may be missing."""
+    if isinstance(channel, discord.PartialMessageable):
+        return True
+    if isinstance(channel, discord.DMChannel) or getattr(channel, "guild", None) is None:
+        return False
+    return client.get_channel(channel.id) is None
 
 
 class DiscordPlatform(Platform):

@@ -256,6 +256,16 @@ async def test_a_thread_whose_parent_is_not_cached_is_asked_of_discord(world, fa
         scope = await adapter._command_scope(interaction)
         assert scope.audience == expected[name], name
 
+    # a command's channel built from the interaction's partial data (not in the cache) may
+    # lack its overwrites, so look public: the channel is fetched instead
+    hidden = fake.text_channel(guild, private=True)
+    partial = fake.text_channel(guild)  # what the payload alone shows: nothing hidden
+    partial.id = hidden.id
+    adapter.client.get_channel.side_effect = lambda channel_id: None  # nothing cached
+    interaction = fake.interaction(hidden, user)
+    interaction.channel = partial
+    assert (await adapter._command_scope(interaction)).audience == f"private:{hidden.id}"
+
     # the network failing (not an HTTP answer) is "cannot tell" too: private, no exception
     adapter.client.fetch_channel.side_effect = ConnectionResetError("gone")
     interaction = fake.interaction(threads["public"], user)
