@@ -126,6 +126,40 @@ async def test_slack_deleted_messages_are_forgotten_and_the_rest_stays(slack):
     assert len(slack.world.model_requests()) == 2  # nothing was answered again
 
 
+async def test_a_deletion_run_again_after_failing_half_way_finishes_the_clean_up(slack):
+    """The erasure failed after the message became a tombstone (which keeps no source) and
+    before its episodic entry and turn record went: run again, it still finds the message by
+    the id its note kept, and finishes."""
+    team, memory = f"T{time.time_ns()}", slack.world.runtime.memory
+    here = thread(team, ts(1))
+    slack.world.model.script(text("Walruses migrate north."), text("The budget is fine."))
+    await slack.a.event(mention("when do walruses migrate", ts(1)), team=team)
+    await slack.settle()
+    await slack.a.event(message("what about the zebra budget", ts(2), thread_ts=ts(1)), team=team)
+    await slack.settle()
+    source = slack_source("C1", ts(2))
+    stored = await memory.conversation.all(here)
+    asked = next(m for m in stored if m.metadata.get("source") == source)
+    assert "what about the zebra budget" in await found(memory, here, "zebra budget")
+
+    # the first run's state when it failed: the note has the id, the message is a tombstone,
+    # its episodic entry and its turn's record are still there
+    await memory.governance.note_deleted(team, source, [asked.id])
+    raw = (await memory.conversation.raw_threads(team, [here.thread]))[here.thread]
+    grave = asked.tombstone().to_json()
+    assert (
+        await memory.conversation.replace(team, {here.thread: [(asked.seq, raw[asked.seq], grave)]})
+        == {}
+    )
+    assert "what about the zebra budget" in await found(memory, here, "zebra budget")
+    assert len(await memory.turn_records.of_thread(team, here.thread)) == 2
+
+    await memory.governance.forget_deleted(team, [here.thread], source)  # the task, again
+    await memory.governance.settle()
+    assert not any("zebra" in hit for hit in await found(memory, here, "zebra budget"))
+    assert len(await memory.turn_records.of_thread(team, here.thread)) == 1
+
+
 async def test_slack_dm_message_deleted_is_forgotten(slack):
     team, memory = f"T{time.time_ns()}", slack.world.runtime.memory
     slack.world.model.script(text("Noted."), text("Also noted."))
