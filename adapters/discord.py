@@ -48,6 +48,7 @@ from discord import app_commands
 from adapters.discord_feedback import DiscordFeedback, send_options
 from adapters.discord_files import DiscordFiles, shared_attachments
 from adapters.discord_watch import DiscordWatches
+from adapters.memory_page.access import Admins
 from adapters.memory_page.auth import NOT_SERVED, Links
 from adapters.platform_ids import discord_source, discord_tenant
 from adapters.spine import (
@@ -228,9 +229,10 @@ class _Client(discord.Client):
 class DiscordAdapter:
     def __init__(
         self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None,
-        links: Links | None = None,
+        links: Links | None = None, admins: Admins | None = None,
     ) -> None:  # fmt: skip
-        """`links`: the memory page's, for `/memory`."""
+        """`links`: the memory page's, for `/memory`; `admins`: ARXIVSCOUT_ADMINS, who manage
+        every channel's watches as server managers do."""
         self.handler = handler
         self.links = links
         self.presence = handler.memory.presence
@@ -243,9 +245,9 @@ class DiscordAdapter:
         self.files = DiscordFiles(self)  # PDFs attached where the bot answers
         self._waiting: set[asyncio.Task] = set()  # messages waiting for the memory to be back
         self._register_commands()
-        DiscordWatches(handler.watches, self.client, self.pipeline.platform.channel).register(
-            self.tree, self._command_scope
-        )  # /watch, digests and their Save buttons
+        DiscordWatches(
+            handler.watches, self.client, self.pipeline.platform.channel, admins
+        ).register(self.tree, self._command_scope)  # /watch, digests and their Save buttons
 
     # -- start-up --------------------------------------------------------------------------
 

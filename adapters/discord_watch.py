@@ -3,7 +3,8 @@ message, its Save buttons.
 
 - `/watch add topic [period] [category] [author]` makes a watch that posts to the channel (or
   thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there, but
-  for members with Manage Server or Administrator, the memory page's admins: from anywhere). A
+  for members with Manage Server or Administrator and those named in ARXIVSCOUT_ADMINS, the
+  memory page's admins: from anywhere). A
   mention "watch … weekly" does the same, through the turn handler (only from the watch's place).
 - A digest is one message under 2,000 characters with a "Save" button per paper (custom id
   `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
@@ -28,6 +29,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
+from adapters.memory_page.access import Admins
 from adapters.platform_ids import discord_tenant
 from bot.watches import (
     NOT_QUEUED,
@@ -58,13 +60,20 @@ CANNOT_POST = (
 )
 
 
-def admin_of(interaction: discord.Interaction) -> Callable[[], Awaitable[bool]]:
-    """Whether the person manages the whole server (Manage Server or Administrator, as on the
-    memory page), and so every channel's watches: from the interaction's resolved permissions
-    (none in a DM). Channel overwrites cannot grant or deny these two, so the channel's
-    resolution says what the server's would."""
+def admin_of(
+    interaction: discord.Interaction, admins: Admins | None = None
+) -> Callable[[], Awaitable[bool]]:
+    """Whether the person manages the whole server, and so every channel's watches, as on the
+    memory page: named in ARXIVSCOUT_ADMINS (`admins`), or holding Manage Server or
+    Administrator, from the interaction's resolved permissions (none in a DM). Channel
+    overwrites cannot grant or deny these two, so the channel's resolution says what the
+    server's would."""
 
     async def admin() -> bool:
+        if admins is not None and admins.named(
+            discord_tenant(interaction), str(interaction.user.id)
+        ):
+            return True
         permissions = interaction.permissions
         return bool(permissions.administrator or permissions.manage_guild)
 
@@ -172,11 +181,14 @@ class DiscordWatches:
     """The Discord poster of digests, the `/watch` commands and the Save buttons."""
 
     def __init__(
-        self, watches: WatchService | None, client: discord.Client, channel_of: ChannelOf
-    ) -> None:
+        self, watches: WatchService | None, client: discord.Client, channel_of: ChannelOf,
+        admins: Admins | None = None,
+    ) -> None:  # fmt: skip
+        """`admins`: ARXIVSCOUT_ADMINS, as the memory page reads it."""
         self.watches = watches
         self.client = client
         self.channel_of = channel_of
+        self.admins = admins
 
     def register(self, tree: app_commands.CommandTree, scope_of: ScopeOf) -> None:
         if self.watches is None:
@@ -228,7 +240,10 @@ class DiscordWatches:
         async def remove(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
                 watches.remove_text(
-                    await scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                    await scope_of(interaction),
+                    watch_id,
+                    place(interaction),
+                    admin_of(interaction, self.admins),
                 )
             )
             await interaction.response.send_message(answer, ephemeral=True)
@@ -238,7 +253,10 @@ class DiscordWatches:
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
             answer = await _said(
                 watches.pause_text(
-                    await scope_of(interaction), watch_id, place(interaction), admin_of(interaction)
+                    await scope_of(interaction),
+                    watch_id,
+                    place(interaction),
+                    admin_of(interaction, self.admins),
                 )
             )
             await interaction.response.send_message(answer, ephemeral=True)
@@ -254,7 +272,7 @@ class DiscordWatches:
                         await scope_of(interaction),
                         watch_id,
                         place(interaction),
-                        admin_of(interaction),
+                        admin_of(interaction, self.admins),
                     )
                 )
             await interaction.response.send_message(answer, ephemeral=True)

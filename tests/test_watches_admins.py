@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import time
 
+from adapters.discord import DiscordAdapter
+from adapters.memory_page.access import Admins
 from memory.keys import watches_due_key
 from memory.stores.watches import WatchStore
+from tests.support.discord_api import BOT_TOKEN
 from tests.test_discord_feedback import answered
 from tests.test_slack import slack  # noqa: F401  (the fixture)
 from tests.test_watches_discord import api, env, watch_command  # noqa: F401  (the fixtures)
@@ -111,3 +114,37 @@ async def test_a_discord_member_with_manage_server_manages_a_watch_from_another_
     finally:
         for left in await store.all(tenant):
             await store.remove(tenant, left.id)
+
+
+async def test_a_discord_user_named_in_arxivscout_admins_manages_every_watch(env):  # noqa: F811
+    """ARXIVSCOUT_ADMINS counts on Discord as on the memory page: a named user without Manage
+    Server pauses a watch of another channel; the same person unnamed is refused."""
+    world, fake, _, api = env  # noqa: F811
+    named = 1003
+    adapter = DiscordAdapter(world.runtime.turns(), sync=False, admins=Admins(str(named)))
+    fake.attach(adapter.client)
+    await adapter.client._async_setup_hook()
+    await adapter.client.http.static_login(BOT_TOKEN)
+    store: WatchStore = world.runtime.watches.store
+    guild = fake.guild()
+    channel, elsewhere = fake.text_channel(guild), fake.text_channel(guild)
+    tenant, state = str(guild.id), adapter.client._connection
+    try:
+        state.parse_interaction_create(
+            watch_command(guild.id, channel.id, 1001, "add", topic="quokka sleep")
+        )
+        await answered(api, 1)
+        [watch] = await store.all(tenant)
+        state.parse_interaction_create(
+            watch_command(guild.id, elsewhere.id, 1004, "pause", watch_id=watch.id)
+        )
+        assert (await answered(api, 2))[1]["data"]["content"].startswith("No watch")
+        state.parse_interaction_create(
+            watch_command(guild.id, elsewhere.id, named, "pause", watch_id=watch.id)
+        )
+        assert (await answered(api, 3))[2]["data"]["content"].startswith("Paused “quokka sleep”")
+        assert (await store.get(tenant, watch.id)).paused == f"paused by {named}"
+    finally:
+        for left in await store.all(tenant):
+            await store.remove(tenant, left.id)
+        await adapter.client.http.close()

@@ -39,7 +39,11 @@ async def run(args: argparse.Namespace) -> int:
     try:
         wiring = await page_wiring(settings, runtime.memory)  # the links of `/memory`
         adapter = DiscordAdapter(
-            runtime.turns(), sync=not args.no_sync, sync_guild=args.guild, links=wiring.links
+            runtime.turns(),
+            sync=not args.no_sync,
+            sync_guild=args.guild,
+            links=wiring.links,
+            admins=wiring.directories.admins,
         )
         await adapter.start(token)  # until Ctrl-C / SIGTERM; queued turns stay in Redis
     finally:

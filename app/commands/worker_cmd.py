@@ -120,7 +120,9 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         if use_discord:
             from adapters.discord import DiscordAdapter
 
-            discord_adapter = DiscordAdapter(handler, links=wiring.links)
+            discord_adapter = DiscordAdapter(
+                handler, links=wiring.links, admins=wiring.directories.admins
+            )
             pipelines.append(discord_adapter.pipeline)  # started once connected
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
