@@ -4,8 +4,8 @@ message, its Save buttons.
 - `/watch add topic [period] [category] [author]` makes a watch that posts to the channel (or
   thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there, but
   for members with Manage Server or Administrator and those named in ARXIVSCOUT_ADMINS, the
-  memory page's admins: from anywhere). A
-  mention "watch … weekly" does the same, through the turn handler (only from the watch's place).
+  memory page's admins: from anywhere). A mention "watch … weekly" does the same, through the
+  turn handler (only from the watch's place).
 - A digest is one message under 2,000 characters with a "Save" button per paper (custom id
   `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
   posted by another process or before a restart work). It is sent with a nonce naming its
