@@ -247,37 +247,13 @@ class SharedFiles:
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:
         """Hold the share's lock while the body runs (ShareBusy if another copy holds it),
-        renewed meanwhile; released at the end, however it ends."""
+        renewed up to the task's max run (then it is taken for hung: bot/background.py);
+        released at the end, however it ends."""
         token = uuid.uuid4().hex
         if not await self.progress.lock(tenant, share, token, self.lock_seconds):
             raise ShareBusy(f"{share} is being read by another copy of its task")
-        keeper = asyncio.create_task(
-            self._keep_lock(tenant, share, token), name=f"share-lock:{share}"
-        )
-        try:
+        async with self.progress.kept(tenant, share, token, self.lock_seconds, self.max_run_ms):
             yield
-        finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
-            await self.progress.unlock(tenant, share, token)
-
-    async def _keep_lock(self, tenant: str, share: str, token: str) -> None:
-        """Every third of its lifetime, renew the lock while it is ours, for up to max_run_ms:
-        then the task is taken for hung (bot/background.py), and the lock lapses so that
-        whoever takes the task over can run it."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + self.max_run_ms / 1000
-        while True:
-            await asyncio.sleep(self.lock_seconds / 3)
-            if loop.time() >= until:
-                log.warning("share %s still running after its max run: its lock lapses", share)
-                return
-            try:
-                if not await self.progress.renew(tenant, share, token, self.lock_seconds):
-                    log.warning("share %s lost its lock (expired): another copy may run", share)
-                    return
-            except Exception as exc:  # Redis away: try again at the next beat
-                log.warning("could not renew the lock of share %s: %r", share, exc)
 
     async def _file(
         self, end: FileEnd, scope: Scope, payload: dict[str, Any], share_id: str,

@@ -84,12 +84,12 @@ class Governance:
         half-way finds them and finishes the clean-up."""
         await self.note_deleted(tenant, source)
         threads, erasure = list(threads), Erasure()
-        conversation = self.memory.conversation
-        if not await self._deleted_ids(tenant, threads, source):
+        read = self.memory.conversation.raw_threads
+        if not await self._deleted_ids(tenant, Threads(await read(tenant, threads)), source):
             return erasure  # most deletions: a message the bot never stored (no lock taken)
         async with self._exclusive(tenant):
-            if ids := await self._deleted_ids(tenant, threads, source):
-                lists = Threads(await conversation.raw_threads(tenant, threads))
+            lists = Threads(await read(tenant, threads))  # as they are now, under the lock
+            if ids := await self._deleted_ids(tenant, lists, source):
                 erasure += await self._threads.forget_messages(tenant, lists, lambda m: m.id in ids)
                 erasure += await self._turns(tenant, message_ids=ids)
         return erasure
@@ -103,10 +103,9 @@ class Governance:
             pipe.expire(key, DELETED_NOTE_SECONDS)
             await pipe.execute()
 
-    async def _deleted_ids(self, tenant: str, threads: list[str], source: str) -> set[str]:
-        """The ids of the messages stored from `source` in `threads`: found by their source,
-        or noted by an earlier run (tombstones by now); kept in the note as found."""
-        lists = Threads(await self.memory.conversation.raw_threads(tenant, threads))
+    async def _deleted_ids(self, tenant: str, lists: Threads, source: str) -> set[str]:
+        """The ids of the messages stored from `source` in these threads: found by their
+        source, or noted by an earlier run (tombstones by now); kept in the note as found."""
         found = set(_from_source(lists, source))
         noted = {decode(m) for m in await self.redis.smembers(deleted_message_key(tenant, source))}
         if found - noted:
@@ -319,18 +318,10 @@ class Governance:
             if loop.time() >= deadline:
                 raise Busy("Another erasure of this workspace's memory is running; try again.")
             await asyncio.sleep(0.05)
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(LOCK_TTL_MS / 3000)
-                await self._locks.renew(key, token, LOCK_TTL_MS)
-
-        renewing = asyncio.create_task(renew())
         try:
-            yield
+            async with self._locks.kept(key, token, LOCK_TTL_MS):
+                yield
         finally:
-            renewing.cancel()
-            await self._locks.release(key, token)
             self._purge.schedule(tenant)
 
 

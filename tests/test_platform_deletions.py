@@ -16,6 +16,7 @@ from adapters.platform_ids import discord_source, slack_source
 from adapters.slack import thread_id
 from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope, Visibility
+from tests import test_discord
 from tests.agent_world import close_world, open_world
 from tests.conftest import free_port, redis_options
 from tests.support.discord_fakes import FakeDiscord
@@ -80,14 +81,19 @@ def held_model(world, answer: str) -> tuple[asyncio.Event, asyncio.Event]:
 # -- Slack ---------------------------------------------------------------------------------------
 
 
-async def test_slack_deleted_messages_are_forgotten_and_the_rest_stays(slack):
+async def walrus_thread(slack) -> tuple[str, Any, Scope]:
+    """A new workspace's thread of two answered turns: a mention (ts 1), a reply (ts 2)."""
     team, memory = f"T{time.time_ns()}", slack.world.runtime.memory
-    here = thread(team, ts(1))
     slack.world.model.script(text("Walruses migrate north."), text("The budget is fine."))
     await slack.a.event(mention("when do walruses migrate", ts(1)), team=team)
     await slack.settle()
     await slack.a.event(message("what about the zebra budget", ts(2), thread_ts=ts(1)), team=team)
     await slack.settle()
+    return team, memory, thread(team, ts(1))
+
+
+async def test_slack_deleted_messages_are_forgotten_and_the_rest_stays(slack):
+    team, memory, here = await walrus_thread(slack)
     stored = await memory.conversation.all(here)
     assert [m.metadata.get("source") for m in stored] == [
         slack_source("C1", ts(1)), None, slack_source("C1", ts(2)), None
@@ -130,13 +136,7 @@ async def test_a_deletion_run_again_after_failing_half_way_finishes_the_clean_up
     """The erasure failed after the message became a tombstone (which keeps no source) and
     before its episodic entry and turn record went: run again, it still finds the message by
     the id its note kept, and finishes."""
-    team, memory = f"T{time.time_ns()}", slack.world.runtime.memory
-    here = thread(team, ts(1))
-    slack.world.model.script(text("Walruses migrate north."), text("The budget is fine."))
-    await slack.a.event(mention("when do walruses migrate", ts(1)), team=team)
-    await slack.settle()
-    await slack.a.event(message("what about the zebra budget", ts(2), thread_ts=ts(1)), team=team)
-    await slack.settle()
+    team, memory, here = await walrus_thread(slack)
     source = slack_source("C1", ts(2))
     stored = await memory.conversation.all(here)
     asked = next(m for m in stored if m.metadata.get("source") == source)
@@ -209,13 +209,7 @@ async def test_slack_deletion_while_its_turn_runs_forgets_it_once_stored(slack):
 
 # -- Discord -------------------------------------------------------------------------------------
 
-
-@pytest.fixture
-async def world(redis_url, tmp_path):
-    world = await open_world(redis_url, tmp_path)
-    world.model.responder = echo
-    yield world
-    await close_world(world)
+world = test_discord.world  # its fixture: a world whose model echoes the question
 
 
 def deletion(

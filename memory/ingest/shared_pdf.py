@@ -167,6 +167,12 @@ class ShareProgress:
         is not (it expired, and may have been taken by another copy, whose lock stays as is)."""
         return await self._locks.renew(shared_pdf_lock_key(tenant, share), token, _ms(seconds))
 
+    def kept(self, tenant: str, share: str, token: str, seconds: float, max_ms: int):
+        """The lock taken (`lock`), renewed while the share runs, for up to `max_ms`, and
+        released at the end (`OwnedLocks.kept`)."""
+        key = shared_pdf_lock_key(tenant, share)
+        return self._locks.kept(key, token, _ms(seconds), max_ms, name=f"share-lock:{share}")
+
     async def unlock(self, tenant: str, share: str, token: str) -> None:
         """Release the lock if it is still ours (it may have expired and been taken)."""
         await self._locks.release(shared_pdf_lock_key(tenant, share), token)
