@@ -14,9 +14,11 @@ message, its Save buttons.
   is claimed again within a minute).
 - A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
   task, and answered again through the interaction's follow-up ("Saved … (N passages)").
-- `/watch add` (and `resume`) need the bot to be able to send there (the interaction's
-  `app_permissions`): elsewhere Discord would refuse every digest, so it answers "let me post
-  here first". A digest refused later pauses the watch and its creator is told in a DM.
+- `/watch add` needs the bot to be able to send where it is used (the interaction's
+  `app_permissions`), and `resume` (or a watch made by a mention) where the watch posts (the
+  channel's permissions for the bot, `can_post`): elsewhere Discord would refuse every digest,
+  so it answers "let me post here first". A digest refused later pauses the watch and its
+  creator is told in a DM.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ NONCE_LIMIT = 25
 CANNOT_POST = (
     "I cannot send messages in this channel, so Discord would refuse my digests here: let me "
     "post here first (the channel's permissions: Send Messages), then ask again."
+)
+CANNOT_SEE = (
+    "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
+    "would refuse its digests: remove it, or let me see the channel again."
 )
 
 
@@ -264,17 +270,14 @@ class DiscordWatches:
         @group.command(name="resume", description="Resume a paused topic watch of this channel")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def resume(interaction: discord.Interaction, watch_id: str) -> None:
-            if not can_send(interaction):
-                answer = CANNOT_POST
-            else:
-                answer = await _said(
-                    watches.resume_text(
-                        await scope_of(interaction),
-                        watch_id,
-                        place(interaction),
-                        admin_of(interaction, self.admins),
-                    )
+            answer = await _said(  # checked where the watch posts (`can_post`)
+                watches.resume_text(
+                    await scope_of(interaction),
+                    watch_id,
+                    place(interaction),
+                    admin_of(interaction, self.admins),
                 )
+            )
             await interaction.response.send_message(answer, ephemeral=True)
 
         self.callbacks = {"add": add, "list": listing, "remove": remove, "pause": pause,
@@ -300,7 +303,29 @@ class DiscordWatches:
         return None  # posting again with the same nonce returns the first message
 
     async def can_post(self, place: WatchPlace) -> str:
-        return ""  # checked by the commands, from the interaction (`can_send`)
+        """Whether the bot may send in the watch's channel now, from the channel as the client
+        has it (fetched when not cached): a watch resumed or made from elsewhere (an admin's
+        command, a mention) is checked where it posts, not where it was asked. When Discord
+        cannot say (no member object for the bot), the post itself is the check: a refused
+        digest pauses the watch and tells its creator."""
+        try:
+            channel = await self.channel_of(int(place.channel))  # None: gone, or hidden
+        except ValueError:
+            channel = None
+        except discord.HTTPException:  # Discord unsure now: the post will say
+            return ""
+        if channel is None:
+            return CANNOT_SEE
+        guild = getattr(channel, "guild", None)
+        me = guild.me if guild is not None else None
+        if me is None:  # a DM, or a server whose member list lacks the bot
+            return ""
+        permissions = channel.permissions_for(me)
+        if isinstance(channel, discord.Thread):
+            allowed = permissions.send_messages_in_threads
+        else:
+            allowed = permissions.send_messages
+        return "" if allowed else CANNOT_POST
 
     async def tell(self, watch: Watch, text: str) -> None:
         if watch.created_by:

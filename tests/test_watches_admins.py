@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+import discord
+
 from adapters.discord import DiscordAdapter
 from adapters.memory_page.access import Admins
 from memory.keys import watches_due_key
@@ -15,7 +17,7 @@ from memory.stores.watches import WatchStore
 from tests.support.discord_api import BOT_TOKEN
 from tests.test_discord_feedback import answered
 from tests.test_slack import slack  # noqa: F401  (the fixture)
-from tests.test_watches_discord import api, env, watch_command  # noqa: F401  (the fixtures)
+from tests.test_watches_discord import VIEW, api, env, watch_command  # noqa: F401  (the fixtures)
 
 MANAGE_SERVER = 1 << 5
 
@@ -81,7 +83,7 @@ async def test_a_discord_member_with_manage_server_manages_a_watch_from_another_
     world, fake, adapter, api = env  # noqa: F811
     store: WatchStore = world.runtime.watches.store
     guild = fake.guild()
-    channel, elsewhere = fake.text_channel(guild), fake.text_channel(guild)
+    channel, elsewhere = fake.text_channel(guild), fake.text_channel(guild, muted=True)
     tenant, state = str(guild.id), adapter.client._connection
     member, manager = 1001, 1002
 
@@ -118,7 +120,9 @@ async def test_a_discord_member_with_manage_server_manages_a_watch_from_another_
 
 async def test_a_discord_user_named_in_arxivscout_admins_manages_every_watch(env):  # noqa: F811
     """ARXIVSCOUT_ADMINS counts on Discord as on the memory page: a named user without Manage
-    Server pauses a watch of another channel; the same person unnamed is refused."""
+    Server pauses a watch of another channel; the same person unnamed is refused. Resuming it
+    from a channel where the bot may not post works: what counts is where the watch posts, and
+    there the bot losing Send Messages refuses the resume."""
     world, fake, _, api = env  # noqa: F811
     named = 1003
     adapter = DiscordAdapter(world.runtime.turns(), sync=False, admins=Admins(str(named)))
@@ -127,7 +131,7 @@ async def test_a_discord_user_named_in_arxivscout_admins_manages_every_watch(env
     await adapter.client.http.static_login(BOT_TOKEN)
     store: WatchStore = world.runtime.watches.store
     guild = fake.guild()
-    channel, elsewhere = fake.text_channel(guild), fake.text_channel(guild)
+    channel, elsewhere = fake.text_channel(guild), fake.text_channel(guild, muted=True)
     tenant, state = str(guild.id), adapter.client._connection
     try:
         state.parse_interaction_create(
@@ -144,6 +148,26 @@ async def test_a_discord_user_named_in_arxivscout_admins_manages_every_watch(env
         )
         assert (await answered(api, 3))[2]["data"]["content"].startswith("Paused “quokka sleep”")
         assert (await store.get(tenant, watch.id)).paused == f"paused by {named}"
+
+        channel.permissions_for.side_effect = lambda target, /: discord.Permissions(
+            view_channel=True
+        )  # the bot can no longer send where the watch posts
+        state.parse_interaction_create(
+            watch_command(guild.id, elsewhere.id, named, "resume", VIEW, watch_id=watch.id)
+        )
+        refused = (await answered(api, 4))[3]["data"]["content"]
+        assert refused.startswith("I cannot send messages in this channel")
+        assert (await store.get(tenant, watch.id)).paused == f"paused by {named}"
+        channel.permissions_for.side_effect = None  # allowed again
+        channel.permissions_for.return_value = discord.Permissions(
+            view_channel=True, send_messages=True
+        )
+        state.parse_interaction_create(
+            watch_command(guild.id, elsewhere.id, named, "resume", VIEW, watch_id=watch.id)
+        )
+        resumed = (await answered(api, 5))[4]["data"]["content"]
+        assert resumed.startswith("Resumed “quokka sleep”")
+        assert (await store.get(tenant, watch.id)).paused == ""
     finally:
         for left in await store.all(tenant):
             await store.remove(tenant, left.id)

@@ -88,7 +88,8 @@ class FakeDiscord:
         """A server; its @everyone role has the server's id, as on Discord."""
         guild_id = self.snowflake()
         everyone = spec(discord.Role, id=guild_id, name="@everyone")
-        return spec(discord.Guild, id=guild_id, default_role=everyone)
+        me = spec(discord.Member, id=self.bot.id, bot=True, name=self.bot.name)
+        return spec(discord.Guild, id=guild_id, default_role=everyone, me=me)
 
     def _messageable(self, cls: type, channel_id: int | None = None, **attrs: Any) -> Any:
         channel = spec(cls, id=channel_id or self.snowflake(), **attrs)
@@ -97,11 +98,16 @@ class FakeDiscord:
         self.channels[channel.id] = channel
         return channel
 
-    def text_channel(self, guild: Any, private: bool = False) -> Any:
-        """A server text channel; a private one is hidden from @everyone."""
+    def text_channel(self, guild: Any, private: bool = False, muted: bool = False) -> Any:
+        """A server text channel; a private one is hidden from @everyone, a muted one lets the
+        bot read but not send (nor in its threads)."""
         channel = self._messageable(discord.TextChannel, guild=guild)
 
         def permissions_for(target: Any, /) -> discord.Permissions:
+            if target is guild.me:
+                return discord.Permissions(
+                    view_channel=True, send_messages=not muted, send_messages_in_threads=not muted
+                )
             hidden = private and target is guild.default_role
             return discord.Permissions(view_channel=not hidden)
 
@@ -114,10 +120,12 @@ class FakeDiscord:
         """A thread in `parent_id`'s channel (a new public text channel if not given);
         `thread_id`: a thread started from a message has that message's id."""
         parent = self.channels.get(parent_id) if parent_id else self.text_channel(guild)
-        return self._messageable(
+        thread = self._messageable(
             discord.Thread, thread_id, guild=guild, owner_id=owner_id, parent_id=parent.id,
             parent=parent,
         )  # fmt: skip
+        thread.permissions_for.side_effect = parent.permissions_for  # as Discord resolves them
+        return thread
 
     def dm_channel(self, recipient: Any) -> Any:
         return self._messageable(discord.DMChannel, recipient=recipient)
