@@ -11,10 +11,10 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   parent is not cached has its parent fetched first; what Discord cannot tell is private. In
   DMs thread `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own
   memory, never a server's.
-- A person's message deleted on Discord (`on_raw_message_delete`) is forgotten: its erasure
-  is queued as a background task that finds the stored message by its source (the message
-  id) in its channel's thread or the thread opened from it; in a DM the tenant comes from
-  the DM channel's recipient (cached, else fetched). Edits are not followed.
+- Changes people make on Discord are followed (adapters/discord_changes.py): a message
+  deleted is forgotten, one edited gets its new text in memory (the edit is not answered), a
+  channel or thread deleted is forgotten whole, with the threads the bot took part in under it
+  (recorded as they come, since a thread's id does not name its channel) and its watches.
 - The bot's own messages, other bots and system messages are ignored. The spine de-duplicates
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 import discord
 from discord import app_commands
 
+from adapters.discord_changes import DiscordChanges
 from adapters.discord_feedback import DiscordFeedback, send_options
 from adapters.discord_files import DiscordFiles, shared_attachments
 from adapters.discord_watch import DiscordWatches
@@ -220,10 +221,19 @@ class _Client(discord.Client):
         await self.adapter.handle_message(message)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self.adapter.handle_deletion(payload)
+        await self.adapter.changes.handle_deletion(payload)
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self.adapter.handle_bulk_deletion(payload)
+        await self.adapter.changes.handle_bulk_deletion(payload)
+
+    async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        await self.adapter.changes.handle_channel_deletion(channel)
+
+    async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
+        await self.adapter.changes.handle_thread_deletion(payload)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        await self.adapter.changes.handle_edit(payload)
 
 
 class DiscordAdapter:
@@ -236,6 +246,7 @@ class DiscordAdapter:
         self.handler = handler
         self.links = links
         self.presence = handler.memory.presence
+        self.places = handler.memory.governance.places  # Discord threads under each channel
         self.sync = sync
         self.sync_guild = sync_guild
         self.client = _Client(self)
@@ -243,6 +254,7 @@ class DiscordAdapter:
         self.pipeline = Pipeline(DiscordPlatform(self.client), handler)
         self.feedback = DiscordFeedback(FeedbackService(handler.memory), self.client)  # 👍/👎
         self.files = DiscordFiles(self)  # PDFs attached where the bot answers
+        self.changes = DiscordChanges(self)  # deletions and edits made on Discord
         self._waiting: set[asyncio.Task] = set()  # messages waiting for the memory to be back
         self._register_commands()
         DiscordWatches(
@@ -319,7 +331,7 @@ class DiscordAdapter:
             return
         if message.type not in ANSWERED_TYPES:
             return
-        mentioned = self._mentions_me(message, me.id)
+        mentioned = self.mentions_me(message, me.id)
         route = await self.route(message, mentioned)
         if route is None:
             return
@@ -327,7 +339,7 @@ class DiscordAdapter:
             route.scope.tenant, f"discord:{message.id}", taker=delivery
         ):
             return
-        text = self._strip_mention(message, me.id)
+        text = self.question_text(message, me.id)
         addressed = mentioned or isinstance(message.channel, discord.DMChannel)
         pdfs = shared_attachments(message, addressed)  # adapters/discord_files.py
         if not text and not pdfs:  # a bare mention; or, without Message Content, any follow-up
@@ -338,6 +350,10 @@ class DiscordAdapter:
             route = await self._open_thread(message, route, text or pdfs[0].filename)
             if route is None:
                 return
+        elif isinstance(message.channel, discord.Thread):  # found if its channel is deleted
+            await self.places.note_thread(
+                route.scope.tenant, str(message.channel.parent_id), str(message.channel.id)
+            )
         if pdfs and await self.files.submit(message, pdfs, route.scope, route.channel_id, text):
             pass  # read first; the text then runs as a turn (it sees them)
         elif text:  # the message id was de-duplicated above; the job goes in as a new one
@@ -349,59 +365,15 @@ class DiscordAdapter:
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
 
-    async def handle_deletion(self, payload: discord.RawMessageDeleteEvent) -> None:
-        """Queue the erasure of a deleted message from memory, where `route` would have stored
-        it: its channel's thread, or the thread a mention opened (Discord gives a thread
-        started from a message that message's id); in a DM, the recipient's DM memory. Discord
-        sends it once: while the memory is unreachable, it is kept here and tried again."""
-        if payload.guild_id is not None:
-            await self._in_guild(payload.guild_id, payload.channel_id, payload.message_id)
-            return
-        user = await self._dm_person(payload)
-        if user is None:
-            log.warning("deleted DM message %s: its person is unknown", payload.message_id)
-            return
-        threads = [f"discord:dm:{payload.channel_id}"]
-        await self._queue_deletion(f"dm-{user}", threads, payload.message_id)
-
-    async def handle_bulk_deletion(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        """A moderator's purge, or a ban that deletes the member's messages: each one as a
-        single deletion (bulk deletions happen in servers only)."""
-        if payload.guild_id is None:
-            return
-        for message_id in sorted(payload.message_ids):
-            await self._in_guild(payload.guild_id, payload.channel_id, message_id)
-
-    async def _in_guild(self, guild_id: int, channel_id: int, message_id: int) -> None:
-        tenant = str(guild_id)
-        threads = [f"discord:{tenant}:{channel_id}", f"discord:{tenant}:{message_id}"]
-        await self._queue_deletion(tenant, threads, message_id)
-
-    async def _queue_deletion(self, tenant: str, threads: list[str], message_id: int) -> None:
-        source = discord_source(message_id)
+    async def now_or_later(self, what: str, take: Callable[[], Awaitable[object]]) -> None:
+        """Queue a platform event's work (`take`). Discord sends an event once: while the
+        memory is unreachable, it is kept here and tried again (`_retry_later`)."""
         try:
-            await self.handler.message_deleted(tenant, threads, source)
+            await take()
         except Exception as exc:
             if not not_queued_for_now(exc):
                 raise
-            what = f"deletion of message {message_id}"
-            self._retry_later(what, lambda: self.handler.message_deleted(tenant, threads, source))
-
-    async def _dm_person(self, payload: discord.RawMessageDeleteEvent) -> int | None:
-        """The person of a DM channel (its tenant is theirs): the channel's recipient, from the
-        cache or Discord; else the deleted message's author, if it was cached."""
-        channel = self.client.get_channel(payload.channel_id)
-        if channel is None:
-            try:
-                async with asyncio.timeout(ASK_DISCORD_SECONDS):
-                    channel = await self.client.fetch_channel(payload.channel_id)
-            except Exception as exc:  # an error, no answer: the cached message may still say
-                log.warning("DM channel %s could not be fetched: %r", payload.channel_id, exc)
-        recipient = channel.recipient if isinstance(channel, discord.DMChannel) else None
-        if recipient is not None:
-            return recipient.id
-        cached = payload.cached_message
-        return cached.author.id if cached is not None and not cached.author.bot else None
+            self._retry_later(what, take)
 
     def _retry_later(self, what: str, take: Callable[[], Awaitable[object]]) -> None:
         """Call `take` again every few seconds, for an hour, until the memory is back."""
@@ -466,6 +438,7 @@ class DiscordAdapter:
             route.scope, thread=f"discord:{route.scope.tenant}:{thread.id}", channel=str(thread.id)
         )
         await self.presence.join(scope)
+        await self.places.note_thread(route.scope.tenant, str(route.channel_id), str(thread.id))
         return Route(scope, thread.id)
 
     @staticmethod
@@ -475,11 +448,13 @@ class DiscordAdapter:
             r.id for r in message.role_mentions if r.tags is not None and r.tags.bot_id == my_id
         ]
 
-    def _mentions_me(self, message: discord.Message, my_id: int) -> bool:
+    def mentions_me(self, message: discord.Message, my_id: int) -> bool:
         mentioned = any(user.id == my_id for user in message.mentions)
         return mentioned or bool(self._my_roles(message, my_id))
 
-    def _strip_mention(self, message: discord.Message, my_id: int) -> str:
+    def question_text(self, message: discord.Message, my_id: int) -> str:
+        """A person's message as the bot takes it (new or edited): its mentions of the bot, or
+        of the bot's own role, taken out."""
         ids = "|".join([rf"!?{my_id}", *(rf"&{role}" for role in self._my_roles(message, my_id))])
         return re.sub(rf"<@(?:{ids})>", "", message.content).strip()
 

@@ -17,8 +17,9 @@ message, its Save buttons.
 - `/watch add` needs the bot to be able to send where it is used (the interaction's
   `app_permissions`), and `resume` (or a watch made by a mention) where the watch posts (the
   channel's permissions for the bot, `can_post`): elsewhere Discord would refuse every digest,
-  so it answers "let me post here first". A digest refused later pauses the watch and its
-  creator is told in a DM.
+  so it answers "let me post here first" (`can_post`: "… in <#channel> …", as an admin may ask
+  from another channel). A digest refused later pauses the watch and its creator is told in a
+  DM.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ NONCE_LIMIT = 25
 CANNOT_POST = (
     "I cannot send messages in this channel, so Discord would refuse my digests here: let me "
     "post here first (the channel's permissions: Send Messages), then ask again."
+)
+CANNOT_POST_IN = (  # `can_post`: asked for a watch's channel, perhaps from elsewhere
+    "I cannot send messages in <#{channel}>, so Discord would refuse this watch's digests "
+    "there: let me post there first (the channel's permissions: {permission}), then ask again."
 )
 CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
@@ -305,9 +310,10 @@ class DiscordWatches:
     async def can_post(self, place: WatchPlace) -> str:
         """Whether the bot may send in the watch's channel now, from the channel as the client
         has it (fetched when not cached): a watch resumed or made from elsewhere (an admin's
-        command, a mention) is checked where it posts, not where it was asked. When Discord
-        cannot say (no member object for the bot), the post itself is the check: a refused
-        digest pauses the watch and tells its creator."""
+        command, a mention) is checked where it posts, not where it was asked, so the answer
+        names that channel. When Discord cannot say (no member object for the bot, an HTTP
+        error), the post itself is the check: a refused digest pauses the watch and tells its
+        creator."""
         try:
             channel = await self.channel_of(int(place.channel))  # None: gone, or hidden
         except ValueError:
@@ -320,12 +326,28 @@ class DiscordWatches:
         me = guild.me if guild is not None else None
         if me is None:  # a DM, or a server whose member list lacks the bot
             return ""
-        permissions = channel.permissions_for(me)
-        if isinstance(channel, discord.Thread):
-            allowed = permissions.send_messages_in_threads
+        if not isinstance(channel, discord.Thread):
+            allowed, permission = channel.permissions_for(me).send_messages, "Send Messages"
         else:
-            allowed = permissions.send_messages
-        return "" if allowed else CANNOT_POST
+            try:
+                permissions = await self._in_thread(channel, me)
+            except discord.HTTPException:  # its parent could not be fetched: the post will say
+                return ""
+            allowed, permission = permissions.send_messages_in_threads, "Send Messages in Threads"
+        return "" if allowed else CANNOT_POST_IN.format(channel=channel.id, permission=permission)
+
+    async def _in_thread(self, thread: discord.Thread, me: discord.Member) -> discord.Permissions:
+        """The bot's permissions in `thread`, which are its parent channel's. discord.py
+        resolves them from the cached parent and raises ClientException when the parent is
+        not cached: then the parent is fetched (a forum too, which `channel_of` leaves out as
+        not messageable), as adapters/discord.py `visibility` does, rather than letting the
+        post decide: a real answer now beats a watch resumed only to be paused again."""
+        try:
+            return thread.permissions_for(me)
+        except discord.ClientException:  # the parent is not cached
+            parent = await self.client.fetch_channel(thread.parent_id)
+        permissions = parent.permissions_for(me)
+        return permissions if permissions.view_channel else discord.Permissions.none()
 
     async def tell(self, watch: Watch, text: str) -> None:
         if watch.created_by:

@@ -9,7 +9,11 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   messages. Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
 - A person's message deleted in Slack (`message_deleted`; a thread's parent becomes a
   `tombstone` through `message_changed`) is forgotten: its erasure is queued as a background
-  task that finds the stored message by its source (`channel:ts`). Edits are not followed.
+  task that finds the stored message by its source (`channel:ts`). A person's edit
+  (`message_changed` to a message that is no tombstone) is followed the same way: the stored
+  message gets the new text (bot/upkeep.py `message_edited`); the edit is not answered.
+- A channel deleted in Slack (`channel_deleted`, `group_deleted`) is forgotten: every thread
+  of it, and its watches (adapters/deleted_places.py).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`.
@@ -27,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from typing import Any
 
 import aiohttp
@@ -36,6 +41,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.deleted_places import DeletedPlace, queue_place_deletion
 from adapters.memory_page.access import Directory
 from adapters.memory_page.auth import Links
 from adapters.platform_ids import slack_source, slack_team
@@ -58,13 +64,13 @@ from adapters.spine import (
     Job,
     MemoryUnavailable,
     Pipeline,
+    queue_edit,
+    unavailable_raised,
 )
-from adapters.text import link_arxiv, split_message
+from adapters.text import link_arxiv, slack_question, split_message
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
-from memory.errors import memory_unavailable
 from memory.scope import Scope, Visibility
-from memory.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +91,17 @@ def thread_id(team: str, channel: str, thread_ts: str) -> str:
     return f"slack:{team}:{channel}:{thread_ts}"
 
 
+def stored_in(team: str, event: dict, message: dict) -> list[str]:
+    """The threads `_queue_turn` may have stored a person's message (`message`: its ts and
+    thread_ts) of `event`'s channel in: its thread, or a DM's conversation (a DM's message
+    with replies under it was stored there, not in their thread)."""
+    channel, ts = event["channel"], message["ts"]
+    in_dm = event.get("channel_type") == "im" or channel.startswith("D")
+    thread_ts = message.get("thread_ts") or (DM if in_dm else ts)
+    places = [thread_ts, DM] if in_dm and thread_ts == ts else [thread_ts]
+    return [thread_id(team, channel, t) for t in places]
+
+
 def deleted_message(event: dict) -> dict | None:
     """The message (ts, thread_ts, user, bot_id) an event says was deleted, or None. Slack
     sends `message_deleted`, or, for a thread's parent, which stays as a "This message was
@@ -99,6 +116,19 @@ def deleted_message(event: dict) -> dict | None:
         thread_ts = now.get("thread_ts") or previous.get("thread_ts")
         return {**previous, "ts": now.get("ts") or previous.get("ts"), "thread_ts": thread_ts}
     return None
+
+
+def edited_message(event: dict) -> dict | None:
+    """The message a `message_changed` event says was edited (its ts, thread_ts, user,
+    bot_id, text), with `previous_text`; None for any other event, and for a deletion (the
+    new message a tombstone: `deleted_message`)."""
+    if event.get("type") != "message" or event.get("subtype") != "message_changed":
+        return None
+    now = event.get("message") or {}
+    if now.get("subtype") == "tombstone" or not now.get("ts"):
+        return None
+    previous = event.get("previous_message") or {}
+    return {**now, "previous_text": previous.get("text")}
 
 
 def parse_thread_link(text: str) -> tuple[str, str] | None:
@@ -163,6 +193,8 @@ class SlackAdapter:
         self.app.middleware(self.skip_noise)
         self.app.event("app_mention")(self.on_mention)
         self.app.event("message")(self.on_message)
+        self.app.event("channel_deleted")(self.on_channel_deleted)
+        self.app.event("group_deleted")(self.on_channel_deleted)  # a private channel
         self.app.command("/summarize")(self.on_summarize_command)
         self.app.command("/expand")(ack=self.ack_expand, lazy=[self.expand])
         self.app.shortcut("summarize_thread")(self.on_summarize_shortcut)
@@ -180,6 +212,9 @@ class SlackAdapter:
         event = body.get("event") if body.get("type") == "event_callback" else None
         if event is not None and deleted_message(event) is not None:
             await next()  # no user, no text: `on_message` takes it to `on_deleted`
+            return None
+        if event is not None and edited_message(event) is not None:
+            await next()  # no user at its top: `on_message` takes it to `on_edited`
             return None
         if (
             event is not None
@@ -214,6 +249,8 @@ class SlackAdapter:
     async def on_message(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
         if (deleted := deleted_message(event)) is not None:
             return await self.on_deleted(body, event, deleted)
+        if (edited := edited_message(event)) is not None:
+            return await self.on_edited(body, event, edited)
         if event.get("files") and await self.files.take(body, event):
             return  # files and text (adapters/slack_files.py)
         if not event.get("text", "").strip():
@@ -237,19 +274,63 @@ class SlackAdapter:
             return
         if deleted.get("user") == self.bot_user_id:
             return
-        # the threads `_queue_turn` may have stored it in: its thread, or a DM's conversation
-        # (a DM's message with replies under it was stored there, not in their thread)
-        in_dm = event.get("channel_type") == "im" or channel.startswith("D")
-        thread_ts = deleted.get("thread_ts") or (DM if in_dm else ts)
-        places = [thread_ts, DM] if in_dm and thread_ts == ts else [thread_ts]
-        try:
+        with unavailable_raised():
             await self.handler.message_deleted(
-                team, [thread_id(team, channel, t) for t in places], slack_source(channel, ts)
+                team, stored_in(team, event, deleted), slack_source(channel, ts)
             )
-        except Exception as exc:
-            if memory_unavailable(exc):
-                raise MemoryUnavailable(str(exc)) from exc
-            raise
+
+    async def on_channel_deleted(self, body: dict, event: dict) -> None:
+        """A channel deleted in Slack (`channel_deleted`; a private one, `group_deleted`):
+        queue the erasure of its threads from memory. Memory down answers 503, so Slack sends
+        the event again."""
+        team, channel = slack_team(body), event.get("channel")
+        try:
+            place = DeletedPlace(team, "slack", channel or "")
+        except ValueError:
+            log.warning("channel deletion without a team or channel: %s", event)
+            return
+        with unavailable_raised():
+            await queue_place_deletion(self.handler, place)
+
+    async def on_edited(self, body: dict, event: dict, edited: dict) -> None:
+        """A message edited in Slack: queue the following of its new text in memory; edited
+        to nothing (a bare mention), its erasure, as a deletion. Only a person's message the
+        bot may hold (in a DM, a mention of it, a thread it answers in): not the bot's own
+        `chat.update`s (placeholders, streams), not a channel's talk it never stored, not an
+        unchanged text (an unfurl, a reply count). Memory down answers 503, so Slack sends
+        the event again."""
+        team, channel = body.get("team_id") or event.get("team"), event.get("channel")
+        if not (team and channel) or edited.get("bot_id") or edited.get("subtype") == "bot_message":
+            return
+        if edited.get("user") in (None, "", self.bot_user_id):
+            return
+        before = edited.get("previous_text") or ""
+        text = slack_question(edited.get("text") or "", self.bot_user_id)
+        if text == slack_question(before, self.bot_user_id):
+            return
+        places = stored_in(team, event, edited)
+        if not await self._may_hold(team, event, before, places):
+            return
+        source = slack_source(channel, edited["ts"])
+        at = float((edited.get("edited") or {}).get("ts") or event.get("event_ts") or time.time())
+        with unavailable_raised():
+            if not text:
+                await self.handler.message_deleted(team, places, source)
+            else:
+                where = dict.fromkeys(places, channel)
+                await queue_edit(self.handler, team, where, source, text, at)
+
+    async def _may_hold(self, team: str, event: dict, before: str, places: list[str]) -> bool:
+        """Whether the bot may have stored a person's message (an edit's `before` text): in a
+        DM, a mention of it, or in a thread it answers in (one EXISTS each)."""
+        if event.get("channel_type") == "im" or event["channel"].startswith("D"):
+            return True
+        if f"<@{self.bot_user_id}>" in before:
+            return True
+        for thread in places:
+            if await self.presence.joined(Scope(team, thread)):
+                return True
+        return False
 
     async def on_summarize_command(self, ack, command: dict) -> None:
         team, user = command["team_id"], command["user_id"]
@@ -330,8 +411,7 @@ class SlackAdapter:
         sends the event again), telling the person on the first delivery only."""
         team = body.get("team_id") or event.get("team")
         scope = await self._scope(team, event, thread_ts)
-        # a lone surrogate (bad input) would fail the job's JSON in Redis: replace it
-        text = clean_text(re.sub(rf"<@{self.bot_user_id}>\s*", "", event["text"]).strip())
+        text = slack_question(event["text"], self.bot_user_id)
         job = Job(
             "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
             reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts},

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -25,9 +24,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.platform_ids import slack_source
 from adapters.shared_files import FetchError, FileEnd, download, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
-from adapters.spine import Job, MemoryUnavailable
-from memory.errors import memory_unavailable
-from memory.text import clean_text
+from adapters.spine import Job, unavailable_raised
+from adapters.text import slack_question
 
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
 FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
@@ -67,12 +65,8 @@ class SlackFiles:
         """Queue the files (and the text) of a `message` event that has `files`; False when
         it is not a share for the bot (its text, if any, is then an ordinary message). Memory
         down raises MemoryUnavailable (Slack is answered 503 and sends the event again)."""
-        try:
+        with unavailable_raised():
             return await self._take(body, event)
-        except Exception as exc:
-            if memory_unavailable(exc):
-                raise MemoryUnavailable(str(exc)) from exc
-            raise
 
     async def _take(self, body: dict, event: dict) -> bool:
         adapter, bot = self.adapter, self.adapter.bot_user_id
@@ -103,7 +97,7 @@ class SlackFiles:
         if not await self.memory.events.first_time(team, event_id, taker=taker):
             return True  # a redelivery
         reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
-        question = clean_text(re.sub(rf"<@{bot}>\s*", "", text).strip())
+        question = slack_question(text, bot)
         turn = Job(
             "turn", scope, question, event_id=f"{channel}:{ts}", reply=reply,
             source=slack_source(channel, ts),

@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -71,6 +71,18 @@ def not_queued_for_now(exc: BaseException) -> bool:
     """True when taking a message failed only because the memory is unreachable: the message
     can be taken again once it is back (by the platform's redelivery, or by the adapter)."""
     return isinstance(exc, MemoryUnavailable) or memory_unavailable(exc)
+
+
+@contextlib.contextmanager
+def unavailable_raised() -> Iterator[None]:
+    """Queueing a platform's event: the memory unreachable is raised as MemoryUnavailable
+    (Slack is answered 503 and sends the event again); any other error as it is."""
+    try:
+        yield
+    except Exception as exc:
+        if memory_unavailable(exc) and not isinstance(exc, MemoryUnavailable):
+            raise MemoryUnavailable(str(exc)) from exc
+        raise
 
 
 def _new_id() -> str:
@@ -267,6 +279,7 @@ class Pipeline:
         if await self._deleted(job):
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
             return
+        await self._latest_text(job)
         attempts = job.progress["attempts"]
         async with self.platform.working(job) as status:
             await save()
@@ -290,14 +303,41 @@ class Pipeline:
             return False
         return await self.memory.governance.was_deleted(job.scope.tenant, job.source)
 
+    async def _latest_text(self, job: Job) -> None:
+        """A turn not answered yet whose message its author edited on the platform meanwhile
+        runs with the latest text (noted by bot/upkeep.py `message_edited`)."""
+        if job.kind == "turn" and job.source and "answer" not in job.progress:
+            latest = await self.memory.governance.edits.latest(job.scope.tenant, job.source)
+            if latest is not None:
+                job.text = clean_text(latest[0])
+
+    async def _edited_meanwhile(self, job: Job) -> None:
+        """The message was edited on the platform (in the last day): the edit may have been
+        followed before this turn stored the old text or saved its record, or this run may
+        have taken over one that stored the old text before it crashed, so it is queued again
+        (durable; a no-op when memory holds it already). The edit is not answered. A failure
+        here is logged: the answer stands."""
+        if job.kind != "turn" or not job.source:
+            return
+        try:
+            latest = await self.memory.governance.edits.latest(job.scope.tenant, job.source)
+            if latest is not None:
+                places = {job.scope.thread: job.scope.channel}
+                await queue_edit(self.handler, job.scope.tenant, places, job.source, *latest)
+        except Exception:
+            log.exception("the edit of message %s could not be queued again", job.source)
+
     async def _outcome(self, job: Job, status: Status) -> str:
         try:
             if job.kind == "summarize":
                 return await self.handler.summarize(job.scope)
             on_delta = status.delta if self.platform.streams else None
-            reply = await self.handler.handle(
-                job.scope, job.text, status.event, on_delta, turn_id=job.id, source=job.source
-            )
+            try:
+                reply = await self.handler.handle(
+                    job.scope, job.text, status.event, on_delta, turn_id=job.id, source=job.source
+                )
+            finally:
+                await self._edited_meanwhile(job)
             job.progress["turn"] = reply.turn_id  # saved with the answer
             return reply.text
         except Exception as exc:
@@ -350,6 +390,16 @@ class Pipeline:
             self._recovering.cancel()
             await asyncio.gather(self._recovering, return_exceptions=True)
             self._recovering = None
+
+
+async def queue_edit(
+    handler: TurnHandler, tenant: str, places: dict[str, str], source: str, text: str, at: float
+) -> None:
+    """Queue the following of a person's edit of their message on the platform (`source`: its
+    id there; `text`: the new text, translated as a new message is; `at`: when it was edited,
+    so a late retry of an older edit does not win; `places`: {thread: its channel} where it
+    may be stored) as durable background work (bot/upkeep.py)."""
+    await handler.agent.harness.upkeep.message_edited(tenant, places, source, text, at)
 
 
 def feedback_turn(job: Job, index: int) -> str:

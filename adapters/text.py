@@ -6,12 +6,15 @@ next with code rendered as prose, so cuts go, in order of preference, at a parag
 code-block boundary, at a line break, at a space, and only then anywhere. A code block longer
 than the limit is cut between its lines, closed, and reopened (same language) in the next part.
 What is delivered goes through `split_for_delivery`, which also caps how many messages one
-answer becomes.
+answer becomes. Also here, the other way: a person's Slack message as the bot takes it
+(`slack_question`).
 """
 
 from __future__ import annotations
 
 import re
+
+from memory.text import clean_text
 
 FENCE = "```"
 _CLOSE = "\n" + FENCE
@@ -144,3 +147,10 @@ def _cut_code(text: str, limit: int, start: int, opening: str) -> tuple[str, str
             return None
         return text[:budget] + _CLOSE, f"{reopen}\n{text[budget:]}"
     return text[:p] + _CLOSE, f"{reopen}\n{text[p + 1 :]}"
+
+
+def slack_question(text: str, bot_user_id: str) -> str:
+    """A person's Slack message as the bot takes it (a new one, an edit, one with files):
+    without its mention of the bot; a lone surrogate (bad input, which would fail the job's
+    JSON in Redis) replaced."""
+    return clean_text(re.sub(rf"<@{bot_user_id}>\s*", "", text).strip())

@@ -1,12 +1,14 @@
 """Memory upkeep after messages are stored: index them for episodic recall, and roll the
 thread's recent window into summaries when it grows past its share of the context; and forget
-a message its author deleted on Slack or Discord (`message_deleted`).
+a message its author deleted on Slack or Discord (`message_deleted`), and every thread of a
+channel or thread deleted there (`place_deleted`).
 
 Each runs as a durable background task (bot/background.py). The bot's turns and `arxivscout
 eval locomo` queue indexing and rolls the same way, after the reply, through `after_messages`.
 A queued task keeps a copy of its messages: one forgotten meanwhile (memory/governance.py) is
 not indexed, and one forgotten while it is indexed is taken out again. A deletion is queued by
-the platform's adapter as it acknowledges the event.
+the platform's adapter as it acknowledges the event; so is an edit (`message_edited`): the
+stored message gets the new text, and is indexed again with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from bot.consolidation import Consolidator, SummaryInProgress
 from bot.metering import metered
 from memory.context import ContextLimits
 from memory.embeddings import background_embedding
+from memory.governance_places import DeletedPlace
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.conversation import Message
@@ -29,6 +32,8 @@ from memory.stores.turn_records import TurnUsage
 EPISODES = "episodes"  # task: index messages for episodic recall
 ROLL = "roll"  # task: summarize what left a thread's recent window
 DELETED = "deleted-message"  # task: forget a message its author deleted on the platform
+DELETED_PLACE = "deleted-place"  # task: forget a channel's or thread's threads, deleted there
+EDITED = "edited-message"  # task: give a stored message the text its author edited it to
 BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
 BACKFILL_BATCH = 64
 
@@ -51,6 +56,8 @@ class Upkeep:
             EPISODES: self.index_episodes,
             ROLL: self.roll_summaries,
             DELETED: self.forget_deleted,
+            DELETED_PLACE: self.forget_deleted_places,
+            EDITED: self.follow_edits,
         }
 
     async def after_messages(self, scope: Scope, messages: list[Message], window: int) -> None:
@@ -81,35 +88,101 @@ class Upkeep:
                 task["tenant"], task["threads"], task["source"]
             )
 
+    async def place_deleted(self, place: DeletedPlace) -> None:
+        """Queue the erasure of a channel or thread deleted on the platform (its threads
+        whole, its watches); in Redis before this returns, so the event is acknowledged at once."""
+        await self.background.submit(DELETED_PLACE, place.to_dict())
+
+    async def forget_deleted_places(self, tasks: list[dict[str, Any]]) -> None:
+        """Forget deleted channels and threads (memory/governance.py `forget_place`); run
+        twice, the second finds nothing left."""
+        for task in tasks:
+            await self.memory.governance.forget_place(DeletedPlace.from_dict(task))
+
+    async def message_edited(
+        self, tenant: str, places: dict[str, str], source: str, text: str, at: float
+    ) -> None:
+        """Queue the following of an edit on the platform (`source`: the message's id there;
+        `text`: its new text, as the adapter takes a new message; `at`: when it was edited) in
+        whichever thread of `places` ({thread: its channel}) holds it; in Redis before this
+        returns. The text is noted first: a turn for the message still queued runs with it
+        (adapters/spine.py). The edit of a message deleted on the platform is dropped."""
+        if await self.memory.governance.edits.note(tenant, source, text, at):
+            task = {"tenant": tenant, "places": places, "source": source, "text": text, "at": at}
+            await self.background.submit(EDITED, task)
+
+    async def follow_edits(self, tasks: list[dict[str, Any]]) -> None:
+        """Give stored messages their edited text (memory/governance_edits.py), the latest
+        one (the task's or the note's), and queue their indexing with it; run twice, the
+        second finds it done."""
+        edits = self.memory.governance.edits
+        for task in tasks:
+            tenant, places, source = task["tenant"], task["places"], task["source"]
+            text, at = task["text"], float(task.get("at") or 0)
+            noted = await edits.latest(tenant, source)
+            if noted is not None and noted[1] >= at:
+                text, at = noted
+            followed = await edits.follow(tenant, list(places), source, text, at)
+            for thread, message in followed.messages:
+                scope = Scope(tenant, thread, channel=places.get(thread, ""))
+                await self._index_again(scope, [message])
+            await edits.done(tenant, source, followed)
+
+    async def _index_again(self, scope: Scope, messages: list[Message]) -> None:
+        """Queue the indexing of messages whose text changed (a stored row read back: one
+        stored before audiences were kept is given its thread's)."""
+        for message in messages:
+            message.audience = message.audience or legacy_audience(scope.thread)
+        await self.background.submit(
+            EPISODES, {"scope": scope.to_dict(), "messages": [asdict(m) for m in messages]}
+        )
+
     async def index_episodes(self, tasks: list[dict[str, Any]]) -> None:
         """Embed messages and add them to episodic memory, one batch per tenant. Nobody waits
         on these vectors: they are background embeddings (big int8 passes, every core). Only
-        messages still stored are indexed, and those forgotten meanwhile are deleted again."""
+        messages still stored as the task has them are indexed; those forgotten meanwhile, or
+        edited once their old text was written, are deleted again (`_take_out`)."""
         by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
-        asked: list[tuple[Scope, list[Message]]] = []
+        asked: list[tuple[Scope, list[Message], set[str]]] = []  # and the ids written
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             messages = [Message(**m) for m in task["messages"]]
-            asked.append((scope, messages))
-            messages = await self.memory.conversation.still_stored(scope, messages)
-            if not messages:
+            kept = await self.memory.conversation.still_stored(scope, messages)
+            asked.append((scope, messages, {m.id for m in kept}))
+            if not kept:
                 continue
             before = await self.memory.conversation.timestamps(
-                scope, (m.seq - 1 for m in messages if m.seq > 0)
+                scope, (m.seq - 1 for m in kept if m.seq > 0)
             )
             episodes = [
                 replace(episode_of(m, scope.channel), previous_ts=before.get(m.seq - 1))
-                for m in messages
+                for m in kept
             ]
             by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
         with background_embedding():
             for scope, episodes in by_tenant.values():
                 await self.memory.episodes.add(scope, episodes)  # embeds messages and parts
-        for scope, messages in asked:  # a forget that ran meanwhile deleted before we wrote
+        for scope, messages, written in asked:  # a forget or edit ran meanwhile: before we wrote?
             kept = {m.id for m in await self.memory.conversation.still_stored(scope, messages)}
-            gone = [m.id for m in messages if m.id not in kept]
+            gone = [m for m in messages if m.id not in kept]
             if gone:
-                await self.memory.episodes.delete(scope, gone)
+                await self._take_out(scope, gone, written)
+
+    async def _take_out(self, scope: Scope, gone: list[Message], written: set[str]) -> None:
+        """Delete the episodic documents of messages forgotten meanwhile, and of those edited
+        meanwhile whose old text this task wrote; queue these again with their text as stored
+        now (the delete may have taken the documents the edit's own indexing wrote in
+        between: memory/governance_edits.py). An edited message not written here is left."""
+        now = await self.memory.conversation.at(scope, (m.seq for m in gone))
+        edited = {
+            m.id: now[m.seq] for m in gone
+            if m.seq in now and now[m.seq].id == m.id and not now[m.seq].forgotten
+        }  # fmt: skip
+        doomed = [m.id for m in gone if m.id not in edited or m.id in written]
+        await self.memory.episodes.delete(scope, doomed)
+        again = [edited[i] for i in doomed if i in edited]
+        if again:
+            await self._index_again(scope, again)
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""

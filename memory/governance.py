@@ -12,6 +12,9 @@ Where each part is:
 - memory/governance_threads.py: messages made tombstones, whole threads deleted, and the
   summaries over them rewritten;
 - memory/governance_sweeps.py: a person erased from every store, and the retention cut;
+- memory/governance_edits.py: a message its author edited on Slack or Discord (`edits`);
+- memory/governance_places.py: a channel or thread deleted on Slack or Discord, its threads
+  found and noted (`places`; erased whole by `forget_place`);
 - memory/governance_purge.py: forgotten messages' episodic entries, hidden at once and deleted
   in the background, and forgotten texts' cached vectors;
 - memory/governance_erasure.py: `Erasure`, `NotFound`, `Busy`.
@@ -31,7 +34,9 @@ from typing import Any
 
 from redisvl.query.filter import Tag
 
+from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
+from memory.governance_places import DeletedPlace, Places
 from memory.governance_purge import Purge
 from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
@@ -59,6 +64,8 @@ class Governance:
         self._purge = Purge(memory)
         self._threads = ThreadEraser(memory, self._purge)
         self._sweeps = Sweeps(memory, self._threads, self._purge)
+        self.edits = Edits(memory, self._purge, self._threads, self._exclusive)
+        self.places = Places(memory.redis)  # channels and threads deleted on the platform
 
     # -- one item at a time ---------------------------------------------------------------------
 
@@ -83,7 +90,11 @@ class Governance:
         the message becomes a tombstone (which keeps no source), so a run again after a failure
         half-way finds them and finishes the clean-up."""
         await self.note_deleted(tenant, source)
+        await self.edits.forget(tenant, source)  # its texts noted by an edit go too
         threads, erasure = list(threads), Erasure()
+        if gone := await self.places.deleted(tenant, threads):  # its channel went meanwhile
+            erasure += await self._forget_threads(tenant, gone, set(gone).__contains__)
+            threads = [t for t in threads if t not in gone]
         read = self.memory.conversation.raw_threads
         if not await self._deleted_ids(tenant, Threads(await read(tenant, threads)), source):
             return erasure  # most deletions: a message the bot never stored (no lock taken)
@@ -128,6 +139,36 @@ class Governance:
             erasure = await self._threads.erase_threads(tenant, lists)
             erasure += await self._private_pdfs(tenant, lambda pdf: pdf.get("thread") == thread)
             return erasure + await self._turns(tenant, threads=[thread])
+
+    async def forget_place(self, place: DeletedPlace) -> Erasure:
+        """A channel or thread deleted on the platform: each of its threads whole, as
+        `forget_thread`, and what the place kept (memory/governance_places.py). The threads and
+        the turns queued or running there are noted first: such a turn stores nothing, or its
+        end forgets its thread again. Run again, it finds nothing left."""
+        threads = await self.places.threads_of(place)
+        if await self.places.untouched(place, threads):
+            return Erasure()  # most Discord thread deletions, or done already: no lock taken
+        for source in await self.places.note(place.tenant, threads):
+            await self.note_deleted(place.tenant, source)
+        erasure = await self._forget_threads(
+            place.tenant, threads, lambda t: t in threads or place.holds(t)
+        )
+        await self.places.clear(place, threads)
+        return erasure
+
+    async def _forget_threads(
+        self, tenant: str, threads: list[str], holds: Callable[[str], bool]
+    ) -> Erasure:
+        """Whole threads at once, as `forget_thread` (those not held are skipped), and the
+        private PDFs shared in any thread that `holds` names."""
+        async with self._exclusive(tenant):
+            lists = await self._threads.read(tenant, threads)
+            listed = await self.redis.zmscore(threads_key(tenant), threads) if threads else []
+            held = [t for t, score in zip(threads, listed, strict=True)
+                    if lists.raw[t] or score is not None]  # fmt: skip
+            erasure = await self._threads.erase_threads(tenant, lists.only(held))
+            erasure += await self._private_pdfs(tenant, lambda pdf: holds(pdf.get("thread") or ""))
+            return erasure + await self._turns(tenant, threads=threads)
 
     async def forget_summary(self, tenant: str, summary_id: str) -> Erasure:
         """The summary goes; a new one written by the deterministic compaction (over its

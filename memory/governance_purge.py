@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from memory.keys import embedding_cache_key, erasing_key
+from memory.keys import edited_message_key, embedding_cache_key, erasing_key
 from memory.stores.base import decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode, indexed
@@ -87,6 +87,13 @@ class Purge:
             if t
         }
         return await delete_keys(self.redis, keys) if keys else 0
+
+    async def drop_edit_notes(self, tenant: str, messages: Iterable[Message]) -> None:
+        """Delete the notes of platform edits of forgotten messages (memory/governance_edits.py:
+        their latest text, and old texts of an edit under way)."""
+        sources = {m.metadata.get("source") for m in messages} - {None, ""}
+        if sources:
+            await delete_keys(self.redis, [edited_message_key(tenant, s) for s in sources])
 
     async def purge(self, tenant: str) -> int:
         """Delete the episodic documents of forgotten messages (hidden from reads until then),

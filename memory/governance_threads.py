@@ -162,9 +162,10 @@ class ThreadEraser:
             raise Busy("Messages kept changing while they were being forgotten; try again.")
         said = {m.id: message_texts(m) for _, m in chosen.values() if not m.forgotten}
         texts = [text for each in said.values() for text in each]
+        await self.purge.drop_edit_notes(tenant, (m for _, m in chosen.values()))
         episodes = await self.purge.hide(tenant, list(chosen), said)
         level0 = {lists.messages(t)[m.seq].summary_id for t, m in chosen.values()}
-        summaries = await self._rewrite(tenant, lists, level0 - {""})
+        summaries = await self.rewrite_summaries(tenant, lists, level0 - {""})
         return Erasure(messages=tombstoned, summaries=summaries, episodes=episodes,
                        cached_embeddings=await self.purge.uncache(texts))  # fmt: skip
 
@@ -184,7 +185,7 @@ class ThreadEraser:
 
     # -- summaries ------------------------------------------------------------------------------
 
-    async def _rewrite(self, tenant: str, lists: Threads, level0: set[str]) -> int:
+    async def rewrite_summaries(self, tenant: str, lists: Threads, level0: set[str]) -> int:
         """Rewrite summaries over messages (compact notes of what remains), then every summary
         they were merged into; returns how many were rewritten."""
         if not level0:
@@ -276,6 +277,7 @@ class ThreadEraser:
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
+        await self.purge.drop_edit_notes(tenant, went)
         await self._drop_idle_queues(tenant, deleted)
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
         return Erasure(

@@ -336,6 +336,26 @@ def deleted_message_key(tenant: str, source: str) -> str:
     return tenant_key(tenant, "deleted-message", source)
 
 
+def deleted_thread_key(tenant: str, thread_id: str) -> str:
+    """Set for a day when a thread's channel (or the thread) was deleted on the platform: a turn
+    that stores something there meanwhile ends by forgetting the whole thread again
+    (memory/governance_places.py). A thread's erasure leaves it."""
+    return thread_key(tenant, thread_id, "deleted")
+
+
+def place_threads_key(tenant: str, channel: str) -> str:
+    """Set of the Discord threads (their channel ids) the bot took part in under a channel: a
+    Discord thread's id does not name its channel, so a deleted channel's are found here."""
+    return tenant_key(tenant, "channel", channel, "threads")
+
+
+def edited_message_key(tenant: str, source: str) -> str:
+    """Kept for a day when a person edited their message on the platform: its latest text (a
+    turn for it still queued runs with it), and the old text of each stored message whose edit
+    is under way (a run again after a crash finishes it): memory/governance_edits.py."""
+    return tenant_key(tenant, "edited-message", source)
+
+
 def web_secret_key() -> str:
     """The memory page's link-signing secret, made once when ARXIVSCOUT_SECRET is unset, so
     every process signs and checks links alike."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
+from typing import Any
 
 import discord
 import pytest
@@ -432,14 +435,40 @@ def test_unbreakable_text_is_cut_anywhere():
     assert "".join(p.replace("```", "").replace("\n", "") for p in parts) == "y" * 4500
 
 
-async def test_a_message_while_memory_is_down_is_said_and_answered_when_back(tmp_path, fake):
-    """Discord does not redeliver: the adapter keeps the message and queues it once Redis is
-    back, after telling the person."""
+@contextlib.asynccontextmanager
+async def stoppable(tmp_path, fake: FakeDiscord) -> AsyncIterator[tuple[EmbeddedRedis, Any, Any]]:
+    """(server, world, adapter): a Discord adapter on a Redis of its own, which the test stops
+    and starts again; the model echoes the question."""
     server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port(), **redis_options())
     world = await open_world(server.ensure_running(), tmp_path)
     world.model.responder = echo
     adapter = new_adapter(world, fake)
     try:
+        yield server, world, adapter
+    finally:
+        for task in adapter._waiting:
+            task.cancel()
+        await adapter.pipeline.close()
+        await close_world(world)
+        server.stop()
+
+
+async def back_and_taken(server: EmbeddedRedis, world, adapter) -> None:
+    """Redis comes back: what the adapter kept meanwhile is queued (it tries every few
+    seconds), and the background work it made is done."""
+    assert adapter._waiting  # kept, to be queued again
+    server.ensure_running()
+    for _ in range(200):
+        if not adapter._waiting:
+            break
+        await asyncio.sleep(0.1)
+    await world.runtime.harness.drain()
+
+
+async def test_a_message_while_memory_is_down_is_said_and_answered_when_back(tmp_path, fake):
+    """Discord does not redeliver: the adapter keeps the message and queues it once Redis is
+    back, after telling the person."""
+    async with stoppable(tmp_path, fake) as (server, world, adapter):
         await adapter.handle_message(
             fake.mention(fake.text_channel(fake.guild()), fake.user(), "hi")
         )
@@ -448,15 +477,9 @@ async def test_a_message_while_memory_is_down_is_said_and_answered_when_back(tmp
         server.stop()
         await adapter.handle_message(fake.message(thread, fake.user(), "still there?"))
         assert fake.texts(thread.id)[-1] == NOT_TAKEN
-        server.ensure_running()
+        await back_and_taken(server, world, adapter)
         for _ in range(200):
             if fake.texts(thread.id)[-1] == "Answer: still there?":
                 break
             await asyncio.sleep(0.1)
         assert fake.texts(thread.id) == ["Answer: hi", NOT_TAKEN, "Answer: still there?"]
-    finally:
-        for task in adapter._waiting:
-            task.cancel()
-        await adapter.pipeline.close()
-        await close_world(world)
-        server.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import discord
@@ -14,15 +15,12 @@ import pytest
 
 from adapters.platform_ids import discord_source, slack_source
 from adapters.slack import thread_id
-from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope, Visibility
 from tests import test_discord
-from tests.agent_world import close_world, open_world
-from tests.conftest import free_port, redis_options
 from tests.support.discord_fakes import FakeDiscord
 from tests.support.scripted_openai import text
 from tests.support.slack_api import mention, message
-from tests.test_discord import echo, new_adapter, settle
+from tests.test_discord import back_and_taken, new_adapter, settle, stoppable
 from tests.test_slack import slack_world, thread, ts
 
 WAIT = 30.0  # seconds a test waits for the held turn to reach the model, at most
@@ -221,10 +219,20 @@ def deletion(
     return discord.RawMessageDeleteEvent(data)  # type: ignore[arg-type]
 
 
-async def test_discord_deleted_messages_are_forgotten(world):
-    fake = FakeDiscord()
-    adapter = new_adapter(world, fake)
-    memory = world.runtime.memory
+@dataclass
+class DiscordWalrus:
+    """A Discord server thread the bot opened from a mention, with a follow-up in it."""
+
+    guild: Any
+    channel: Any  # where the mention was
+    user: Any
+    asked: Any  # the mention, "when do walruses migrate"
+    opened: Any  # the thread
+    follow_up: Any  # "what about the zebra budget"
+    here: Scope  # the thread's memory
+
+
+async def discord_walrus_thread(world, fake: FakeDiscord, adapter) -> DiscordWalrus:
     guild = fake.guild()
     channel, user = fake.text_channel(guild), fake.user()
     asked = fake.mention(channel, user, "when do walruses migrate")
@@ -234,7 +242,18 @@ async def test_discord_deleted_messages_are_forgotten(world):
     follow_up = fake.message(opened, user, "what about the zebra budget")
     await adapter.handle_message(follow_up)
     await settle(world, adapter)
-    tenant, here = str(guild.id), Scope(str(guild.id), f"discord:{guild.id}:{opened.id}")
+    here = Scope(str(guild.id), f"discord:{guild.id}:{opened.id}")
+    return DiscordWalrus(guild, channel, user, asked, opened, follow_up, here)
+
+
+async def test_discord_deleted_messages_are_forgotten(world):
+    fake = FakeDiscord()
+    adapter = new_adapter(world, fake)
+    memory = world.runtime.memory
+    walrus = await discord_walrus_thread(world, fake, adapter)
+    guild, channel, asked = walrus.guild, walrus.channel, walrus.asked
+    opened, follow_up, here = walrus.opened, walrus.follow_up, walrus.here
+    tenant = str(guild.id)
     stored = await memory.conversation.all(here)
     assert stored[2].metadata == {"source": discord_source(follow_up.id)}
     assert "what about the zebra budget" in await found(memory, here, "zebra budget")
@@ -307,12 +326,8 @@ async def test_discord_deletion_of_a_queued_message_means_it_is_never_answered(w
 
 async def test_discord_deletion_while_memory_is_down_is_kept_and_done_when_back(tmp_path):
     """Discord sends a deletion once: the adapter keeps it until Redis is back."""
-    server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port(), **redis_options())
-    world = await open_world(server.ensure_running(), tmp_path)
-    world.model.responder = echo
     fake = FakeDiscord()
-    adapter = new_adapter(world, fake)
-    try:
+    async with stoppable(tmp_path, fake) as (server, world, adapter):
         user = fake.user()
         dm = fake.dm_channel(user)
         said = fake.message(dm, user, "my secret plan")
@@ -321,20 +336,8 @@ async def test_discord_deletion_while_memory_is_down_is_kept_and_done_when_back(
         here = Scope(f"dm-{user.id}", f"discord:dm:{dm.id}")
         server.stop()
         await adapter.client.on_raw_message_delete(deletion(said.id, dm.id, None))
-        assert adapter._waiting  # kept, to be queued again
-        server.ensure_running()
-        for _ in range(200):  # tried again every few seconds
-            if not adapter._waiting:
-                break
-            await asyncio.sleep(0.1)
-        await world.runtime.harness.drain()
+        await back_and_taken(server, world, adapter)
         assert await texts(world.runtime.memory, here) == ["Answer: my secret plan"]
-    finally:
-        for task in adapter._waiting:
-            task.cancel()
-        await adapter.pipeline.close()
-        await close_world(world)
-        server.stop()
 
 
 async def test_discord_bulk_deletion_forgets_each_message(world):

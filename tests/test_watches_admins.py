@@ -156,7 +156,7 @@ async def test_a_discord_user_named_in_arxivscout_admins_manages_every_watch(env
             watch_command(guild.id, elsewhere.id, named, "resume", VIEW, watch_id=watch.id)
         )
         refused = (await answered(api, 4))[3]["data"]["content"]
-        assert refused.startswith("I cannot send messages in this channel")
+        assert refused.startswith(f"I cannot send messages in <#{channel.id}>, ")  # not here
         assert (await store.get(tenant, watch.id)).paused == f"paused by {named}"
         channel.permissions_for.side_effect = None  # allowed again
         channel.permissions_for.return_value = discord.Permissions(

@@ -289,29 +289,37 @@ class ConversationStore:
         return {t: [int(i) for i in r] for t, r in zip(threads, replies, strict=True) if r}
 
     async def still_stored(self, scope: Scope, messages: list[Message]) -> list[Message]:
-        """Those of `messages` still in their place in the thread and not forgotten (a queued
-        task's copy of a message may outlive it)."""
+        """Those of `messages` still in their place in the thread, not forgotten, and saying
+        what the copy says (a queued task's copy of a message may outlive it, or its text: an
+        edit on the platform, memory/governance_edits.py). A copy without text (an id and a
+        place only) is checked by those."""
         key = self.key(scope)  # one tick: the reads go out as one pipeline (autopipeline)
         raws = await asyncio.gather(*(self.redis.lindex(key, m.seq) for m in messages))
         kept = []
         for message, raw in zip(messages, raws, strict=True):
             stored = Message.from_json(raw) if raw else None
-            if stored is not None and stored.id == message.id and not stored.forgotten:
+            if stored is None or stored.id != message.id or stored.forgotten:
+                continue
+            if not message.content or stored.content == message.content:
                 kept.append(message)
         return kept
 
     async def timestamps(self, scope: Scope, seqs: Iterable[int]) -> dict[int, float]:
         """{seq: timestamp} of the thread's messages at these positions (those that exist)."""
+        return {seq: message.timestamp for seq, message in (await self.at(scope, seqs)).items()}
+
+    async def at(self, scope: Scope, seqs: Iterable[int]) -> dict[int, Message]:
+        """{seq: message} of the thread's messages at these positions (those that exist,
+        tombstones included)."""
         seqs = sorted(set(seqs))
         if not seqs:
             return {}
         key = self.key(scope)  # one tick: the reads go out as one pipeline (autopipeline)
         raws = await asyncio.gather(*(self.redis.lindex(key, seq) for seq in seqs))
-        return {
-            seq: Message.from_json(raw).timestamp
-            for seq, raw in zip(seqs, raws, strict=True)
-            if raw
-        }
+        found = {seq: Message.from_json(raw) for seq, raw in zip(seqs, raws, strict=True) if raw}
+        for seq, message in found.items():
+            message.seq = seq  # messages stored before `seq` was kept have none
+        return found
 
     async def recent_unsummarized(self, scope: Scope, limit: int | None = None) -> list[Message]:
         rows = await self.redis.lrange(self.key(scope), -(limit or self.recent), -1)

@@ -276,6 +276,17 @@ class TurnRecords:
         key = turn_record_key(tenant, turn_id)
         return bool(await self._set_field(keys=[key], args=["workflow", workflow_key]))
 
+    async def edit_question(self, tenant: str, message_id: str, text: str) -> bool:
+        """The stored question `message_id` was edited on the platform: its turn's record
+        quotes the new text (the answer stays the one given). False when no record asks it."""
+        turn_id = decode(await self.redis.hget(turn_messages_key(tenant), message_id))
+        if not turn_id:
+            return False
+        key = turn_record_key(tenant, turn_id)
+        if decode(await self.redis.hget(key, "question_id")) != message_id:
+            return False  # the answer's id: its text is the bot's
+        return bool(await self._set_field(keys=[key], args=["question", text]))
+
     # -- reads ----------------------------------------------------------------------------------
 
     async def get(self, tenant: str, turn_id: str) -> TurnRecord:

@@ -1,0 +1,202 @@
+"""Channels and threads deleted on Slack or Discord: each of their threads is forgotten whole, as
+`Governance.forget_thread` does (messages, summaries, tool logs, episodic entries, cached
+vectors, presence, turn records, private PDFs), and so is what the place itself kept: its topic
+watches (a digest cannot be posted to a place that is gone, and no one can resume it there),
+Slack's latest thread per person in the channel, Discord's record of the threads under it.
+
+- Which threads: a Slack thread's id names its channel (`slack:<team>:<channel>:<ts>`), so the
+  tenant's threads, and those with turns queued, are scanned for the prefix. A Discord thread's
+  id names only itself: the adapter records the threads the bot takes part in under each
+  channel (`note_thread`); a deleted channel's are those and the channel's own conversation.
+- Turns there: a turn still queued cannot be answered (its post fails) and must store nothing.
+  Before the threads go, each is noted as deleted for a day, and so is the message of each turn
+  queued or running there (`Governance.note_deleted`): a queued turn is then skipped
+  (adapters/spine.py), and a running one, which may store its answer after the erasure, ends by
+  queueing its message's erasure, which finds the thread noted and forgets it whole again
+  (`Governance.forget_deleted`).
+- Nothing there (`untouched`): most Discord thread deletions are of threads the bot never took
+  part in (every one in a server arrives), so a few lookups settle them, without the tenant's
+  erasure lock or a scan of its PDFs. Run again (a redelivered event, a retried task), a
+  deletion finds nothing left, and so returns there too.
+- A Discord thread forgotten alone (`Governance.forget_thread`, the memory page's Forget
+  thread) stays listed under its channel: the thread id does not name its channel, nothing
+  stored maps it back, and the entry is an id only, dropped with the channel's record when the
+  channel goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memory.keys import (
+    busy_threads_key,
+    deleted_thread_key,
+    joined_key,
+    last_thread_key,
+    messages_key,
+    place_threads_key,
+    threads_key,
+    turn_queue_key,
+    turn_running_key,
+    validate_tenant,
+)
+from memory.stores.base import decode, delete_keys
+from memory.stores.watches import Watch, WatchStore
+
+log = logging.getLogger(__name__)
+
+PLACE_NOTE_SECONDS = 24 * 3600  # as long as a deleted message's note
+_PLATFORM_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")  # Slack's channel ids, Discord's snowflakes
+
+
+@dataclass(frozen=True)
+class DeletedPlace:
+    """A channel or thread deleted on a platform: a Slack channel id, or a Discord channel or
+    thread id (`parent`: a deleted Discord thread's channel, whose record lists it)."""
+
+    tenant: str
+    platform: str  # "slack" or "discord"
+    channel: str
+    parent: str = ""
+
+    def __post_init__(self) -> None:
+        validate_tenant(self.tenant)
+        ids = [self.channel, *([self.parent] if self.parent else [])]
+        if self.platform not in ("slack", "discord") or not all(map(_PLATFORM_ID.match, ids)):
+            raise ValueError(f"not a platform's place: {self.platform} {self.channel}")
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeletedPlace:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def own_thread(self) -> str:
+        """Slack: its threads' common prefix; Discord: the channel's (or thread's) conversation."""
+        if self.platform == "slack":
+            return f"slack:{self.tenant}:{self.channel}:"
+        return f"discord:{self.tenant}:{self.channel}"
+
+    def holds(self, thread: str) -> bool:
+        """Whether `thread` is one of this place's by its id alone."""
+        if self.platform == "slack":
+            return thread.startswith(self.own_thread)
+        return thread == self.own_thread
+
+
+class Places:
+    """Finds a deleted place's threads, notes them, and clears what the place kept; the threads
+    themselves are erased by `Governance.forget_place`."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+
+    async def note_thread(self, tenant: str, channel: str, thread: str) -> None:
+        """The bot takes part in Discord thread `thread` (its channel id) under `channel`."""
+        await self.redis.sadd(place_threads_key(tenant, channel), thread)
+
+    async def threads_of(self, place: DeletedPlace) -> list[str]:
+        """The place's threads in memory, or with turns queued (Slack), or recorded (Discord)."""
+        tenant = place.tenant
+        if place.platform == "slack":
+            found: set[str] = set()
+            for key in (threads_key(tenant), busy_threads_key(tenant)):
+                async for member, _ in self.redis.zscan_iter(key, match=f"{place.own_thread}*"):
+                    found.add(decode(member))
+            return sorted(found)
+        children = await self.redis.smembers(place_threads_key(tenant, place.channel))
+        ids = sorted({decode(c) for c in children} - {place.channel})
+        return [place.own_thread, *(f"discord:{tenant}:{i}" for i in ids)]
+
+    async def untouched(self, place: DeletedPlace, threads: list[str]) -> bool:
+        """Nothing of the place in memory: none of `threads` (`threads_of`) listed, stored,
+        joined or with turns queued or running, no record of the place (Discord: its threads,
+        its entry in its channel's; Slack: the latest thread per person) and no watch posting
+        there. Then its deletion has nothing to do."""
+        tenant = place.tenant
+        pipe = self.redis.pipeline(transaction=False)
+        if threads:
+            pipe.zmscore(threads_key(tenant), threads)
+            pipe.zmscore(busy_threads_key(tenant), threads)
+            pipe.exists(*(key(tenant, t) for t in threads for key in (messages_key, joined_key)))
+        if place.platform == "slack":
+            pipe.exists(last_thread_key(tenant, place.channel))
+        else:
+            pipe.exists(place_threads_key(tenant, place.channel))
+            if place.parent:
+                pipe.sismember(place_threads_key(tenant, place.parent), place.channel)
+        replies = await pipe.execute()
+        scores = replies[:2] if threads else []  # the two ZMSCOREs; then counts and flags
+        if any(s is not None for listed in scores for s in listed) or any(replies[len(scores) :]):
+            return False
+        return not await self._watches_in(place, threads)
+
+    async def note(self, tenant: str, threads: list[str]) -> list[str]:
+        """Note each thread as deleted (a day), and return the messages (their sources) of the
+        turns queued or running there, read at once, for the caller to note as deleted."""
+        if not threads:
+            return []
+        pipe = self.redis.pipeline(transaction=True)
+        for thread in threads:
+            pipe.set(deleted_thread_key(tenant, thread), 1, ex=PLACE_NOTE_SECONDS)
+            pipe.lrange(turn_queue_key(tenant, thread), 0, -1)
+            pipe.get(turn_running_key(tenant, thread))
+        replies = await pipe.execute()
+        jobs = [job for i in range(len(threads)) for job in replies[3 * i + 1]]
+        jobs += [job for i in range(len(threads)) if (job := replies[3 * i + 2]) is not None]
+        sources: list[str] = []
+        for raw in jobs:
+            with contextlib.suppress(ValueError, AttributeError):
+                source = json.loads(decode(raw) or "").get("source")
+                if source and source not in sources:
+                    sources.append(source)
+        return sources
+
+    async def deleted(self, tenant: str, threads: Iterable[str]) -> list[str]:
+        """Those of `threads` whose channel or thread was deleted on the platform in the last day."""
+        threads = list(threads)
+        if not threads:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for thread in threads:
+            pipe.exists(deleted_thread_key(tenant, thread))
+        return [t for t, found in zip(threads, await pipe.execute(), strict=True) if found]
+
+    async def clear(self, place: DeletedPlace, threads: list[str]) -> int:
+        """What the place kept besides its threads: the bot's presence in threads that only had
+        turns queued, Slack's latest thread per person, Discord's record of its threads (and
+        its entry in its channel's), and the watches posting there. Returns the watches removed."""
+        tenant = place.tenant
+        keys = [joined_key(tenant, t) for t in threads]
+        if place.platform == "slack":
+            keys.append(last_thread_key(tenant, place.channel))
+        else:
+            keys.append(place_threads_key(tenant, place.channel))
+            if place.parent:
+                await self.redis.srem(place_threads_key(tenant, place.parent), place.channel)
+        await delete_keys(self.redis, keys)
+        store, removed = WatchStore(self.redis), 0
+        for watch in await self._watches_in(place, threads):
+            removed += await store.remove(tenant, watch.id)
+        if removed:
+            log.info("%d watches of deleted %s %s removed", removed, place.platform, place.channel)
+        return removed
+
+    async def _watches_in(self, place: DeletedPlace, threads: list[str]) -> list[Watch]:
+        """The watches posting to the place (Slack: its channel; Discord: it or its threads)."""
+        if place.platform == "slack":
+            channels = {place.channel}
+        else:
+            channels = {place.channel, *(t.rsplit(":", 1)[1] for t in threads)}
+        return [
+            watch for watch in await WatchStore(self.redis).all(place.tenant)
+            if watch.platform == place.platform and watch.channel in channels
+        ]  # fmt: skip
