@@ -15,7 +15,6 @@ import logging
 from typing import Any
 
 import discord
-from discord.utils import utcnow
 
 from adapters.deleted_places import DeletedPlace, queue_place_deletion
 from adapters.platform_ids import discord_source
@@ -72,13 +71,13 @@ class DiscordChanges:
         """Queue the following of a person's edit in memory: its new text taken as a new
         message's is (`question_text`); edited to nothing (a bare mention), its erasure, as a
         deletion. Only a message the bot may hold (in a DM, a mention of it, a thread it
-        answers in). Ignored: the bot's and other bots' messages, an update without `content`
-        (an embed added), the same text as cached."""
+        answers in). Ignored: the bot's and other bots' messages, an update that is no edit
+        (an embed added, a pin: no `edited_at`, or no `content`), the same text as cached."""
         me, message = self.client.user, payload.message
         if me is None or "content" not in payload.data or message.author.bot:
             return
         before = payload.cached_message
-        if before is not None and before.content == message.content:
+        if message.edited_at is None or (before is not None and before.content == message.content):
             return
         if payload.guild_id is None:
             tenant = f"dm-{message.author.id}"
@@ -87,26 +86,35 @@ class DiscordChanges:
             tenant, channel, opened = str(payload.guild_id), payload.channel_id, message.id
             places = {f"discord:{tenant}:{channel}": str(channel),
                       f"discord:{tenant}:{opened}": str(opened)}  # fmt: skip
-            if not await self._may_hold(tenant, places, message, before):
-                return
         text = self.adapter.question_text(message, me.id)
-        if not text:
-            await self._queue_deletion(tenant, list(places), message.id)
-            return
-        source, at = discord_source(message.id), (message.edited_at or utcnow()).timestamp()
-        await self.adapter.now_or_later(
-            f"edit of message {message.id}",
-            lambda: queue_edit(self.handler, tenant, places, source, text, at),
-        )
+        source, at = discord_source(message.id), message.edited_at.timestamp()
+
+        async def take() -> None:
+            if payload.guild_id is not None and not await self._may_hold(
+                tenant, places, message, before
+            ):
+                return
+            if not text:
+                await self.handler.message_deleted(tenant, list(places), source)
+            else:
+                await queue_edit(self.handler, tenant, places, source, text, at)
+
+        await self.adapter.now_or_later(f"edit of message {message.id}", take)
 
     async def _may_hold(
         self, tenant: str, places: dict[str, str], message: discord.Message,
         before: discord.Message | None,
     ) -> bool:  # fmt: skip
-        """Whether the bot may have stored a server message: it mentions the bot (now or as
-        cached), or it is in a thread the bot answers in (one EXISTS each)."""
-        my_id = self.client.user.id if self.client.user else 0
-        if any(self.adapter.mentions_me(m, my_id) for m in (message, before) if m is not None):
+        """Whether the bot may have stored a server message: it mentioned the bot (as cached
+        before the edit), it is in a thread the bot opened, or in one it answers in (one
+        EXISTS each; a mention that opened a thread joined the thread of the message's id)."""
+        me = self.client.user
+        if me is None:
+            return False
+        if before is not None and self.adapter.mentions_me(before, me.id):
+            return True
+        channel = message.channel
+        if isinstance(channel, discord.Thread) and channel.owner_id == me.id:
             return True
         for thread in places:
             if await self.adapter.presence.joined(Scope(tenant, thread)):

@@ -309,11 +309,11 @@ class SlackAdapter:
         if text == slack_question(before, self.bot_user_id):
             return
         places = stored_in(team, event, edited)
-        if not await self._may_hold(team, event, before, places):
-            return
         source = slack_source(channel, edited["ts"])
         at = float((edited.get("edited") or {}).get("ts") or event.get("event_ts") or time.time())
         with unavailable_raised():
+            if not await self._may_hold(team, event, before, places):
+                return
             if not text:
                 await self.handler.message_deleted(team, places, source)
             else:

@@ -307,8 +307,10 @@ class Pipeline:
         """A turn not answered yet whose message its author edited on the platform meanwhile
         runs with the latest text (noted by bot/upkeep.py `message_edited`)."""
         if job.kind == "turn" and job.source and "answer" not in job.progress:
-            latest = await self.memory.governance.edits.latest(job.scope.tenant, job.source)
-            if latest is not None:
+            edits = self.memory.governance.edits
+            latest = await edits.latest(job.scope.tenant, job.source)
+            if latest is not None and clean_text(latest[0]) != job.text:
+                job.progress.setdefault("first_text", job.text)  # its vectors go at the end
                 job.text = clean_text(latest[0])
 
     async def _edited_meanwhile(self, job: Job) -> None:
@@ -320,7 +322,10 @@ class Pipeline:
         if job.kind != "turn" or not job.source:
             return
         try:
-            latest = await self.memory.governance.edits.latest(job.scope.tenant, job.source)
+            edits = self.memory.governance.edits
+            if first := job.progress.pop("first_text", None):
+                await edits.uncache([first])  # the vectors `submit` fetched ahead for it
+            latest = await edits.latest(job.scope.tenant, job.source)
             if latest is not None:
                 places = {job.scope.thread: job.scope.channel}
                 await queue_edit(self.handler, job.scope.tenant, places, job.source, *latest)

@@ -23,6 +23,7 @@ from bot.metering import metered
 from memory.context import ContextLimits
 from memory.embeddings import background_embedding
 from memory.governance_places import DeletedPlace
+from memory.governance_purge import message_texts
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.conversation import Message
@@ -180,6 +181,9 @@ class Upkeep:
         }  # fmt: skip
         doomed = [m.id for m in gone if m.id not in edited or m.id in written]
         await self.memory.episodes.delete(scope, doomed)
+        # what this task embedded (and cached) after the edit or forget took old vectors out
+        taken = [m for m in gone if m.id in written]
+        await self.memory.governance.edits.uncache(t for m in taken for t in message_texts(m))
         again = [edited[i] for i in doomed if i in edited]
         if again:
             await self._index_again(scope, again)

@@ -37,7 +37,7 @@ from redisvl.query.filter import Tag
 from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
 from memory.governance_places import DeletedPlace, Places
-from memory.governance_purge import Purge
+from memory.governance_purge import DELETED_NOTE, DELETED_NOTE_SECONDS, Purge
 from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
 from memory.keys import deleted_message_key, forgetting_key, papers_key, threads_key
@@ -52,8 +52,6 @@ __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
-DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
-DELETED_NOTE = "deleted"  # the note's member that says so (the others: ids of messages found)
 
 
 class Governance:
@@ -146,9 +144,10 @@ class Governance:
         the turns queued or running there are noted first: such a turn stores nothing, or its
         end forgets its thread again. Run again, it finds nothing left."""
         threads = await self.places.threads_of(place)
+        sources = await self.places.note(place.tenant, threads)  # before a turn is looked for
         if await self.places.untouched(place, threads):
             return Erasure()  # most Discord thread deletions, or done already: no lock taken
-        for source in await self.places.note(place.tenant, threads):
+        for source in sources:
             await self.note_deleted(place.tenant, source)
         erasure = await self._forget_threads(
             place.tenant, threads, lambda t: t in threads or place.holds(t)

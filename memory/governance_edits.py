@@ -116,17 +116,25 @@ class Edits:
         found = _stored_from(Threads(await read(tenant, threads)), source)
         if not found:
             return Followed()  # most edits: a message the bot never stored (yet)
-        if not _stale(found, text, at) and not await self._old(tenant, source):
-            # the same text (an unfurl), a newer one, or followed already: a turn that saved
-            # its record after the edit was followed (adapters/spine.py queues it again) gets
-            # the text it holds
-            for _, message in found:
-                await self.memory.turn_records.edit_question(tenant, message.id, message.content)
-            return Followed()
         async with self._exclusive(tenant):
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
+            stored = _stored_from(lists, source)
+            if not _stale(stored, text, at) and not await self._old(tenant, source):
+                # the same text (an unfurl), a newer one, or followed already: a turn that
+                # saved its record after the edit was followed (adapters/spine.py queues the
+                # edit again) gets the text its question holds
+                for _, message in stored:
+                    await self.memory.turn_records.edit_question(
+                        tenant, message.id, message.content
+                    )
+                return Followed()
             await self._replace(tenant, lists, source, text, at)
             return await self._clean_up(tenant, lists, source, text)
+
+    async def uncache(self, texts: Iterable[str]) -> None:
+        """Drop the cached vectors of texts an edit replaced before they were stored (a turn
+        queued with its first text, an indexing task that embedded an old text)."""
+        await self._purge.uncache(texts)
 
     async def done(self, tenant: str, source: str, followed: Followed) -> None:
         """The edited messages are queued for indexing: forget the old texts taken out (not

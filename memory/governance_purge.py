@@ -17,7 +17,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from memory.keys import edited_message_key, embedding_cache_key, erasing_key
+from memory.keys import (
+    deleted_message_key,
+    edited_message_key,
+    embedding_cache_key,
+    erasing_key,
+)
 from memory.stores.base import decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode, indexed
@@ -25,6 +30,8 @@ from memory.stores.episodic_text import MAX_PARTS
 from memory.text import clean_text
 
 SCAN_COUNT = 10_000  # messages marked hidden per HSET
+DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
+DELETED_NOTE = "deleted"  # the note's member that says so (the others: ids of messages found)
 PURGE_BATCH = 500  # episodic documents deleted per round (a few hundred ms of Redis time)
 
 log = logging.getLogger(__name__)
@@ -88,12 +95,21 @@ class Purge:
         }
         return await delete_keys(self.redis, keys) if keys else 0
 
-    async def drop_edit_notes(self, tenant: str, messages: Iterable[Message]) -> None:
-        """Delete the notes of platform edits of forgotten messages (memory/governance_edits.py:
-        their latest text, and old texts of an edit under way)."""
+    async def close_sources(self, tenant: str, messages: Iterable[Message]) -> None:
+        """Messages being forgotten: the platform's messages they were stored from are noted
+        as deleted for a day, as a platform deletion is (a later edit of one keeps nothing, a
+        turn for it still queued is not run: a tombstone keeps no source to find it by), and
+        the notes of their edits go (memory/governance_edits.py: their latest text, and old
+        texts of an edit under way)."""
         sources = {m.metadata.get("source") for m in messages} - {None, ""}
-        if sources:
-            await delete_keys(self.redis, [edited_message_key(tenant, s) for s in sources])
+        if not sources:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for source in sources:
+                pipe.delete(edited_message_key(tenant, source))
+                pipe.sadd(deleted_message_key(tenant, source), DELETED_NOTE)
+                pipe.expire(deleted_message_key(tenant, source), DELETED_NOTE_SECONDS)
+            await pipe.execute()
 
     async def purge(self, tenant: str) -> int:
         """Delete the episodic documents of forgotten messages (hidden from reads until then),

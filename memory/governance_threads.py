@@ -137,6 +137,8 @@ class ThreadEraser:
         vectors and rewrite the summaries over them."""
         chosen: dict[str, tuple[str, Message]] = {}  # id -> (thread, the message as it was)
         pending, tombstoned = list(lists), 0
+        picked = (m for t in lists for m in lists.messages(t) if pick(m))
+        await self.purge.close_sources(tenant, picked)  # first: a tombstone keeps no source
         for _ in range(RETRIES):
             changes: dict[str, list[tuple[int, str, str]]] = {}
             graves: dict[tuple[str, int], Message] = {}
@@ -162,7 +164,6 @@ class ThreadEraser:
             raise Busy("Messages kept changing while they were being forgotten; try again.")
         said = {m.id: message_texts(m) for _, m in chosen.values() if not m.forgotten}
         texts = [text for each in said.values() for text in each]
-        await self.purge.drop_edit_notes(tenant, (m for _, m in chosen.values()))
         episodes = await self.purge.hide(tenant, list(chosen), said)
         level0 = {lists.messages(t)[m.seq].summary_id for t, m in chosen.values()}
         summaries = await self.rewrite_summaries(tenant, lists, level0 - {""})
@@ -256,6 +257,7 @@ class ThreadEraser:
             ids = {c for s in fresh.values() for c in s.children} - found.keys()
         tool_logs = await logs.listed(tenant, lists)
         threads = list(lists)
+        await self.purge.close_sources(tenant, everything)  # first: the keys go with the lists
         pipe = self.redis.pipeline(transaction=False)
         for thread in threads:
             hidden = erasing_parts((m.id for m in lists.messages(thread)), said)
@@ -277,7 +279,6 @@ class ThreadEraser:
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
-        await self.purge.drop_edit_notes(tenant, went)
         await self._drop_idle_queues(tenant, deleted)
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
         return Erasure(

@@ -54,6 +54,20 @@ async def test_conversation_round_trip(memory, tenant):
     assert "[user] Can you get me the paper MemGPT" in segment
 
 
+async def test_an_append_run_again_returns_the_message_stored_the_first_time(memory, tenant):
+    """A job run again (a process took it over) appends with the same `once` key: nothing is
+    stored twice, and the caller gets the stored message (its id indexes it, its turn record
+    names it), as it is now."""
+    scope = Scope(tenant, "t-once")
+    await memory.conversation.append(scope, "user", "before")
+    first = await memory.conversation.append(scope, "user", "walruses?", once="job-1:question")
+    again = await memory.conversation.append(scope, "user", "seals?", once="job-1:question")
+    assert (again.id, again.seq, again.content, again.duplicate) == (
+        first.id, first.seq, "walruses?", True
+    )  # fmt: skip
+    assert [m.content for m in await memory.conversation.all(scope)] == ["before", "walruses?"]
+
+
 async def test_recent_conversation_is_bounded_and_oldest_first(memory, tenant):
     scope = Scope(tenant, "t")
     for i in range(30):

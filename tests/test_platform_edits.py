@@ -174,6 +174,8 @@ async def test_slack_edit_while_its_turn_is_queued_is_answered_with_the_new_text
     ]  # fmt: skip
     asked = slack.world.model_requests()[1]["messages"][1]["content"]
     assert asked.startswith("# Question\nsecond question\n")
+    # the first text's vector, fetched ahead when the turn was queued, is not kept either
+    assert not await memory.redis.exists(memory.embedder._key("second questoin"))
 
 
 async def test_slack_edit_followed_before_its_turn_stored_the_old_text_is_queued_again(slack):
@@ -248,21 +250,34 @@ async def test_forgotten_and_deleted_messages_stay_forgotten_when_edited(slack):
     hits = await found(memory, here, "seals okapi plan")
     assert not any("seals" in hit or "plan" in hit for hit in hits)
     assert not await noted(memory, team, slack_source("C1", ts(3)))  # its new text not kept
+    assert not await noted(memory, team, slack_source("C1", ts(1)))  # nor the forgotten one's
+
+
+async def test_an_erasure_drops_the_notes_of_edits_under_way(slack):
+    """An edit noted (its turn still to come, or its task half-way) of a message then
+    forgotten: the note, which holds its texts, goes with it."""
+    team, memory, here = await walrus_thread(slack)
+    edits, source = memory.governance.edits, slack_source("C1", ts(2))
+    await edits.note(team, source, "what about the secret okapi grant", time.time())
+    assert await noted(memory, team, source)
+    await memory.governance.forget_thread(team, here.thread)
+    assert not await noted(memory, team, source)
+    assert not await edits.note(team, source, "again", time.time())  # nothing kept later
 
 
 # -- Discord -------------------------------------------------------------------------------------
 
 
-def edit(message_: Any, content: str | None) -> discord.RawMessageUpdateEvent:
+def edit(message_: Any, content: str | None, edited: bool = True) -> discord.RawMessageUpdateEvent:
     """Discord's MESSAGE_UPDATE for `message_` (a fake), now saying `content`; None: an update
-    without content (an embed added)."""
+    without content (an embed added); not `edited`: an update that is no edit (a pin)."""
     channel = message_.channel
     data: dict[str, Any] = {"id": str(message_.id), "channel_id": str(channel.id)}
     if message_.guild is not None:
         data["guild_id"] = str(message_.guild.id)
     if content is not None:
         data["content"] = message_.content = content
-    message_.edited_at = discord.utils.utcnow()  # as Discord stamps an edit
+    message_.edited_at = discord.utils.utcnow() if edited else None  # as Discord stamps one
     return discord.RawMessageUpdateEvent(data, message_)  # type: ignore[arg-type]
 
 
@@ -272,8 +287,9 @@ async def test_discord_edits_are_followed_in_a_server_and_a_dm(world):
     memory = world.runtime.memory
     w = await discord_walrus_thread(world, fake, adapter)
 
-    # an embed added (no content), and the bot's own status message: nothing
+    # an embed added (no content), a pin (no edit), and the bot's own status message: nothing
     await adapter.client.on_raw_message_edit(edit(w.follow_up, None))
+    await adapter.client.on_raw_message_edit(edit(w.follow_up, "pinned text", edited=False))
     own = fake.message(w.opened, fake.bot, "⏳ searching…")
     await adapter.client.on_raw_message_edit(edit(own, "✅ searching (success)"))
     await settle(world, adapter)

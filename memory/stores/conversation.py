@@ -226,7 +226,8 @@ class ConversationStore:
         """Store a message of `scope.thread`; a user's message is by `scope.user`. `timestamp`
         (seconds since the epoch) dates it, when given: replayed conversations keep their
         dates; otherwise it is now. With `once` (an idempotency key, e.g. a job id and role),
-        a repeated append stores nothing and returns the message with `duplicate` set."""
+        a repeated append stores nothing and returns the message stored the first time (its
+        id, its text as it is now) with `duplicate` set."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -253,7 +254,14 @@ class ConversationStore:
                 args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS],
             )
         )
-        message.seq, message.duplicate = (seq, False) if seq >= 0 else (-1 - seq, True)
+        if seq >= 0:
+            message.seq = seq
+            return message
+        # appended before (a job run again): the message as it was stored, its id and text
+        stored = await self.redis.lindex(self.key(scope), -1 - seq)
+        if stored is not None:
+            message = Message.from_json(stored)
+        message.seq, message.duplicate = -1 - seq, True
         return message
 
     async def all(self, scope: Scope, forgotten: bool = False) -> list[Message]:
