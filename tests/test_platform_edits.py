@@ -98,6 +98,9 @@ async def test_slack_edit_is_followed_in_the_thread_episodic_memory_and_summarie
     assert not await memory.redis.exists(memory.embedder._key("what about the zebra budget"))
     questions = [r.question for r in await memory.turn_records.of_thread(team, here.thread)]
     assert sorted(questions) == ["what about the okapi grant", "when do walruses migrate"]
+    assert not await memory.turn_records.edit_question(team, after[3].id, "no")  # an answer's
+    questions = [r.question for r in await memory.turn_records.of_thread(team, here.thread)]
+    assert "no" not in questions
 
     # the mention is taken as a new message is: without the bot's mention
     await slack.b.event(to_seals(), team=team)
@@ -331,19 +334,12 @@ async def test_discord_edits_are_followed_in_a_server_and_a_dm(world):
 
 
 async def test_discord_edit_while_memory_is_down_is_kept_and_followed_when_back(tmp_path):
-    """Discord sends an edit once: the adapter keeps it until Redis is back."""
+    """Discord sends an edit once: the adapter keeps it until Redis is back, the check that
+    the bot may hold the message (a thread it answers in) included."""
     fake = FakeDiscord()
     async with stoppable(tmp_path, fake) as (server, world, adapter):
-        user = fake.user()
-        dm = fake.dm_channel(user)
-        said = fake.message(dm, user, "my secret plan")
-        await adapter.handle_message(said)
-        await settle(world, adapter)
+        w = await discord_walrus_thread(world, fake, adapter)
         server.stop()
-        await adapter.client.on_raw_message_edit(edit(said, "my public plan"))
+        await adapter.client.on_raw_message_edit(edit(w.follow_up, "what about the okapi grant"))
         await back_and_taken(server, world, adapter)
-        here = Scope(f"dm-{user.id}", f"discord:dm:{dm.id}")
-        assert await texts(world.runtime.memory, here) == [
-            "my public plan",
-            "Answer: my secret plan",
-        ]
+        assert (await texts(world.runtime.memory, w.here))[2] == "what about the okapi grant"
