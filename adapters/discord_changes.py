@@ -16,9 +16,8 @@ from typing import Any
 
 import discord
 
-from adapters.deleted_places import DeletedPlace, queue_place_deletion
 from adapters.platform_ids import discord_source
-from adapters.spine import queue_edit
+from memory.governance_places import DeletedPlace
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -97,7 +96,7 @@ class DiscordChanges:
             if not text:
                 await self.handler.message_deleted(tenant, list(places), source)
             else:
-                await queue_edit(self.handler, tenant, places, source, text, at)
+                await self.handler.message_edited(tenant, places, source, text, at)
 
         await self.adapter.now_or_later(f"edit of message {message.id}", take)
 
@@ -142,7 +141,7 @@ class DiscordChanges:
     async def _queue_place_deletion(self, place: DeletedPlace) -> None:
         await self.adapter.now_or_later(
             f"deletion of channel {place.channel}",
-            lambda: queue_place_deletion(self.handler, place),
+            lambda: self.handler.place_deleted(place),
         )
 
     async def _dm_person(self, payload: discord.RawMessageDeleteEvent) -> int | None:

@@ -13,7 +13,7 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   (`message_changed` to a message that is no tombstone) is followed the same way: the stored
   message gets the new text (bot/upkeep.py `message_edited`); the edit is not answered.
 - A channel deleted in Slack (`channel_deleted`, `group_deleted`) is forgotten: every thread
-  of it, and its watches (adapters/deleted_places.py).
+  of it, and its watches (memory/governance_places.py).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`.
@@ -41,7 +41,6 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.deleted_places import DeletedPlace, queue_place_deletion
 from adapters.memory_page.access import Directory
 from adapters.memory_page.auth import Links
 from adapters.platform_ids import slack_source, slack_team
@@ -64,12 +63,12 @@ from adapters.spine import (
     Job,
     MemoryUnavailable,
     Pipeline,
-    queue_edit,
     unavailable_raised,
 )
 from adapters.text import link_arxiv, slack_question, split_message
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
+from memory.governance_places import DeletedPlace
 from memory.scope import Scope, Visibility
 
 log = logging.getLogger(__name__)
@@ -290,7 +289,7 @@ class SlackAdapter:
             log.warning("channel deletion without a team or channel: %s", event)
             return
         with unavailable_raised():
-            await queue_place_deletion(self.handler, place)
+            await self.handler.place_deleted(place)
 
     async def on_edited(self, body: dict, event: dict, edited: dict) -> None:
         """A message edited in Slack: queue the following of its new text in memory; edited
@@ -318,7 +317,7 @@ class SlackAdapter:
                 await self.handler.message_deleted(team, places, source)
             else:
                 where = dict.fromkeys(places, channel)
-                await queue_edit(self.handler, team, where, source, text, at)
+                await self.handler.message_edited(team, where, source, text, at)
 
     async def _may_hold(self, team: str, event: dict, before: str, places: list[str]) -> bool:
         """Whether the bot may have stored a person's message (an edit's `before` text): in a

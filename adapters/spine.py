@@ -179,7 +179,7 @@ class Pipeline:
         `MemoryUnavailable` when Redis cannot be reached (after telling the person, if
         `notify`), so the platform can ask for a redelivery."""
         if job.kind == "turn":
-            self.handler.prefetch(job.text)
+            self.handler.prefetch(job.text, job.scope.tenant, job.source)
         try:
             async with asyncio.timeout(SUBMIT_TIMEOUT_SECONDS):
                 queued = await self.memory.turns.push(
@@ -313,24 +313,15 @@ class Pipeline:
                 job.progress.setdefault("first_text", job.text)  # its vectors go at the end
                 job.text = clean_text(latest[0])
 
-    async def _edited_meanwhile(self, job: Job) -> None:
-        """The message was edited on the platform (in the last day): the edit may have been
-        followed before this turn stored the old text or saved its record, or this run may
-        have taken over one that stored the old text before it crashed, so it is queued again
-        (durable; a no-op when memory holds it already). The edit is not answered. A failure
-        here is logged: the answer stands."""
-        if job.kind != "turn" or not job.source:
-            return
-        try:
-            edits = self.memory.governance.edits
-            if first := job.progress.pop("first_text", None):
-                await edits.uncache([first])  # the vectors `submit` fetched ahead for it
-            latest = await edits.latest(job.scope.tenant, job.source)
-            if latest is not None:
-                places = {job.scope.thread: job.scope.channel}
-                await queue_edit(self.handler, job.scope.tenant, places, job.source, *latest)
-        except Exception:
-            log.exception("the edit of message %s could not be queued again", job.source)
+    async def _first_text_uncached(self, job: Job) -> None:
+        """A turn run with an edited text (`_latest_text`): the vectors `submit` fetched
+        ahead for its first text go (the turn itself queues the edit again if need be:
+        bot/turns.py). A failure here is logged: the answer stands."""
+        if first := job.progress.pop("first_text", None):
+            try:
+                await self.memory.governance.edits.uncache([first])
+            except Exception:
+                log.exception("the vectors of an edited text could not be dropped")
 
     async def _outcome(self, job: Job, status: Status) -> str:
         try:
@@ -342,7 +333,7 @@ class Pipeline:
                     job.scope, job.text, status.event, on_delta, turn_id=job.id, source=job.source
                 )
             finally:
-                await self._edited_meanwhile(job)
+                await self._first_text_uncached(job)
             job.progress["turn"] = reply.turn_id  # saved with the answer
             return reply.text
         except Exception as exc:
@@ -395,16 +386,6 @@ class Pipeline:
             self._recovering.cancel()
             await asyncio.gather(self._recovering, return_exceptions=True)
             self._recovering = None
-
-
-async def queue_edit(
-    handler: TurnHandler, tenant: str, places: dict[str, str], source: str, text: str, at: float
-) -> None:
-    """Queue the following of a person's edit of their message on the platform (`source`: its
-    id there; `text`: the new text, translated as a new message is; `at`: when it was edited,
-    so a late retry of an older edit does not win; `places`: {thread: its channel} where it
-    may be stored) as durable background work (bot/upkeep.py)."""
-    await handler.agent.harness.upkeep.message_edited(tenant, places, source, text, at)
 
 
 def feedback_turn(job: Job, index: int) -> str:

@@ -17,6 +17,7 @@ from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
 from bot.watches import WatchService
 from memory.context import AssembledContext, assemble_context
+from memory.governance_places import DeletedPlace
 from memory.keys import InvalidName
 from memory.scope import Scope
 from memory.stores.conversation import InvalidMessage
@@ -48,13 +49,19 @@ class TurnHandler:
         self.memory = agent.harness.memory
         self._prefetching: set[asyncio.Task] = set()
 
-    def prefetch(self, text: str) -> None:
+    def prefetch(self, text: str, tenant: str = "", source: str = "") -> None:
         """Embed a queued message now, while its thread's earlier turns still run: when its
-        turn comes, the question's vector is already in the embedding cache."""
+        turn comes, the question's vector is already in the embedding cache. A message its
+        author edited on the platform meanwhile (`source`: its id there) runs with the new
+        text: the vectors of this one then go, whether the turn ended before or after this."""
 
         async def embed() -> None:
             try:
                 await self.memory.embedder.embed([text])
+                edits = self.memory.governance.edits
+                latest = await edits.latest(tenant, source) if source else None
+                if latest is not None and clean_text(latest[0]) != clean_text(text):
+                    await edits.uncache([text])
             except Exception as exc:  # the turn will embed it again, or report the error
                 log.debug("prefetch failed: %s", exc)
 
@@ -85,23 +92,44 @@ class TurnHandler:
             return Reply(f"I can't take that message: {exc}")
         finally:
             if source:
-                await self._forget_if_deleted(scope, source)
+                await self._changed_meanwhile(scope, source)
         return Reply(result.answer, result)
 
-    async def _forget_if_deleted(self, scope: Scope, source: str) -> None:
-        """The message was deleted on the platform while its turn ran: the erasure may have
-        looked before the turn stored it, so it is queued again (durable, retried; the turn's
-        record goes with the message). A failure here is logged: the answer stands."""
+    async def _changed_meanwhile(self, scope: Scope, source: str) -> None:
+        """The message was deleted or edited on the platform (in the last day): the erasure or
+        the edit may have looked before this turn stored it (or saved its record), or this run
+        may have taken over one that stored the old text before it crashed, so it is queued
+        again (durable; a no-op when memory has it already). A failure here is logged: the
+        answer stands."""
+        tenant, governance = scope.tenant, self.memory.governance
         try:
-            if await self.memory.governance.was_deleted(scope.tenant, source):
-                await self.message_deleted(scope.tenant, [scope.thread], source)
+            if await governance.was_deleted(tenant, source):
+                await self.message_deleted(tenant, [scope.thread], source)
+            elif (latest := await governance.edits.latest(tenant, source)) is not None:
+                places = {scope.thread: scope.channel}
+                await self.message_edited(tenant, places, source, *latest)
         except Exception:
-            log.exception("the erasure of deleted message %s could not be queued", source)
+            log.exception("the deletion or edit of message %s could not be queued", source)
+
+    # -- what people change on the platform: durable background work (bot/upkeep.py) -------------
 
     async def message_deleted(self, tenant: str, threads: list[str], source: str) -> None:
         """A person deleted their message on the platform (`source`: its id there; `threads`:
-        where it may be stored): its erasure is queued as durable background work."""
+        where it may be stored): its erasure is queued."""
         await self.agent.harness.upkeep.message_deleted(tenant, threads, source)
+
+    async def message_edited(
+        self, tenant: str, places: dict[str, str], source: str, text: str, at: float
+    ) -> None:
+        """A person edited their message on the platform (`text`: the new text, translated as a
+        new message is; `at`: when, so a late retry of an older edit does not win; `places`:
+        {thread: its channel} where it may be stored): its following is queued."""
+        await self.agent.harness.upkeep.message_edited(tenant, places, source, text, at)
+
+    async def place_deleted(self, place: DeletedPlace) -> None:
+        """A channel or thread was deleted on the platform: the erasure of its threads (and its
+        watches) is queued."""
+        await self.agent.harness.upkeep.place_deleted(place)
 
     async def summarize(self, scope: Scope) -> str:
         try:

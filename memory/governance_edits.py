@@ -3,8 +3,8 @@
 - The note (`note`, `latest`): the latest text of an edited message and when it was edited,
   kept a day by its source (its platform id), so a turn for it still queued runs with that
   text (adapters/spine.py), and a turn that stored the old text meanwhile, or saved its record
-  after the edit was followed, queues the edit again. A note is written only for a message not deleted on the
-  platform, and never over a newer edit's (one script).
+  after the edit was followed, queues the edit again (bot/turns.py). A note is written only
+  for a message not deleted on the platform, and never over a newer edit's (one script).
 - `follow`: each stored message of that source gets the new text in its place, by
   compare-and-set (same position, same id), as a tombstone is written, with the edit's time in
   its metadata: an older edit arriving late (a platform's retry) never rolls a newer one back.
@@ -121,7 +121,7 @@ class Edits:
             stored = _stored_from(lists, source)
             if not _stale(stored, text, at) and not await self._old(tenant, source):
                 # the same text (an unfurl), a newer one, or followed already: a turn that
-                # saved its record after the edit was followed (adapters/spine.py queues the
+                # saved its record after the edit was followed (bot/turns.py queues the
                 # edit again) gets the text its question holds
                 for _, message in stored:
                     await self.memory.turn_records.edit_question(

@@ -12,7 +12,7 @@ import discord
 
 from memory.governance import Erasure
 from memory.governance_places import DeletedPlace
-from memory.keys import forgetting_key, tenant_key
+from memory.keys import deleted_thread_key, forgetting_key, tenant_key
 from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope
 from memory.stores.watches import DAY, WatchStore
@@ -239,7 +239,8 @@ async def test_discord_deletion_of_a_thread_the_bot_never_used_takes_no_lock(wor
         keys = set(await memory.redis.keys(tenant_key(tenant, "*")))
         for _ in range(2):
             assert await governance.forget_place(deleted(unused)) == Erasure()
-        assert set(await memory.redis.keys(tenant_key(tenant, "*"))) == keys
+        noted = deleted_thread_key(tenant, f"discord:{tenant}:{unused.id}")  # a day, cheap
+        assert set(await memory.redis.keys(tenant_key(tenant, "*"))) == keys | {noted.encode()}
     finally:
         await memory.redis.delete(forgetting_key(tenant))
     assert await watches(memory, tenant) == {in_watched}
