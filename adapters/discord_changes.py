@@ -104,14 +104,15 @@ class DiscordChanges:
         self, tenant: str, places: dict[str, str], message: discord.Message,
         before: discord.Message | None,
     ) -> bool:  # fmt: skip
-        """Whether the bot may have stored a server message: it mentioned the bot (as cached
-        before the edit), it is in a thread the bot opened, or in one it answers in (one
-        EXISTS each; a mention that opened a thread joined the thread of the message's id)."""
+        """Whether the bot may have stored a server message: it mentions the bot (before the
+        edit, as cached, or after), it is in a thread the bot opened, or in one it answers in
+        (one EXISTS each; a mention that opened a thread joined the thread of the message's
+        id)."""
         me = self.client.user
         if me is None:
             return False
-        if before is not None and self.adapter.mentions_me(before, me.id):
-            return True
+        if any(self.adapter.mentions_me(m, me.id) for m in (before, message) if m is not None):
+            return True  # (now too: a mention stored where no thread is joined, a voice chat's)
         channel = message.channel
         if isinstance(channel, discord.Thread) and channel.owner_id == me.id:
             return True

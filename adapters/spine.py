@@ -278,6 +278,7 @@ class Pipeline:
     async def _run(self, job: Job, save: Save) -> None:
         if await self._deleted(job):
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
+            await self._first_text_uncached(job, job.text)  # what `submit` fetched ahead
             return
         await self._latest_text(job)
         attempts = job.progress["attempts"]
@@ -285,7 +286,11 @@ class Pipeline:
             await save()
             text = job.progress.get("answer")
             if text is None:
-                text = GAVE_UP if attempts > MAX_ATTEMPTS else await self._outcome(job, status)
+                if attempts > MAX_ATTEMPTS:
+                    text = GAVE_UP
+                    await self._first_text_uncached(job)
+                else:
+                    text = await self._outcome(job, status)
                 job.progress["answer"] = text  # saved with the first part sent
             parts = split_for_delivery(self.platform.render(text), self.platform.limit) or ["…"]
             job.progress["parts"] = len(parts)  # the last one carries the feedback buttons
@@ -313,15 +318,16 @@ class Pipeline:
                 job.progress.setdefault("first_text", job.text)  # its vectors go at the end
                 job.text = clean_text(latest[0])
 
-    async def _first_text_uncached(self, job: Job) -> None:
-        """A turn run with an edited text (`_latest_text`): the vectors `submit` fetched
-        ahead for its first text go (the turn itself queues the edit again if need be:
-        bot/turns.py). A failure here is logged: the answer stands."""
-        if first := job.progress.pop("first_text", None):
+    async def _first_text_uncached(self, job: Job, *also: str) -> None:
+        """A turn run with an edited text (`_latest_text`), or not run (its message deleted):
+        the vectors `submit` fetched ahead for its first text go (the turn itself queues the
+        edit again if need be: bot/turns.py). A failure here is logged: the answer stands."""
+        texts = [t for t in (job.progress.pop("first_text", None), *also) if t]
+        if texts:
             try:
-                await self.memory.governance.edits.uncache([first])
+                await self.memory.governance.edits.uncache(texts)
             except Exception:
-                log.exception("the vectors of an edited text could not be dropped")
+                log.exception("the vectors of an edited or deleted text could not be dropped")
 
     async def _outcome(self, job: Job, status: Status) -> str:
         try:

@@ -52,16 +52,18 @@ class TurnHandler:
     def prefetch(self, text: str, tenant: str = "", source: str = "") -> None:
         """Embed a queued message now, while its thread's earlier turns still run: when its
         turn comes, the question's vector is already in the embedding cache. A message its
-        author edited on the platform meanwhile (`source`: its id there) runs with the new
-        text: the vectors of this one then go, whether the turn ended before or after this."""
+        author edited (or deleted) on the platform meanwhile (`source`: its id there) runs with
+        the new text (or not at all): the vectors of this one then go, whether the turn ended
+        before or after this."""
 
         async def embed() -> None:
             try:
                 await self.memory.embedder.embed([text])
-                edits = self.memory.governance.edits
-                latest = await edits.latest(tenant, source) if source else None
-                if latest is not None and clean_text(latest[0]) != clean_text(text):
-                    await edits.uncache([text])
+                governance = self.memory.governance
+                latest = await governance.edits.latest(tenant, source) if source else None
+                edited = latest is not None and clean_text(latest[0]) != clean_text(text)
+                if edited or (source and await governance.was_deleted(tenant, source)):
+                    await governance.edits.uncache([text])
             except Exception as exc:  # the turn will embed it again, or report the error
                 log.debug("prefetch failed: %s", exc)
 

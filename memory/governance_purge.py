@@ -104,11 +104,11 @@ class Purge:
         sources = {m.metadata.get("source") for m in messages} - {None, ""}
         if not sources:
             return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for source in sources:
-                pipe.delete(edited_message_key(tenant, source))
+        async with self.redis.pipeline(transaction=True) as pipe:  # the tenant's slot
+            for source in sources:  # noted first: an edit noted meanwhile sees it
                 pipe.sadd(deleted_message_key(tenant, source), DELETED_NOTE)
                 pipe.expire(deleted_message_key(tenant, source), DELETED_NOTE_SECONDS)
+                pipe.delete(edited_message_key(tenant, source))
             await pipe.execute()
 
     async def purge(self, tenant: str) -> int:

@@ -137,18 +137,19 @@ class ThreadEraser:
         vectors and rewrite the summaries over them."""
         chosen: dict[str, tuple[str, Message]] = {}  # id -> (thread, the message as it was)
         pending, tombstoned = list(lists), 0
-        picked = (m for t in lists for m in lists.messages(t) if pick(m))
-        await self.purge.close_sources(tenant, picked)  # first: a tombstone keeps no source
         for _ in range(RETRIES):
             changes: dict[str, list[tuple[int, str, str]]] = {}
             graves: dict[tuple[str, int], Message] = {}
+            living: list[Message] = []  # this round's, whose sources are closed first
             for thread in pending:
                 for message in filter(pick, lists.messages(thread)):
                     chosen.setdefault(message.id, (thread, message))
                     if not message.forgotten:
+                        living.append(message)
                         grave = graves[(thread, message.seq)] = message.tombstone()
                         row = (message.seq, lists.raw[thread][message.seq], grave.to_json())
                         changes.setdefault(thread, []).append(row)
+            await self.purge.close_sources(tenant, living)  # a tombstone keeps no source
             changed = await self.memory.conversation.replace(tenant, changes)
             for thread, rows in changes.items():
                 missed = set(changed.get(thread, ()))

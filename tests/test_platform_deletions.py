@@ -187,6 +187,8 @@ async def test_slack_deletion_of_a_queued_message_means_it_is_never_stored_nor_a
     assert await texts(memory, here) == ["first question", "first answer"]
     assert slack.api.thread_texts("C1", ts(1)) == ["first answer"]
     assert len(slack.world.model_requests()) == 1
+    # its vector, fetched ahead when it was queued, is not kept either
+    assert not await memory.redis.exists(memory.embedder._key("second question"))
 
 
 async def test_slack_deletion_while_its_turn_runs_forgets_it_once_stored(slack):

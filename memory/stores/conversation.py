@@ -259,8 +259,9 @@ class ConversationStore:
             return message
         # appended before (a job run again): the message as it was stored, its id and text
         stored = await self.redis.lindex(self.key(scope), -1 - seq)
-        if stored is not None:
-            message = Message.from_json(stored)
+        first = Message.from_json(stored) if stored is not None else None
+        if first is not None and first.role == role:  # (the thread was not rebuilt since)
+            message = first
         message.seq, message.duplicate = -1 - seq, True
         return message
 
