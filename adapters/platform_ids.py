@@ -2,6 +2,8 @@
 
 - `slack_team`: the workspace (tenant) of a Slack payload: events and commands carry `team_id`,
   interactive payloads (buttons, shortcuts, views) `team.id`, and some only `user.team_id`.
+- `slack_in_dm`: whether a Slack message event is in a direct message (a DM's memory is its
+  person's own).
 - `discord_tenant`: the tenant of a Discord interaction: its server, or the person's DMs.
 - `slack_source`, `discord_source`: how a stored message names the platform message it came
   from, so that a deletion there finds it (memory/governance.py `forget_deleted`).
@@ -21,6 +23,11 @@ def slack_team(body: dict[str, Any]) -> str:
         or (body.get("user") or {}).get("team_id")
         or ""
     )
+
+
+def slack_in_dm(event: dict[str, Any]) -> bool:
+    """A message event of a direct message (its `channel_type`, or a DM channel's `D…` id)."""
+    return event.get("channel_type") == "im" or str(event.get("channel", "")).startswith("D")
 
 
 def slack_source(channel: str, ts: str) -> str:

@@ -43,7 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.access import Directory
 from adapters.memory_page.auth import Links
-from adapters.platform_ids import slack_source, slack_team
+from adapters.platform_ids import slack_in_dm, slack_source, slack_team
 from adapters.slack_delivery import (
     DM,
     MARKDOWN_LIMIT,
@@ -95,7 +95,7 @@ def stored_in(team: str, event: dict, message: dict) -> list[str]:
     thread_ts) of `event`'s channel in: its thread, or a DM's conversation (a DM's message
     with replies under it was stored there, not in their thread)."""
     channel, ts = event["channel"], message["ts"]
-    in_dm = event.get("channel_type") == "im" or channel.startswith("D")
+    in_dm = slack_in_dm(event)
     thread_ts = message.get("thread_ts") or (DM if in_dm else ts)
     places = [thread_ts, DM] if in_dm and thread_ts == ts else [thread_ts]
     return [thread_id(team, channel, t) for t in places]
@@ -322,7 +322,7 @@ class SlackAdapter:
     async def _may_hold(self, team: str, event: dict, before: str, places: list[str]) -> bool:
         """Whether the bot may have stored a person's message (an edit's `before` text): in a
         DM, a mention of it, or in a thread it answers in (one EXISTS each)."""
-        if event.get("channel_type") == "im" or event["channel"].startswith("D"):
+        if slack_in_dm(event):
             return True
         if f"<@{self.bot_user_id}>" in before:
             return True

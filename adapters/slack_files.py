@@ -21,7 +21,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.platform_ids import slack_source
+from adapters.platform_ids import slack_in_dm, slack_source
 from adapters.shared_files import FetchError, FileEnd, download, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, unavailable_raised
@@ -73,8 +73,9 @@ class SlackFiles:
         text = event.get("text", "")
         channel, ts = event["channel"], event["ts"]
         mentioned = f"<@{bot}>" in text
-        addressed = mentioned or event.get("channel_type") == "im" or channel.startswith("D")
-        if event.get("channel_type") == "im" or channel.startswith("D"):
+        in_dm = slack_in_dm(event)
+        addressed = mentioned or in_dm
+        if in_dm:
             thread_ts = event.get("thread_ts") or DM
         elif mentioned:
             thread_ts = event.get("thread_ts") or ts

@@ -31,6 +31,7 @@ from bot.agent import AgentEvent
 from bot.turns import TurnHandler
 from memory.coordination import Taken
 from memory.errors import memory_unavailable
+from memory.governance_edits import Change
 from memory.scope import Scope
 from memory.text import clean_text
 
@@ -276,11 +277,14 @@ class Pipeline:
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
 
     async def _run(self, job: Job, save: Save) -> None:
-        if await self._deleted(job):
+        change = await self._platform_change(job)
+        if change.deleted:
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
             await self._first_text_uncached(job, job.text)  # what `submit` fetched ahead
             return
-        await self._latest_text(job)
+        if (edited := change.edited_from(job.text)) is not None:  # runs with the latest text
+            job.progress.setdefault("first_text", job.text)  # its vectors go at the end
+            job.text = edited
         attempts = job.progress["attempts"]
         async with self.platform.working(job) as status:
             await save()
@@ -301,22 +305,13 @@ class Pipeline:
                 job.progress["sent"] = index + 1
                 await save()
 
-    async def _deleted(self, job: Job) -> bool:
-        """A turn not answered yet whose message its author deleted on the platform meanwhile
-        (bot/upkeep.py `forget_deleted`): it is neither stored nor answered."""
+    async def _platform_change(self, job: Job) -> Change:
+        """What the platform said meanwhile of a turn's message not answered yet: deleted (the
+        turn is neither stored nor answered: bot/upkeep.py `forget_deleted`), or edited (it
+        runs with the latest text: `message_edited`)."""
         if job.kind != "turn" or not job.source or "answer" in job.progress:
-            return False
-        return await self.memory.governance.was_deleted(job.scope.tenant, job.source)
-
-    async def _latest_text(self, job: Job) -> None:
-        """A turn not answered yet whose message its author edited on the platform meanwhile
-        runs with the latest text (noted by bot/upkeep.py `message_edited`)."""
-        if job.kind == "turn" and job.source and "answer" not in job.progress:
-            edits = self.memory.governance.edits
-            latest = await edits.latest(job.scope.tenant, job.source)
-            if latest is not None and clean_text(latest[0]) != job.text:
-                job.progress.setdefault("first_text", job.text)  # its vectors go at the end
-                job.text = clean_text(latest[0])
+            return Change()
+        return await self.memory.governance.edits.change(job.scope.tenant, job.source)
 
     async def _first_text_uncached(self, job: Job, *also: str) -> None:
         """A turn run with an edited text (`_latest_text`), or not run (its message deleted):

@@ -59,11 +59,10 @@ class TurnHandler:
         async def embed() -> None:
             try:
                 await self.memory.embedder.embed([text])
-                governance = self.memory.governance
-                latest = await governance.edits.latest(tenant, source) if source else None
-                edited = latest is not None and clean_text(latest[0]) != clean_text(text)
-                if edited or (source and await governance.was_deleted(tenant, source)):
-                    await governance.edits.uncache([text])
+                edits = self.memory.governance.edits
+                change = await edits.change(tenant, source) if source else None
+                if change is not None and (change.deleted or change.edited_from(text)):
+                    await edits.uncache([text])
             except Exception as exc:  # the turn will embed it again, or report the error
                 log.debug("prefetch failed: %s", exc)
 
@@ -103,13 +102,14 @@ class TurnHandler:
         may have taken over one that stored the old text before it crashed, so it is queued
         again (durable; a no-op when memory has it already). A failure here is logged: the
         answer stands."""
-        tenant, governance = scope.tenant, self.memory.governance
+        tenant = scope.tenant
         try:
-            if await governance.was_deleted(tenant, source):
+            change = await self.memory.governance.edits.change(tenant, source)
+            if change.deleted:
                 await self.message_deleted(tenant, [scope.thread], source)
-            elif (latest := await governance.edits.latest(tenant, source)) is not None:
+            elif change.latest is not None:
                 places = {scope.thread: scope.channel}
-                await self.message_edited(tenant, places, source, *latest)
+                await self.message_edited(tenant, places, source, *change.latest)
         except Exception:
             log.exception("the deletion or edit of message %s could not be queued", source)
 

@@ -129,14 +129,7 @@ class Governance:
         """The whole thread: its messages, counters, summaries, tool logs, episodic entries,
         cached vectors, the bot's presence in it, its entry in the tenant's threads (and its
         queue keys when no job is queued or running there)."""
-        async with self._exclusive(tenant):
-            lists = Threads(await self.memory.conversation.raw_threads(tenant, [thread]))
-            listed = await self.redis.zscore(threads_key(tenant), thread)
-            if not lists.raw[thread] and listed is None:
-                raise NotFound("thread", thread)
-            erasure = await self._threads.erase_threads(tenant, lists)
-            erasure += await self._private_pdfs(tenant, lambda pdf: pdf.get("thread") == thread)
-            return erasure + await self._turns(tenant, threads=[thread])
+        return await self._forget_threads(tenant, [thread], thread.__eq__, strict=True)
 
     async def forget_place(self, place: DeletedPlace) -> Erasure:
         """A channel or thread deleted on the platform: each of its threads whole, as
@@ -156,15 +149,17 @@ class Governance:
         return erasure
 
     async def _forget_threads(
-        self, tenant: str, threads: list[str], holds: Callable[[str], bool]
+        self, tenant: str, threads: list[str], holds: Callable[[str], bool], strict: bool = False
     ) -> Erasure:
-        """Whole threads at once, as `forget_thread` (those not held are skipped), and the
-        private PDFs shared in any thread that `holds` names."""
+        """Whole threads at once (those not held are skipped; `strict`: NotFound when none
+        is), and the private PDFs shared in any thread that `holds` names."""
         async with self._exclusive(tenant):
             lists = await self._threads.read(tenant, threads)
             listed = await self.redis.zmscore(threads_key(tenant), threads) if threads else []
             held = [t for t, score in zip(threads, listed, strict=True)
                     if lists.raw[t] or score is not None]  # fmt: skip
+            if strict and not held:
+                raise NotFound("thread", ", ".join(threads))
             erasure = await self._threads.erase_threads(tenant, lists.only(held))
             erasure += await self._private_pdfs(tenant, lambda pdf: holds(pdf.get("thread") or ""))
             return erasure + await self._turns(tenant, threads=threads)

@@ -58,6 +58,21 @@ return 1
 """
 
 
+@dataclass(frozen=True)
+class Change:
+    """What the platform said of one of its messages in the last day: deleted, or its latest
+    edit (text, time) noted."""
+
+    deleted: bool = False
+    latest: tuple[str, float] | None = None
+
+    def edited_from(self, text: str) -> str | None:
+        """The latest text, when it is not `text` (both as stored: `clean_text`)."""
+        if self.latest is None or clean_text(self.latest[0]) == clean_text(text):
+            return None
+        return clean_text(self.latest[0])
+
+
 @dataclass
 class Followed:
     """What following an edit did: the (thread, message) pairs that now hold the new text,
@@ -95,9 +110,18 @@ class Edits:
 
     async def latest(self, tenant: str, source: str) -> tuple[str, float] | None:
         """The latest text of `source` and its edit time, when it was edited on the platform
-        in the last day and the edit is not followed yet."""
-        text, at = await self.redis.hmget(edited_message_key(tenant, source), [LATEST, AT])
-        return None if text is None else (decode(text) or "", float(decode(at) or 0))
+        in the last day."""
+        return (await self.change(tenant, source)).latest
+
+    async def change(self, tenant: str, source: str) -> Change:
+        """Whether `source` was deleted on the platform in the last day, and its latest edit:
+        one round trip (a turn asks before and after it runs)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(deleted_message_key(tenant, source))
+            pipe.hmget(edited_message_key(tenant, source), [LATEST, AT])
+            deleted, (text, at) = await pipe.execute()
+        latest = None if text is None else (decode(text) or "", float(decode(at) or 0))
+        return Change(bool(deleted), latest)
 
     async def follow(
         self, tenant: str, threads: Iterable[str], source: str, text: str, at: float
