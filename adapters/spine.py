@@ -281,6 +281,8 @@ class Pipeline:
         if change.deleted:
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
             await self._first_text_uncached(job, job.text)  # what `submit` fetched ahead
+            if job.progress["attempts"] > 1:  # a run before may have stored it, then died
+                await self._caught_up(job, save)
             return
         if (edited := change.edited_from(job.text)) is not None:  # runs with the latest text
             job.progress.setdefault("first_text", job.text)  # its vectors go at the end
@@ -304,6 +306,18 @@ class Pipeline:
                 await self._deliver(job, status, index, part)
                 job.progress["sent"] = index + 1
                 await save()
+        await self._caught_up(job, save)
+
+    async def _caught_up(self, job: Job, save: Save) -> None:
+        """A turn's message deleted or edited on the platform while the turn ran is caught up
+        once the answer is out (bot/turns.py `changed_meanwhile`). Marked in the job's progress:
+        a run that died before it, or found memory unreachable (raised: the job stays), does
+        it when the job runs again."""
+        if job.kind != "turn" or not job.source or job.progress.get("caught_up"):
+            return
+        await self.handler.changed_meanwhile(job.scope, job.source)
+        job.progress["caught_up"] = True
+        await save()
 
     async def _platform_change(self, job: Job) -> Change:
         """What the platform said meanwhile of a turn's message not answered yet: deleted (the
@@ -315,8 +329,8 @@ class Pipeline:
 
     async def _first_text_uncached(self, job: Job, *also: str) -> None:
         """A turn run with an edited text (`_latest_text`), or not run (its message deleted):
-        the vectors `submit` fetched ahead for its first text go (the turn itself queues the
-        edit again if need be: bot/turns.py). A failure here is logged: the answer stands."""
+        the vectors `submit` fetched ahead for its first text go (`_caught_up` queues the
+        edit again if need be). A failure here is logged: the answer stands."""
         texts = [t for t in (job.progress.pop("first_text", None), *also) if t]
         if texts:
             try:

@@ -39,6 +39,7 @@ from memory.tokens import context_window, count_tokens
 log = logging.getLogger(__name__)
 
 COMPACT_THRESHOLD = 0.80
+FORGOTTEN_QUESTION = "This message was forgotten before I could answer it."
 TOOL_RESULT_CHARS = 3000
 TOP_K_TOOLS = 4
 EXTRACT_CHARS = 12_000  # of a question and of an answer, read for entities (a few k tokens)
@@ -64,6 +65,12 @@ def mentions_names(text: str) -> bool:
 @lru_cache(maxsize=8)
 def prompt_tokens(model: str) -> int:
     return count_tokens(AGENT_SYSTEM_PROMPT, model)
+
+
+class QuestionForgotten(RuntimeError):
+    """A turn run again (taken over after a crash) whose question, stored by the first run,
+    was forgotten since (the memory page, a person's erasure, retention, a deletion on the
+    platform): it is not answered, recorded or indexed; the person is told (bot/turns.py)."""
 
 
 @dataclass
@@ -150,6 +157,9 @@ class Harness:
             scope, "user", question, once=f"{turn_id}:question" if turn_id else "",
             **({"source": source} if source else {}),
         )  # fmt: skip
+        if stored.forgotten:  # a run taken over after a crash: the first run stored it, since
+            await self.memory.governance.edits.uncache([question])  # embedded again just now
+            raise QuestionForgotten(FORGOTTEN_QUESTION)
         messages = [
             {"role": "system", "content": AGENT_SYSTEM_PROMPT},
             {"role": "user", "content": context.render()},

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.agent import Agent, EventCallback, TurnResult
 from bot.consolidation import SummaryInProgress
+from bot.harness import QuestionForgotten
 from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
 from bot.watches import WatchService
@@ -80,8 +81,8 @@ class TurnHandler:
         source: str = "",
     ) -> Reply:
         """One user message in, one reply out; bad input becomes a reply, not a crash.
-        `source`: the platform's id of the message, stored with it; deleted there while this
-        turn ran, the message is forgotten once the turn has stored it."""
+        `source`: the platform's id of the message, stored with it (a deletion or edit there
+        while the turn ran is caught up by `changed_meanwhile`, which the caller runs after)."""
         text = clean_text(text)  # before anything encodes it (the model client, the embedder)
         if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
             return Reply(made)
@@ -91,27 +92,22 @@ class TurnHandler:
             )
         except (InvalidMessage, InvalidName) as exc:
             return Reply(f"I can't take that message: {exc}")
-        finally:
-            if source:
-                await self._changed_meanwhile(scope, source)
+        except QuestionForgotten as exc:  # a re-run after a crash: not answered, just said
+            return Reply(str(exc))
         return Reply(result.answer, result)
 
-    async def _changed_meanwhile(self, scope: Scope, source: str) -> None:
-        """The message was deleted or edited on the platform (in the last day): the erasure or
-        the edit may have looked before this turn stored it (or saved its record), or this run
-        may have taken over one that stored the old text before it crashed, so it is queued
-        again (durable; a no-op when memory has it already). A failure here is logged: the
-        answer stands."""
+    async def changed_meanwhile(self, scope: Scope, source: str) -> None:
+        """After a turn for the platform's message `source`: if it was deleted or edited there
+        (in the last day), the erasure or the edit may have looked before the turn stored it
+        (or saved its record), or the turn may have taken over a run that stored the old text
+        before it crashed, so it is queued again (durable; a no-op when memory has it already).
+        Raises when memory is unreachable: the caller keeps the job and runs this again."""
         tenant = scope.tenant
-        try:
-            change = await self.memory.governance.edits.change(tenant, source)
-            if change.deleted:
-                await self.message_deleted(tenant, [scope.thread], source)
-            elif change.latest is not None:
-                places = {scope.thread: scope.channel}
-                await self.message_edited(tenant, places, source, *change.latest)
-        except Exception:
-            log.exception("the deletion or edit of message %s could not be queued", source)
+        change = await self.memory.governance.edits.change(tenant, source)
+        if change.deleted:
+            await self.message_deleted(tenant, [scope.thread], source)
+        elif change.latest is not None:
+            await self.message_edited(tenant, {scope.thread: scope.channel}, source, *change.latest)
 
     # -- what people change on the platform: durable background work (bot/upkeep.py) -------------
 

@@ -131,6 +131,23 @@ async def test_a_re_run_after_a_crash_stores_and_answers_once(world, tenant):
     assert board.placeholders["p1"] == "second answer, again"
 
 
+async def test_a_deletion_missed_by_a_run_that_died_after_answering_is_caught_up(world, tenant):
+    """The message was deleted on the platform while its turn ran, and the run died after
+    sending the answer, before looking: the job, run again, forgets the stored question."""
+    scope = Scope(tenant, "t3")
+    world.model.script(text("an answer about otters"))
+    pipeline = Pipeline(Board(), world.runtime.turns())
+    job = Job("turn", scope, "tell me about otters", source="C1:100.1")
+    await pipeline.run(job)
+    assert job.progress["caught_up"]
+    await world.runtime.memory.governance.note_deleted(tenant, job.source)
+    del job.progress["caught_up"]  # what a run that died before looking left in Redis
+    await pipeline.run(Job.from_json(job.to_json()))
+    await world.runtime.harness.drain()
+    assert await stored(world, scope) == ["an answer about otters"]  # the question forgotten
+    assert len(world.model_requests()) == 1
+
+
 async def test_a_job_that_keeps_failing_is_given_up(world, tenant):
     board = Board()
     pipeline = Pipeline(board, world.runtime.turns())

@@ -227,7 +227,8 @@ class ConversationStore:
         (seconds since the epoch) dates it, when given: replayed conversations keep their
         dates; otherwise it is now. With `once` (an idempotency key, e.g. a job id and role),
         a repeated append stores nothing and returns the message stored the first time (its
-        id, its text as it is now) with `duplicate` set."""
+        id, its text as it is now) with `duplicate` set: a tombstone (`forgotten`) when it was
+        forgotten since, alone or with its whole thread."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -260,8 +261,8 @@ class ConversationStore:
         # appended before (a job run again): the message as it was stored, its id and text
         stored = await self.redis.lindex(self.key(scope), -1 - seq)
         first = Message.from_json(stored) if stored is not None else None
-        if first is not None and first.role == role:  # (the thread was not rebuilt since)
-            message = first
+        # not there, or another's: its thread was forgotten whole since (and grew again)
+        message = first if first is not None and first.role == role else message.tombstone()
         message.seq, message.duplicate = -1 - seq, True
         return message
 
