@@ -121,7 +121,9 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
         await memory.toolbox.register([tool.record() for tool in toolbox])
         consolidator = Consolidator(memory, llm, window=window or settings.context_window)
         background = BackgroundWork(TaskStream(memory.redis, task_stream()))
-        upkeep = Upkeep(memory, consolidator, background, ContextLimits(settings.memory_tokens))
+        watches = watch_service(settings, memory)
+        upkeep = Upkeep(memory, consolidator, background, ContextLimits(settings.memory_tokens),
+                        removing=watches.removing)  # fmt: skip
         harness = Harness(
             memory, llm, toolbox, consolidator, arxiv_source(settings),
             encoding_for(settings.openai_model), background, upkeep,
@@ -136,7 +138,6 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
         )
         await upkeep.backfill()  # once per Redis: messages stored before episodic memory
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
-        watches = watch_service(settings, memory)
         background.every(settings.watch_check_seconds, watches.check)  # due digests, claimed
     except BaseException:
         await memory.close()

@@ -14,7 +14,9 @@ stored message gets the new text, and is indexed again with it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
+from functools import partial
 from typing import Any
 
 from bot.background import BackgroundWork
@@ -29,6 +31,7 @@ from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode
 from memory.stores.turn_records import TurnUsage
+from memory.stores.watches import Watch
 
 EPISODES = "episodes"  # task: index messages for episodic recall
 ROLL = "roll"  # task: summarize what left a thread's recent window
@@ -46,11 +49,13 @@ class Upkeep:
         consolidator: Consolidator,
         background: BackgroundWork,
         limits: ContextLimits | None = None,
+        removing: Callable[[list[Watch], DeletedPlace], Awaitable[None]] | None = None,
     ) -> None:
         self.memory = memory
         self.consolidator = consolidator
         self.background = background
         self.limits = limits or ContextLimits()
+        self.removing = removing  # queues the notices of a deleted place's watches
 
     def handlers(self) -> dict[str, Any]:
         return {
@@ -96,9 +101,12 @@ class Upkeep:
 
     async def forget_deleted_places(self, tasks: list[dict[str, Any]]) -> None:
         """Forget deleted channels and threads (memory/governance.py `forget_place`); run
-        twice, the second finds nothing left."""
+        twice, the second finds nothing left. The creators of the watches removed there are
+        told (`removing`: bot/watch_removals.py queues each notice before its watch goes)."""
         for task in tasks:
-            await self.memory.governance.forget_place(DeletedPlace.from_dict(task))
+            place = DeletedPlace.from_dict(task)
+            tell = None if self.removing is None else partial(self.removing, place=place)
+            await self.memory.governance.forget_place(place, tell)
 
     async def message_edited(
         self, tenant: str, places: dict[str, str], source: str, text: str, at: float

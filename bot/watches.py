@@ -10,10 +10,11 @@ a module with one job:
 - bot/watch_commands.py: `/watch` make, list, pause, resume, remove;
 - bot/watch_scheduler.py: the tick (`check`) that claims due periods and queues digest tasks;
 - bot/watch_digest.py: one period's digest task, posted once (and `watch run` by hand);
-- bot/watch_saves.py: the Save button's task.
+- bot/watch_saves.py: the Save button's task;
+- bot/watch_removals.py: the notice to a watch's creator that its deleted place took it.
 
-Digest and Save tasks go on one durable stream per platform, read in each process that posts to
-that platform. The names importers use from here are re-exported.
+Digest, Save and removal-notice tasks go on one durable stream per platform, read in each
+process that posts to that platform. The names importers use from here are re-exported.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from bot.watch_digest import (
     retry_delay,
 )
 from bot.watch_places import TERMINAL, Poster, Undeliverable, WatchPlace, place_of
+from bot.watch_removals import REMOVED, RemovalNotices
 from bot.watch_saves import SAVE, SaveTasks
 from bot.watch_scheduler import DEFAULT_CHECK_SECONDS, PLATFORMS, WatchScheduler
 from bot.watch_texts import (
@@ -92,6 +94,7 @@ class WatchService:
         self.scheduler = WatchScheduler(self.store, self.posters, self.stream, now)
         self.digests = DigestTasks(self.store, self.builder, self.posters, now)
         self.saves = SaveTasks(memory, self.store, arxiv, encoding, self.posters, self.stream)
+        self.removals = RemovalNotices(memory.redis, self.posters, self.stream)
         # what the adapters, the runtime and the terminal call, done by the part whose job it is
         self.create = self.commands.create
         self.command = self.commands.command
@@ -107,6 +110,7 @@ class WatchService:
         self.queue_save = self.saves.queue
         self.run_saves = self.saves.run
         self.save = self.saves.save
+        self.removing = self.removals.queue  # a deleted place's watches (bot/upkeep.py)
 
     def stream(self, platform: str) -> TaskStream:
         return TaskStream(self.memory.redis, task_stream(f"{self.stream_prefix}-{platform}"))
@@ -117,7 +121,8 @@ class WatchService:
         self.posters[platform] = poster
         if platform not in self.workers:
             self.workers[platform] = BackgroundWork(
-                self.stream(platform), {DIGEST: self.run_digests, SAVE: self.run_saves},
+                self.stream(platform),
+                {DIGEST: self.run_digests, SAVE: self.run_saves, REMOVED: self.removals.run},
                 claim_idle_ms=self.claim_idle_ms,
             )  # fmt: skip
         with contextlib.suppress(RuntimeError):  # no running loop (yet)

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from redisvl.query.filter import Tag
@@ -46,7 +46,7 @@ from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
 from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
-from memory.stores.watches import WatchStore
+from memory.stores.watches import Watch, WatchStore
 
 __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 
@@ -131,11 +131,15 @@ class Governance:
         queue keys when no job is queued or running there)."""
         return await self._forget_threads(tenant, [thread], thread.__eq__, strict=True)
 
-    async def forget_place(self, place: DeletedPlace) -> Erasure:
+    async def forget_place(
+        self, place: DeletedPlace,
+        removing: Callable[[list[Watch]], Awaitable[None]] | None = None,
+    ) -> Erasure:  # fmt: skip
         """A channel or thread deleted on the platform: each of its threads whole, as
-        `forget_thread`, and what the place kept (memory/governance_places.py). The threads and
-        the turns queued or running there are noted first: such a turn stores nothing, or its
-        end forgets its thread again. Run again, it finds nothing left."""
+        `forget_thread`, and what the place kept (memory/governance_places.py; its watches are
+        handed to `removing` before they go). The threads and the turns queued or running there
+        are noted first: such a turn stores nothing, or its end forgets its thread again. Run
+        again, it finds nothing left."""
         threads = await self.places.threads_of(place)
         sources = await self.places.note(place.tenant, threads)  # before a turn is looked for
         if await self.places.untouched(place, threads):
@@ -145,7 +149,7 @@ class Governance:
         erasure = await self._forget_threads(
             place.tenant, threads, lambda t: t in threads or place.holds(t)
         )
-        await self.places.clear(place, threads)
+        await self.places.clear(place, threads, removing)
         return erasure
 
     async def _forget_threads(

@@ -18,10 +18,16 @@ Slack's latest thread per person in the channel, Discord's record of the threads
   part in (every one in a server arrives), so a few lookups settle them, without the tenant's
   erasure lock or a scan of its PDFs. Run again (a redelivered event, a retried task), a
   deletion finds nothing left, and so returns there too.
-- A Discord thread forgotten alone (`Governance.forget_thread`, the memory page's Forget
-  thread) stays listed under its channel: the thread id does not name its channel, nothing
-  stored maps it back, and the entry is an id only, dropped with the channel's record when the
-  channel goes.
+- A Discord thread forgotten whole by any path (Forget thread, a person's erasure, retention,
+  a place's deletion: `ThreadEraser.erase_unchanged`) leaves its channel's record (`unlist`):
+  the thread id does not name its channel, so `note_thread` also maps each thread to its
+  channel (`thread_channels_key`); the threads recorded before that map existed are added to it
+  from the channels' records, once per tenant, at its first unlisting. A thread stored again
+  meanwhile (a turn that ended after the erasure) stays listed; one that is mapped to no channel
+  (a channel's own conversation) has no record to leave.
+- Watches removed with their place: `clear` hands them to its caller's `removing` first (the
+  bot queues a durable notice to each creator: bot/watch_removals.py), then removes them; run
+  again after a crash in between, it hands them again (the notice is sent once).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,10 +47,13 @@ from memory.keys import (
     last_thread_key,
     messages_key,
     place_threads_key,
+    thread_channels_indexed_key,
+    thread_channels_key,
     threads_key,
     turn_queue_key,
     turn_running_key,
     validate_tenant,
+    watch_removed_told_key,
 )
 from memory.stores.base import decode, delete_keys
 from memory.stores.watches import Watch, WatchStore
@@ -52,7 +61,19 @@ from memory.stores.watches import Watch, WatchStore
 log = logging.getLogger(__name__)
 
 PLACE_NOTE_SECONDS = 24 * 3600  # as long as a deleted message's note
+TOLD_SECONDS = 24 * 3600  # a removed watch's notice is marked said this long
 _PLATFORM_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")  # Slack's channel ids, Discord's snowflakes
+SCAN_COUNT = 10_000
+
+# KEYS: the tenant's thread -> channel map, the channel's record of threads, the thread's
+# messages. ARGV: the thread's channel id, its channel. A thread stored again since its erasure
+# stays listed (its channel's deletion must find it); otherwise it leaves both.
+_UNLIST_SCRIPT = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 1
+"""
 
 
 @dataclass(frozen=True)
@@ -98,10 +119,46 @@ class Places:
 
     def __init__(self, redis: Any) -> None:
         self.redis = redis
+        self._unlist = redis.register_script(_UNLIST_SCRIPT)
 
     async def note_thread(self, tenant: str, channel: str, thread: str) -> None:
         """The bot takes part in Discord thread `thread` (its channel id) under `channel`."""
-        await self.redis.sadd(place_threads_key(tenant, channel), thread)
+        async with self.redis.pipeline(transaction=True) as pipe:  # one slot: the tenant's
+            pipe.sadd(place_threads_key(tenant, channel), thread)
+            pipe.hset(thread_channels_key(tenant), thread, channel)
+            await pipe.execute()
+
+    async def unlist(self, tenant: str, threads: Iterable[str]) -> int:
+        """Discord threads just forgotten whole leave their channel's record (and the map);
+        returns how many left one. Others (Slack's, DMs', a channel's own) are skipped."""
+        prefix = f"discord:{tenant}:"
+        ids = {t: t[len(prefix) :] for t in threads if t.startswith(prefix)}
+        if not ids:
+            return 0
+        await self._index(tenant)
+        parents = await self.redis.hmget(thread_channels_key(tenant), list(ids.values()))
+        pipe, sent = self.redis.pipeline(transaction=False), 0
+        for (thread, child), parent in zip(ids.items(), parents, strict=True):
+            if parent is None:
+                continue  # under no channel: a channel's own conversation, or never recorded
+            keys = [thread_channels_key(tenant), place_threads_key(tenant, decode(parent) or ""),
+                    messages_key(tenant, thread)]  # fmt: skip
+            await self._unlist(keys=keys, args=[child, decode(parent)], client=pipe)
+            sent += 1
+        return sum(int(r) for r in await pipe.execute()) if sent else 0
+
+    async def _index(self, tenant: str) -> None:
+        """Once per tenant: map the threads recorded before `thread_channels_key` existed (each
+        channel's record, found by a scan) to their channels."""
+        if await self.redis.exists(thread_channels_indexed_key(tenant)):
+            return
+        pattern = place_threads_key(tenant, "*")
+        async for key in self.redis.scan_iter(match=pattern, count=SCAN_COUNT):
+            channel = (decode(key) or "").rsplit(":", 2)[1]
+            members = {decode(m) or "": channel for m in await self.redis.smembers(key)}
+            if members:
+                await self.redis.hset(thread_channels_key(tenant), mapping=members)
+        await self.redis.set(thread_channels_indexed_key(tenant), 1)
 
     async def threads_of(self, place: DeletedPlace) -> list[str]:
         """The place's threads in memory, or with turns queued (Slack), or recorded (Discord)."""
@@ -170,10 +227,14 @@ class Places:
             pipe.exists(deleted_thread_key(tenant, thread))
         return [t for t, found in zip(threads, await pipe.execute(), strict=True) if found]
 
-    async def clear(self, place: DeletedPlace, threads: list[str]) -> int:
+    async def clear(
+        self, place: DeletedPlace, threads: list[str],
+        removing: Callable[[list[Watch]], Awaitable[None]] | None = None,
+    ) -> int:  # fmt: skip
         """What the place kept besides its threads: the bot's presence in threads that only had
         turns queued, Slack's latest thread per person, Discord's record of its threads (and
-        its entry in its channel's), and the watches posting there. Returns the watches removed."""
+        its entry in its channel's, and their channels in the map), and the watches posting
+        there, handed to `removing` before they go. Returns the watches removed."""
         tenant = place.tenant
         keys = [joined_key(tenant, t) for t in threads]
         if place.platform == "slack":
@@ -182,13 +243,25 @@ class Places:
             keys.append(place_threads_key(tenant, place.channel))
             if place.parent:
                 await self.redis.srem(place_threads_key(tenant, place.parent), place.channel)
+            ids = {place.channel, *(t.rsplit(":", 1)[1] for t in threads)}
+            await self.redis.hdel(thread_channels_key(tenant), *ids)
         await delete_keys(self.redis, keys)
         store, removed = WatchStore(self.redis), 0
-        for watch in await self._watches_in(place, threads):
+        doomed = await self._watches_in(place, threads)
+        if doomed and removing is not None:
+            await removing(doomed)  # first: a crash before they go hands them again
+        for watch in doomed:
             removed += await store.remove(tenant, watch.id)
         if removed:
             log.info("%d watches of deleted %s %s removed", removed, place.platform, place.channel)
         return removed
+
+    async def told(self, tenant: str, watch_id: str) -> bool:
+        """Whether the creator of watch `watch_id`, removed with its place, was told (a day)."""
+        return bool(await self.redis.exists(watch_removed_told_key(tenant, watch_id)))
+
+    async def mark_told(self, tenant: str, watch_id: str) -> None:
+        await self.redis.set(watch_removed_told_key(tenant, watch_id), 1, ex=TOLD_SECONDS)
 
     async def _watches_in(self, place: DeletedPlace, threads: list[str]) -> list[Watch]:
         """The watches posting to the place (Slack: its channel; Discord: it or its threads)."""

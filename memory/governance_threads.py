@@ -12,6 +12,8 @@ over them rewritten, a thread's keys deleted.
   recent window or under exactly one top-level summary.
 - A roll running meanwhile cannot bring a forgotten text back: its marking compares each
   message with what it read, and a merge each child's text (memory/stores/summary.py).
+- A Discord thread that goes whole leaves its channel's record of threads too
+  (memory/governance_places.py `unlist`), whichever erasure took it.
 - A thread goes whole only as it was read: an append takes no erasure lock, so one script
   checks the thread did not change, hides its messages' episodic entries and deletes its keys
   at once. A thread that changed is left whole: retention then forgets only its old messages,
@@ -28,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from memory.governance_erasure import Busy, Erasure
+from memory.governance_places import Places
 from memory.governance_purge import Purge, erasing_parts, message_texts
 from memory.keys import (
     busy_threads_key,
@@ -118,6 +121,7 @@ class ThreadEraser:
         self.memory = memory
         self.redis = memory.redis
         self.purge = purge
+        self.places = Places(memory.redis)  # a Discord thread's channel's record of it
         self._delete = memory.redis.register_script(_DELETE_UNCHANGED_SCRIPT)
 
     async def read(self, tenant: str, threads: list[str]) -> Threads:
@@ -281,6 +285,7 @@ class ThreadEraser:
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
         await self._drop_idle_queues(tenant, deleted)
+        await self.places.unlist(tenant, deleted)  # after: a crash before leaves an id only
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
         return Erasure(
             messages=sum(m.id in said for m in went), threads=len(deleted),

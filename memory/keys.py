@@ -349,6 +349,23 @@ def place_threads_key(tenant: str, channel: str) -> str:
     return tenant_key(tenant, "channel", channel, "threads")
 
 
+def thread_channels_key(tenant: str) -> str:
+    """Hash Discord thread id -> the channel whose `place_threads_key` lists it: a thread
+    forgotten whole leaves its channel's record (memory/governance_places.py `unlist`)."""
+    return tenant_key(tenant, "thread-channels")
+
+
+def watch_removed_told_key(tenant: str, watch_id: str) -> str:
+    """Set for a day once the creator of a watch removed with its deleted place was told
+    (bot/watch_removals.py): a notice queued twice is said once."""
+    return tenant_key(tenant, "watch", watch_id, "removed-told")
+
+
+def thread_channels_indexed_key(tenant: str) -> str:
+    """Set once `thread_channels_key` also holds the threads recorded before it existed."""
+    return tenant_key(tenant, "thread-channels", "indexed")
+
+
 def edited_message_key(tenant: str, source: str) -> str:
     """Kept for a day when a person edited their message on the platform: its latest text (a
     turn for it still queued runs with it), and the old text of each stored message whose edit
