@@ -266,23 +266,28 @@ class Pipeline:
     async def run(self, job: Job, save: Save | None = None) -> None:
         """Run one job now and deliver its outcome: an answer, or a reply saying what went
         wrong. `save` keeps `job.progress` (the queue's running slot). Raises only when the
-        memory is unreachable, after saying so: the job stays queued and runs again."""
+        memory is unreachable (said when the turn met it): the job stays queued, runs again."""
         job.progress["attempts"] = job.progress.get("attempts", 0) + 1
+        save = save or _nothing
         try:
-            await self._run(job, save or _nothing)
+            await self._run(job, save)
         except Exception as exc:
             if memory_unavailable(exc):
                 raise
             # the platform failed around the turn (the channel is gone, the bot was removed)
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
+        try:  # whatever the platform did: the turn (or a run before it) may have stored it
+            await self._caught_up(job, save)
+        except Exception as exc:
+            if memory_unavailable(exc):
+                raise
+            log.exception("what the platform changed of %s's message was not caught up", job.id)
 
     async def _run(self, job: Job, save: Save) -> None:
         change = await self._platform_change(job)
         if change.deleted:
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
             await self._first_text_uncached(job, job.text)  # what `submit` fetched ahead
-            if job.progress["attempts"] > 1:  # a run before may have stored it, then died
-                await self._caught_up(job, save)
             return
         if (edited := change.edited_from(job.text)) is not None:  # runs with the latest text
             job.progress.setdefault("first_text", job.text)  # its vectors go at the end
@@ -306,13 +311,13 @@ class Pipeline:
                 await self._deliver(job, status, index, part)
                 job.progress["sent"] = index + 1
                 await save()
-        await self._caught_up(job, save)
 
     async def _caught_up(self, job: Job, save: Save) -> None:
-        """A turn's message deleted or edited on the platform while the turn ran is caught up
-        once the answer is out (bot/turns.py `changed_meanwhile`). Marked in the job's progress:
-        a run that died before it, or found memory unreachable (raised: the job stays), does
-        it when the job runs again."""
+        """A turn's message deleted or edited on the platform while the turn ran (or before a
+        run that died stored it) is caught up once the answer is out, or the turn not run
+        (bot/turns.py `changed_meanwhile`; a deletion queued again finds nothing to do). Marked
+        in the job's progress: a run that died before it, or found memory unreachable (raised:
+        the job stays), does it when the job runs again."""
         if job.kind != "turn" or not job.source or job.progress.get("caught_up"):
             return
         await self.handler.changed_meanwhile(job.scope, job.source)

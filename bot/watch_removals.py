@@ -5,8 +5,9 @@ about to remove to `queue`: a durable `watch-removed` task on the platform's dig
 the watch as it was (the watch itself is gone when the task runs), read where the platform's
 `Poster` is. The task says it to the creator alone (`Poster.tell`), as a paused watch's notice
 is said. Queued before the watch goes, so a crash loses no notice; a deletion run again after
-a crash queues it again, and a notice already sent is not sent twice (a mark kept for a day
-after the send: only a crash between the send and the mark sends it twice).
+a crash queues it again, and a notice said or being said is not said twice (a claim taken
+before saying it, kept a day once said; while another holds it, the task fails and the stream
+delivers it again later: a claim left by a process that died while saying it lapses in a minute).
 """
 
 from __future__ import annotations
@@ -78,11 +79,18 @@ class RemovalNotices:
         """Say one notice unless it was said already; True when said now."""
         watch = Watch.from_fields(payload["watch"])
         place = DeletedPlace.from_dict(payload["place"])
-        if await self.places.told(watch.tenant, watch.id):
-            return False
         poster = self.posters.get(watch.platform)
         if poster is None:  # this stream is read only where the platform's poster is
             raise RuntimeError(f"no poster for {watch.platform} here")
-        await poster.tell(watch, removed_text(watch, place))
-        await self.places.mark_told(watch.tenant, watch.id)
+        held = await self.places.claim_telling(watch.tenant, watch.id)
+        if held == "told":
+            return False
+        if held:  # a copy of the task (or a process that died saying it): the stream retries
+            raise RuntimeError(f"the removal of watch {watch.id} is being said elsewhere")
+        try:
+            await poster.tell(watch, removed_text(watch, place))
+        except BaseException:
+            await self.places.told(watch.tenant, watch.id, said=False)
+            raise
+        await self.places.told(watch.tenant, watch.id, said=True)
         return True

@@ -18,16 +18,17 @@ Slack's latest thread per person in the channel, Discord's record of the threads
   part in (every one in a server arrives), so a few lookups settle them, without the tenant's
   erasure lock or a scan of its PDFs. Run again (a redelivered event, a retried task), a
   deletion finds nothing left, and so returns there too.
-- A Discord thread forgotten whole by any path (Forget thread, a person's erasure, retention,
-  a place's deletion: `ThreadEraser.erase_unchanged`) leaves its channel's record (`unlist`):
-  the thread id does not name its channel, so `note_thread` also maps each thread to its
-  channel (`thread_channels_key`); the threads recorded before that map existed are added to it
-  from the channels' records, once per tenant, at its first unlisting. A thread stored again
-  meanwhile (a turn that ended after the erasure) stays listed; one that is mapped to no channel
-  (a channel's own conversation) has no record to leave.
-- Watches removed with their place: `clear` hands them to its caller's `removing` first (the
-  bot queues a durable notice to each creator: bot/watch_removals.py), then removes them; run
-  again after a crash in between, it hands them again (the notice is sent once).
+- A Discord thread forgotten whole any other way (Forget thread, a person's erasure, retention:
+  `ThreadEraser.erase_unchanged`) leaves its channel's record (`unlist`): the thread id does not
+  name its channel, so `note_thread` also maps each thread to its channel
+  (`thread_channels_key`). A thread with a turn queued or running (its answer will be stored),
+  or stored again since, stays listed; so does one its place's deletion is erasing (a run of it
+  again after a crash must find it, and its watches). A thread recorded before the map existed,
+  or mapped to no channel (a channel's own conversation), stays an id in its channel's record.
+- Watches removed with their place: `clear` finds them first and hands them to its caller's
+  `removing` (the bot queues a durable notice to each creator: bot/watch_removals.py), then
+  drops the place's records and the watches; run again after a crash in between, it finds and
+  hands them again (the notice is said once).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from memory.keys import (
     last_thread_key,
     messages_key,
     place_threads_key,
-    thread_channels_indexed_key,
     thread_channels_key,
     threads_key,
     turn_queue_key,
@@ -62,14 +62,17 @@ log = logging.getLogger(__name__)
 
 PLACE_NOTE_SECONDS = 24 * 3600  # as long as a deleted message's note
 TOLD_SECONDS = 24 * 3600  # a removed watch's notice is marked said this long
+TELLING_SECONDS = 60  # a claim to say it, left by a process that died while saying it
 _PLATFORM_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")  # Slack's channel ids, Discord's snowflakes
-SCAN_COUNT = 10_000
 
-# KEYS: the tenant's thread -> channel map, the channel's record of threads, the thread's
-# messages. ARGV: the thread's channel id, its channel. A thread stored again since its erasure
-# stays listed (its channel's deletion must find it); otherwise it leaves both.
+# KEYS: the tenant's thread -> channel map, the channel's record of threads, then the thread's
+# messages, queued jobs, running job and deleted-place note. ARGV: the thread's channel id, its
+# channel. A thread stored again since its erasure, or with a turn queued or running (it will
+# store its answer), stays listed: its channel's deletion must find it. So does one its place's
+# deletion is erasing: a run of that deletion again after a crash finds it (and its watches)
+# there, and clears the record itself. Otherwise the thread leaves both.
 _UNLIST_SCRIPT = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) > 0 then return 0 end
 redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
 return 1
@@ -135,30 +138,17 @@ class Places:
         ids = {t: t[len(prefix) :] for t in threads if t.startswith(prefix)}
         if not ids:
             return 0
-        await self._index(tenant)
         parents = await self.redis.hmget(thread_channels_key(tenant), list(ids.values()))
         pipe, sent = self.redis.pipeline(transaction=False), 0
         for (thread, child), parent in zip(ids.items(), parents, strict=True):
-            if parent is None:
-                continue  # under no channel: a channel's own conversation, or never recorded
+            if parent is None:  # under no channel: a channel's own conversation, or recorded
+                continue  # before the map (an id only, left in its channel's record)
             keys = [thread_channels_key(tenant), place_threads_key(tenant, decode(parent) or ""),
-                    messages_key(tenant, thread)]  # fmt: skip
+                    messages_key(tenant, thread), turn_queue_key(tenant, thread),
+                    turn_running_key(tenant, thread), deleted_thread_key(tenant, thread)]  # fmt: skip
             await self._unlist(keys=keys, args=[child, decode(parent)], client=pipe)
             sent += 1
         return sum(int(r) for r in await pipe.execute()) if sent else 0
-
-    async def _index(self, tenant: str) -> None:
-        """Once per tenant: map the threads recorded before `thread_channels_key` existed (each
-        channel's record, found by a scan) to their channels."""
-        if await self.redis.exists(thread_channels_indexed_key(tenant)):
-            return
-        pattern = place_threads_key(tenant, "*")
-        async for key in self.redis.scan_iter(match=pattern, count=SCAN_COUNT):
-            channel = (decode(key) or "").rsplit(":", 2)[1]
-            members = {decode(m) or "": channel for m in await self.redis.smembers(key)}
-            if members:
-                await self.redis.hset(thread_channels_key(tenant), mapping=members)
-        await self.redis.set(thread_channels_indexed_key(tenant), 1)
 
     async def threads_of(self, place: DeletedPlace) -> list[str]:
         """The place's threads in memory, or with turns queued (Slack), or recorded (Discord)."""
@@ -236,6 +226,10 @@ class Places:
         its entry in its channel's, and their channels in the map), and the watches posting
         there, handed to `removing` before they go. Returns the watches removed."""
         tenant = place.tenant
+        store, removed = WatchStore(self.redis), 0
+        doomed = await self._watches_in(place, threads)  # before the records that find them go
+        if doomed and removing is not None:
+            await removing(doomed)  # first: a crash before they go hands them again
         keys = [joined_key(tenant, t) for t in threads]
         if place.platform == "slack":
             keys.append(last_thread_key(tenant, place.channel))
@@ -246,22 +240,29 @@ class Places:
             ids = {place.channel, *(t.rsplit(":", 1)[1] for t in threads)}
             await self.redis.hdel(thread_channels_key(tenant), *ids)
         await delete_keys(self.redis, keys)
-        store, removed = WatchStore(self.redis), 0
-        doomed = await self._watches_in(place, threads)
-        if doomed and removing is not None:
-            await removing(doomed)  # first: a crash before they go hands them again
         for watch in doomed:
             removed += await store.remove(tenant, watch.id)
         if removed:
             log.info("%d watches of deleted %s %s removed", removed, place.platform, place.channel)
         return removed
 
-    async def told(self, tenant: str, watch_id: str) -> bool:
-        """Whether the creator of watch `watch_id`, removed with its place, was told (a day)."""
-        return bool(await self.redis.exists(watch_removed_told_key(tenant, watch_id)))
+    async def claim_telling(self, tenant: str, watch_id: str) -> str:
+        """Claim saying that watch `watch_id` was removed with its place: "" when claimed now,
+        "told" when it was said (kept a day), "telling" when another process is saying it. The
+        claim lapses after TELLING_SECONDS: one left by a process that died while saying it
+        leaves the notice to a later delivery."""
+        key = watch_removed_told_key(tenant, watch_id)
+        if await self.redis.set(key, "telling", nx=True, ex=TELLING_SECONDS):
+            return ""
+        return decode(await self.redis.get(key)) or "telling"  # lapsed just now: try later
 
-    async def mark_told(self, tenant: str, watch_id: str) -> None:
-        await self.redis.set(watch_removed_told_key(tenant, watch_id), 1, ex=TOLD_SECONDS)
+    async def told(self, tenant: str, watch_id: str, said: bool) -> None:
+        """The notice was said (kept a day), or could not be (the claim goes: it is tried again)."""
+        key = watch_removed_told_key(tenant, watch_id)
+        if said:
+            await self.redis.set(key, "told", ex=TOLD_SECONDS)
+        else:
+            await self.redis.delete(key)
 
     async def _watches_in(self, place: DeletedPlace, threads: list[str]) -> list[Watch]:
         """The watches posting to the place (Slack: its channel; Discord: it or its threads)."""

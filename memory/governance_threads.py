@@ -25,6 +25,7 @@ few round trips whatever the number of threads.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -46,6 +47,8 @@ from memory.keys import (
 from memory.scope import Scope
 from memory.stores.conversation import Message
 from memory.stores.summary import Summary, compact_note, merged_note
+
+log = logging.getLogger(__name__)
 
 RETRIES = 5  # compare-and-set rounds against concurrent writers before giving up
 THREAD_BATCH = 100  # threads read per pipeline
@@ -285,15 +288,19 @@ class ThreadEraser:
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
         await self._drop_idle_queues(tenant, deleted)
-        await self.places.unlist(tenant, deleted)  # after: a crash before leaves an id only
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
-        return Erasure(
+        erasure = Erasure(
             messages=sum(m.id in said for m in went), threads=len(deleted),
             summaries=sum(s.thread_id in set(deleted) for s in found.values()),
             tool_logs=sum(len(tool_logs[t]) for t in deleted),
             episodes=sum(m.id in indexed for m in went),
             cached_embeddings=await self.purge.uncache(texts),
-        ), changed  # fmt: skip
+        )  # fmt: skip
+        try:  # last, and not needed: a thread left listed is an id only, which erases nothing
+            await self.places.unlist(tenant, deleted)
+        except Exception:
+            log.exception("forgotten threads could not leave their channels' records")
+        return erasure, changed
 
     async def _drop_idle_queues(self, tenant: str, threads: list[str]) -> None:
         """Take threads with no job queued, running or leased out of the busy set."""

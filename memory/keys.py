@@ -361,11 +361,6 @@ def watch_removed_told_key(tenant: str, watch_id: str) -> str:
     return tenant_key(tenant, "watch", watch_id, "removed-told")
 
 
-def thread_channels_indexed_key(tenant: str) -> str:
-    """Set once `thread_channels_key` also holds the threads recorded before it existed."""
-    return tenant_key(tenant, "thread-channels", "indexed")
-
-
 def edited_message_key(tenant: str, source: str) -> str:
     """Kept for a day when a person edited their message on the platform: its latest text (a
     turn for it still queued runs with it), and the old text of each stored message whose edit

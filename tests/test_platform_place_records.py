@@ -6,10 +6,16 @@ runs."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from memory.governance_places import DeletedPlace
-from memory.keys import place_threads_key, thread_channels_key
+from memory.keys import (
+    place_threads_key,
+    thread_channels_key,
+    turn_queue_key,
+    turn_running_key,
+)
 from memory.scope import Scope
 from memory.stores.watches import DAY, WatchStore
 from tests import test_discord, test_watches_discord
@@ -55,9 +61,9 @@ async def test_forgotten_thread_leaves_its_channel_record_and_the_channel_still_
     assert await memory.redis.hgetall(thread_channels_key(tenant)) == {}
 
 
-async def test_retention_drops_threads_from_their_channel_record_old_records_too(world):
-    """A thread recorded before the thread -> channel map existed (its channel's set alone) is
-    found in the channels' records, and leaves its own."""
+async def test_retention_drops_threads_from_their_channel_record(world):
+    """A thread recorded before the thread -> channel map existed (its channel's set alone)
+    stays there as an id, which the channel's deletion finds with nothing left to erase."""
     fake = FakeDiscord()
     adapter = new_adapter(world, fake)
     memory, guild, user = world.runtime.memory, fake.guild(), fake.user()
@@ -73,19 +79,29 @@ async def test_retention_drops_threads_from_their_channel_record_old_records_too
 
     erasure = await memory.governance.forget_older_than(tenant, time.time() + 60)
     assert erasure.threads == 2 and await stored_threads(memory, tenant) == set()
-    assert not await memory.redis.exists(place_threads_key(tenant, str(channel.id)))
+    members = await memory.redis.smembers(place_threads_key(tenant, str(channel.id)))
+    assert {m.decode() for m in members} == {str(old)}
     assert await memory.redis.hgetall(thread_channels_key(tenant)) == {}
 
 
-async def test_a_thread_stored_again_after_its_erasure_stays_recorded(world):
-    """A turn that stored its answer after the erasure: the thread has memory again, so its
-    channel's deletion must still find it."""
-    memory, tenant, channel, thread = world.runtime.memory, "g-stays", "100", "200"
+async def test_a_thread_with_memory_or_a_turn_to_come_stays_recorded(world):
+    """Forgotten whole, but stored again since, or with a turn queued or running (it stores its
+    answer after the erasure), or being erased by its place's deletion (a run of it again must
+    find the thread): its channel's deletion must still find it."""
+    memory, tenant, channel = world.runtime.memory, "g-stays", "100"
     places = memory.governance.places
-    await places.note_thread(tenant, channel, thread)
-    await memory.conversation.append(Scope(tenant, f"discord:{tenant}:{thread}"), "user", "hi")
-    assert await places.unlist(tenant, [f"discord:{tenant}:{thread}"]) == 0
-    assert await memory.redis.sismember(place_threads_key(tenant, channel), thread)
+    stored, queued, running, deleting, idle = "201", "202", "203", "204", "205"
+    for thread in (stored, queued, running, deleting, idle):
+        await places.note_thread(tenant, channel, thread)
+    scope = Scope(tenant, f"discord:{tenant}:{stored}")
+    await memory.conversation.append(scope, "user", "hi")
+    await memory.redis.rpush(turn_queue_key(tenant, f"discord:{tenant}:{queued}"), "{}")
+    await memory.redis.set(turn_running_key(tenant, f"discord:{tenant}:{running}"), "{}")
+    await places.note(tenant, [f"discord:{tenant}:{deleting}"])
+    threads = [f"discord:{tenant}:{t}" for t in (stored, queued, running, deleting, idle)]
+    assert await places.unlist(tenant, threads) == 1
+    members = await memory.redis.smembers(place_threads_key(tenant, channel))
+    assert {m.decode() for m in members} == {stored, queued, running, deleting}
 
 
 async def test_watch_in_a_deleted_channel_tells_its_creator_once(env):
@@ -131,3 +147,29 @@ async def test_watch_in_a_deleted_channel_tells_its_creator_once(env):
     await world.runtime.harness.upkeep.forget_deleted_places([place.to_dict()])  # once more
     await watches.workers["discord"].drain()
     assert len(told()) == 2
+
+
+async def test_a_deletion_run_again_after_failing_still_finds_its_threads_watches(world):
+    """The run that erased a channel's thread failed before its watches went (the notices could
+    not be queued): the run again still finds the thread, and the watch posting in it."""
+    memory, tenant, channel, thread = world.runtime.memory, "g-again", "300", "301"
+    here = f"discord:{tenant}:{thread}"
+    await memory.governance.places.note_thread(tenant, channel, thread)
+    await memory.conversation.append(Scope(tenant, here), "user", "watch otters here")
+    scope = Scope(tenant, here, channel=thread, user="U1")
+    await WatchStore(memory.redis).create(
+        scope, "otters", 7 * DAY, platform="discord", channel=thread, now=LATER
+    )
+    place, handed = DeletedPlace(tenant, "discord", channel), []
+
+    async def unreachable(watches) -> None:
+        raise ConnectionError("the notices' stream is unreachable")
+
+    async def noted(watches) -> None:
+        handed.extend(w.query for w in watches)
+
+    with contextlib.suppress(ConnectionError):
+        await memory.governance.forget_place(place, unreachable)
+    assert await stored_threads(memory, tenant) == set()  # the thread went before the failure
+    await memory.governance.forget_place(place, noted)
+    assert handed == ["otters"] and await WatchStore(memory.redis).all(tenant) == []
