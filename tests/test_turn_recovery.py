@@ -148,6 +148,27 @@ async def test_a_deletion_missed_by_a_run_that_died_after_answering_is_caught_up
     assert len(world.model_requests()) == 1
 
 
+class Gone(Board):
+    """A platform where the thread can no longer be reached (Discord: the channel not found)."""
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        raise LookupError("the channel cannot be fetched")
+        yield Status()
+
+
+async def test_a_deletion_is_caught_up_when_the_platform_fails_around_the_re_run(world, tenant):
+    scope = Scope(tenant, "t4")
+    world.model.script(text("an answer about seals"))
+    job = Job("turn", scope, "tell me about seals", source="C1:100.2")
+    await Pipeline(Board(), world.runtime.turns()).run(job)
+    await world.runtime.memory.governance.note_deleted(tenant, job.source)
+    del job.progress["caught_up"]  # the run died before looking
+    await Pipeline(Gone(), world.runtime.turns()).run(Job.from_json(job.to_json()))
+    await world.runtime.harness.drain()
+    assert await stored(world, scope) == ["an answer about seals"]  # the question forgotten
+
+
 async def test_a_job_that_keeps_failing_is_given_up(world, tenant):
     board = Board()
     pipeline = Pipeline(board, world.runtime.turns())
