@@ -25,7 +25,7 @@ from bot.metering import Meter, metered
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.toolbox import Toolbox, ToolResult
 from bot.tools import MEMORY_TOOLS, ToolContext
-from bot.upkeep import Upkeep
+from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a turn taught
 from memory.context import AssembledContext, ContextLimits, assemble_context
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
@@ -100,7 +100,9 @@ class Step:
         return f"{self.name}({self.arguments}) -> {self.status}"
 
 
-ARTIFACTS = "artifacts"  # the background task that writes a turn's workflow and entities
+def _asked(task: dict[str, Any]) -> str:
+    """The stored id of the question an artifacts task learns from ("" in older tasks)."""
+    return str((task.get("asked") or {}).get("id") or "")
 
 
 @dataclass
@@ -312,24 +314,30 @@ class Harness:
                 continue  # the question was forgotten meanwhile: nothing is learned from it
             with metered() as meter:  # entity extraction's model call, counted to the thread
                 written = await self._learn(scope, task, authors)
-            if not await self._still_asked(scope, task):  # forgotten while written
-                if written:
-                    await self.memory.governance.discard(written)
+            if not await self._still_asked(scope, task):  # forgotten (or edited) while written
+                if written:  # only what this question taught them goes
+                    await self.memory.governance.discard(scope.tenant, _asked(task), written)
                 continue  # and its usage is not counted to a thread that may be gone
             await self.memory.turn_records.add_usage(
                 scope, TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
             )
 
     async def _learn(self, scope: Scope, task: dict[str, Any], authors: list[str]) -> list[str]:
-        """Write a turn's workflow and entities; their keys. The workflow of a turn that got a
-        👎 (before or while it is written) is stored rejected: never offered again."""
+        """Write a turn's workflow and entities; their keys, each noted first under the stored
+        question's id (forgetting it takes them: memory/governance_learned.py). The workflow
+        of a turn that got a 👎 (before or while it is written) is stored rejected: never
+        offered again."""
         question, answer, turn = task["question"], task["answer"], task.get("turn", "")
+        asked, learned = _asked(task), self.memory.governance.learned
         written: list[str] = []
         if task["steps"]:
             rejected = await self.rejected(scope.tenant, turn)
-            key = await self.memory.workflows.add(
+            workflows = self.memory.workflows
+            taught = workflows.key_for(scope, question, task["steps"], answer)
+            await learned.note(scope.tenant, asked, [taught])
+            key = await workflows.add(
                 scope, question, task["steps"], answer, authors=authors, turn=turn,
-                rejected=rejected,
+                rejected=rejected, question=asked,
             )  # fmt: skip
             written.append(key)
             noted = turn and await self.memory.turn_records.set_workflow(scope.tenant, turn, key)
@@ -338,7 +346,11 @@ class Harness:
         if mentions_names(f"{question}\n{answer}"):
             entities = await self.extract_entities(question, answer)
             if entities:
-                stored = await self.memory.entities.upsert(scope, entities, authors=authors)
+                keys = [self.memory.entities.key(scope, e.name) for e in entities]
+                await learned.note(scope.tenant, asked, keys)
+                stored = await self.memory.entities.upsert(
+                    scope, entities, authors=authors, question=asked
+                )
                 written += [self.memory.entities.key(scope, e.name) for e in stored]
         return written
 
@@ -353,11 +365,12 @@ class Harness:
         return any(vote.rating < 0 for vote in record.feedback.values())
 
     async def _still_asked(self, scope: Scope, task: dict[str, Any]) -> bool:
-        """False when the turn's question was forgotten (memory/governance.py) since."""
+        """False when the turn's question was forgotten (memory/governance.py) since, or, for
+        a task that names its text (learning again after an edit), edited since."""
         asked = task.get("asked")
         if not asked:
             return True  # a task from before questions were named
-        question = Message("user", "", id=asked["id"], seq=asked["seq"])
+        question = Message("user", asked.get("text", ""), id=asked["id"], seq=asked["seq"])
         return bool(await self.memory.conversation.still_stored(scope, [question]))
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:

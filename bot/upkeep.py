@@ -8,7 +8,9 @@ eval locomo` queue indexing and rolls the same way, after the reply, through `af
 A queued task keeps a copy of its messages: one forgotten meanwhile (memory/governance.py) is
 not indexed, and one forgotten while it is indexed is taken out again. A deletion is queued by
 the platform's adapter as it acknowledges the event; so is an edit (`message_edited`): the
-stored message gets the new text, and is indexed again with it.
+stored message gets the new text, and is indexed again with it; what its old text taught goes
+(memory/governance_learned.py), and the turn's entities are learned again from the new text
+and the stored answer (an `ARTIFACTS` task, bot/harness.py `write_artifacts`).
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from memory.embeddings import background_embedding
 from memory.governance_places import DeletedPlace
 from memory.governance_purge import message_texts
 from memory.manager import MemoryManager
-from memory.scope import PUBLIC, Scope, legacy_audience
+from memory.scope import PUBLIC, Scope, Visibility, legacy_audience
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode
-from memory.stores.turn_records import TurnUsage
+from memory.stores.turn_records import TurnRecord, TurnUsage
 from memory.stores.watches import Watch
 
 EPISODES = "episodes"  # task: index messages for episodic recall
@@ -38,6 +40,7 @@ ROLL = "roll"  # task: summarize what left a thread's recent window
 DELETED = "deleted-message"  # task: forget a message its author deleted on the platform
 DELETED_PLACE = "deleted-place"  # task: forget a channel's or thread's threads, deleted there
 EDITED = "edited-message"  # task: give a stored message the text its author edited it to
+ARTIFACTS = "artifacts"  # task: write a turn's workflow and entities (bot/harness.py)
 BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
 BACKFILL_BATCH = 64
 
@@ -122,8 +125,8 @@ class Upkeep:
 
     async def follow_edits(self, tasks: list[dict[str, Any]]) -> None:
         """Give stored messages their edited text (memory/governance_edits.py), the latest
-        one (the task's or the note's), and queue their indexing with it; run twice, the
-        second finds it done."""
+        one (the task's or the note's), and queue their indexing with it and the learning of
+        their turn's entities from it; run twice, the second finds it done."""
         edits = self.memory.governance.edits
         for task in tasks:
             tenant, places, source = task["tenant"], task["places"], task["source"]
@@ -135,7 +138,23 @@ class Upkeep:
             for thread, message in followed.messages:
                 scope = Scope(tenant, thread, channel=places.get(thread, ""))
                 await self._index_again(scope, [message])
+                await self._learn_again(tenant, thread, message)
             await edits.done(tenant, source, followed)
+
+    async def _learn_again(self, tenant: str, thread: str, question: Message) -> None:
+        """Queue the learning of an edited question's turn's entities from its new text and
+        the stored answer (its workflow was rewritten in place). The task names the text: it
+        learns nothing once a newer edit (or a forget) changed the question. A turn not yet
+        answered learns from the text it stored, as any turn (its edit is queued again)."""
+        record = await self.memory.governance.learned.turn_of(tenant, question.id)
+        if record is None or record.thread != thread:
+            return
+        asked = {"id": question.id, "seq": question.seq, "text": question.content}
+        await self.background.submit(
+            ARTIFACTS,
+            {"scope": scope_of(record).to_dict(), "question": question.content,
+             "answer": record.answer, "steps": [], "turn": record.id, "asked": asked},
+        )  # fmt: skip
 
     async def _index_again(self, scope: Scope, messages: list[Message]) -> None:
         """Queue the indexing of messages whose text changed (a stored row read back: one
@@ -226,6 +245,15 @@ class Upkeep:
                 queued += len(messages)
         await upgrades.finish(BACKFILL)
         return queued
+
+
+def scope_of(record: TurnRecord) -> Scope:
+    """The place and asker of an answered turn, as its record keeps them."""
+    kind, _, place = (record.audience or PUBLIC).partition(":")
+    visibility = Visibility.PUBLIC if kind == PUBLIC else Visibility(kind)
+    channel = place or record.channel
+    return Scope(record.tenant, record.thread, channel, visibility,
+                 record.asker, record.asker_name)  # fmt: skip
 
 
 def episode_of(message: Message, channel: str) -> Episode:

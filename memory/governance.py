@@ -17,6 +17,8 @@ Where each part is:
   found and noted (`places`; erased whole by `forget_place`);
 - memory/governance_purge.py: forgotten messages' episodic entries, hidden at once and deleted
   in the background, and forgotten texts' cached vectors;
+- memory/governance_learned.py: the workflow and entity pieces a forgotten or edited question
+  taught (`learned`);
 - memory/governance_erasure.py: `Erasure`, `NotFound`, `Busy`.
 
 Erasures of a tenant run one at a time (a lock): two never rewrite a summary from different
@@ -36,6 +38,7 @@ from redisvl.query.filter import Tag
 
 from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
+from memory.governance_learned import Learned
 from memory.governance_places import DeletedPlace, Places
 from memory.governance_purge import DELETED_NOTE, DELETED_NOTE_SECONDS, Purge
 from memory.governance_sweeps import Sweeps, delete_where
@@ -62,7 +65,8 @@ class Governance:
         self._purge = Purge(memory)
         self._threads = ThreadEraser(memory, self._purge)
         self._sweeps = Sweeps(memory, self._threads, self._purge)
-        self.edits = Edits(memory, self._purge, self._threads, self._exclusive)
+        self.learned = Learned(memory, self._purge)  # what each question taught
+        self.edits = Edits(memory, self._purge, self._threads, self._exclusive, self.learned)
         self.places = Places(memory.redis)  # channels and threads deleted on the platform
 
     # -- one item at a time ---------------------------------------------------------------------
@@ -77,6 +81,7 @@ class Governance:
             erasure = await self._threads.forget_messages(
                 tenant, lists, lambda m: m.id == message_id
             )
+            erasure += await self.learned.forget(tenant, [message_id])  # a question's lessons
             return erasure + await self._turns(tenant, message_ids=[message_id])
 
     async def forget_deleted(self, tenant: str, threads: Iterable[str], source: str) -> Erasure:
@@ -100,6 +105,7 @@ class Governance:
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
             if ids := await self._deleted_ids(tenant, lists, source):
                 erasure += await self._threads.forget_messages(tenant, lists, lambda m: m.id in ids)
+                erasure += await self.learned.forget(tenant, ids)
                 erasure += await self._turns(tenant, message_ids=ids)
         return erasure
 
@@ -164,7 +170,9 @@ class Governance:
                     if lists.raw[t] or score is not None]  # fmt: skip
             if strict and not held:
                 raise NotFound("thread", ", ".join(threads))
+            asked = [m.id for t in held for m in lists.messages(t) if m.role == "user"]
             erasure = await self._threads.erase_threads(tenant, lists.only(held))
+            erasure += await self.learned.forget(tenant, asked)  # what their questions taught
             erasure += await self._private_pdfs(tenant, lambda pdf: holds(pdf.get("thread") or ""))
             return erasure + await self._turns(tenant, threads=threads)
 
@@ -339,10 +347,11 @@ class Governance:
         """Wait for this process's purges (before it exits; benchmarks; tests)."""
         await self._purge.settle()
 
-    async def discard(self, keys: Iterable[str]) -> None:
-        """Delete records learned from a question forgotten while they were written (the
-        background's workflow and entity writes check their question afterwards)."""
-        await delete_keys(self.redis, list(keys))
+    async def discard(self, tenant: str, question: str, keys: Iterable[str]) -> Erasure:
+        """Take out what `question` taught the records at `keys`, written while it was
+        forgotten (the background's workflow and entity writes check their question
+        afterwards): its workflow and its pieces of each entity, not what other turns taught."""
+        return await self.learned.discard(tenant, question, keys)
 
     # -- one erasure at a time ------------------------------------------------------------------
 

@@ -11,8 +11,9 @@
   Then its old episodic documents are deleted at once (a message has at most 1 + MAX_PARTS:
   the erasing hash is not used, its background purge would delete the new text's documents,
   stored under the same id), the cached vectors of its old texts go, the summaries over it are
-  rewritten from the messages as they now are (`compact_note`), as a forget does, and its turn
-  record's question takes the new text. The caller indexes the returned messages with their
+  rewritten from the messages as they now are (`compact_note`), as a forget does, its turn
+  record's question takes the new text, the entity pieces its old text taught go and its
+  workflow's QUERY line says the new text (memory/governance_learned.py). The caller indexes the returned messages with their
   new text; a queued indexing task still carrying the old text is skipped, or takes what it
   wrote out again (`ConversationStore.still_stored` compares texts).
 - Before a message's text is replaced, its old text is kept in the note until the caller is
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memory.governance_erasure import Busy
+from memory.governance_learned import Learned
 from memory.governance_purge import Purge, message_texts
 from memory.governance_threads import RETRIES, ThreadEraser, Threads
 from memory.keys import deleted_message_key, edited_message_key
@@ -92,8 +94,10 @@ class Edits:
         purge: Purge,
         threads: ThreadEraser,
         exclusive: Callable[[str], AbstractAsyncContextManager[None]],
+        learned: Learned,
     ) -> None:
         self.memory = memory
+        self.learned = learned
         self.redis = memory.redis
         self._purge = purge
         self._threads = threads
@@ -213,6 +217,7 @@ class Edits:
         await self._threads.rewrite_summaries(tenant, lists, level0)
         for i in ids:
             await self.memory.turn_records.edit_question(tenant, i, text)
+            await self.learned.edited(tenant, i, text)  # the caller queues learning it again
         return Followed([now[i] for i in ids], list(noted))
 
     async def _old(self, tenant: str, source: str) -> dict[str, tuple[str, str]]:

@@ -24,7 +24,8 @@ class Busy(RuntimeError):
 @dataclass
 class Erasure:
     """What was removed, per store (counts). `summaries` counts those deleted or rewritten
-    without the forgotten text; `messages` those made tombstones or deleted with a thread."""
+    without the forgotten text, `entities` those deleted or rewritten without what a forgotten
+    question taught; `messages` those made tombstones or deleted with a thread."""
 
     messages: int = 0
     threads: int = 0

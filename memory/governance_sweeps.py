@@ -14,7 +14,7 @@ from redisvl.query.filter import FilterExpression, Tag
 from memory.governance_erasure import Erasure, NotFound
 from memory.governance_purge import Purge
 from memory.governance_threads import ThreadEraser, Threads
-from memory.keys import tenant_key, threads_key
+from memory.keys import learned_key, tenant_key, threads_key
 from memory.scope import legacy_audience
 from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import Message
@@ -78,10 +78,12 @@ class Sweeps:
         dms = {t for t in spoke if place[t].startswith("dm:")}
         others = lists.only(spoke - dms)
         logs = await self._tool_logs_of(tenant, others, user)
+        asked = [m.id for t in spoke for m in filter(theirs, lists.messages(t))]  # before they go
         erasure = await self.threads.erase_threads(tenant, lists.only(dms))
         erasure += await self.threads.forget_messages(tenant, others, theirs)
         erasure += Erasure(tool_logs=await self.memory.tool_logs.remove(tenant, logs))
         erasure += await self._forget_learned(tenant, user, {place[t] for t in dms})
+        await self._drop_lessons(tenant, asked)
         await self._forget_last_threads(tenant, user)
         if not erasure.total and not spoke:
             raise NotFound("person", user)
@@ -113,18 +115,30 @@ class Sweeps:
         def old(m: Message) -> bool:
             return m.timestamp < cutoff and not m.forgotten
 
+        def questions() -> set[str]:  # read before they are forgotten
+            return {m.id for t in lists for m in lists.messages(t) if m.role == "user" and old(m)}
+
+        asked = questions()
         erasure, grown = await self.threads.erase_unchanged(tenant, lists.only(expiry.whole))
         kept = set(grown)
         expiry.dropped = [t for t in expiry.whole if t not in kept]
         if grown:
             lists.update(await self.memory.conversation.raw_threads(tenant, grown))
+            asked |= questions()
         erasure += await self.threads.forget_messages(
             tenant, lists.only([*expiry.partly, *grown]), old
         )
+        await self._drop_lessons(tenant, list(asked))
         store = self.memory.tool_logs
         logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
         expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
         return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
+
+    async def _drop_lessons(self, tenant: str, questions: list[str]) -> None:
+        """The records of what these forgotten questions taught (memory/governance_learned.py):
+        retention keeps the entities and workflows, a person's erasure drops them whole, so
+        nothing will look these up again."""
+        await delete_keys(self.redis, [learned_key(tenant, q) for q in questions])
 
     # -- a person's other traces -----------------------------------------------------------------
 

@@ -368,6 +368,12 @@ def edited_message_key(tenant: str, source: str) -> str:
     return tenant_key(tenant, "edited-message", source)
 
 
+def learned_key(tenant: str, question_id: str) -> str:
+    """Set of the entity and workflow keys that the stored question `question_id` taught
+    (memory/governance_learned.py): forgetting or editing the question finds them here."""
+    return tenant_key(tenant, "learned", question_id)
+
+
 def web_secret_key() -> str:
     """The memory page's link-signing secret, made once when ARXIVSCOUT_SECRET is unset, so
     every process signs and checks links alike."""

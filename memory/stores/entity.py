@@ -4,6 +4,8 @@ One record per (tenant, audience, name): what a DM or a private channel taught s
 memory/scope.py). A new mention of a known name merges its description in, and its provenance:
 `threads` (where it was learned) and `authors` (whose turns taught it), comma-separated tag
 fields, so erasing a person finds what came from them. Records from before have neither.
+Each also keeps which question taught which piece of its description (memory/stores/
+entity_pieces.py), so forgetting a question takes out only what it taught.
 """
 
 from __future__ import annotations
@@ -18,9 +20,23 @@ import numpy as np
 
 from memory.keys import ENTITY_INDEX, ENTITY_PREFIX
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import Segment, VectorStore, decode
+from memory.stores.base import Segment, VectorStore, decode, vector_bytes
+from memory.stores.entity_pieces import (
+    ENTITY_CAS,
+    MAX_DESCRIPTION,
+    PIECES,
+    UNOWNED,
+    Piece,
+    Snapshot,
+    bounded,
+    described,
+    merge_descriptions,
+    pieces_json,
+)
 
-MAX_DESCRIPTION = 1000
+__all__ = ["MAX_DESCRIPTION", "Entity", "EntityStore", "joined", "merge_descriptions"]
+RETRIES = 20  # compare-and-set rounds against a concurrent merge or removal of the same entity
+READ = ["name", "type", "description", PIECES, "threads", "authors"]
 
 
 @dataclass
@@ -44,15 +60,6 @@ def joined(stored: Any, new: Iterable[str]) -> str:
     return ",".join(dict.fromkeys(i for i in ids if i))
 
 
-def merge_descriptions(old: str, new: str) -> str:
-    """Keep what was known and add what is new, without repeating a sentence."""
-    if not old:
-        return new[:MAX_DESCRIPTION]
-    if not new or new.lower() in old.lower():
-        return old
-    return f"{old} {new}"[-MAX_DESCRIPTION:]
-
-
 class EntityStore(VectorStore):
     SCHEMA = {
         "index": {"name": ENTITY_INDEX, "prefix": ENTITY_PREFIX},
@@ -68,6 +75,10 @@ class EntityStore(VectorStore):
     }
     DEFAULTS = {"audience": PUBLIC}  # entities from before scopes were learned team-wide
     FIELDS = ["name", "type", "description"]
+
+    def __init__(self, redis: Any, embedder: Any) -> None:
+        super().__init__(redis, embedder)
+        self._cas = redis.register_script(ENTITY_CAS)
 
     def embedding_text(self, record: dict[str, Any]) -> str:
         return Entity(
@@ -93,59 +104,106 @@ class EntityStore(VectorStore):
         return Entity(*(decode(v) or "" for v in row))
 
     async def upsert(
-        self, scope: Scope, entities: list[Entity], authors: Iterable[str] | None = None
+        self,
+        scope: Scope,
+        entities: list[Entity],
+        authors: Iterable[str] | None = None,
+        question: str = UNOWNED,
     ) -> list[Entity]:
         """Write entities, merging each with the stored one of the same name; `scope.thread`
-        and `authors` (default: `scope.user`) join its provenance."""
+        and `authors` (default: `scope.user`) join its provenance, and each description joins
+        its pieces as taught by `question` (the stored question's id)."""
         authors = [scope.user] if authors is None else list(authors)
-        merged: dict[str, Entity] = {}
+        taught: dict[str, tuple[Entity, list[Piece]]] = {}  # key -> (first mention, pieces)
         for entity in entities:
             name = entity.name.strip()
             if not name:
                 continue
-            slug = _slug(name)
-            known = merged.get(slug) or await self.get(scope, name)
-            if known:
+            key = self.key(scope, name)
+            first, pieces = taught.get(key, (entity, []))
+            taught[key] = (first, [*pieces, (question, entity.description.strip())])
+        written: dict[str, Entity] = {}
+        for _ in range(RETRIES):
+            pending = [k for k in taught if k not in written]
+            if not pending:
+                break
+            snapshots = await self._snapshots(pending)
+            now, updates = time.time(), []
+            for key, snap in zip(pending, snapshots, strict=True):
+                new, pieces = taught[key]
+                old = snap.pieces
+                kept = bounded(old + [p for p in pieces if p not in old])
                 entity = Entity(
-                    known.name,
-                    known.type or entity.type,
-                    merge_descriptions(known.description, entity.description.strip()),
+                    snap.fields.get("name") or new.name.strip(),
+                    snap.fields.get("type") or new.type.strip().lower() or "other",
+                    described(kept),
                 )
-            merged[slug] = Entity(
-                entity.name.strip(),
-                entity.type.strip().lower() or "other",
-                entity.description.strip(),
-            )
-        if not merged:
-            return []
-        items = list(merged.values())
-        vectors = await self.embedder.embed([e.line() for e in items])
+                fields = {
+                    "tenant": scope.tenant, "name": entity.name, "type": entity.type,
+                    "description": entity.description, "updated_at": now,
+                    "audience": scope.audience, PIECES: pieces_json(kept),
+                    "threads": joined(snap.fields.get("threads"), [scope.thread]),
+                    "authors": joined(snap.fields.get("authors"), authors),
+                }  # fmt: skip
+                updates.append((key, snap, entity, fields))
+            vectors = await self.embedder.embed([u[2].line() for u in updates])
+            await self._index(scope.tenant)
+            for (key, snap, entity, fields), vector in zip(updates, vectors, strict=True):
+                if await self._swap(key, snap, {**fields, self.VECTOR_FIELD: vector}):
+                    written[key] = entity
+        if len(written) < len(taught):
+            raise RuntimeError("An entity kept changing while it was written; try again.")
+        return [written[k] for k in taught]
+
+    async def unlearn(
+        self, tenant: str, key: str, questions: set[str]
+    ) -> tuple[str, str | None] | None:
+        """Take the pieces `questions` taught out of the entity at `key`: its description is
+        rebuilt from the rest and embedded again, or the entity goes when none is left. Returns
+        (old line, new line, None when it went), or None when it taught it nothing (or it is
+        gone)."""
+        for _ in range(RETRIES):
+            [snap] = await self._snapshots([key])
+            if not snap.exists:
+                return None
+            old = snap.pieces
+            kept = [p for p in old if p[0] not in questions]
+            if len(kept) == len(old):
+                return None
+            line = self._entity(snap).line()
+            if not kept:  # nothing left that another question (or no question) taught
+                if await self._swap(key, snap, None):
+                    return line, None
+                continue
+            was = self._entity(snap)
+            entity = Entity(was.name, was.type, described(kept))
+            vector = (await self.embedder.embed([entity.line()]))[0]
+            fields = {
+                "description": entity.description, PIECES: pieces_json(kept),
+                "updated_at": time.time(), self.VECTOR_FIELD: vector,
+            }  # fmt: skip
+            if await self._swap(key, snap, fields):
+                return line, entity.line()
+        raise RuntimeError("An entity kept changing while a question was forgotten; try again.")
+
+    async def _snapshots(self, keys: list[str]) -> list[Snapshot]:
         pipe = self.redis.pipeline(transaction=False)
-        for e in items:
-            pipe.hmget(self.key(scope, e.name), ["threads", "authors"])
-        known = await pipe.execute()
-        now = time.time()
-        await self._write(
-            scope.tenant,
-            [
-                (
-                    self.key(scope, e.name),
-                    {
-                        "tenant": scope.tenant,
-                        "name": e.name,
-                        "type": e.type,
-                        "description": e.description,
-                        "updated_at": now,
-                        "audience": scope.audience,
-                        "threads": joined(threads, [scope.thread]),
-                        "authors": joined(old_authors, authors),
-                    },
-                    v,
-                )
-                for e, v, (threads, old_authors) in zip(items, vectors, known, strict=True)
-            ],
-        )
-        return items
+        for key in keys:
+            pipe.hmget(key, READ)
+        return [Snapshot.of(READ, row) for row in await pipe.execute()]
+
+    async def _swap(self, key: str, snap: Snapshot, fields: dict[str, Any] | None) -> bool:
+        """Write `fields` (None: delete the entity) if it is still as `snap` read it."""
+        args: list[Any] = [*snap.expect(), "delete" if fields is None else "write"]
+        for name, value in (fields or {}).items():
+            is_vector = name == self.VECTOR_FIELD
+            args += [name, vector_bytes(value) if is_vector else value]
+        return bool(await self._cas(keys=[key], args=args))
+
+    @staticmethod
+    def _entity(snap: Snapshot) -> Entity:
+        f = snap.fields
+        return Entity(f.get("name", ""), f.get("type", ""), f.get("description", ""))
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 5) -> list[Entity]:
         """The entities nearest the question among those `scope` may see."""
@@ -162,15 +220,23 @@ class EntityStore(VectorStore):
 
     async def describe(self, tenant: str, entity_id: str, description: str) -> tuple[str, str]:
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
-        when there is no such entity."""
-        old = await self.by_id(tenant, entity_id)
-        if old is None:
-            raise KeyError(entity_id)
-        new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
-        vector = (await self.embedder.embed([new.line()]))[0]
-        fields = {"description": new.description, "updated_at": time.time()}
-        await self._write(tenant, [(self.key_of(tenant, entity_id), fields, vector)])
-        return old.line(), new.line()
+        when there is no such entity. The new description is a piece no question owns: a
+        person wrote it, and forgetting a question no longer changes it."""
+        key = self.key_of(tenant, entity_id)
+        for _ in range(RETRIES):
+            [snap] = await self._snapshots([key]) if entity_id else [Snapshot({}, "")]
+            if not snap.exists:
+                raise KeyError(entity_id)
+            old = self._entity(snap)
+            new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
+            vector = (await self.embedder.embed([new.line()]))[0]
+            fields = {
+                "description": new.description, "updated_at": time.time(),
+                PIECES: pieces_json([(UNOWNED, new.description)]), self.VECTOR_FIELD: vector,
+            }  # fmt: skip
+            if await self._swap(key, snap, fields):
+                return old.line(), new.line()
+        raise RuntimeError("The entity kept changing while it was edited; try again.")
 
     @staticmethod
     def segment(entities: list[Entity]) -> Segment:

@@ -65,16 +65,16 @@ class WorkflowStore(VectorStore):
         authors: Iterable[str] | None = None,
         turn: str = "",
         rejected: bool = False,
+        question: str = "",
     ) -> str:
         """Store the workflow of a turn in `scope.thread` by `authors` (default: `scope.user`);
-        `turn`: the turn's id; `rejected`: its turn got a 👎 (kept, never reused)."""
+        `turn`: the turn's id; `rejected`: its turn got a 👎 (kept, never reused); `question`:
+        the stored question's id (forgetting it takes the workflow: memory/governance_learned.py)."""
         authors = [scope.user] if authors is None else list(authors)
         text = workflow_text(query, steps, outcome)
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
-        # the same workflow written twice (a retried background task) is one record
-        digest = hashlib.sha1(f"{scope.thread}\n{text}".encode()).hexdigest()[:16]
-        key = f"{self.key_prefix(scope.tenant)}{digest}"
+        key = self.key_for(scope, query, steps, outcome)
         fields = {
             "tenant": scope.tenant,
             "text": text,
@@ -84,10 +84,18 @@ class WorkflowStore(VectorStore):
             "thread": scope.thread,
             "authors": joined("", authors),
             "turn": turn,
+            "question": question,
             "rejected": "1" if rejected else "0",
         }
         await self._write(scope.tenant, [(key, fields, vector)])
         return key
+
+    def key_for(self, scope: Scope, query: str, steps: list[str], outcome: str) -> str:
+        """The key `add` stores this workflow under: the same workflow written twice (a retried
+        background task) is one record."""
+        text = workflow_text(query, steps, outcome)
+        digest = hashlib.sha1(f"{scope.thread}\n{text}".encode()).hexdigest()[:16]
+        return f"{self.key_prefix(scope.tenant)}{digest}"
 
     async def rewrite(self, tenant: str, workflow_id: str, text: str) -> str:
         """Replace a workflow's text and re-embed it; returns the old text. KeyError when there
