@@ -32,6 +32,7 @@ from memory.manager import MemoryManager
 from memory.scope import Scope
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
+from memory.stores.entity_pieces import version_of
 from memory.stores.tool_log import ToolLogEntry
 from memory.stores.turn_records import TurnRecord, TurnUsage, UnknownTurn, new_turn_id
 from memory.tokens import context_window, count_tokens
@@ -103,6 +104,15 @@ class Step:
 def _asked(task: dict[str, Any]) -> str:
     """The stored id of the question an artifacts task learns from ("" in older tasks)."""
     return str((task.get("asked") or {}).get("id") or "")
+
+
+def _version(task: dict[str, Any]) -> str:
+    """The owner of the entity pieces a task learns: its question's id and text's hash (the
+    bare id for a task queued before it named the text)."""
+    return version_of(_asked(task), (task.get("asked") or {}).get("text"))
+
+
+ASKED, EDITED, FORGOTTEN = "asked", "edited", "forgotten"  # a task's question, as stored now
 
 
 @dataclass
@@ -264,7 +274,8 @@ class Harness:
                 ARTIFACTS,
                 {"scope": scope.to_dict(), "question": question, "answer": answer,
                  "steps": [s.describe() for s in steps], "turn": prepared.record_id,
-                 "asked": {"id": asked.id, "seq": asked.seq} if asked else None},
+                 "asked": {"id": asked.id, "seq": asked.seq, "text": asked.content}
+                 if asked else None},
             )  # fmt: skip
 
     async def record_turn(
@@ -310,21 +321,41 @@ class Harness:
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             authors = [scope.user] if scope.user else []
-            if not await self._still_asked(scope, task):
-                continue  # the question was forgotten meanwhile: nothing is learned from it
+            state, now = await self._asking(scope, task)
+            if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
+                await self._unlearn(scope, task, state, now)  # a run that failed is undone
+                continue
             with metered() as meter:  # entity extraction's model call, counted to the thread
                 written = await self._learn(scope, task, authors)
-            if not await self._still_asked(scope, task):  # forgotten (or edited) while written
-                if written:  # only what this question taught them goes
-                    await self.memory.governance.discard(scope.tenant, _asked(task), written)
+            state, now = await self._asking(scope, task)
+            if state != ASKED:  # forgotten (or edited) while written
+                await self._unlearn(scope, task, state, now, written)
                 continue  # and its usage is not counted to a thread that may be gone
             await self.memory.turn_records.add_usage(
                 scope, TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
             )
 
+    async def _unlearn(
+        self, scope: Scope, task: dict[str, Any], state: str, now: str,
+        written: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        """Undo what a task learned from a question no longer asked: forgotten, all it taught
+        (every version, from the question's record: idempotent); edited, only the pieces of the
+        task's text (`written`, or those the record lists), and the workflow's QUERY line says
+        the new text again (the task may have written the old one back)."""
+        learned, asked = self.memory.governance.learned, _asked(task)
+        if state == FORGOTTEN:
+            await learned.forget(scope.tenant, [asked])
+            return
+        keys = await learned.taught(scope.tenant, asked) if written is None else written
+        await self.memory.governance.discard(scope.tenant, _version(task), keys)
+        for key in keys:  # an entity's key is no workflow: left as it is
+            await learned.requery(scope.tenant, asked, key, now)
+
     async def _learn(self, scope: Scope, task: dict[str, Any], authors: list[str]) -> list[str]:
         """Write a turn's workflow and entities; their keys, each noted first under the stored
-        question's id (forgetting it takes them: memory/governance_learned.py). The workflow
+        question's id (forgetting it takes them: memory/governance_learned.py; a question
+        forgotten already refuses the note, and nothing more is written). The workflow
         of a turn that got a 👎 (before or while it is written) is stored rejected: never
         offered again."""
         question, answer, turn = task["question"], task["answer"], task.get("turn", "")
@@ -334,7 +365,8 @@ class Harness:
             rejected = await self.rejected(scope.tenant, turn)
             workflows = self.memory.workflows
             taught = workflows.key_for(scope, question, task["steps"], answer)
-            await learned.note(scope.tenant, asked, [taught])
+            if not await learned.note(scope.tenant, asked, [taught]):
+                return written
             key = await workflows.add(
                 scope, question, task["steps"], answer, authors=authors, turn=turn,
                 rejected=rejected, question=asked,
@@ -347,9 +379,10 @@ class Harness:
             entities = await self.extract_entities(question, answer)
             if entities:
                 keys = [self.memory.entities.key(scope, e.name) for e in entities]
-                await learned.note(scope.tenant, asked, keys)
+                if not await learned.note(scope.tenant, asked, keys):
+                    return written
                 stored = await self.memory.entities.upsert(
-                    scope, entities, authors=authors, question=asked
+                    scope, entities, authors=authors, question=_version(task)
                 )
                 written += [self.memory.entities.key(scope, e.name) for e in stored]
         return written
@@ -364,14 +397,20 @@ class Harness:
             return False
         return any(vote.rating < 0 for vote in record.feedback.values())
 
-    async def _still_asked(self, scope: Scope, task: dict[str, Any]) -> bool:
-        """False when the turn's question was forgotten (memory/governance.py) since, or, for
-        a task that names its text (learning again after an edit), edited since."""
+    async def _asking(self, scope: Scope, task: dict[str, Any]) -> tuple[str, str]:
+        """Whether the turn's question is still stored (memory/governance.py forgets it) and,
+        for a task that names its text, still says it (an edit on the platform): ASKED,
+        EDITED or FORGOTTEN, and the text it says now ("" when forgotten)."""
         asked = task.get("asked")
         if not asked:
-            return True  # a task from before questions were named
-        question = Message("user", asked.get("text", ""), id=asked["id"], seq=asked["seq"])
-        return bool(await self.memory.conversation.still_stored(scope, [question]))
+            return ASKED, task["question"]  # a task from before questions were named
+        seq = asked["seq"]
+        stored = (await self.memory.conversation.at(scope, [seq])).get(seq)
+        if stored is None or stored.id != asked["id"] or stored.forgotten:
+            return FORGOTTEN, ""
+        if "text" in asked and stored.content != asked["text"]:
+            return EDITED, stored.content
+        return ASKED, stored.content
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:
         exchange = f"User: {question[:EXTRACT_CHARS]}\n\nAssistant: {answer[:EXTRACT_CHARS]}"

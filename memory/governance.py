@@ -78,10 +78,11 @@ class Governance:
             lists = Threads(await self.memory.conversation.raw_threads(tenant, [thread]))
             if not any(m.id == message_id for m in lists.messages(thread)):
                 raise NotFound("message", message_id)
-            erasure = await self._threads.forget_messages(
+            # a question's lessons first: a failure leaves the message for a run again
+            erasure = await self.learned.forget(tenant, [message_id])
+            erasure += await self._threads.forget_messages(
                 tenant, lists, lambda m: m.id == message_id
             )
-            erasure += await self.learned.forget(tenant, [message_id])  # a question's lessons
             return erasure + await self._turns(tenant, message_ids=[message_id])
 
     async def forget_deleted(self, tenant: str, threads: Iterable[str], source: str) -> Erasure:
@@ -104,8 +105,8 @@ class Governance:
         async with self._exclusive(tenant):
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
             if ids := await self._deleted_ids(tenant, lists, source):
+                erasure += await self.learned.forget(tenant, ids)  # first, as forget_message
                 erasure += await self._threads.forget_messages(tenant, lists, lambda m: m.id in ids)
-                erasure += await self.learned.forget(tenant, ids)
                 erasure += await self._turns(tenant, message_ids=ids)
         return erasure
 
@@ -171,8 +172,10 @@ class Governance:
             if strict and not held:
                 raise NotFound("thread", ", ".join(threads))
             asked = [m.id for t in held for m in lists.messages(t) if m.role == "user"]
-            erasure = await self._threads.erase_threads(tenant, lists.only(held))
-            erasure += await self.learned.forget(tenant, asked)  # what their questions taught
+            # what their questions taught, before the threads go: a failure leaves them (and
+            # their question ids) for a run again
+            erasure = await self.learned.forget(tenant, asked)
+            erasure += await self._threads.erase_threads(tenant, lists.only(held))
             erasure += await self._private_pdfs(tenant, lambda pdf: holds(pdf.get("thread") or ""))
             return erasure + await self._turns(tenant, threads=threads)
 
@@ -347,11 +350,13 @@ class Governance:
         """Wait for this process's purges (before it exits; benchmarks; tests)."""
         await self._purge.settle()
 
-    async def discard(self, tenant: str, question: str, keys: Iterable[str]) -> Erasure:
-        """Take out what `question` taught the records at `keys`, written while it was
-        forgotten (the background's workflow and entity writes check their question
-        afterwards): its workflow and its pieces of each entity, not what other turns taught."""
-        return await self.learned.discard(tenant, question, keys)
+    async def discard(self, tenant: str, version: str, keys: Iterable[str]) -> Erasure:
+        """Take out the pieces one version of a question (memory/stores/entity_pieces.py
+        `version_of`) taught the entities at `keys`, written while the question was edited to
+        another text (the background's writes check their question afterwards); what other
+        turns and texts taught stays, and so does the workflow (the edit rewrote it). A
+        question forgotten meanwhile is taken out whole: `learned.forget`."""
+        return await self.learned.discard(tenant, version, keys)
 
     # -- one erasure at a time ------------------------------------------------------------------
 

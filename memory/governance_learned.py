@@ -11,21 +11,36 @@ platform takes out what the old text taught and rewrites its workflow's QUERY li
 entities are then learned again from the new text (bot/upkeep.py queues it).
 
 Erasures hold the tenant's lock; the background write does not, so each entity is changed by
-compare-and-set and each workflow deleted only while it is still that question's.
+compare-and-set and each workflow deleted only while it is still that question's. Pieces are
+owned by a version of the question (its id and its text's hash, memory/stores/entity_pieces.py):
+a task that learned from an edited question's old text takes out only that version's pieces,
+an edit every version but the new text's, a forget them all. A forget does not delete the
+record: it marks it forgotten for a day (`FORGOTTEN`), and `note` then refuses (its writer
+writes nothing), so a late or redelivered task cannot teach a forgotten question again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memory.governance_erasure import Erasure
 from memory.governance_purge import Purge
 from memory.keys import learned_key, turn_messages_key
 from memory.stores.base import decode
+from memory.stores.entity_pieces import taught_by, version_of
 from memory.stores.turn_records import TurnRecord, UnknownTurn
 
 QUERY, STEPS = "QUERY: ", "\nSTEPS:"
+FORGOTTEN = "!forgotten"  # the member marking a record forgotten (no store key starts so)
+FORGOTTEN_SECONDS = 86_400  # a marked record outlives any late or redelivered task
+
+# KEYS: a question's record; ARGV: the marker, then keys. 0 (nothing added) when forgotten.
+_NOTE = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('SADD', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
 
 # KEYS: a workflow; ARGV: question ids. Deletes it only while one of them is its question.
 _DELETE_IF_TAUGHT = """
@@ -43,17 +58,22 @@ class Learned:
         self.redis = memory.redis
         self._purge = purge
         self._delete_if_taught = memory.redis.register_script(_DELETE_IF_TAUGHT)
+        self._note = memory.redis.register_script(_NOTE)
 
-    async def note(self, tenant: str, question: str, keys: Iterable[str]) -> None:
+    async def note(self, tenant: str, question: str, keys: Iterable[str]) -> bool:
         """Record that the stored question `question` teaches these entity and workflow keys
-        (before they are written: a forget then finds them, whenever it comes)."""
+        (before they are written: a forget then finds them, whenever it comes). False when
+        the question was forgotten: its writer writes nothing."""
         keys = list(keys)
-        if question and keys:
-            await self.redis.sadd(learned_key(tenant, question), *keys)
+        if not question or not keys:
+            return True
+        record = learned_key(tenant, question)
+        return bool(await self._note(keys=[record], args=[FORGOTTEN, *keys]))
 
     async def forget(self, tenant: str, questions: Iterable[str]) -> Erasure:
-        """The questions were forgotten: their workflows go, and their pieces of each entity
-        (an entity left with none goes). Run again, it finds nothing left."""
+        """The questions were forgotten: their workflows go, and every version's pieces of each
+        entity (an entity left with none goes); their records are marked forgotten for a day.
+        Run again, it finds nothing left; a failure half-way leaves the records to run again."""
         asked = list(dict.fromkeys(q for q in questions if q))
         keys = [learned_key(tenant, q) for q in asked]
         if not keys:
@@ -61,29 +81,36 @@ class Learned:
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
             pipe.smembers(key)
-        taught = {decode(k) for members in await pipe.execute() for k in members}
-        erasure = await self._unteach(tenant, asked, sorted(taught))
-        await self.redis.delete(*keys)  # the tenant's keys: one slot
+        taught = {decode(k) for members in await pipe.execute() for k in members} - {FORGOTTEN}
+        erasure = await self._unteach(tenant, asked, sorted(taught), taught_by(set(asked)))
+        async with self.redis.pipeline(transaction=True) as marking:  # the tenant's: one slot
+            for key in keys:
+                marking.sadd(key, FORGOTTEN)
+                marking.expire(key, FORGOTTEN_SECONDS)
+            await marking.execute()
         return erasure
 
-    async def discard(self, tenant: str, question: str, keys: Iterable[str]) -> Erasure:
-        """What a turn wrote while its question was forgotten: only that question's pieces and
-        its workflow go (what other turns taught the same entities stays)."""
-        erasure = await self._unteach(tenant, [question], list(keys))
-        await self.redis.delete(learned_key(tenant, question))  # noted after the forget read it
-        return erasure
+    async def discard(self, tenant: str, version: str, keys: Iterable[str]) -> Erasure:
+        """What a turn learned from a text its question no longer says (an edit while it was
+        written): only that version's pieces go; the workflow stays (the edit rewrote it)."""
+        entities = [k for k in keys if self._is_entity(tenant, k)]
+        return await self._unteach(tenant, [], entities, lambda owner: owner == version)
+
+    async def taught(self, tenant: str, question: str) -> list[str]:
+        """The keys noted under this question (the marker aside)."""
+        members = await self.redis.smembers(learned_key(tenant, question))
+        return sorted({decode(k) for k in members} - {FORGOTTEN})
 
     async def edited(self, tenant: str, question: str, text: str) -> None:
-        """The question now says `text` (an edit on the platform): the entity pieces its old
-        text taught go, and its workflow's QUERY line says `text`."""
-        key = learned_key(tenant, question)
-        taught = [decode(k) for k in await self.redis.smembers(key)]
+        """The question now says `text` (an edit on the platform): the entity pieces any other
+        text of it taught go (every version but the new text's), and its workflow's QUERY line
+        says `text`."""
+        version = version_of(question, text)
+        taught = await self.taught(tenant, question)
         entities = [k for k in taught if self._is_entity(tenant, k)]
-        await self._unteach(tenant, [question], entities)
-        if entities:
-            await self.redis.srem(key, *entities)
+        await self._unteach(tenant, [], entities, taught_by({question}, keep=version))
         for workflow in (k for k in taught if k not in entities):
-            await self._requery(tenant, question, workflow, text)
+            await self.requery(tenant, question, workflow, text)
 
     async def turn_of(self, tenant: str, question: str) -> TurnRecord | None:
         """The record of the turn that answered this stored question, if any."""
@@ -99,19 +126,21 @@ class Learned:
     def _is_entity(self, tenant: str, key: str) -> bool:
         return key.startswith(self.memory.entities.key_prefix(tenant))
 
-    async def _unteach(self, tenant: str, questions: list[str], keys: list[str]) -> Erasure:
-        """Take the pieces `questions` taught out of the entities at `keys`, and delete the
-        workflows there that one of them taught; each entity and workflow counts once."""
+    async def _unteach(
+        self, tenant: str, questions: list[str], keys: list[str], owned: Callable[[str], bool]
+    ) -> Erasure:
+        """Take the pieces whose owner is `owned` out of the entities at `keys`, and delete the
+        workflows there that one of `questions` taught; each entity and workflow counts once."""
         entities = workflows = 0
         stale: list[str] = []  # texts whose cached vectors go
         for key in keys:
             if self._is_entity(tenant, key):
-                changed = await self.memory.entities.unlearn(tenant, key, set(questions))
+                changed = await self.memory.entities.unlearn(tenant, key, owned)
                 if changed is not None:
                     entities += 1
                     old, new = changed
                     stale += [old] if old != new else []
-            elif key.startswith(self.memory.workflows.key_prefix(tenant)):
+            elif questions and key.startswith(self.memory.workflows.key_prefix(tenant)):
                 text = decode(await self.redis.hget(key, "text"))
                 if text is not None and await self._delete_if_taught(keys=[key], args=questions):
                     workflows += 1
@@ -119,7 +148,7 @@ class Learned:
         cached = await self._purge.uncache(stale)
         return Erasure(entities=entities, workflows=workflows, cached_embeddings=cached)
 
-    async def _requery(self, tenant: str, question: str, key: str, text: str) -> None:
+    async def requery(self, tenant: str, question: str, key: str, text: str) -> None:
         """Rewrite the QUERY line of the workflow at `key`, when `question` taught it."""
         store = self.memory.workflows
         old, owner = (decode(v) for v in await self.redis.hmget(key, ["text", "question"]))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 from typing import Any
 
 from memory.keys import InvalidName, validate_thread
 from memory.retention import InvalidRetention, check_days
 from memory.stores.conversation import ConversationStore
+from memory.stores.entity_pieces import PIECES
 from memory.stores.watches import MIN_PERIOD
 
 HEADER = "arxivscout-export"
@@ -54,6 +56,17 @@ def _need(ok: bool, why: str) -> None:
 def _is_number(value: Any) -> bool:
     """A finite int or float (JSON as Python reads it also holds NaN and Infinity)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _pieces(value: str) -> bool:
+    """An entity's `pieces` (memory/stores/entity_pieces.py): [[question id, text], ...]."""
+    try:
+        pieces = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(pieces, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pieces
+    )
 
 
 def _id(value: Any, what: str) -> str:
@@ -197,6 +210,9 @@ class Check:
 
     def _entity(self, record: dict) -> None:
         self._vector_record("entity", record)
+        pieces = record["fields"].get(PIECES)
+        if pieces is not None:
+            _need(_pieces(pieces), "its pieces must be a JSON list of [question id, text] pairs.")
 
     def _workflow(self, record: dict) -> None:
         self._vector_record("workflow", record)

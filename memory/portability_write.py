@@ -3,7 +3,8 @@ through the stores' key layout, in batches.
 
 The same keys the stores write: thread scores, summarized-prefix counters, the thread indexes
 of summaries and tool logs, papers after their chunks, watches (through their store, with
-their due index). Messages are indexed for episodic recall
+their due index), the per-question records of what each question taught (rebuilt from the
+entities' piece owners and the workflows' questions). Messages are indexed for episodic recall
 as they are written; vectors are reused when the export's embedding model is the configured
 one, and embedded again otherwise (`reembed`).
 """
@@ -20,11 +21,18 @@ from typing import Any
 import numpy as np
 
 from memory.embeddings import background_embedding
-from memory.keys import messages_key, papers_key, summarized_count_key, threads_key
+from memory.keys import (
+    learned_key,
+    messages_key,
+    papers_key,
+    summarized_count_key,
+    threads_key,
+)
 from memory.portability_check import HEADER, PLURALS
 from memory.portability_export import dumps
 from memory.scope import Scope, legacy_audience
 from memory.stores.base import VectorStore
+from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
 from memory.stores.turn_records import record_of
 from memory.stores.watches import Watch, WatchStore
@@ -166,7 +174,8 @@ class Writer:
         # an export made before a field existed (e.g. `audience`) gets its default
         values = [{**store.DEFAULTS, **r["fields"], "tenant": self.tenant} for r in records]
         if self.reembed:
-            vectors = await store.embedder.embed([store.embedding_text(v) for v in values])
+            embedder = getattr(store, "line_embedder", store.embedder)  # entities: uncached
+            vectors = await embedder.embed([store.embedding_text(v) for v in values])
             self.counts["re-embedded"] += len(records)
         else:
             vectors = [
@@ -179,6 +188,20 @@ class Writer:
                 for r, v, vector in zip(records, values, vectors, strict=True)
             ],
         )
+        for r, v in zip(records, values, strict=True):
+            self._lessons(kind, prefix + r["id"], v)
+
+    def _lessons(self, kind: str, key: str, values: dict[str, Any]) -> None:
+        """Rebuild the per-question records (memory/governance_learned.py) from what the
+        records keep: an entity's piece owners, a workflow's question; so forgetting a
+        question in the imported tenant finds what it taught."""
+        if kind == "entity":
+            owners = [owner for owner, _ in json.loads(values.get(PIECES) or "[]")]
+            questions = {question_of(owner) for owner in owners if owner}
+        else:
+            questions = {values.get("question") or ""} - {""} if kind == "workflow" else set()
+        for question in questions:
+            self.pipe.sadd(learned_key(self.tenant, question), key)
 
     async def finish(self) -> None:
         for thread in self.threads:

@@ -13,6 +13,7 @@ import pytest
 
 from bot.harness import ENTITY_INSTRUCTIONS
 from memory.context import assemble_context
+from memory.governance_learned import FORGOTTEN, FORGOTTEN_SECONDS
 from memory.keys import learned_key
 from memory.scope import Scope
 from memory.stores.base import vector_bytes
@@ -77,8 +78,11 @@ async def test_forgetting_one_question_leaves_what_the_other_taught(world, tenan
     seen = await context_text(world, b)
     assert "Pages the on-call engineer" in seen and "monthly" not in seen
     stored = await memory.redis.hget(memory.entities.key(b, KESTREL), "embedding")
-    assert stored == vector_bytes((await memory.embedder.embed([entity.line()]))[0])  # again
-    assert not await memory.redis.exists(learned_key(tenant, first))
+    line_vector = (await memory.entities.line_embedder.embed([entity.line()]))[0]
+    assert stored == vector_bytes(line_vector)  # embedded again
+    record = learned_key(tenant, first)  # kept a day, marked: a late write learns nothing
+    assert await memory.redis.sismember(record, FORGOTTEN)
+    assert 0 < await memory.redis.ttl(record) <= FORGOTTEN_SECONDS
     again = await memory.governance.forget_message(tenant, "ta", first)  # done already
     assert (again.entities, again.workflows) == (0, 0)
 
@@ -197,7 +201,7 @@ async def test_concurrent_merges_and_a_removal_lose_no_piece(memory, tenant):
         entities.upsert(scope, [Entity(KESTREL, "system", f"Piece {n}.")], question=f"q{n}")
         for n in range(1, 7)
     ]
-    await asyncio.gather(*merges, entities.unlearn(tenant, key, {"q0"}))
+    await asyncio.gather(*merges, entities.unlearn(tenant, key, {"q0"}.__contains__))
     [entity] = await kestrel_of(memory, tenant)
     assert all(f"Piece {n}." in entity.description for n in range(1, 7))
     assert "zero" not in entity.description

@@ -228,13 +228,17 @@ def _broken(records: list[dict], how: str) -> tuple[list[dict], int]:
     if how == "bad retention":
         records.insert(1, {"kind": "retention", "days": -3})
         return records, 2
+    if how == "bad pieces":
+        entity = next(i for i, r in enumerate(records) if r["kind"] == "entity")
+        records[entity]["fields"]["pieces"] = '[["q1", 3]]'
+        return records, entity + 1
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize(
     "how",
     ["unknown kind", "message before its thread", "short vector", "no header", "newer version",
-     "thread twice", "bad retention"],
+     "thread twice", "bad retention", "bad pieces"],
 )  # fmt: skip
 async def test_a_malformed_line_is_named_and_nothing_is_written(memory, tenant, other, how):
     await populate(memory, tenant)

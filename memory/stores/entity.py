@@ -5,14 +5,16 @@ memory/scope.py). A new mention of a known name merges its description in, and i
 `threads` (where it was learned) and `authors` (whose turns taught it), comma-separated tag
 fields, so erasing a person finds what came from them. Records from before have neither.
 Each also keeps which question taught which piece of its description (memory/stores/
-entity_pieces.py), so forgetting a question takes out only what it taught.
+entity_pieces.py), so forgetting a question takes out only what it taught. Its lines are
+embedded uncached (`line_embedder`, the cache's inner embedder): each edit of a description
+makes a new line, and none of them may outlive the entity in the embedding cache.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +80,7 @@ class EntityStore(VectorStore):
 
     def __init__(self, redis: Any, embedder: Any) -> None:
         super().__init__(redis, embedder)
+        self.line_embedder = getattr(embedder, "inner", embedder)  # nothing of them cached
         self._cas = redis.register_script(ENTITY_CAS)
 
     def embedding_text(self, record: dict[str, Any]) -> str:
@@ -146,7 +149,7 @@ class EntityStore(VectorStore):
                     "authors": joined(snap.fields.get("authors"), authors),
                 }  # fmt: skip
                 updates.append((key, snap, entity, fields))
-            vectors = await self.embedder.embed([u[2].line() for u in updates])
+            vectors = await self.line_embedder.embed([u[2].line() for u in updates])
             await self._index(scope.tenant)
             for (key, snap, entity, fields), vector in zip(updates, vectors, strict=True):
                 if await self._swap(key, snap, {**fields, self.VECTOR_FIELD: vector}):
@@ -156,9 +159,9 @@ class EntityStore(VectorStore):
         return [written[k] for k in taught]
 
     async def unlearn(
-        self, tenant: str, key: str, questions: set[str]
+        self, tenant: str, key: str, owned: Callable[[str], bool]
     ) -> tuple[str, str | None] | None:
-        """Take the pieces `questions` taught out of the entity at `key`: its description is
+        """Take the pieces whose owner is `owned` (memory/stores/entity_pieces.py `taught_by`) out of the entity at `key`: its description is
         rebuilt from the rest and embedded again, or the entity goes when none is left. Returns
         (old line, new line, None when it went), or None when it taught it nothing (or it is
         gone)."""
@@ -167,7 +170,7 @@ class EntityStore(VectorStore):
             if not snap.exists:
                 return None
             old = snap.pieces
-            kept = [p for p in old if p[0] not in questions]
+            kept = [p for p in old if not owned(p[0])]
             if len(kept) == len(old):
                 return None
             line = self._entity(snap).line()
@@ -177,7 +180,7 @@ class EntityStore(VectorStore):
                 continue
             was = self._entity(snap)
             entity = Entity(was.name, was.type, described(kept))
-            vector = (await self.embedder.embed([entity.line()]))[0]
+            vector = (await self.line_embedder.embed([entity.line()]))[0]
             fields = {
                 "description": entity.description, PIECES: pieces_json(kept),
                 "updated_at": time.time(), self.VECTOR_FIELD: vector,
@@ -229,7 +232,7 @@ class EntityStore(VectorStore):
                 raise KeyError(entity_id)
             old = self._entity(snap)
             new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
-            vector = (await self.embedder.embed([new.line()]))[0]
+            vector = (await self.line_embedder.embed([new.line()]))[0]
             fields = {
                 "description": new.description, "updated_at": time.time(),
                 PIECES: pieces_json([(UNOWNED, new.description)]), self.VECTOR_FIELD: vector,

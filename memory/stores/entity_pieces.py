@@ -4,6 +4,9 @@ An entity keeps its `pieces`, a JSON list of [question id, piece] pairs in the o
 learned; its description is always `merge_descriptions` folded over them, so forgetting a
 question (memory/governance_learned.py) rebuilds the description from the others' pieces. A
 record from before pieces were kept has its description as one piece no question owns ("").
+A piece's owner is the question's id and a short hash of the text it was learned from
+(`version_of`): a task learning from an edited question's old text takes out only its own
+version's pieces, an edit all but the new text's, a forget every version (`taught_by`).
 
 The background's merge takes no erasure lock, so every write of an entity is a compare-and-set
 on its hash (`ENTITY_CAS`): it applies only if the entity exists (or not) and its pieces are as
@@ -13,7 +16,9 @@ key each: entity keys carry no hash tag (memory/keys.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +40,24 @@ if ARGV[3] == 'delete' then redis.call('DEL', KEYS[1]) return 1 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 return 1
 """
+
+
+def version_of(question_id: str, text: str | None) -> str:
+    """The owner of the pieces learned from this text of the question ("id#hash"); the bare
+    id for a task that names no text (queued before versions were kept)."""
+    if not question_id or text is None:
+        return question_id
+    return f"{question_id}#{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+def question_of(owner: str) -> str:
+    """The question id of a piece's owner (any version)."""
+    return owner.split("#", 1)[0]
+
+
+def taught_by(question_ids: set[str], keep: str = "") -> Callable[[str], bool]:
+    """Whether a piece's owner is any version of these questions (except the owner `keep`)."""
+    return lambda owner: bool(owner) and owner != keep and question_of(owner) in question_ids
 
 
 def merge_descriptions(old: str, new: str) -> str:
