@@ -325,6 +325,9 @@ class Harness:
             if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
                 await self._unlearn(scope, task, state, now)  # a run that failed is undone
                 continue
+            learned, asked, version = self.memory.governance.learned, _asked(task), _version(task)
+            if asked and await learned.learned(scope.tenant, asked, version):
+                continue  # delivered again after it was written: once is enough
             with metered() as meter:  # entity extraction's model call, counted to the thread
                 written = await self._learn(scope, task, authors)
             state, now = await self._asking(scope, task)
@@ -334,6 +337,8 @@ class Harness:
             await self.memory.turn_records.add_usage(
                 scope, TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
             )
+            if asked and written:
+                await learned.written(scope.tenant, asked, version)
 
     async def _unlearn(
         self, scope: Scope, task: dict[str, Any], state: str, now: str,
@@ -345,7 +350,7 @@ class Harness:
         the new text again (the task may have written the old one back)."""
         learned, asked = self.memory.governance.learned, _asked(task)
         if state == FORGOTTEN:
-            await learned.forget(scope.tenant, [asked])
+            await learned.forget(scope.tenant, [asked], also=written or ())
             return
         keys = await learned.taught(scope.tenant, asked) if written is None else written
         await self.memory.governance.discard(scope.tenant, _version(task), keys)
@@ -408,6 +413,8 @@ class Harness:
         stored = (await self.memory.conversation.at(scope, [seq])).get(seq)
         if stored is None or stored.id != asked["id"] or stored.forgotten:
             return FORGOTTEN, ""
+        if await self.memory.governance.learned.forgotten(scope.tenant, asked["id"]):
+            return FORGOTTEN, ""  # being forgotten: its lessons went first
         if "text" in asked and stored.content != asked["text"]:
             return EDITED, stored.content
         return ASKED, stored.content

@@ -34,6 +34,13 @@ from memory.stores.turn_records import TurnRecord, UnknownTurn
 QUERY, STEPS = "QUERY: ", "\nSTEPS:"
 FORGOTTEN = "!forgotten"  # the member marking a record forgotten (no store key starts so)
 FORGOTTEN_SECONDS = 86_400  # a marked record outlives any late or redelivered task
+DONE = "!done:"  # + a version: the member marking that version's task written (applied once)
+
+
+def _is_key(member: str | None) -> bool:
+    """A record's member naming a store key (not a mark)."""
+    return bool(member) and not member.startswith("!")
+
 
 # KEYS: a question's record; ARGV: the marker, then keys. 0 (nothing added) when forgotten.
 _NOTE = """
@@ -50,6 +57,21 @@ for i = 1, #ARGV do
 end
 return 0
 """
+
+
+async def mark_forgotten(redis: Any, tenant: str, questions: Iterable[str]) -> set[str]:
+    """Mark the questions' records forgotten for a day, in one step with reading them: what
+    they taught (the keys noted). Later notes are refused."""
+    keys = [learned_key(tenant, q) for q in questions]
+    if not keys:
+        return set()
+    async with redis.pipeline(transaction=True) as marking:  # the tenant's keys: one slot
+        for key in keys:
+            marking.sadd(key, FORGOTTEN)
+            marking.expire(key, FORGOTTEN_SECONDS)
+            marking.smembers(key)
+        replies = await marking.execute()
+    return {k for members in replies[2::3] for k in map(decode, members) if _is_key(k)}
 
 
 class Learned:
@@ -70,25 +92,36 @@ class Learned:
         record = learned_key(tenant, question)
         return bool(await self._note(keys=[record], args=[FORGOTTEN, *keys]))
 
-    async def forget(self, tenant: str, questions: Iterable[str]) -> Erasure:
-        """The questions were forgotten: their workflows go, and every version's pieces of each
-        entity (an entity left with none goes); their records are marked forgotten for a day.
-        Run again, it finds nothing left; a failure half-way leaves the records to run again."""
+    async def forget(
+        self, tenant: str, questions: Iterable[str], also: Iterable[str] = ()
+    ) -> Erasure:
+        """The questions were forgotten: their records are marked forgotten (a day) first, and
+        read in the same step; then their workflows go, and every version's pieces of each
+        entity (an entity left with none goes). A writer that noted before the mark is in what
+        was read, and its task, seeing the mark (`forgotten`), calls this again once it has
+        written; one after the mark is refused. `also`: keys a caller knows were written for
+        them (a record another erasure dropped). Run again, it finds nothing left."""
         asked = list(dict.fromkeys(q for q in questions if q))
-        keys = [learned_key(tenant, q) for q in asked]
-        if not keys:
+        if not asked:
             return Erasure()
-        pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.smembers(key)
-        taught = {decode(k) for members in await pipe.execute() for k in members} - {FORGOTTEN}
-        erasure = await self._unteach(tenant, asked, sorted(taught), taught_by(set(asked)))
-        async with self.redis.pipeline(transaction=True) as marking:  # the tenant's: one slot
-            for key in keys:
-                marking.sadd(key, FORGOTTEN)
-                marking.expire(key, FORGOTTEN_SECONDS)
-            await marking.execute()
-        return erasure
+        taught = await self.mark_forgotten(tenant, asked) | set(also)
+        return await self._unteach(tenant, asked, sorted(taught), taught_by(set(asked)))
+
+    async def mark_forgotten(self, tenant: str, questions: Iterable[str]) -> set[str]:
+        return await mark_forgotten(self.redis, tenant, questions)
+
+    async def learned(self, tenant: str, question: str, version: str) -> bool:
+        """Whether a task for this version of the question wrote what it taught already: run
+        again (a batch redelivered), it would undo a person's edit on the memory page."""
+        return bool(await self.redis.sismember(learned_key(tenant, question), DONE + version))
+
+    async def written(self, tenant: str, question: str, version: str) -> None:
+        """Mark this version's task written (the record exists: it noted what it wrote)."""
+        await self.redis.sadd(learned_key(tenant, question), DONE + version)
+
+    async def forgotten(self, tenant: str, question: str) -> bool:
+        """Whether the question's record was marked forgotten (in the last day)."""
+        return bool(await self.redis.sismember(learned_key(tenant, question), FORGOTTEN))
 
     async def discard(self, tenant: str, version: str, keys: Iterable[str]) -> Erasure:
         """What a turn learned from a text its question no longer says (an edit while it was
@@ -99,7 +132,7 @@ class Learned:
     async def taught(self, tenant: str, question: str) -> list[str]:
         """The keys noted under this question (the marker aside)."""
         members = await self.redis.smembers(learned_key(tenant, question))
-        return sorted({decode(k) for k in members} - {FORGOTTEN})
+        return sorted(k for k in map(decode, members) if _is_key(k))
 
     async def edited(self, tenant: str, question: str, text: str) -> None:
         """The question now says `text` (an edit on the platform): the entity pieces any other
@@ -155,6 +188,5 @@ class Learned:
         if old is None or owner != question or not old.startswith(QUERY) or STEPS not in old:
             return
         new = f"{QUERY}{text}{STEPS}{old.split(STEPS, 1)[1]}"
-        if new != old:
-            await store.rewrite(tenant, key.removeprefix(store.key_prefix(tenant)), new)
+        if new != old and await store.requery(key, question, old, new):
             await self._purge.uncache([old])

@@ -12,9 +12,10 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import FilterExpression, Tag
 
 from memory.governance_erasure import Erasure, NotFound
+from memory.governance_learned import mark_forgotten
 from memory.governance_purge import Purge
 from memory.governance_threads import ThreadEraser, Threads
-from memory.keys import learned_key, tenant_key, threads_key
+from memory.keys import tenant_key, threads_key
 from memory.scope import legacy_audience
 from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import Message
@@ -135,10 +136,10 @@ class Sweeps:
         return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
 
     async def _drop_lessons(self, tenant: str, questions: list[str]) -> None:
-        """The records of what these forgotten questions taught (memory/governance_learned.py):
-        retention keeps the entities and workflows, a person's erasure drops them whole, so
-        nothing will look these up again."""
-        await delete_keys(self.redis, [learned_key(tenant, q) for q in questions])
+        """Mark the records of what these forgotten questions taught forgotten (a day: memory/
+        governance_learned.py), as a forget does, so a turn's task still writing for one of
+        them is refused or takes out what it wrote; they then expire."""
+        await mark_forgotten(self.redis, tenant, questions)
 
     # -- a person's other traces -----------------------------------------------------------------
 

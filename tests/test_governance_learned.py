@@ -215,14 +215,16 @@ async def test_retention_and_a_persons_erasure_drop_the_records_of_what_question
     world, tenant
 ):
     """Retention keeps entities and workflows, a person's erasure drops them whole: either way
-    the per-question records go with the questions, so they do not pile up."""
+    the per-question records are marked forgotten and expire, so they do not pile up."""
     memory = world.runtime.memory
     first = await ask(world, Scope(tenant, "ta", user="U1"), "What is Kestrel?", "A scheduler.")
     assert await memory.redis.exists(learned_key(tenant, first))
     await memory.governance.forget_older_than(tenant, time.time() + 60)
-    assert not await memory.redis.exists(learned_key(tenant, first))
+    assert await memory.governance.learned.forgotten(tenant, first)
+    assert 0 < await memory.redis.ttl(learned_key(tenant, first)) <= 86_400
     assert [e.description for e in await kestrel(world, tenant)] == ["A scheduler."]  # kept
 
     second = await ask(world, Scope(tenant, "tb", user="U2"), "Is Kestrel fast?", "Fast.")
     await memory.governance.forget_person(tenant, "U2")
-    assert not await memory.redis.exists(learned_key(tenant, second))
+    assert await memory.governance.learned.forgotten(tenant, second)
+    assert 0 < await memory.redis.ttl(learned_key(tenant, second)) <= 86_400

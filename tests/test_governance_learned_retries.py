@@ -226,3 +226,67 @@ async def test_no_line_an_entity_had_stays_in_the_embedding_cache(world, tenant)
     assert await kestrel(world, tenant) == [] and len(set(lines)) == 3
     cached = memory.embedder
     assert not await memory.redis.exists(*(cached._key(line) for line in lines))
+
+
+async def held_write(world, tenant: str, user: str, secret: str):
+    """A turn's background write for a new question, held just after it noted what it teaches
+    (its entity line is being embedded): the task, the stored question and the release."""
+    memory, harness = world.runtime.memory, world.runtime.harness
+    scope = Scope(tenant, f"t-{user}", user=user)
+    question = f"Is Kestrel {secret}?"
+    stored = await memory.conversation.append(scope, "user", question)
+    task = {
+        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: yes.",
+        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
+    }  # fmt: skip
+    world.entities = [{"name": KESTREL, "type": "system", "description": f"{secret}."}]
+    faulty = FaultyEmbedder(memory.entities.line_embedder)
+    memory.entities.line_embedder = faulty
+    faulty.holding = True
+    running = asyncio.create_task(harness.write_artifacts([task]))
+    async with asyncio.timeout(WAIT):
+        await faulty.held.wait()
+    return running, stored, faulty.release
+
+
+async def test_a_write_noted_before_a_forget_that_lands_after_its_lessons_went_is_undone(
+    world, tenant
+):
+    """The forget took the question's lessons before the write landed, and the write checks
+    before the message is a tombstone: the record's mark tells it, and it takes its piece out."""
+    memory = world.runtime.memory
+    await ask(world, Scope(tenant, "tb", user="U2"), "Does Kestrel page?", "Pages at night.")
+    running, stored, release = await held_write(world, tenant, "U1", "A secret launch")
+    await memory.governance.learned.forget(tenant, [stored.id])  # a forget's first step
+    release.set()
+    await running
+    assert await pieces(world, tenant) == ["Pages at night."]
+
+
+async def test_a_write_landing_after_its_authors_erasure_is_undone(world, tenant):
+    memory = world.runtime.memory
+    await ask(world, Scope(tenant, "tb", user="U2"), "Does Kestrel page?", "Pages at night.")
+    running, _, release = await held_write(world, tenant, "U1", "A secret launch")
+    await memory.governance.forget_person(tenant, "U1")
+    release.set()
+    await running
+    assert "secret" not in " ".join(await pieces(world, tenant))
+
+
+async def test_a_task_delivered_again_does_not_undo_an_edit_on_the_memory_page(world, tenant):
+    memory, harness = world.runtime.memory, world.runtime.harness
+    scope = Scope(tenant, "ta", user="U1")
+    question = "Is Kestrel a launch?"
+    stored = await memory.conversation.append(scope, "user", question)
+    task = {
+        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: yes.",
+        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
+    }  # fmt: skip
+    world.entities = [{"name": KESTREL, "type": "system", "description": "A secret launch."}]
+    await harness.write_artifacts([task])
+    key = memory.entities.key(scope, KESTREL)
+    await memory.governance.edit_entity(
+        tenant, key.removeprefix(memory.entities.key_prefix(tenant)), "A public tool."
+    )
+    await harness.write_artifacts([task])  # its batch delivered again (another task failed)
+    assert await pieces(world, tenant) == ["A public tool."]

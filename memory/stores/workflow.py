@@ -19,7 +19,7 @@ from redisvl.query.filter import Num, Tag
 
 from memory.keys import WORKFLOW_INDEX, WORKFLOW_PREFIX
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import Segment, VectorStore, decode
+from memory.stores.base import Segment, VectorStore, decode, vector_bytes
 from memory.stores.entity import joined
 
 _STEP = re.compile(r"^\s*\d+\.\s", re.MULTILINE)
@@ -50,6 +50,11 @@ class WorkflowStore(VectorStore):
         self._reject = redis.register_script(  # never re-creates a forgotten workflow's hash
             "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
             "redis.call('HSET', KEYS[1], 'rejected', ARGV[1]) return 1"
+        )
+        self._requery = redis.register_script(  # only the workflow as read, still its question's
+            "if redis.call('HGET', KEYS[1], 'text') ~= ARGV[1] "
+            "or redis.call('HGET', KEYS[1], 'question') ~= ARGV[2] then return 0 end "
+            "redis.call('HSET', KEYS[1], 'text', ARGV[3], ARGV[5], ARGV[4]) return 1"
         )
 
     def embedding_text(self, record: dict[str, Any]) -> str:
@@ -110,6 +115,14 @@ class WorkflowStore(VectorStore):
             fields["num_steps"] = steps
         await self._write(tenant, [(key, fields, vector)])
         return old
+
+    async def requery(self, key: str, question: str, old: str, text: str) -> bool:
+        """Give the workflow at `key` the text `text` (re-embedded) only if it still says `old`
+        and is still `question`'s: a background rewrite never brings back a workflow deleted
+        meanwhile, nor overwrites another's change. False when it changed."""
+        vector = (await self.embedder.embed([text]))[0]
+        args = [old, question, text, vector_bytes(vector), self.VECTOR_FIELD]
+        return bool(await self._requery(keys=[key], args=args))
 
     async def similar(self, scope: Scope, vector: np.ndarray, k: int = 3) -> list[str]:
         """Workflows nearest the question among those `scope` may see (never rejected ones)."""
