@@ -15,8 +15,11 @@ compare-and-set and each workflow deleted only while it is still that question's
 owned by a version of the question (its id and its text's hash, memory/stores/entity_pieces.py):
 a task that learned from an edited question's old text takes out only that version's pieces,
 an edit every version but the new text's, a forget them all. A forget does not delete the
-record: it marks it forgotten for a day (`FORGOTTEN`), and `note` then refuses (its writer
-writes nothing), so a late or redelivered task cannot teach a forgotten question again.
+record: it marks it forgotten for a day (`FORGOTTEN`), reading it in the same step, and `note`
+then refuses (its writer writes nothing), so a late or redelivered task cannot teach a forgotten
+question again; a task that noted before the mark sees it when it checks after writing, and
+takes out what it wrote. A task applies once per version (`DONE`): delivered again, it would
+undo a correction made on the memory page meanwhile.
 """
 
 from __future__ import annotations
