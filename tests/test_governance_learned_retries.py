@@ -69,6 +69,18 @@ async def pieces(world, tenant: str) -> list[str]:
     return [e.description for e in await kestrel(world, tenant)]
 
 
+async def stored_question(world, scope: Scope, question: str, taught: str):
+    """A question stored in `scope`, and its turn's background task (no tools), which teaches
+    `taught` of Kestrel: the task as a turn queues it, and the stored question."""
+    stored = await world.runtime.memory.conversation.append(scope, "user", question)
+    task = {
+        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: yes.",
+        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
+    }  # fmt: skip
+    world.entities = [{"name": KESTREL, "type": "system", "description": taught}]
+    return task, stored
+
+
 def lessons(world, held: asyncio.Event, release: asyncio.Event):
     """The model's entity extraction: the zebra text teaches a zebra piece (held until
     `release`), any other text an okapi one."""
@@ -170,12 +182,7 @@ async def test_a_forgotten_questions_piece_goes_when_its_failed_discard_is_deliv
     await ask(world, Scope(tenant, "tb", user="U2"), "Does Kestrel page?", "Pages at night.")
     scope = Scope(tenant, "ta", user="U1")
     question = "Is Kestrel our secret launch?"
-    stored = await memory.conversation.append(scope, "user", question)
-    task = {
-        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: ours.",
-        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
-    }  # fmt: skip
-    world.entities = [{"name": KESTREL, "type": "system", "description": "A secret launch."}]
+    task, stored = await stored_question(world, scope, question, "A secret launch.")
     faulty = FaultyEmbedder(memory.entities.line_embedder)
     memory.entities.line_embedder = faulty  # the entity lines' embedding backend
     faulty.holding = True  # the piece's write waits while the question is forgotten
@@ -234,12 +241,7 @@ async def held_write(world, tenant: str, user: str, secret: str):
     memory, harness = world.runtime.memory, world.runtime.harness
     scope = Scope(tenant, f"t-{user}", user=user)
     question = f"Is Kestrel {secret}?"
-    stored = await memory.conversation.append(scope, "user", question)
-    task = {
-        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: yes.",
-        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
-    }  # fmt: skip
-    world.entities = [{"name": KESTREL, "type": "system", "description": f"{secret}."}]
+    task, stored = await stored_question(world, scope, question, f"{secret}.")
     faulty = FaultyEmbedder(memory.entities.line_embedder)
     memory.entities.line_embedder = faulty
     faulty.holding = True
@@ -277,12 +279,7 @@ async def test_a_task_delivered_again_does_not_undo_an_edit_on_the_memory_page(w
     memory, harness = world.runtime.memory, world.runtime.harness
     scope = Scope(tenant, "ta", user="U1")
     question = "Is Kestrel a launch?"
-    stored = await memory.conversation.append(scope, "user", question)
-    task = {
-        "scope": scope.to_dict(), "question": question, "answer": "Kestrel: yes.",
-        "steps": [], "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": question},
-    }  # fmt: skip
-    world.entities = [{"name": KESTREL, "type": "system", "description": "A secret launch."}]
+    task, _ = await stored_question(world, scope, question, "A secret launch.")
     await harness.write_artifacts([task])
     key = memory.entities.key(scope, KESTREL)
     await memory.governance.edit_entity(
