@@ -235,6 +235,14 @@ async def test_no_line_an_entity_had_stays_in_the_embedding_cache(world, tenant)
     assert not await memory.redis.exists(*(cached._key(line) for line in lines))
 
 
+async def test_reindexing_entities_caches_none_of_their_lines(world, tenant):
+    memory = world.runtime.memory
+    await ask(world, Scope(tenant, "t", user="U1"), "What is Kestrel billing?", "Bills monthly.")
+    [entity] = await kestrel(world, tenant)
+    assert await memory.entities.reindex() >= 1  # `arxivscout reindex`
+    assert not await memory.redis.exists(memory.embedder._key(entity.line()))
+
+
 async def held_write(world, tenant: str, user: str, secret: str):
     """A turn's background write for a new question, held just after it noted what it teaches
     (its entity line is being embedded): the task, the stored question and the release."""
@@ -287,3 +295,20 @@ async def test_a_task_delivered_again_does_not_undo_an_edit_on_the_memory_page(w
     )
     await harness.write_artifacts([task])  # its batch delivered again (another task failed)
     assert await pieces(world, tenant) == ["A public tool."]
+
+
+async def test_a_query_rewrite_never_brings_back_a_workflow_deleted_meanwhile(world, tenant):
+    """The background's QUERY rewrite read the workflow, then a forget deleted it: the rewrite
+    (a compare-and-set) writes nothing, rather than re-create it without its question."""
+    memory = world.runtime.memory
+    asked = await ask(world, Scope(tenant, "t", user="U1"), "Is Kestrel a zebra?", "A zebra farm.")
+    prefix = memory.workflows.key_prefix(tenant)
+    [key] = [
+        k for k in await memory.governance.learned.taught(tenant, asked) if k.startswith(prefix)
+    ]
+    old = (await memory.redis.hget(key, "text")).decode()
+    await memory.governance.forget_message(tenant, "t", asked)
+    assert not await memory.redis.exists(key)
+    new = old.replace("Is Kestrel a zebra?", "Is Kestrel an okapi?")
+    assert not await memory.workflows.requery(key, asked, old, new)
+    assert not await memory.redis.exists(key)

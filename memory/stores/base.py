@@ -220,13 +220,18 @@ class VectorStore:
         await self._index(tenant)
         return await AsyncSearchIndex(self.schema(tenant), redis_client=self.redis).info()
 
+    @property
+    def record_embedder(self) -> Any:
+        """What embeds this store's records when they are embedded again (`reindex`)."""
+        return self.embedder
+
     async def reindex(self, batch_size: int = 128) -> int:
         """Rebuild the indexes for the current embedder and re-embed every record."""
         await self._drop(await self.existing_indexes())
         await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
         total = 0
         async for keys, texts in self._scan_texts(batch_size):
-            vectors = await self.embedder.embed(texts)
+            vectors = await self.record_embedder.embed(texts)
             pipe = self.redis.pipeline(transaction=False)
             for key, vector in zip(keys, vectors, strict=True):
                 await self._index(self.tenant_of(key))

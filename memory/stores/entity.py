@@ -83,6 +83,11 @@ class EntityStore(VectorStore):
         self.line_embedder = getattr(embedder, "inner", embedder)  # nothing of them cached
         self._cas = redis.register_script(ENTITY_CAS)
 
+    @property
+    def record_embedder(self) -> Any:
+        """`reindex` embeds entity lines uncached too."""
+        return self.line_embedder
+
     def embedding_text(self, record: dict[str, Any]) -> str:
         return Entity(
             record.get("name", ""), record.get("type", ""), record.get("description", "")
