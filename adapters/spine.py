@@ -350,8 +350,9 @@ class Pipeline:
             on_delta = status.delta if self.platform.streams else None
             try:
                 reply = await self.handler.handle(
-                    job.scope, job.text, status.event, on_delta, turn_id=job.id, source=job.source
-                )
+                    job.scope, job.text, status.event, on_delta, turn_id=job.id,
+                    source=job.source, rerun=job.progress["attempts"] > 1,
+                )  # fmt: skip
             finally:
                 await self._first_text_uncached(job)
             job.progress["turn"] = reply.turn_id  # saved with the answer

@@ -68,6 +68,11 @@ def prompt_tokens(model: str) -> int:
     return count_tokens(AGENT_SYSTEM_PROMPT, model)
 
 
+def question_once(turn_id: str) -> str:
+    """The idempotency key of a turn's question (stored once however often the turn runs)."""
+    return f"{turn_id}:question" if turn_id else ""
+
+
 class QuestionForgotten(RuntimeError):
     """A turn run again (taken over after a crash) whose question, stored by the first run,
     was forgotten since (the memory page, a person's erasure, retention, a deletion on the
@@ -147,6 +152,12 @@ class Harness:
         with self.background.foreground():
             return await self._prepare(scope, question, turn_id, source)
 
+    async def forgotten_question(self, scope: Scope, turn_id: str) -> bool:
+        """Whether a re-run's question, stored by a run before it, was forgotten since: then the
+        re-run embeds, searches and answers nothing (bot/turns.py)."""
+        stored = await self.memory.conversation.appended(scope, question_once(turn_id))
+        return stored is not None and stored.forgotten
+
     async def _prepare(self, scope: Scope, question: str, turn_id: str, source: str) -> Prepared:
         context = await assemble_context(self.memory, scope, question, self.limits)
         if context.window_overflows(self.limits.window_cap):  # the background roll fell behind
@@ -166,7 +177,7 @@ class Harness:
             usage = self.usage_percent(context)
         tool_names = await self.select_tools(scope, context)
         stored = await self.memory.conversation.append(
-            scope, "user", question, once=f"{turn_id}:question" if turn_id else "",
+            scope, "user", question, once=question_once(turn_id),
             **({"source": source} if source else {}),
         )  # fmt: skip
         if stored.forgotten:  # a run taken over after a crash: the first run stored it, since

@@ -13,7 +13,7 @@ from typing import Any
 
 from bot.agent import Agent, EventCallback, TurnResult
 from bot.consolidation import SummaryInProgress
-from bot.harness import QuestionForgotten
+from bot.harness import FORGOTTEN_QUESTION, QuestionForgotten
 from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
 from bot.watches import WatchService
@@ -79,13 +79,19 @@ class TurnHandler:
         on_delta: DeltaCallback | None = None,
         turn_id: str = "",
         source: str = "",
+        rerun: bool = False,
     ) -> Reply:
         """One user message in, one reply out; bad input becomes a reply, not a crash.
         `source`: the platform's id of the message, stored with it (a deletion or edit there
-        while the turn ran is caught up by `changed_meanwhile`, which the caller runs after)."""
+        while the turn ran is caught up by `changed_meanwhile`, which the caller runs after).
+        `rerun`: the job ran before (a crash): a question it stored and that was forgotten
+        since is not embedded or searched again, let alone answered."""
         text = clean_text(text)  # before anything encodes it (the model client, the embedder)
         if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
             return Reply(made)
+        harness = self.agent.harness
+        if rerun and turn_id and await harness.forgotten_question(scope, turn_id):
+            return Reply(FORGOTTEN_QUESTION)
         try:
             result = await self.agent.run_turn(
                 scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id, source=source

@@ -1,7 +1,7 @@
 """A turn taken over after a crash whose question was forgotten meanwhile is not run: the
 first run stored the question, then its process died; the memory page, a person's erasure
-or retention forgot it; the run that takes the job over calls no model, stores, records and
-indexes nothing, and tells the person instead of answering."""
+or retention forgot it; the run that takes the job over embeds, calls the model on, stores,
+records and indexes nothing, and tells the person instead of answering."""
 
 from __future__ import annotations
 
@@ -20,6 +20,18 @@ from tests.test_platform_deletions import WAIT, found, held_model
 from tests.test_turn_recovery import Board, fast, until
 
 world = test_turn_recovery.world  # its fixture: an agent world on the test Redis
+
+
+class Recorder:
+    """The embedding backend, recording every text it is asked to embed."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_name, self.dims = inner, inner.model_name, inner.dims
+        self.texts: list[str] = []
+
+    async def embed(self, texts: list[str]):
+        self.texts += texts
+        return await self.inner.embed(texts)
 
 
 async def episodic_keys(memory, tenant: str) -> list[bytes]:
@@ -68,6 +80,8 @@ async def test_a_turn_taken_over_after_its_question_was_forgotten_is_not_run(wor
     await erase(memory, how, scope)
     assert await memory.conversation.all(scope) == []
 
+    recorder = Recorder(memory.embedder.inner)
+    memory.embedder.inner = recorder  # what the survivor embeds (a remote service would see)
     board = Board()
     survivor = fast(Pipeline(board, world.runtime.turns()))
     survivor.start()  # finds the dead process's thread and takes it over
@@ -79,6 +93,7 @@ async def test_a_turn_taken_over_after_its_question_was_forgotten_is_not_run(wor
     await world.runtime.harness.drain()
 
     assert list(board.placeholders.values()) == [FORGOTTEN_QUESTION]  # delivered, once
+    assert not [text for text in recorder.texts if "okapi" in text]  # not even embedded again
     assert await turns.delivered(scope, job.id)
     assert len(world.model_requests()) == 1  # the dead run's only: the survivor asked nothing
     assert await memory.conversation.all(scope) == []  # no answer stored
@@ -86,6 +101,5 @@ async def test_a_turn_taken_over_after_its_question_was_forgotten_is_not_run(wor
     with pytest.raises(UnknownTurn):
         await memory.turn_records.get(tenant, job.id)
     assert await episodic_keys(memory, tenant) == []
-    # the vector the survivor's context assembly fetched again is not kept either
     assert not await memory.redis.exists(memory.embedder._key(secret))
     assert not any("okapi" in hit for hit in await found(memory, scope, secret))

@@ -258,13 +258,25 @@ class ConversationStore:
         if seq >= 0:
             message.seq = seq
             return message
-        # appended before (a job run again): the message as it was stored, its id and text
-        stored = await self.redis.lindex(self.key(scope), -1 - seq)
+        return await self._stored_at(scope, -1 - seq, message)  # appended before: a re-run
+
+    async def appended(self, scope: Scope, once: str, role: str = "user") -> Message | None:
+        """The message an append with idempotency key `once` stored (a tombstone when it was
+        forgotten since), or None when none was (or its key expired)."""
+        seq = await self.redis.get(appended_key(scope.tenant, once)) if once else None
+        if seq is None:
+            return None
+        return await self._stored_at(scope, int(seq), Message(role=role, content=""))
+
+    async def _stored_at(self, scope: Scope, seq: int, message: Message) -> Message:
+        """The message stored at `seq` (its id and its text as they are now), or a tombstone
+        of `message` when it is not there or is another role's: its thread was forgotten
+        whole since (and grew again)."""
+        stored = await self.redis.lindex(self.key(scope), seq)
         first = Message.from_json(stored) if stored is not None else None
-        # not there, or another's: its thread was forgotten whole since (and grew again)
-        message = first if first is not None and first.role == role else message.tombstone()
-        message.seq, message.duplicate = -1 - seq, True
-        return message
+        found = first if first is not None and first.role == message.role else message.tombstone()
+        found.seq, found.duplicate = seq, True
+        return found
 
     async def all(self, scope: Scope, forgotten: bool = False) -> list[Message]:
         """The thread's messages, oldest first; tombstones only with `forgotten`."""
