@@ -317,12 +317,14 @@ class Pipeline:
         run that died stored it) is caught up once the answer is out, or the turn not run
         (bot/turns.py `changed_meanwhile`; a deletion queued again finds nothing to do). Marked
         in the job's progress: a run that died before it, or found memory unreachable (raised:
-        the job stays), does it when the job runs again."""
+        the job stays), does it when the job runs again; when nothing changed, the mark is
+        not saved (a run again repeats one read), so most turns write nothing more."""
         if job.kind != "turn" or not job.source or job.progress.get("caught_up"):
             return
-        await self.handler.changed_meanwhile(job.scope, job.source)
+        queued = await self.handler.changed_meanwhile(job.scope, job.source)
         job.progress["caught_up"] = True
-        await save()
+        if queued:
+            await save()
 
     async def _platform_change(self, job: Job) -> Change:
         """What the platform said meanwhile of a turn's message not answered yet: deleted (the
@@ -333,7 +335,7 @@ class Pipeline:
         return await self.memory.governance.edits.change(job.scope.tenant, job.source)
 
     async def _first_text_uncached(self, job: Job, *also: str) -> None:
-        """A turn run with an edited text (`_latest_text`), or not run (its message deleted):
+        """A turn run with an edited text (`_platform_change`), or not run (its message deleted):
         the vectors `submit` fetched ahead for its first text go (`_caught_up` queues the
         edit again if need be). A failure here is logged: the answer stands."""
         texts = [t for t in (job.progress.pop("first_text", None), *also) if t]

@@ -364,8 +364,8 @@ class Harness:
             await learned.forget(scope.tenant, [asked], also=written or ())
             return
         keys = await learned.taught(scope.tenant, asked) if written is None else written
-        await self.memory.governance.discard(scope.tenant, _version(task), keys)
-        for key in keys:  # an entity's key is no workflow: left as it is
+        await learned.discard(scope.tenant, _version(task), keys)
+        for key in learned.workflows(scope.tenant, keys):
             await learned.requery(scope.tenant, asked, key, now)
 
     async def _learn(self, scope: Scope, task: dict[str, Any], authors: list[str]) -> list[str]:

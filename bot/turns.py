@@ -102,18 +102,20 @@ class TurnHandler:
             return Reply(str(exc))
         return Reply(result.answer, result)
 
-    async def changed_meanwhile(self, scope: Scope, source: str) -> None:
+    async def changed_meanwhile(self, scope: Scope, source: str) -> bool:
         """After a turn for the platform's message `source`: if it was deleted or edited there
         (in the last day), the erasure or the edit may have looked before the turn stored it
         (or saved its record), or the turn may have taken over a run that stored the old text
         before it crashed, so it is queued again (durable; a no-op when memory has it already).
-        Raises when memory is unreachable: the caller keeps the job and runs this again."""
+        Raises when memory is unreachable: the caller keeps the job and runs this again.
+        True when something was queued."""
         tenant = scope.tenant
         change = await self.memory.governance.edits.change(tenant, source)
         if change.deleted:
             await self.message_deleted(tenant, [scope.thread], source)
         elif change.latest is not None:
             await self.message_edited(tenant, {scope.thread: scope.channel}, source, *change.latest)
+        return change.deleted or change.latest is not None
 
     # -- what people change on the platform: durable background work (bot/upkeep.py) -------------
 

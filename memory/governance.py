@@ -122,7 +122,7 @@ class Governance:
     async def _deleted_ids(self, tenant: str, lists: Threads, source: str) -> set[str]:
         """The ids of the messages stored from `source` in these threads: found by their
         source, or noted by an earlier run (tombstones by now); kept in the note as found."""
-        found = set(_from_source(lists, source))
+        found = {m.id for _, m in lists.from_source(source)}
         noted = {decode(m) for m in await self.redis.smembers(deleted_message_key(tenant, source))}
         if found - noted:
             await self.note_deleted(tenant, source, found - noted)
@@ -350,14 +350,6 @@ class Governance:
         """Wait for this process's purges (before it exits; benchmarks; tests)."""
         await self._purge.settle()
 
-    async def discard(self, tenant: str, version: str, keys: Iterable[str]) -> Erasure:
-        """Take out the pieces one version of a question (memory/stores/entity_pieces.py
-        `version_of`) taught the entities at `keys`, written while the question was edited to
-        another text (the background's writes check their question afterwards); what other
-        turns and texts taught stays, and so does the workflow (the edit rewrote it). A
-        question forgotten meanwhile is taken out whole: `learned.forget`."""
-        return await self.learned.discard(tenant, version, keys)
-
     # -- one erasure at a time ------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -376,11 +368,3 @@ class Governance:
                 yield
         finally:
             self._purge.schedule(tenant)
-
-
-def _from_source(lists: Threads, source: str) -> list[str]:
-    """The ids of the user messages stored from the platform's message `source`."""
-    return [
-        m.id for thread in lists for m in lists.messages(thread)
-        if m.role == "user" and m.metadata.get("source") == source
-    ]  # fmt: skip

@@ -141,12 +141,12 @@ class Edits:
         if await self.redis.exists(deleted_message_key(tenant, source)):
             return Followed()  # its erasure is queued, or done
         threads, read = list(threads), self.memory.conversation.raw_threads
-        found = _stored_from(Threads(await read(tenant, threads)), source)
+        found = Threads(await read(tenant, threads)).from_source(source)
         if not found:
             return Followed()  # most edits: a message the bot never stored (yet)
         async with self._exclusive(tenant):
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
-            stored = _stored_from(lists, source)
+            stored = lists.from_source(source)
             if not _stale(stored, text, at) and not await self._old(tenant, source):
                 # the same text (an unfurl), a newer one, or followed already: a turn that
                 # saved its record after the edit was followed (bot/turns.py queues the
@@ -182,7 +182,7 @@ class Edits:
         meanwhile); each old text is noted first."""
         read = self.memory.conversation.raw_threads
         for _ in range(RETRIES):
-            stale = _stale(_stored_from(lists, source), text, at)
+            stale = _stale(lists.from_source(source), text, at)
             if not stale:
                 return
             await self._keep(tenant, source, {_old_field(m): m.content for _, m in stale})
@@ -204,7 +204,7 @@ class Edits:
         """For the messages of `source` that now say `text` and whose old texts are noted:
         delete their episodic documents and old texts' cached vectors, and rewrite the
         summaries over them."""
-        now = {m.id: (t, m) for t, m in _stored_from(lists, source) if m.content == text}
+        now = {m.id: (t, m) for t, m in lists.from_source(source) if m.content == text}
         noted = {f: old for f, old in (await self._old(tenant, source)).items() if old[0] in now}
         old = list(noted.values())
         ids = sorted({i for i, _ in old})
@@ -249,13 +249,4 @@ def _stale(stored: list[tuple[str, Message]], text: str, at: float) -> list[tupl
     return [
         (t, m) for t, m in stored
         if m.content != text and float(m.metadata.get(EDITED_AT) or 0) <= at
-    ]  # fmt: skip
-
-
-def _stored_from(lists: Threads, source: str) -> list[tuple[str, Message]]:
-    """(thread, message) of the user messages stored from the platform's message `source`
-    (tombstones keep no source)."""
-    return [
-        (thread, m) for thread in lists for m in lists.messages(thread)
-        if m.role == "user" and not m.forgotten and m.metadata.get("source") == source
     ]  # fmt: skip

@@ -62,19 +62,36 @@ return 0
 """
 
 
-async def mark_forgotten(redis: Any, tenant: str, questions: Iterable[str]) -> set[str]:
+# KEYS: questions' records (one tenant's: one slot); ARGV: the marker, its seconds. Marks each
+# record that exists (a question that taught nothing has none: a writer that notes later is
+# caught by its own check after writing) and returns what they list.
+_MARK = """
+local taught = {}
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('SADD', KEYS[i], ARGV[1])
+    redis.call('EXPIRE', KEYS[i], ARGV[2])
+    for _, member in ipairs(redis.call('SMEMBERS', KEYS[i])) do table.insert(taught, member) end
+  end
+end
+return taught
+"""
+MARK_BATCH = 500  # records marked per script call
+
+
+async def mark_forgotten(
+    redis: Any, tenant: str, questions: Iterable[str], script: Any = None
+) -> set[str]:
     """Mark the questions' records forgotten for a day, in one step with reading them: what
-    they taught (the keys noted). Later notes are refused."""
-    keys = [learned_key(tenant, q) for q in questions]
-    if not keys:
-        return set()
-    async with redis.pipeline(transaction=True) as marking:  # the tenant's keys: one slot
-        for key in keys:
-            marking.sadd(key, FORGOTTEN)
-            marking.expire(key, FORGOTTEN_SECONDS)
-            marking.smembers(key)
-        replies = await marking.execute()
-    return {k for members in replies[2::3] for k in map(decode, members) if _is_key(k)}
+    they taught (the keys noted). Later notes are refused. Only records that exist: a large
+    thread's or a retention sweep's questions mostly taught nothing, and leave no key."""
+    keys, mark = [learned_key(tenant, q) for q in questions], script or redis.register_script(_MARK)
+    taught: set[str] = set()
+    for start in range(0, len(keys), MARK_BATCH):
+        members = await mark(keys=keys[start : start + MARK_BATCH],
+                             args=[FORGOTTEN, FORGOTTEN_SECONDS])  # fmt: skip
+        taught |= {k for k in map(decode, members) if _is_key(k)}
+    return taught
 
 
 class Learned:
@@ -84,6 +101,7 @@ class Learned:
         self._purge = purge
         self._delete_if_taught = memory.redis.register_script(_DELETE_IF_TAUGHT)
         self._note = memory.redis.register_script(_NOTE)
+        self._mark = memory.redis.register_script(_MARK)
 
     async def note(self, tenant: str, question: str, keys: Iterable[str]) -> bool:
         """Record that the stored question `question` teaches these entity and workflow keys
@@ -107,11 +125,8 @@ class Learned:
         asked = list(dict.fromkeys(q for q in questions if q))
         if not asked:
             return Erasure()
-        taught = await self.mark_forgotten(tenant, asked) | set(also)
+        taught = await mark_forgotten(self.redis, tenant, asked, self._mark) | set(also)
         return await self._unteach(tenant, asked, sorted(taught), taught_by(set(asked)))
-
-    async def mark_forgotten(self, tenant: str, questions: Iterable[str]) -> set[str]:
-        return await mark_forgotten(self.redis, tenant, questions)
 
     async def learned(self, tenant: str, question: str, version: str) -> bool:
         """Whether a task for this version of the question wrote what it taught already: run
@@ -145,7 +160,7 @@ class Learned:
         taught = await self.taught(tenant, question)
         entities = [k for k in taught if self._is_entity(tenant, k)]
         await self._unteach(tenant, [], entities, taught_by({question}, keep=version))
-        for workflow in (k for k in taught if k not in entities):
+        for workflow in self.workflows(tenant, taught):
             await self.requery(tenant, question, workflow, text)
 
     async def turn_of(self, tenant: str, question: str) -> TurnRecord | None:
@@ -161,6 +176,11 @@ class Learned:
 
     def _is_entity(self, tenant: str, key: str) -> bool:
         return key.startswith(self.memory.entities.key_prefix(tenant))
+
+    def workflows(self, tenant: str, keys: Iterable[str]) -> list[str]:
+        """The workflow keys among `keys` (a record lists entities' and workflows')."""
+        prefix = self.memory.workflows.key_prefix(tenant)
+        return [k for k in keys if k.startswith(prefix)]
 
     async def _unteach(
         self, tenant: str, questions: list[str], keys: list[str], owned: Callable[[str], bool]

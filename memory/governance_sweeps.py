@@ -84,7 +84,7 @@ class Sweeps:
         erasure += await self.threads.forget_messages(tenant, others, theirs)
         erasure += Erasure(tool_logs=await self.memory.tool_logs.remove(tenant, logs))
         erasure += await self._forget_learned(tenant, user, {place[t] for t in dms})
-        await self._drop_lessons(tenant, asked)
+        await mark_forgotten(self.redis, tenant, asked)  # what they taught went above
         await self._forget_last_threads(tenant, user)
         if not erasure.total and not spoke:
             raise NotFound("person", user)
@@ -129,17 +129,11 @@ class Sweeps:
         erasure += await self.threads.forget_messages(
             tenant, lists.only([*expiry.partly, *grown]), old
         )
-        await self._drop_lessons(tenant, list(asked))
+        await mark_forgotten(self.redis, tenant, list(asked))  # retention keeps what they taught
         store = self.memory.tool_logs
         logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
         expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
         return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
-
-    async def _drop_lessons(self, tenant: str, questions: list[str]) -> None:
-        """Mark the records of what these forgotten questions taught forgotten (a day: memory/
-        governance_learned.py), as a forget does, so a turn's task still writing for one of
-        them is refused or takes out what it wrote; they then expire."""
-        await mark_forgotten(self.redis, tenant, questions)
 
     # -- a person's other traces -----------------------------------------------------------------
 

@@ -99,6 +99,14 @@ class Threads:
             self._messages[thread] = decoded
         return self._messages[thread]
 
+    def from_source(self, source: str) -> list[tuple[str, Message]]:
+        """(thread, message) of the user messages stored from the platform's message `source`
+        (tombstones keep no source)."""
+        return [
+            (thread, m) for thread in self for m in self.messages(thread)
+            if m.role == "user" and not m.forgotten and m.metadata.get("source") == source
+        ]  # fmt: skip
+
     def put(self, thread: str, index: int, raw: str, message: Message) -> None:
         self.raw[thread][index] = raw
         if thread in self._messages:

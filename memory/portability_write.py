@@ -174,8 +174,7 @@ class Writer:
         # an export made before a field existed (e.g. `audience`) gets its default
         values = [{**store.DEFAULTS, **r["fields"], "tenant": self.tenant} for r in records]
         if self.reembed:
-            embedder = getattr(store, "line_embedder", store.embedder)  # entities: uncached
-            vectors = await embedder.embed([store.embedding_text(v) for v in values])
+            vectors = await store.record_embedder.embed([store.embedding_text(v) for v in values])
             self.counts["re-embedded"] += len(records)
         else:
             vectors = [

@@ -232,7 +232,7 @@ class EntityStore(VectorStore):
         person wrote it, and forgetting a question no longer changes it."""
         key = self.key_of(tenant, entity_id)
         for _ in range(RETRIES):
-            [snap] = await self._snapshots([key]) if entity_id else [Snapshot({}, "")]
+            [snap] = await self._snapshots([key]) if entity_id else [Snapshot({})]
             if not snap.exists:
                 raise KeyError(entity_id)
             old = self._entity(snap)

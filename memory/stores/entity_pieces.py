@@ -91,12 +91,15 @@ class Snapshot:
     """An entity's hash as read: what a compare-and-set compares, and its fields."""
 
     fields: dict[str, str]
-    raw_pieces: str  # "" when the record keeps none
 
     @classmethod
     def of(cls, names: list[str], row: list[Any]) -> Snapshot:
-        fields = {n: decode(v) for n, v in zip(names, row, strict=True) if v is not None}
-        return cls(fields, fields.get(PIECES, ""))
+        return cls({n: decode(v) for n, v in zip(names, row, strict=True) if v is not None})
+
+    @property
+    def raw_pieces(self) -> str:
+        """Its pieces as stored ("" when the record keeps none)."""
+        return self.fields.get(PIECES, "")
 
     @property
     def exists(self) -> bool:
