@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from bot.harness import ENTITY_INSTRUCTIONS
 from memory.context import assemble_context
 from memory.governance_learned import FORGOTTEN, FORGOTTEN_SECONDS
@@ -19,17 +17,13 @@ from memory.scope import Scope
 from memory.stores.base import vector_bytes
 from memory.stores.entity import Entity
 from memory.stores.entity_pieces import PIECES
-from tests.agent_world import close_world, open_world
+from tests import test_agent_session
 from tests.support.scripted_openai import call, text, tool_calls
 
 KESTREL = "Kestrel"
 
 
-@pytest.fixture
-async def world(redis_url, tmp_path):
-    world = await open_world(redis_url, tmp_path)
-    yield world
-    await close_world(world)
+world = test_agent_session.world  # its fixture: an agent world on the test Redis
 
 
 async def ask(world, scope: Scope, question: str, taught: str, source: str = "") -> str:
