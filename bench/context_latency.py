@@ -71,14 +71,10 @@ from memory.scope import Scope, Visibility
 from memory.stores.base import vector_bytes
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import Entity, EntityStore
-from memory.stores.episodic import (
-    _TEXT_ESCAPER,
-    Episode,
-    EpisodicStore,
-    _Filter,
-    _filter,
-    _ordered,
-)
+from memory.stores.episodic import Episode, EpisodicStore
+from memory.stores.episodic_candidates import _Filter
+from memory.stores.episodic_episode import _ordered
+from memory.stores.episodic_query import _TEXT_ESCAPER, _filter
 from memory.stores.episodic_text import parts, stems
 from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
 from memory.stores.stopwords import STOPWORDS

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.scope import Scope, Visibility
-from memory.stores.episodic import Episode, EpisodicStore, Ranking, _Filter, _filter
+from memory.stores.episodic import Episode, EpisodicStore, Ranking
+from memory.stores.episodic_candidates import _Filter
+from memory.stores.episodic_query import _filter
 from memory.stores.episodic_text import mentioned_periods, parts, stems
 from memory.tokens import count_tokens
 

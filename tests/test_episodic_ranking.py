@@ -9,15 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.scope import Scope
-from memory.stores.episodic import (
-    Episode,
-    EpisodicStore,
-    Ranking,
-    _Candidate,
-    _Filter,
-    _filter,
-    _Question,
-)
+from memory.stores.episodic import Episode, EpisodicStore, Ranking
+from memory.stores.episodic_candidates import _Candidate, _Filter, _Question
+from memory.stores.episodic_query import _filter
 from memory.stores.episodic_ranking import feedback_score, feedback_terms, row_words
 
 START = datetime(2024, 3, 1, 9, tzinfo=UTC).timestamp()

@@ -1,0 +1,91 @@
+"""RediSearch syntax of episodic memory: the tag values a message is stored with, the clause
+every read carries, and FT.SEARCH replies parsed to rows.
+
+Underscored names here are private to the `episodic*` modules: kept as they were when these
+lived in `episodic`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from redisvl.utils.token_escaper import TokenEscaper
+
+from memory.scope import PUBLIC, Scope
+from memory.stores.base import decode
+from memory.stores.episodic_episode import Episode
+
+SEP = "\x1f"  # tag separator: validated thread ids, like channel and user ids, never hold it
+FIELDS = ["thread", "channel", "audience", "author", "author_name", "role", "text", "ts", "seq"]
+ROW = ["msg", "meta"]  # what a candidate row carries (see `EpisodicStore._common`)
+WORDS_ROW = [*ROW, "text", "part"]  # and its words, for pseudo-relevance feedback
+_WORD = re.compile(r"\w+")
+_TAG_ESCAPER = TokenEscaper(re.compile(TokenEscaper.TAG_ESCAPED_CHARS))
+_TEXT_ESCAPER = TokenEscaper()
+
+
+def _names(e: Episode) -> list[str]:
+    """The words of the author's name, as the `names` tag holds them."""
+    return list(dict.fromkeys(_WORD.findall(e.author_name.lower())))
+
+
+def _pos(thread: str, seq: int) -> str:
+    return f"{seq}@{thread}"
+
+
+def _tags(field_name: str, values: Iterable[str]) -> str:
+    return f"@{field_name}:{{{'|'.join(_TAG_ESCAPER.escape(v) for v in values)}}}"
+
+
+def _filter(
+    scope: Scope,
+    thread: str | None = None,
+    author: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    skip_from: tuple[str, int] | None = None,
+) -> str:
+    """The query clause every read carries: what this place may see, and the caller's filters."""
+    parts = [_tags("audience", scope.audiences)]
+    if thread:
+        parts.append(_tags("thread", [thread]))
+    if author:
+        parts.append(_tags("author", [author]))
+    if since is not None or until is not None:
+        low = "-inf" if since is None else repr(float(since))
+        high = "+inf" if until is None else repr(float(until))
+        parts.append(f"@ts:[{low} {high}]")
+    if skip_from is not None:
+        parts.append(f"-({_tags('thread', [skip_from[0]])} @seq:[{skip_from[1]} +inf])")
+    return " ".join(parts)
+
+
+def _rows(reply: Any) -> list[tuple[float, dict[bytes, Any]]]:
+    """FT.SEARCH's reply, RESP2 or RESP3, as (score, fields by their names as bytes); the
+    score when WITHSCORES. Nothing is decoded here: this runs for every candidate."""
+    if isinstance(reply, dict):
+        rows = [(r.get(b"score") or 0.0, r[b"extra_attributes"]) for r in reply[b"results"]]
+    else:
+        step = 3 if len(reply) > 2 and not isinstance(reply[2], list) else 2
+        rows = [
+            (float(reply[i + 1]) if step == 3 else 0.0,
+             dict(zip(reply[i + step - 1][::2], reply[i + step - 1][1::2], strict=True)))
+            for i in range(1, len(reply), step)
+        ]  # fmt: skip
+    if rows and isinstance(next(iter(rows[0][1]), b""), str):  # a client decoding replies
+        rows = [(score, {k.encode(): v for k, v in row.items()}) for score, row in rows]
+    return rows
+
+
+def _episode(row: dict[bytes, Any]) -> Episode:
+    def text(name: str) -> str:
+        return decode(row.get(name.encode())) or ""
+
+    return Episode(
+        id=text("msg"), thread=text("thread"), channel=text("channel"),
+        audience=text("audience") or PUBLIC, author=text("author"),
+        author_name=text("author_name"), role=text("role") or "user", text=text("text"),
+        ts=float(text("ts") or 0), seq=int(float(text("seq") or 0)),
+    )  # fmt: skip
