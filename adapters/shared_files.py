@@ -21,8 +21,10 @@ so a redelivered task edits its own message and says the same thing; the turn is
 the message's event id, so never twice. Posting and editing are best effort: a message that
 cannot be edited is posted anew, one that cannot be posted is logged, and the turn is queued
 anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the file's outcome
-at once; what may pass (a download timing out, a 5xx, the embedding API busy) runs again, and
-becomes the outcome, in words, on the last delivery.
+at once; what may pass (a download timing out, a 5xx, the embedding API busy, Redis away)
+runs again, and becomes the outcome, in words, on the last delivery: there every failure is
+said, and the message's text is queued as a turn all the same (only Redis failing as that is
+kept or queued makes the task run again, while it can).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from typing import Any, Protocol
 import aiohttp
 
 from bot.background import MAX_RUN_MS, BackgroundWork
-from memory.errors import memory_unavailable
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream
@@ -165,6 +166,19 @@ def saved_text(saved: SavedPdf, scope: Scope) -> str:
     return f"Saved *{saved.title}* ({pages}{saved.passages} passages) to {place_of(scope)}."
 
 
+def fetch_failed(exc: FetchError) -> str:
+    """A download's failure, said on the last delivery (one that may pass was tried again)."""
+    return str(exc) + (" I tried several times; share it again later." if exc.retryable else "")
+
+
+def went_wrong(name: str) -> str:
+    """Any other failure of the last delivery (a bug, Redis or the embedding API away)."""
+    return (
+        f"Sorry, I could not read {name}: something went wrong on my side "
+        "(tried several times); share it again later."
+    )
+
+
 def _mb(size: int) -> str:
     return f"{size / 1_000_000:.1f} MB"
 
@@ -237,12 +251,22 @@ class SharedFiles:
                 log.info("share %s not read: its message was deleted", share)
                 return
             last = await self.progress.attempt(tenant, share) >= MAX_DELIVERIES
+            failed: Exception | None = None
             for index, file in enumerate(payload["files"]):
-                await self._file(end, scope, payload, f"{share}:{index}", file, last)
+                try:
+                    await self._file(end, scope, payload, f"{share}:{index}", file, last)
+                except Exception as exc:
+                    if not last:
+                        raise  # the task runs again, the turn with it
+                    # only Redis failing as the outcome is kept: the question is not dropped
+                    log.warning("share %s: a file's outcome was not kept: %r", share, exc)
+                    failed = failed or exc
             if payload.get("turn"):  # the message's text, now that its files are read
                 await self.memory.turns.push(
                     scope, payload["turn"], payload["turn_event"], watch=platform
                 )
+            if failed is not None:
+                raise failed  # delivered again while it can be (the turn is queued once)
 
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:
@@ -269,7 +293,12 @@ class SharedFiles:
             except FetchError as exc:
                 if exc.retryable and not last:
                     raise
-                outcome = str(exc)
+                outcome = fetch_failed(exc)
+            except Exception:
+                if not last:
+                    raise
+                log.exception("describing the shared file %s failed", share_id)
+                outcome = went_wrong(file.get("name") or "the file")
             else:
                 outcome = self.refusal(file)
         shown = None
@@ -331,15 +360,10 @@ class SharedFiles:
         except FetchError as exc:
             if exc.retryable and not last:
                 raise
-            return str(exc) + (
-                " I tried several times; share it again later." if exc.retryable else ""
-            )
-        except Exception as exc:
-            if memory_unavailable(exc) or not last:
+            return fetch_failed(exc)
+        except Exception:
+            if not last:
                 raise  # the task stays pending and runs again (Redis back, the API free)
             log.exception("reading the shared file %s failed", share_id)
-            return (
-                f"Sorry, I could not read {name}: something went wrong on my side "
-                "(tried several times); share it again later."
-            )
+            return went_wrong(name)
         return saved_text(saved, scope)

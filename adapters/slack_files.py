@@ -8,7 +8,8 @@
   Its text, if any, is queued as a turn once the files are read, so the question sees them.
   Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
   slackapi/bolt-python#925), so the `message` event alone takes it.
-- The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details,
+- The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details
+  (Slack unreachable, or busy, is a FetchError that may pass: the task runs again),
   the download from `url_private_download` with the bot token (scope `files:read`; without it
   Slack answers a sign-in page, said as such), and the progress message (chat.postMessage,
   then chat.update). Citations link the file's `permalink`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -30,6 +32,9 @@ from adapters.text import slack_question
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
 FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
                "url_private_download", "url_private", "permalink")  # fmt: skip
+# Slack's answers that may pass: files.info is asked again on the task's next delivery
+PASSING_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
+                  "request_timeout"}  # fmt: skip
 
 
 def slack_escape(text: str) -> str:
@@ -126,13 +131,20 @@ class SlackFileEnd(FileEnd):
         if file.get("url") and file.get("size") is not None and (file.get("mimetype") or
                                                                    file.get("filetype")):  # fmt: skip
             return file
+        name = file.get("name") or "the file"
         try:
             found = (await self.client().files_info(file=file["id"])).get("file") or {}
         except SlackApiError as exc:
             why = exc.response.get("error")
             raise FetchError(
-                f"I could not look up {file.get('name') or 'the file'} on Slack ({why}"
-                f"{'; the app needs the files:read scope' if why == 'missing_scope' else ''})."
+                f"I could not look up {name} on Slack ({why}"
+                f"{'; the app needs the files:read scope' if why == 'missing_scope' else ''}).",
+                retryable=why in PASSING_ERRORS or exc.response.status_code >= 500,
+            ) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:  # Slack unreachable: it may pass
+            raise FetchError(
+                f"I could not look up {name}: Slack did not answer ({type(exc).__name__}).",
+                retryable=True,
             ) from None
         details = file_details(found)
         return {**file, **{k: v for k, v in details.items() if v not in ("", None)}}

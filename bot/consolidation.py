@@ -33,7 +33,7 @@ from typing import Any
 
 from bot.llm import LLMClient, LLMError
 from memory.manager import MemoryManager
-from memory.scope import Scope
+from memory.scope import Scope, legacy_audience
 from memory.stores.conversation import MarkConflict, Message, message_tokens
 from memory.stores.summary import Note, Summary, compact_note, merged_note
 from memory.tokens import context_window, count_tokens, encoding_for
@@ -303,15 +303,26 @@ class Consolidator:
         return await self._store(scope, note)
 
     async def expand_summary(self, scope: Scope, summary_id: str) -> str:
-        """The summary and, in order, the original messages it covers, if `scope` may see it."""
+        """The summary and, in order, the original messages it covers, if `scope` may see it:
+        of those, asked from another thread, only the ones `scope` may see too (a place turned
+        private keeps its later messages from where it was public), the others counted as
+        withheld. In its own thread every message is shown: whoever asks there can read it."""
         summary = await self.memory.summaries.get(scope, summary_id)
         covered = set(summary.message_ids)
         thread = scope.in_thread(summary.thread_id)
         messages = [m for m in await self.memory.conversation.all(thread) if m.id in covered]
+        here = bool(scope.thread) and scope.thread == summary.thread_id
+        shown = [
+            m
+            for m in messages
+            if here or scope.can_see(m.audience or legacy_audience(summary.thread_id))
+        ]
+        withheld = len(messages) - len(shown)
+        note = f" ({withheld} more not shown here: they are private to another place)"
         return (
             f"[Summary ID: {summary.id}] {summary.description}\n"
-            f"Original messages ({len(messages)}), oldest first:\n{transcript(messages)}\n\n"
-            f"Summary:\n{summary.text}"
+            f"Original messages ({len(shown)}){note if withheld else ''}, oldest first:\n"
+            f"{transcript(shown)}\n\nSummary:\n{summary.text}"
         )
 
     # -- rolling summaries ----------------------------------------------------------------------

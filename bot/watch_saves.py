@@ -2,8 +2,10 @@
 
 The adapter answers the press at once (`saving_text`) and queues a `save` task on the platform's
 digest stream; the task runs fetch_and_save, then its answer goes where the button was pressed
-through the platform's `Poster`. A task is never failed: a person who saw "Saving…" always hears
-back, and a re-run of the batch does not answer twice.
+through the platform's `Poster`. A failed save is answered too (never retried: the person may
+press Save again), and a re-run of the batch does not answer twice. An answer that could not be
+posted fails the task, so it runs again (bot/background.py) and says the answer it worked out
+the first time: a person who saw "Saving…" hears back once the platform takes it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from memory.embeddings import background_embedding
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
 from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import fetch_and_save
+from memory.save_answers import SaveAnswers
 from memory.scope import Scope
 from memory.stores.watches import WatchStore
 from memory.tasks import TaskStream
@@ -40,6 +43,7 @@ class SaveTasks:
         self.encoding = encoding
         self.posters = posters  # shared with the service: `attach` adds to it
         self.stream = stream
+        self.answers = SaveAnswers(memory.redis)
 
     async def queue(
         self, platform: str, tenant: str, arxiv_id: str, user: str, reply: dict[str, Any]
@@ -52,25 +56,45 @@ class SaveTasks:
         await self.stream(platform).add(SAVE, payload)
 
     async def run(self, payloads: list[dict]) -> None:
-        """Each Save answered once, whatever happened to it (a task is never failed: a person
-        who saw "Saving…" always hears back)."""
+        """Each Save answered once, whatever happened to it; an answer not posted fails the
+        batch after the others are answered, so it is tried again."""
+        unanswered: list[Exception] = []
         for payload in payloads:
-            tenant, arxiv_id = payload["tenant"], payload["arxiv_id"]
+            try:
+                await self._answer(payload)
+            except Exception as exc:  # the platform (or Redis) away: the task runs again
+                log.warning("could not answer a Save of %s: %r", payload.get("arxiv_id"), exc)
+                unanswered.append(exc)
+        if unanswered:
+            raise unanswered[0]
+
+    async def _answer(self, payload: dict) -> None:
+        """Save the paper and say how it went, unless an earlier run of the task has
+        (memory/save_answers.py: claimed before it is posted, given back if it was not)."""
+        tenant, arxiv_id = payload["tenant"], payload["arxiv_id"]
+        poster = self.posters.get(payload.get("platform", ""))
+        marker = hashlib.blake2b(repr(sorted(payload.items())).encode(),
+                                 digest_size=12).hexdigest()  # fmt: skip
+        if poster is not None and await self.answers.answered(marker):
+            return  # said by an earlier run of this task
+        text = await self.answers.kept(marker) if poster is not None else None
+        saved = bool(text)
+        if not text:
             try:
                 text = await self.save(tenant, arxiv_id, payload.get("user", ""))
+                saved = True
             except Exception as exc:  # Redis, the embedder: nothing half-saved is shown
                 log.warning("a Save of %s failed: %r", arxiv_id, exc)
                 text = f"Could not save arXiv:{arxiv_id} right now; press Save again in a minute."
-            poster = self.posters.get(payload.get("platform", ""))
-            if poster is None:
-                continue
-            try:
-                marker = hashlib.blake2b(repr(sorted(payload.items())).encode(),
-                                         digest_size=12).hexdigest()  # fmt: skip
-                if await self.store.once(marker):
-                    await poster.answer(payload.get("reply") or {}, text)
-            except Exception:  # the paper is saved; a lost answer is not worth a retry
-                log.warning("could not answer a Save of %s", arxiv_id, exc_info=True)
+        if poster is None or not await self.answers.claim(marker):
+            return  # no platform here to say it, or another copy is saying it now
+        try:
+            await poster.answer(payload.get("reply") or {}, text)
+        except Exception:
+            # said as it happened ("Saved", not "already there") next time; a failed save
+            # is tried again
+            await self.answers.give_back(marker, text if saved else None)
+            raise
 
     async def save(self, tenant: str, arxiv_id: str, user: str = "") -> str:
         """The paper fetched and saved to the tenant's knowledge base; the answer to show."""

@@ -3,7 +3,8 @@ summaries and tool calls, one message, summary or tool log.
 
 A thread's audience is its first message's (a thread is one place, and every message of it is
 stored with that place's audience); a thread stored before messages kept their audience gets
-`legacy_audience`.
+`legacy_audience`. Its title is its first user message the reader may see (a later message of a
+place turned private is not shown to those who saw it public), else "(forgotten)".
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class ThreadReads(Reads):
             if not key:
                 continue
             count, head = next(replies), next(replies)
-            info = self._info(thread, int(count), head, score)
+            info = self._info(thread, int(count), head, score, audiences)
             if info is not None and sees(audiences, info.audience):
                 out.append(info)
         return out
@@ -128,33 +129,48 @@ class ThreadReads(Reads):
         info = self._info(thread, len(head), head, 0.0)
         return info.audience if info else None
 
-    async def thread_info(self, tenant: str, thread: str) -> ThreadInfo | None:
+    async def thread_info(
+        self, tenant: str, thread: str, audiences: Audiences = ()
+    ) -> ThreadInfo | None:
         """A thread as the overview lists it (title, audience, size), or None when it holds no
-        messages (or cannot exist)."""
+        messages (or cannot exist). Its title is taken from messages of the thread's own
+        audience or of `audiences` (by default, the thread's own only)."""
         try:
             key = messages_key(tenant, thread)
         except InvalidName:
             return None
-        return await self._read_info(tenant, thread, key)
+        return await self._read_info(tenant, thread, key, audiences)
 
-    async def _read_info(self, tenant: str, thread: str, key: str) -> ThreadInfo | None:
+    async def _read_info(
+        self, tenant: str, thread: str, key: str, audiences: Audiences
+    ) -> ThreadInfo | None:
         count, head, score = await asyncio.gather(
             self.redis.llen(key),
             self.redis.lrange(key, 0, HEAD - 1),
             self.redis.zscore(threads_key(tenant), thread),
         )
-        return self._info(thread, int(count), head, float(score or 0.0))
+        return self._info(thread, int(count), head, float(score or 0.0), audiences)
 
-    def _info(self, thread: str, count: int, head: list[Any], score: float) -> ThreadInfo | None:
+    def _info(
+        self, thread: str, count: int, head: list[Any], score: float, audiences: Audiences = ()
+    ) -> ThreadInfo | None:
+        """`audiences`: who reads the title (None: everything); a message of another audience
+        than the thread's own is its title only for a reader who may see it."""
         if not count or not head:
             return None
         messages = [MessageView.parse(raw, i, thread) for i, raw in enumerate(head)]
-        first = next((m for m in messages if m.role == "user" and not m.forgotten), None)
+        audience = messages[0].audience
+
+        def may_title(m: MessageView) -> bool:
+            shown = m.audience == audience or sees(audiences, m.audience)
+            return shown and m.role == "user" and not m.forgotten
+
+        first = next(filter(may_title, messages), None)
         title = " ".join(first.content.split()) if first else "(forgotten)"
         if len(title) > TITLE_CHARS:
             title = title[: TITLE_CHARS - 1].rstrip() + "…"
         return ThreadInfo(
-            id=thread, audience=messages[0].audience, channel=channel_of(thread),
+            id=thread, audience=audience, channel=channel_of(thread),
             last_active=score or messages[-1].timestamp, messages=count,
             title=title, started=messages[0].timestamp,
         )  # fmt: skip
@@ -168,7 +184,7 @@ class ThreadReads(Reads):
             key = messages_key(tenant, validate_thread(thread))
         except InvalidName:
             return None
-        info = await self._read_info(tenant, thread, key)
+        info = await self._read_info(tenant, thread, key, audiences)
         if info is None or not sees(audiences, info.audience):
             return None
         pages = max(1, math.ceil(info.messages / PAGE_SIZE))
