@@ -18,7 +18,6 @@ import discord
 
 from adapters.platform_ids import discord_source
 from memory.governance_places import DeletedPlace
-from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +105,8 @@ class DiscordChanges:
     ) -> bool:  # fmt: skip
         """Whether the bot may have stored a server message: it mentions the bot (before the
         edit, as cached, or after), it is in a thread the bot opened, or in one it answers in
-        (one EXISTS each; a mention that opened a thread joined the thread of the message's
-        id)."""
+        (one EXISTS for them all; a mention that opened a thread joined the thread of the
+        message's id)."""
         me = self.client.user
         if me is None:
             return False
@@ -116,10 +115,7 @@ class DiscordChanges:
         channel = message.channel
         if isinstance(channel, discord.Thread) and channel.owner_id == me.id:
             return True
-        for thread in places:
-            if await self.adapter.presence.joined(Scope(tenant, thread)):
-                return True
-        return False
+        return await self.handler.memory.governance.places.any_joined(tenant, places)
 
     async def handle_channel_deletion(self, channel: discord.abc.GuildChannel) -> None:
         """A server channel deleted: queue the erasure of its own conversation and of the

@@ -321,15 +321,10 @@ class SlackAdapter:
 
     async def _may_hold(self, team: str, event: dict, before: str, places: list[str]) -> bool:
         """Whether the bot may have stored a person's message (an edit's `before` text): in a
-        DM, a mention of it, or in a thread it answers in (one EXISTS each)."""
-        if slack_in_dm(event):
+        DM, a mention of it, or in a thread it answers in (one EXISTS for them all)."""
+        if slack_in_dm(event) or f"<@{self.bot_user_id}>" in before:
             return True
-        if f"<@{self.bot_user_id}>" in before:
-            return True
-        for thread in places:
-            if await self.presence.joined(Scope(team, thread)):
-                return True
-        return False
+        return await self.handler.memory.governance.places.any_joined(team, places)
 
     async def on_summarize_command(self, ack, command: dict) -> None:
         team, user = command["team_id"], command["user_id"]

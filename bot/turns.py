@@ -85,13 +85,14 @@ class TurnHandler:
         `source`: the platform's id of the message, stored with it (a deletion or edit there
         while the turn ran is caught up by `changed_meanwhile`, which the caller runs after).
         `rerun`: the job ran before (a crash): a question it stored and that was forgotten
-        since is not embedded or searched again, let alone answered."""
+        since is not embedded or searched again, let alone answered, nor (its text now a watch
+        command: an edit on the platform) does it make a watch."""
         text = clean_text(text)  # before anything encodes it (the model client, the embedder)
-        if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
-            return Reply(made)
         harness = self.agent.harness
         if rerun and turn_id and await harness.forgotten_question(scope, turn_id):
-            return Reply(FORGOTTEN_QUESTION)
+            return Reply(FORGOTTEN_QUESTION)  # a watch command too: it makes no watch
+        if self.watches is not None and (made := await self.watches.message(scope, text, turn_id)):
+            return Reply(made)
         try:
             result = await self.agent.run_turn(
                 scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id, source=source

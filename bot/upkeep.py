@@ -29,10 +29,10 @@ from memory.embeddings import background_embedding
 from memory.governance_places import DeletedPlace
 from memory.governance_purge import message_texts
 from memory.manager import MemoryManager
-from memory.scope import PUBLIC, Scope, Visibility, legacy_audience
-from memory.stores.conversation import Message
+from memory.scope import PUBLIC, Scope, legacy_audience, scope_of
+from memory.stores.conversation import Message, still_holds
 from memory.stores.episodic import Episode
-from memory.stores.turn_records import TurnRecord, TurnUsage
+from memory.stores.turn_records import TurnUsage
 from memory.stores.watches import Watch
 
 EPISODES = "episodes"  # task: index messages for episodic recall
@@ -175,33 +175,34 @@ class Upkeep:
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             messages = [Message(**m) for m in task["messages"]]
-            kept = await self.memory.conversation.still_stored(scope, messages)
+            # each message's place and the one before it (its previous_ts), in one read
+            seqs = [m.seq for m in messages] + [m.seq - 1 for m in messages if m.seq > 0]
+            stored = await self.memory.conversation.at(scope, seqs)
+            kept = [m for m in messages if still_holds(stored.get(m.seq), m)]
             asked.append((scope, messages, {m.id for m in kept}))
-            if not kept:
-                continue
-            before = await self.memory.conversation.timestamps(
-                scope, (m.seq - 1 for m in kept if m.seq > 0)
-            )
             episodes = [
-                replace(episode_of(m, scope.channel), previous_ts=before.get(m.seq - 1))
+                replace(episode_of(m, scope.channel), previous_ts=previous_ts(stored, m.seq))
                 for m in kept
             ]
-            by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
+            if episodes:
+                by_tenant.setdefault(scope.tenant, (scope, []))[1].extend(episodes)
         with background_embedding():
             for scope, episodes in by_tenant.values():
                 await self.memory.episodes.add(scope, episodes)  # embeds messages and parts
         for scope, messages, written in asked:  # a forget or edit ran meanwhile: before we wrote?
-            kept = {m.id for m in await self.memory.conversation.still_stored(scope, messages)}
-            gone = [m for m in messages if m.id not in kept]
+            now = await self.memory.conversation.at(scope, (m.seq for m in messages))
+            gone = [m for m in messages if not still_holds(now.get(m.seq), m)]
             if gone:
-                await self._take_out(scope, gone, written)
+                await self._take_out(scope, gone, written, now)
 
-    async def _take_out(self, scope: Scope, gone: list[Message], written: set[str]) -> None:
+    async def _take_out(
+        self, scope: Scope, gone: list[Message], written: set[str], now: dict[int, Message]
+    ) -> None:
         """Delete the episodic documents of messages forgotten meanwhile, and of those edited
         meanwhile whose old text this task wrote; queue these again with their text as stored
-        now (the delete may have taken the documents the edit's own indexing wrote in
-        between: memory/governance_edits.py). An edited message not written here is left."""
-        now = await self.memory.conversation.at(scope, (m.seq for m in gone))
+        now (`now`: the thread's messages at their places, read after the write; the delete
+        may have taken the documents the edit's own indexing wrote in between:
+        memory/governance_edits.py). An edited message not written here is left."""
         edited = {
             m.id: now[m.seq] for m in gone
             if m.seq in now and now[m.seq].id == m.id and not now[m.seq].forgotten
@@ -247,13 +248,10 @@ class Upkeep:
         return queued
 
 
-def scope_of(record: TurnRecord) -> Scope:
-    """The place and asker of an answered turn, as its record keeps them."""
-    kind, _, place = (record.audience or PUBLIC).partition(":")
-    visibility = Visibility.PUBLIC if kind == PUBLIC else Visibility(kind)
-    channel = place or record.channel
-    return Scope(record.tenant, record.thread, channel, visibility,
-                 record.asker, record.asker_name)  # fmt: skip
+def previous_ts(stored: dict[int, Message], seq: int) -> float | None:
+    """The time of the message before position `seq` (None for a thread's first)."""
+    before = stored.get(seq - 1) if seq > 0 else None
+    return None if before is None else before.timestamp
 
 
 def episode_of(message: Message, channel: str) -> Episode:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from bot.watch_places import Poster
 from bot.watch_texts import describe
@@ -48,9 +47,9 @@ class RemovalNotices:
     """The removal notices of one process, said through the posters its adapters attached."""
 
     def __init__(
-        self, redis: Any, posters: dict[str, Poster], stream: Callable[[str], TaskStream]
+        self, places: Places, posters: dict[str, Poster], stream: Callable[[str], TaskStream]
     ) -> None:
-        self.places = Places(redis)  # where a notice is marked said
+        self.places = places  # where a notice is marked said (the governance's)
         self.posters = posters  # shared with the service: `attach` adds to it
         self.stream = stream
 

@@ -94,7 +94,7 @@ class WatchService:
         self.scheduler = WatchScheduler(self.store, self.posters, self.stream, now)
         self.digests = DigestTasks(self.store, self.builder, self.posters, now)
         self.saves = SaveTasks(memory, self.store, arxiv, encoding, self.posters, self.stream)
-        self.removals = RemovalNotices(memory.redis, self.posters, self.stream)
+        self.removals = RemovalNotices(memory.governance.places, self.posters, self.stream)
         # what the adapters, the runtime and the terminal call, done by the part whose job it is
         self.create = self.commands.create
         self.command = self.commands.command

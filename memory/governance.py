@@ -40,7 +40,7 @@ from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
 from memory.governance_learned import Learned
 from memory.governance_places import DeletedPlace, Places
-from memory.governance_purge import DELETED_NOTE, DELETED_NOTE_SECONDS, Purge
+from memory.governance_purge import DELETED_NOTE, Purge, queue_deleted_note
 from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
 from memory.keys import deleted_message_key, forgetting_key, papers_key, threads_key
@@ -63,11 +63,11 @@ class Governance:
         self.redis = memory.redis
         self._locks = OwnedLocks(memory.redis)
         self._purge = Purge(memory)
-        self._threads = ThreadEraser(memory, self._purge)
+        self.places = Places(memory.redis)  # channels and threads deleted on the platform
+        self._threads = ThreadEraser(memory, self._purge, self.places)
         self._sweeps = Sweeps(memory, self._threads, self._purge)
         self.learned = Learned(memory, self._purge)  # what each question taught
         self.edits = Edits(memory, self._purge, self._threads, self._exclusive, self.learned)
-        self.places = Places(memory.redis)  # channels and threads deleted on the platform
 
     # -- one item at a time ---------------------------------------------------------------------
 
@@ -113,10 +113,8 @@ class Governance:
     async def note_deleted(self, tenant: str, source: str, ids: Iterable[str] = ()) -> None:
         """Note for a day that `source` was deleted on the platform (with the ids of the
         messages stored from it, when known): a queued turn for it is then not run."""
-        key = deleted_message_key(tenant, source)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.sadd(key, DELETED_NOTE, *ids)
-            pipe.expire(key, DELETED_NOTE_SECONDS)
+            queue_deleted_note(pipe, tenant, source, ids)
             await pipe.execute()
 
     async def _deleted_ids(self, tenant: str, lists: Threads, source: str) -> set[str]:
@@ -149,14 +147,23 @@ class Governance:
         again, it finds nothing left."""
         threads = await self.places.threads_of(place)
         sources = await self.places.note(place.tenant, threads)  # before a turn is looked for
-        if await self.places.untouched(place, threads):
+        # its watches, read once: here when nothing else is there, else once the threads went
+        watches: list[Watch] | None = None
+        if await self.places.holds_nothing(place, threads) and not (
+            watches := await self.places.watches_in(place, threads)
+        ):
             return Erasure()  # most Discord thread deletions, or done already: no lock taken
-        for source in sources:
-            await self.note_deleted(place.tenant, source)
+        if sources:  # one round trip (the tenant's slot)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for source in sources:
+                    queue_deleted_note(pipe, place.tenant, source)
+                await pipe.execute()
         erasure = await self._forget_threads(
             place.tenant, threads, lambda t: t in threads or place.holds(t)
         )
-        await self.places.clear(place, threads, removing)
+        if watches is None:  # before the records that find them go
+            watches = await self.places.watches_in(place, threads)
+        await self.places.clear(place, threads, watches, removing)
         return erasure
 
     async def _forget_threads(

@@ -15,7 +15,7 @@
   record's question takes the new text, the entity pieces its old text taught go and its
   workflow's QUERY line says the new text (memory/governance_learned.py). The caller indexes the returned messages with their
   new text; a queued indexing task still carrying the old text is skipped, or takes what it
-  wrote out again (`ConversationStore.still_stored` compares texts).
+  wrote out again (memory/stores/conversation.py `still_holds` compares texts).
 - Before a message's text is replaced, its old text is kept in the note until the caller is
   `done`: a run again after a crash half-way finds it and finishes the clean-up. The note's
   latest text stays its day (a turn that ends later queues the edit again while it is there),
@@ -115,7 +115,7 @@ class Edits:
     async def latest(self, tenant: str, source: str) -> tuple[str, float] | None:
         """The latest text of `source` and its edit time, when it was edited on the platform
         in the last day."""
-        return (await self.change(tenant, source)).latest
+        return _latest(*await self.redis.hmget(edited_message_key(tenant, source), [LATEST, AT]))
 
     async def change(self, tenant: str, source: str) -> Change:
         """Whether `source` was deleted on the platform in the last day, and its latest edit:
@@ -124,8 +124,7 @@ class Edits:
             pipe.exists(deleted_message_key(tenant, source))
             pipe.hmget(edited_message_key(tenant, source), [LATEST, AT])
             deleted, (text, at) = await pipe.execute()
-        latest = None if text is None else (decode(text) or "", float(decode(at) or 0))
-        return Change(bool(deleted), latest)
+        return Change(bool(deleted), _latest(text, at))
 
     async def follow(
         self, tenant: str, threads: Iterable[str], source: str, text: str, at: float
@@ -138,13 +137,16 @@ class Edits:
         text = clean_text(text)
         if not text.strip() or len(text) > MAX_MESSAGE_CHARS:
             return Followed()
-        if await self.redis.exists(deleted_message_key(tenant, source)):
-            return Followed()  # its erasure is queued, or done
         threads, read = list(threads), self.memory.conversation.raw_threads
         found = Threads(await read(tenant, threads)).from_source(source)
         if not found:
-            return Followed()  # most edits: a message the bot never stored (yet)
+            return Followed()  # most edits: a message the bot never stored (yet), or forgotten
         async with self._exclusive(tenant):
+            # Deleted on the platform? Asked under the lock: a deletion noted before it is seen
+            # here; one noted after waits for the lock (`Governance.forget_deleted`), and takes
+            # out what this writes.
+            if await self.redis.exists(deleted_message_key(tenant, source)):
+                return Followed()  # its erasure is queued
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
             stored = lists.from_source(source)
             if not _stale(stored, text, at) and not await self._old(tenant, source):
@@ -234,6 +236,11 @@ class Edits:
             pipe.hset(key, mapping=fields)
             pipe.expire(key, EDITED_NOTE_SECONDS)
             await pipe.execute()
+
+
+def _latest(text: bytes | str | None, at: bytes | str | None) -> tuple[str, float] | None:
+    """An edit note's latest text and edit time (None: no edit noted)."""
+    return None if text is None else (decode(text) or "", float(decode(at) or 0))
 
 
 def _old_field(message: Message) -> str:

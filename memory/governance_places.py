@@ -10,14 +10,14 @@ Slack's latest thread per person in the channel, Discord's record of the threads
   channel (`note_thread`); a deleted channel's are those and the channel's own conversation.
 - Turns there: a turn still queued cannot be answered (its post fails) and must store nothing.
   Before the threads go, each is noted as deleted for a day, and so is the message of each turn
-  queued or running there (`Governance.note_deleted`): a queued turn is then skipped
+  queued or running there (`queue_deleted_note`): a queued turn is then skipped
   (adapters/spine.py), and a running one, which may store its answer after the erasure, ends by
   queueing its message's erasure, which finds the thread noted and forgets it whole again
   (`Governance.forget_deleted`).
-- Nothing there (`untouched`): most Discord thread deletions are of threads the bot never took
-  part in (every one in a server arrives), so a few lookups settle them, without the tenant's
-  erasure lock or a scan of its PDFs. Run again (a redelivered event, a retried task), a
-  deletion finds nothing left, and so returns there too.
+- Nothing there (`holds_nothing`, and no watch there): most Discord thread deletions are of
+  threads the bot never took part in (every one in a server arrives), so a few lookups settle
+  them, without the tenant's erasure lock or a scan of its PDFs. Run again (a redelivered
+  event, a retried task), a deletion finds nothing left, and so returns there too.
 - A Discord thread forgotten whole any other way (Forget thread, a person's erasure, retention:
   `ThreadEraser.erase_unchanged`) leaves its channel's record (`unlist`): the thread id does not
   name its channel, so `note_thread` also maps each thread to its channel
@@ -25,10 +25,11 @@ Slack's latest thread per person in the channel, Discord's record of the threads
   or stored again since, stays listed; so does one its place's deletion is erasing (a run of it
   again after a crash must find it, and its watches). A thread recorded before the map existed,
   or mapped to no channel (a channel's own conversation), stays an id in its channel's record.
-- Watches removed with their place: `clear` finds them first and hands them to its caller's
-  `removing` (the bot queues a durable notice to each creator: bot/watch_removals.py), then
-  drops the place's records and the watches; run again after a crash in between, it finds and
-  hands them again (the notice is said once).
+- Watches removed with their place: they are found (`watches_in`, read once per deletion) before
+  the records that find them go, and `clear` hands them to its caller's `removing` (the bot
+  queues a durable notice to each creator: bot/watch_removals.py), then drops the place's
+  records and the watches; run again after a crash in between, the deletion finds and hands
+  them again (the notice is said once).
 """
 
 from __future__ import annotations
@@ -150,6 +151,12 @@ class Places:
             sent += 1
         return sum(int(r) for r in await pipe.execute()) if sent else 0
 
+    async def any_joined(self, tenant: str, threads: Iterable[str]) -> bool:
+        """Whether the bot takes part in any of `threads` (an edit's adapter asks where a
+        message may be stored): one EXISTS over their keys, all in the tenant's slot."""
+        keys = [joined_key(tenant, t) for t in threads]
+        return bool(keys) and bool(await self.redis.exists(*keys))
+
     async def threads_of(self, place: DeletedPlace) -> list[str]:
         """The place's threads in memory, or with turns queued (Slack), or recorded (Discord)."""
         tenant = place.tenant
@@ -163,11 +170,11 @@ class Places:
         ids = sorted({decode(c) for c in children} - {place.channel})
         return [place.own_thread, *(f"discord:{tenant}:{i}" for i in ids)]
 
-    async def untouched(self, place: DeletedPlace, threads: list[str]) -> bool:
-        """Nothing of the place in memory: none of `threads` (`threads_of`) listed, stored,
-        joined or with turns queued or running, no record of the place (Discord: its threads,
-        its entry in its channel's; Slack: the latest thread per person) and no watch posting
-        there. Then its deletion has nothing to do."""
+    async def holds_nothing(self, place: DeletedPlace, threads: list[str]) -> bool:
+        """Nothing of the place in memory but perhaps its watches (`watches_in`): none of
+        `threads` (`threads_of`) listed, stored, joined or with turns queued or running, and no
+        record of the place (Discord: its threads, its entry in its channel's; Slack: the
+        latest thread per person). One round trip."""
         tenant = place.tenant
         pipe = self.redis.pipeline(transaction=False)
         if threads:
@@ -182,9 +189,8 @@ class Places:
                 pipe.sismember(place_threads_key(tenant, place.parent), place.channel)
         replies = await pipe.execute()
         scores = replies[:2] if threads else []  # the two ZMSCOREs; then counts and flags
-        if any(s is not None for listed in scores for s in listed) or any(replies[len(scores) :]):
-            return False
-        return not await self._watches_in(place, threads)
+        listed = any(s is not None for each in scores for s in each)
+        return not listed and not any(replies[len(scores) :])
 
     async def note(self, tenant: str, threads: list[str]) -> list[str]:
         """Note each thread as deleted (a day), and return the messages (their sources) of the
@@ -218,16 +224,16 @@ class Places:
         return [t for t, found in zip(threads, await pipe.execute(), strict=True) if found]
 
     async def clear(
-        self, place: DeletedPlace, threads: list[str],
+        self, place: DeletedPlace, threads: list[str], doomed: list[Watch],
         removing: Callable[[list[Watch]], Awaitable[None]] | None = None,
     ) -> int:  # fmt: skip
         """What the place kept besides its threads: the bot's presence in threads that only had
         turns queued, Slack's latest thread per person, Discord's record of its threads (and
         its entry in its channel's, and their channels in the map), and the watches posting
-        there, handed to `removing` before they go. Returns the watches removed."""
+        there (`doomed`: `watches_in`, read before these records go), handed to `removing`
+        before they go. Returns the watches removed."""
         tenant = place.tenant
         store, removed = WatchStore(self.redis), 0
-        doomed = await self._watches_in(place, threads)  # before the records that find them go
         if doomed and removing is not None:
             await removing(doomed)  # first: a crash before they go hands them again
         keys = [joined_key(tenant, t) for t in threads]
@@ -264,7 +270,7 @@ class Places:
         else:
             await self.redis.delete(key)
 
-    async def _watches_in(self, place: DeletedPlace, threads: list[str]) -> list[Watch]:
+    async def watches_in(self, place: DeletedPlace, threads: list[str]) -> list[Watch]:
         """The watches posting to the place (Slack: its channel; Discord: it or its threads)."""
         if place.platform == "slack":
             channels = {place.channel}

@@ -45,6 +45,15 @@ def message_texts(message: Message) -> list[str]:
     return [message.content, episode.embedding_text, *episode.part_texts()]
 
 
+def queue_deleted_note(pipe: Any, tenant: str, source: str, ids: Iterable[str] = ()) -> None:
+    """Queue on `pipe` the note that the platform's message `source` was deleted, kept a day
+    (with the ids of the messages stored from it, when known): a turn for it still queued is
+    then not run, and a later edit of it keeps nothing. The one writer of that note."""
+    key = deleted_message_key(tenant, source)
+    pipe.sadd(key, DELETED_NOTE, *ids)
+    pipe.expire(key, DELETED_NOTE_SECONDS)
+
+
 def erasing_parts(ids: Iterable[str], said: dict[str, list[str]]) -> dict[str, int]:
     """What the erasing hash holds for each message: how many parts its texts (`said`, see
     `message_texts`) have; every possible one for a message whose text is gone already."""
@@ -106,8 +115,7 @@ class Purge:
             return
         async with self.redis.pipeline(transaction=True) as pipe:  # the tenant's slot
             for source in sources:  # noted first: an edit noted meanwhile sees it
-                pipe.sadd(deleted_message_key(tenant, source), DELETED_NOTE)
-                pipe.expire(deleted_message_key(tenant, source), DELETED_NOTE_SECONDS)
+                queue_deleted_note(pipe, tenant, source)
                 pipe.delete(edited_message_key(tenant, source))
             await pipe.execute()
 

@@ -128,11 +128,12 @@ class ThreadEraser:
     """Tombstones messages, deletes threads, and rewrites the summaries over what went. The
     caller holds the tenant's erasure lock (`Governance._exclusive`)."""
 
-    def __init__(self, memory: Any, purge: Purge) -> None:
+    def __init__(self, memory: Any, purge: Purge, places: Places | None = None) -> None:
         self.memory = memory
         self.redis = memory.redis
         self.purge = purge
-        self.places = Places(memory.redis)  # a Discord thread's channel's record of it
+        # a Discord thread's channel's record of it (the governance's own, when given)
+        self.places = places or Places(memory.redis)
         self._delete = memory.redis.register_script(_DELETE_UNCHANGED_SCRIPT)
 
     async def read(self, tenant: str, threads: list[str]) -> Threads:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory.keys import validate_tenant, validate_thread
+
+if TYPE_CHECKING:  # turn records are stored by scope: a runtime import would be circular
+    from memory.stores.turn_records import TurnRecord
 
 PUBLIC = "public"
 
@@ -78,6 +81,15 @@ class Scope:
     def local(cls, thread: str = "", tenant: str = "local", user: str = "local") -> Scope:
         """The terminal: one person, talking in the open of their own tenant."""
         return cls(tenant, thread, channel="terminal", user=user, user_name=user)
+
+
+def scope_of(record: TurnRecord) -> Scope:
+    """The place and asker of an answered turn, as its record keeps them."""
+    kind, _, place = (record.audience or PUBLIC).partition(":")
+    visibility = Visibility.PUBLIC if kind == PUBLIC else Visibility(kind)
+    channel = place or record.channel
+    return Scope(record.tenant, record.thread, channel, visibility,
+                 record.asker, record.asker_name)  # fmt: skip
 
 
 def legacy_audience(thread: str) -> str:

@@ -230,6 +230,31 @@ async def test_an_edit_run_again_after_failing_half_way_is_finished(slack):
     assert new in await found(memory, here, "okapi grant")
 
 
+async def test_an_edit_followed_after_its_message_was_deleted_changes_nothing(slack):
+    """The edit's task runs once the message was deleted on the platform, its erasure still
+    queued: the stored message keeps its text (the erasure takes it), no old text is noted."""
+    team, memory, here = await walrus_thread(slack)
+    source = slack_source("C1", ts(2))
+    await memory.governance.note_deleted(team, source)  # as the adapter does first
+    followed = await memory.governance.edits.follow(
+        team, [here.thread], source, "what about the okapi grant", time.time()
+    )
+    assert followed.messages == [] and followed.old_fields == []
+    assert (await texts(memory, here))[2] == "what about the zebra budget"
+    assert not await noted(memory, team, source)
+
+
+async def test_an_edit_is_taken_where_any_of_its_threads_is_joined(world, tenant):
+    """The adapters ask of all the threads an edited message may be stored in at once."""
+    memory = world.runtime.memory
+    places, threads = memory.governance.places, [f"discord:{tenant}:{i}" for i in (1, 2, 3)]
+    assert not await places.any_joined(tenant, [])
+    assert not await places.any_joined(tenant, threads)
+    await memory.presence.join(Scope(tenant, threads[2]))
+    assert await places.any_joined(tenant, threads)
+    assert not await places.any_joined(tenant, threads[:2])
+
+
 async def test_forgotten_and_deleted_messages_stay_forgotten_when_edited(slack):
     team, memory, here = await walrus_thread(slack)
     slack.world.model.script(text("Noted."))

@@ -49,19 +49,20 @@ MAX_MESSAGE_CHARS = 200_000
 # One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
 # in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
 # The message's position in its thread (`seq`, the JSON's last field) is filled in here.
-# With a third key (an idempotency key, see `appended_key`), a second append under it stores
-# nothing and returns -1 - the first one's seq.
+# With a third key (an idempotency key, see `appended_key`), the append records where it
+# stored what ("<seq> <message id>"), and a second append under it stores nothing and returns
+# that record. Returns {seq, ""} when stored, {-1, record} when appended before.
 _APPEND_SCRIPT = """
 if KEYS[3] then
   local prior = redis.call('GET', KEYS[3])
-  if prior then return -1 - tonumber(prior) end
+  if prior then return {-1, prior} end
 end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-if KEYS[3] then redis.call('SET', KEYS[3], seq, 'EX', ARGV[4]) end
-return seq
+if KEYS[3] then redis.call('SET', KEYS[3], seq .. ' ' .. ARGV[5], 'EX', ARGV[4]) end
+return {seq, ''}
 """
 ONCE_TTL_SECONDS = 7 * 24 * 3600
 
@@ -228,7 +229,8 @@ class ConversationStore:
         dates; otherwise it is now. With `once` (an idempotency key, e.g. a job id and role),
         a repeated append stores nothing and returns the message stored the first time (its
         id, its text as it is now) with `duplicate` set: a tombstone (`forgotten`) when it was
-        forgotten since, alone or with its whole thread."""
+        forgotten since, alone or with its whole thread (known by its id: another message
+        at its position, in a thread that grew again, is not it)."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -249,32 +251,37 @@ class ConversationStore:
         keys = [self.key(scope), threads_key(scope.tenant)]
         if once:
             keys.append(appended_key(scope.tenant, once))
-        seq = int(
-            await self._append(
-                keys=keys,
-                args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS],
-            )
+        seq, prior = await self._append(
+            keys=keys,
+            args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id],
         )
-        if seq >= 0:
-            message.seq = seq
+        if int(seq) >= 0:
+            message.seq = int(seq)
             return message
-        return await self._stored_at(scope, -1 - seq, message)  # appended before: a re-run
+        return await self._stored_at(scope, decode(prior), message)  # appended before: a re-run
 
     async def appended(self, scope: Scope, once: str, role: str = "user") -> Message | None:
         """The message an append with idempotency key `once` stored (a tombstone when it was
         forgotten since), or None when none was (or its key expired)."""
-        seq = await self.redis.get(appended_key(scope.tenant, once)) if once else None
-        if seq is None:
+        record = await self.redis.get(appended_key(scope.tenant, once)) if once else None
+        if record is None:
             return None
-        return await self._stored_at(scope, int(seq), Message(role=role, content=""))
+        return await self._stored_at(scope, decode(record), Message(role=role, content=""))
 
-    async def _stored_at(self, scope: Scope, seq: int, message: Message) -> Message:
-        """The message stored at `seq` (its id and its text as they are now), or a tombstone
-        of `message` when it is not there or is another role's: its thread was forgotten
-        whole since (and grew again)."""
+    async def _stored_at(self, scope: Scope, record: str, message: Message) -> Message:
+        """The message an append under an idempotency key stored (`record`: "<seq> <id>", or
+        "<seq>" when recorded before ids were) as it is now, or a tombstone of it when it is
+        not there: its thread was forgotten whole since (and may have grown again: another
+        message at its position is not it; an old record knows only the role)."""
+        position, _, first_id = record.partition(" ")
+        seq = int(position)
         stored = await self.redis.lindex(self.key(scope), seq)
         first = Message.from_json(stored) if stored is not None else None
-        found = first if first is not None and first.role == message.role else message.tombstone()
+        if first is not None and first.role == message.role and first.id == (first_id or first.id):
+            found = first
+        else:
+            found = message.tombstone()
+            found.id = first_id or found.id  # the forgotten message's own id, when known
         found.seq, found.duplicate = seq, True
         return found
 
@@ -309,26 +316,6 @@ class ConversationStore:
             await self._replace(keys=[messages_key(tenant, thread)], args=args, client=pipe)
         replies = await pipe.execute()
         return {t: [int(i) for i in r] for t, r in zip(threads, replies, strict=True) if r}
-
-    async def still_stored(self, scope: Scope, messages: list[Message]) -> list[Message]:
-        """Those of `messages` still in their place in the thread, not forgotten, and saying
-        what the copy says (a queued task's copy of a message may outlive it, or its text: an
-        edit on the platform, memory/governance_edits.py). A copy without text (an id and a
-        place only) is checked by those."""
-        key = self.key(scope)  # one tick: the reads go out as one pipeline (autopipeline)
-        raws = await asyncio.gather(*(self.redis.lindex(key, m.seq) for m in messages))
-        kept = []
-        for message, raw in zip(messages, raws, strict=True):
-            stored = Message.from_json(raw) if raw else None
-            if stored is None or stored.id != message.id or stored.forgotten:
-                continue
-            if not message.content or stored.content == message.content:
-                kept.append(message)
-        return kept
-
-    async def timestamps(self, scope: Scope, seqs: Iterable[int]) -> dict[int, float]:
-        """{seq: timestamp} of the thread's messages at these positions (those that exist)."""
-        return {seq: message.timestamp for seq, message in (await self.at(scope, seqs)).items()}
 
     async def at(self, scope: Scope, seqs: Iterable[int]) -> dict[int, Message]:
         """{seq: message} of the thread's messages at these positions (those that exist,
@@ -451,3 +438,13 @@ class ConversationStore:
             items=items,
             empty_note="(no recent messages in this thread)",
         )
+
+
+def still_holds(stored: Message | None, copy: Message) -> bool:
+    """Whether a queued task's copy of a message is still what its thread holds in its place
+    (`stored`, read with `ConversationStore.at`): the same message, not forgotten, saying what
+    the copy says (a copy may outlive the message, or its text: an edit on the platform,
+    memory/governance_edits.py). A copy without text (an id and a place) is checked by those."""
+    if stored is None or stored.id != copy.id or stored.forgotten:
+        return False
+    return not copy.content or stored.content == copy.content

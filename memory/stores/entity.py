@@ -4,8 +4,9 @@ One record per (tenant, audience, name): what a DM or a private channel taught s
 memory/scope.py). A new mention of a known name merges its description in, and its provenance:
 `threads` (where it was learned) and `authors` (whose turns taught it), comma-separated tag
 fields, so erasing a person finds what came from them. Records from before have neither.
-Each also keeps which question taught which piece of its description (memory/stores/
-entity_pieces.py), so forgetting a question takes out only what it taught. Its lines are
+Each also keeps which question taught which piece of its description, and who taught it where
+(memory/stores/entity_pieces.py), so forgetting a question takes out only what it taught, and
+the tags only it brought. Its lines are
 embedded uncached (`line_embedder`, the cache's inner embedder): each edit of a description
 makes a new line, and none of them may outlive the entity in the embedding cache.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,21 +25,31 @@ from memory.keys import ENTITY_INDEX, ENTITY_PREFIX
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode, vector_bytes
 from memory.stores.entity_pieces import (
+    COMPARED,
     ENTITY_CAS,
     MAX_DESCRIPTION,
     PIECES,
+    PROVENANCE,
+    TAGS,
     UNOWNED,
     Piece,
     Snapshot,
+    among,
     bounded,
     described,
     merge_descriptions,
     pieces_json,
+    provenance_json,
+    still_tagged,
+    taught_with,
 )
 
 __all__ = ["MAX_DESCRIPTION", "Entity", "EntityStore", "joined", "merge_descriptions"]
 RETRIES = 20  # compare-and-set rounds against a concurrent merge or removal of the same entity
-READ = ["name", "type", "description", PIECES, "threads", "authors"]
+READ = ["name", "type", "description", *COMPARED]
+# A compare-and-set round's plan: per key read, the fields to write (None: delete the entity)
+# and what to return once written; a key left out needs nothing.
+Plan = Callable[[dict[str, Snapshot]], Awaitable[dict[str, tuple[dict[str, Any] | None, Any]]]]
 
 
 @dataclass
@@ -130,14 +141,10 @@ class EntityStore(VectorStore):
             key = self.key(scope, name)
             first, pieces = taught.get(key, (entity, []))
             taught[key] = (first, [*pieces, (question, entity.description.strip())])
-        written: dict[str, Entity] = {}
-        for _ in range(RETRIES):
-            pending = [k for k in taught if k not in written]
-            if not pending:
-                break
-            snapshots = await self._snapshots(pending)
-            now, updates = time.time(), []
-            for key, snap in zip(pending, snapshots, strict=True):
+
+        async def plan(snapshots: dict[str, Snapshot]) -> dict[str, tuple[dict[str, Any], Entity]]:
+            now, updates = time.time(), {}
+            for key, snap in snapshots.items():
                 new, pieces = taught[key]
                 old = snap.pieces
                 kept = bounded(old + [p for p in pieces if p not in old])
@@ -146,53 +153,80 @@ class EntityStore(VectorStore):
                     snap.fields.get("type") or new.type.strip().lower() or "other",
                     described(kept),
                 )
-                fields = {
+                sources = taught_with(snap.provenance, question, authors, scope.thread)
+                updates[key] = ({
                     "tenant": scope.tenant, "name": entity.name, "type": entity.type,
                     "description": entity.description, "updated_at": now,
                     "audience": scope.audience, PIECES: pieces_json(kept),
+                    PROVENANCE: provenance_json(among(sources, kept)),
                     "threads": joined(snap.fields.get("threads"), [scope.thread]),
                     "authors": joined(snap.fields.get("authors"), authors),
-                }  # fmt: skip
-                updates.append((key, snap, entity, fields))
-            vectors = await self.line_embedder.embed([u[2].line() for u in updates])
+                }, entity)  # fmt: skip
+            vectors = await self.line_embedder.embed([e.line() for _, e in updates.values()])
             await self._index(scope.tenant)
-            for (key, snap, entity, fields), vector in zip(updates, vectors, strict=True):
-                if await self._swap(key, snap, {**fields, self.VECTOR_FIELD: vector}):
-                    written[key] = entity
-        if len(written) < len(taught):
-            raise RuntimeError("An entity kept changing while it was written; try again.")
+            for (fields, _), vector in zip(updates.values(), vectors, strict=True):
+                fields[self.VECTOR_FIELD] = vector
+            return updates
+
+        failed = "An entity kept changing while it was written; try again."
+        written = await self._compare_and_set(list(taught), plan, failed)
         return [written[k] for k in taught]
 
     async def unlearn(
         self, tenant: str, key: str, owned: Callable[[str], bool]
     ) -> tuple[str, str | None] | None:
-        """Take the pieces whose owner is `owned` (memory/stores/entity_pieces.py `taught_by`) out of the entity at `key`: its description is
-        rebuilt from the rest and embedded again, or the entity goes when none is left. Returns
-        (old line, new line, None when it went), or None when it taught it nothing (or it is
-        gone)."""
-        for _ in range(RETRIES):
-            [snap] = await self._snapshots([key])
-            if not snap.exists:
-                return None
+        """Take the pieces whose owner is `owned` (memory/stores/entity_pieces.py `taught_by`)
+        out of the entity at `key`: its description is rebuilt from the rest and embedded
+        again, and its authors and threads tags lose what only those pieces brought
+        (`still_tagged`); or the entity goes when none is left. Returns (old line, new line,
+        None when it went), or None when it taught it nothing (or it is gone)."""
+
+        async def plan(snapshots: dict[str, Snapshot]) -> dict[str, tuple[Any, Any]]:
+            snap = snapshots[key]
             old = snap.pieces
             kept = [p for p in old if not owned(p[0])]
-            if len(kept) == len(old):
-                return None
-            line = self._entity(snap).line()
-            if not kept:  # nothing left that another question (or no question) taught
-                if await self._swap(key, snap, None):
-                    return line, None
-                continue
+            if not snap.exists or len(kept) == len(old):
+                return {}
             was = self._entity(snap)
+            if not kept:  # nothing left that another question (or no question) taught
+                return {key: (None, (was.line(), None))}
             entity = Entity(was.name, was.type, described(kept))
             vector = (await self.line_embedder.embed([entity.line()]))[0]
+            gone, provenance = [p for p in old if owned(p[0])], snap.provenance
+            tags = {t: still_tagged(snap.tags(t), t, gone, kept, provenance) for t in TAGS}
             fields = {
                 "description": entity.description, PIECES: pieces_json(kept),
+                PROVENANCE: provenance_json(among(provenance, kept)),
+                **{t: ",".join(ids) for t, ids in tags.items()},
                 "updated_at": time.time(), self.VECTOR_FIELD: vector,
             }  # fmt: skip
-            if await self._swap(key, snap, fields):
-                return line, entity.line()
-        raise RuntimeError("An entity kept changing while a question was forgotten; try again.")
+            return {key: (fields, (was.line(), entity.line()))}
+
+        failed = "An entity kept changing while a question was forgotten; try again."
+        return (await self._compare_and_set([key], plan, failed)).get(key)
+
+    async def _compare_and_set(self, keys: list[str], plan: Plan, failed: str) -> dict[str, Any]:
+        """Rounds of compare-and-set writes: `plan` decides each key's write from the entity as
+        read; a key that changed meanwhile is read and planned again. What each written key's
+        plan returned (a key that needed nothing: absent). RuntimeError(`failed`) after
+        RETRIES rounds."""
+        done: dict[str, Any] = {}
+        pending = list(dict.fromkeys(keys))
+        for _ in range(RETRIES):
+            if not pending:
+                break
+            snapshots = dict(zip(pending, await self._snapshots(pending), strict=True))
+            planned = await plan(snapshots)
+            again = []
+            for key, (fields, result) in planned.items():
+                if await self._swap(key, snapshots[key], fields):
+                    done[key] = result
+                else:
+                    again.append(key)
+            pending = again
+        if pending:
+            raise RuntimeError(failed)
+        return done
 
     async def _snapshots(self, keys: list[str]) -> list[Snapshot]:
         pipe = self.redis.pipeline(transaction=False)
@@ -230,9 +264,12 @@ class EntityStore(VectorStore):
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
         when there is no such entity. The new description is a piece no question owns: a
         person wrote it, and forgetting a question no longer changes it."""
+        if not entity_id:
+            raise KeyError(entity_id)
         key = self.key_of(tenant, entity_id)
-        for _ in range(RETRIES):
-            [snap] = await self._snapshots([key]) if entity_id else [Snapshot({})]
+
+        async def plan(snapshots: dict[str, Snapshot]) -> dict[str, tuple[Any, Any]]:
+            snap = snapshots[key]
             if not snap.exists:
                 raise KeyError(entity_id)
             old = self._entity(snap)
@@ -240,11 +277,13 @@ class EntityStore(VectorStore):
             vector = (await self.line_embedder.embed([new.line()]))[0]
             fields = {
                 "description": new.description, "updated_at": time.time(),
-                PIECES: pieces_json([(UNOWNED, new.description)]), self.VECTOR_FIELD: vector,
+                PIECES: pieces_json([(UNOWNED, new.description)]), PROVENANCE: "{}",
+                self.VECTOR_FIELD: vector,
             }  # fmt: skip
-            if await self._swap(key, snap, fields):
-                return old.line(), new.line()
-        raise RuntimeError("The entity kept changing while it was edited; try again.")
+            return {key: (fields, (old.line(), new.line()))}
+
+        failed = "The entity kept changing while it was edited; try again."
+        return (await self._compare_and_set([key], plan, failed))[key]
 
     @staticmethod
     def segment(entities: list[Entity]) -> Segment:

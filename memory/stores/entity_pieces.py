@@ -8,10 +8,17 @@ A piece's owner is the question's id and a short hash of the text it was learned
 (`version_of`): a task learning from an edited question's old text takes out only its own
 version's pieces, an edit all but the new text's, a forget every version (`taught_by`).
 
+Each owner's provenance is kept beside the pieces (`provenance`: JSON {owner: {"authors": [..],
+"threads": [..]}}, a field of its own: the pieces stay [owner, text] pairs, as exports carry
+them), so a forget takes out the entity's `authors` and `threads` tags that only the forgotten
+pieces brought (`still_tagged`); a person's erasure then spares an entity nothing of theirs is
+left in. A piece no question owns, or one learned before provenance was kept, proves nothing:
+the tags stay as they were.
+
 The background's merge takes no erasure lock, so every write of an entity is a compare-and-set
-on its hash (`ENTITY_CAS`): it applies only if the entity exists (or not) and its pieces are as
-read; a merge and a removal that cross read again, and neither loses the other's piece. One
-key each: entity keys carry no hash tag (memory/keys.py).
+on its hash (`ENTITY_CAS`): it applies only if the entity exists (or not) and its pieces,
+provenance and tags are as read; a merge and a removal that cross read again, and neither loses
+the other's piece or tag. One key each: entity keys carry no hash tag (memory/keys.py).
 """
 
 from __future__ import annotations
@@ -26,20 +33,27 @@ from memory.stores.base import decode
 
 MAX_DESCRIPTION = 1000
 PIECES = "pieces"
+PROVENANCE = "provenance"
+TAGS = ("authors", "threads")  # the provenance tag fields a forget may narrow
 UNOWNED = ""  # the question id of a piece no question owns (a legacy or an edited description)
+COMPARED = (PIECES, PROVENANCE, *TAGS)  # what a compare-and-set checks is as read
 
 Piece = tuple[str, str]
+Provenance = dict[str, dict[str, list[str]]]  # owner -> {"authors": [...], "threads": [...]}
 
-# KEYS: the entity; ARGV: "1"/"0" (it has a name, as read), its pieces as read ("" when none),
-# "delete" or "write", then field, value pairs to write. 1 when applied, 0 when it changed.
+# KEYS: the entity; ARGV: "1"/"0" (it has a name, as read), the COMPARED fields as read ("" when
+# missing), "delete" or "write", then field, value pairs to write. 1 when applied, 0 when changed.
 ENTITY_CAS = """
 if tostring(redis.call('HEXISTS', KEYS[1], 'name')) ~= ARGV[1] then return 0 end
-local pieces = redis.call('HGET', KEYS[1], 'pieces') or ''
-if pieces ~= ARGV[2] then return 0 end
-if ARGV[3] == 'delete' then redis.call('DEL', KEYS[1]) return 1 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+local compared = {COMPARED}
+for i, field in ipairs(compared) do
+  if (redis.call('HGET', KEYS[1], field) or '') ~= ARGV[1 + i] then return 0 end
+end
+local at = #compared + 2
+if ARGV[at] == 'delete' then redis.call('DEL', KEYS[1]) return 1 end
+redis.call('HSET', KEYS[1], unpack(ARGV, at + 1))
 return 1
-"""
+""".replace("{COMPARED}", "{" + ", ".join(f"'{name}'" for name in COMPARED) + "}")
 
 
 def version_of(question_id: str, text: str | None) -> str:
@@ -113,10 +127,71 @@ class Snapshot:
         description = self.fields.get("description", "")
         return [(UNOWNED, description)] if description else []
 
+    @property
+    def provenance(self) -> Provenance:
+        """Who taught each owner's pieces, where; {} for a record from before it was kept (or
+        one that does not parse: it proves nothing)."""
+        try:
+            data = json.loads(self.fields.get(PROVENANCE) or "{}")
+        except ValueError:
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            str(owner): {tag: tag_ids(tags.get(tag) or []) for tag in TAGS}
+            for owner, tags in data.items()
+            if owner and isinstance(tags, dict)
+        }
+
+    def tags(self, tag: str) -> list[str]:
+        """The ids of a provenance tag field ("authors" or "threads"), as stored."""
+        return tag_ids((self.fields.get(tag) or "").split(","))
+
     def expect(self) -> list[str]:
         """The script's first arguments: the entity as read."""
-        return ["1" if self.exists else "0", self.raw_pieces]
+        return ["1" if self.exists else "0", *(self.fields.get(f, "") for f in COMPARED)]
 
 
 def pieces_json(pieces: list[Piece]) -> str:
     return json.dumps([list(p) for p in pieces], ensure_ascii=False)
+
+
+def tag_ids(ids: Any) -> list[str]:
+    """Ids as a tag field keeps them: no comma (its separator) or outer spaces, once each."""
+    cleaned = (str(i).replace(",", " ").strip() for i in ids) if isinstance(ids, list) else ()
+    return list(dict.fromkeys(i for i in cleaned if i))
+
+
+def taught_with(provenance: Provenance, owner: str, authors: list[str], thread: str) -> Provenance:
+    """`provenance` once `owner` (a question's version) taught a piece by `authors` in `thread`;
+    a piece no question owns adds nothing (it proves nothing)."""
+    if owner == UNOWNED:
+        return provenance
+    was = provenance.get(owner, {})
+    return {**provenance, owner: {
+        "authors": tag_ids([*was.get("authors", []), *authors]),
+        "threads": tag_ids([*was.get("threads", []), thread]),
+    }}  # fmt: skip
+
+
+def among(provenance: Provenance, pieces: list[Piece]) -> Provenance:
+    """The provenance of the owners still among `pieces` (one dropped or forgotten goes)."""
+    owners = {owner for owner, _ in pieces}
+    return {owner: tags for owner, tags in provenance.items() if owner in owners}
+
+
+def still_tagged(
+    tags: list[str], tag: str, gone: list[Piece], kept: list[Piece], provenance: Provenance
+) -> list[str]:
+    """The `tag` ids ("authors" or "threads") an entity keeps once the `gone` pieces are out:
+    an id goes only when a gone piece's owner brought it and every kept piece's owner is known
+    (none unowned or from before provenance) and none brought it. Anything else stays."""
+    if any(owner not in provenance for owner, _ in kept):
+        return tags  # a kept piece of unknown provenance may be anyone's
+    brought = {i for owner, _ in gone for i in provenance.get(owner, {}).get(tag, [])}
+    supported = {i for owner, _ in kept for i in provenance[owner].get(tag, [])}
+    return [i for i in tags if i not in brought or i in supported]
+
+
+def provenance_json(provenance: Provenance) -> str:
+    return json.dumps(provenance, ensure_ascii=False, sort_keys=True)
