@@ -4,7 +4,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 - An @-mention in a channel is answered in its thread (`thread_ts`, else the message's `ts`);
   later messages in a thread the bot answered need no mention; direct messages work.
 - Scope: tenant = the workspace (team id); thread `slack:<team>:<channel>:<thread_ts>`;
-  visibility from the channel (public channel, private channel, DM).
+  visibility from the channel (public channel, private channel, DM). Walled off the team's
+  public memory (and stored private to its place) when a guest or someone of another
+  organisation asks, or in a channel shared with another organisation (`slack_walls.py`).
 - Bolt ignores the bot's own events; a middleware drops other bots, edits, joins and empty
   messages. Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
 - A person's message deleted in Slack (`message_deleted`; a thread's parent becomes a
@@ -38,7 +40,6 @@ import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.access import Directory
@@ -56,6 +57,7 @@ from adapters.slack_delivery import (
 from adapters.slack_feedback import SlackFeedback
 from adapters.slack_files import SlackFiles
 from adapters.slack_home import BUTTON_ACTION, SlackHome
+from adapters.slack_walls import CACHE_SECONDS, SlackWalls, foreign
 from adapters.slack_watch import SlackWatches
 from adapters.spine import (
     NOT_TAKEN,
@@ -150,9 +152,11 @@ class SlackAdapter:
         api_url: str | None = None,
         links: Links | None = None,
         directory: Directory | None = None,
+        cache_seconds: float = CACHE_SECONDS,
     ) -> None:
         """`links`: the memory page's (for `/memory` and the Home tab); `directory`: who may
-        see what there (the Home tab's threads follow it)."""
+        see what there (the Home tab's threads follow it); `cache_seconds`: how long Slack's
+        answers about channels and people are kept (adapters/slack_walls.py)."""
         self.handler = handler
         self.presence = handler.memory.presence
         # one HTTP session for every Web API call (the client opens one per call without it)
@@ -169,12 +173,12 @@ class SlackAdapter:
         self.pipeline = Pipeline(SlackPlatform(self.client), handler)
         self.files = SlackFiles(self)  # PDFs shared where the bot takes part
         self.bot_user_id = ""
-        self._visibility: dict[tuple[str, str], Visibility] = {}
-        self._names: dict[tuple[str, str], str] = {}
+        self.walls = SlackWalls(self.client, cache_seconds)  # channels' and people's walls
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self.home = SlackHome(
-            handler.memory, self.client, links, directory, self._channel_visibility
-        )
+            handler.memory, self.client, links, directory, self._channel_visibility,
+            self._outsider,
+        )  # fmt: skip
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -421,62 +425,53 @@ class SlackAdapter:
     ) -> None:  # fmt: skip
         """Queue a summary; its answer goes to the thread, or (the bot is not in the channel)
         to the response_url of the command or shortcut."""
-        scope = await self._scope(team, {"channel": channel, "user": user}, thread_ts)
+        user_team = (payload.get("user") or {}).get("team_id")  # a shortcut's: Slack Connect
+        asked = {"channel": channel, "user": user, "user_team": user_team}
+        scope = await self._scope(team, asked, thread_ts)
         reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
         if payload.get("response_url"):
             reply["response_url"] = payload["response_url"]
         await self.pipeline.submit(Job("summarize", scope, reply=reply), notify=notify)
 
     async def _scope(self, team: str, event: dict, thread_ts: str) -> Scope:
-        channel, user = event["channel"], event.get("user", "")
-        return Scope(
-            tenant=team,
-            thread=thread_id(team, channel, thread_ts),
-            channel=channel,
-            visibility=await self._channel_visibility(team, channel, event.get("channel_type")),
-            user=user,
-            user_name=await self._user_name(team, user),
-        )
+        channel = event["channel"]
+        return await self._walled_scope(
+            team, channel, event.get("user", ""), event.get("channel_type"),
+            thread_id(team, channel, thread_ts), foreign(team, event),
+        )  # fmt: skip
 
     async def _command_scope(self, command: dict) -> Scope:
         """Where a slash command was used: its channel, for what that person may see there."""
         kind = {"directmessage": "im", "privategroup": "group"}.get(command.get("channel_name", ""))
         team, channel = command["team_id"], command["channel_id"]
+        return await self._walled_scope(
+            team, channel, command["user_id"], kind, outsider=foreign(team, command)
+        )
+
+    async def _walled_scope(
+        self, team: str, channel: str, user: str, kind: str | None, thread: str = "",
+        outsider: bool = False,
+    ) -> Scope:  # fmt: skip
+        """A person's scope in a channel, walled off the team's public memory when they are a
+        guest or of another organisation (`outsider`: the event says so), or the channel is
+        shared with one (adapters/slack_walls.py); a walled scope is never public itself."""
+        place, person = await asyncio.gather(
+            self.walls.place(team, channel, kind), self.walls.person(team, user)
+        )
+        walled = place.shared or person.outsider or outsider
         return Scope(
-            tenant=team, channel=channel, user=command["user_id"],
-            visibility=await self._channel_visibility(team, channel, kind),
+            tenant=team, thread=thread, channel=channel, visibility=place.visibility,
+            user=user, user_name=person.name, walled=walled,
         )  # fmt: skip
 
-    async def _channel_visibility(self, team: str, channel: str, kind: str | None) -> Visibility:
-        """Public, private or DM: from the event's channel_type, else asked of Slack once."""
-        if kind == "im" or channel.startswith("D"):
-            return Visibility.DM
-        if kind in ("group", "mpim"):
-            return Visibility.PRIVATE
-        if kind == "channel":
-            return Visibility.PUBLIC
-        if (team, channel) not in self._visibility:
-            try:
-                info = (await self.client.conversations_info(channel=channel)).get("channel") or {}
-            except (SlackApiError, aiohttp.ClientError):
-                return Visibility.PRIVATE  # unknown: fail closed (not cached, asked again)
-            private = info.get("is_private") or info.get("is_group") or info.get("is_mpim")
-            self._visibility[(team, channel)] = Visibility.PRIVATE if private else Visibility.PUBLIC
-        return self._visibility[(team, channel)]
+    async def _outsider(self, team: str, user: str) -> bool:
+        """A guest or someone of another organisation (users.info, cached)."""
+        return (await self.walls.person(team, user)).outsider
 
-    async def _user_name(self, team: str, user: str) -> str:
-        """A person's display name, asked of Slack once per process; their id if unknown."""
-        if not user:
-            return ""
-        if (team, user) not in self._names:
-            profile: dict[str, Any] = {}
-            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
-                found = (await self.client.users_info(user=user)).get("user") or {}
-                profile = {**found, **(found.get("profile") or {})}
-            self._names[(team, user)] = (
-                profile.get("display_name") or profile.get("real_name") or user
-            )
-        return self._names[(team, user)]
+    async def _channel_visibility(self, team: str, channel: str, kind: str | None) -> Visibility:
+        """Public, private or DM: from the event's channel_type and Slack's answer (cached for
+        a few minutes: a channel converted to private is followed)."""
+        return (await self.walls.place(team, channel, kind)).visibility
 
     async def wait_idle(self) -> None:
         await self.pipeline.wait_idle()

@@ -27,7 +27,7 @@ from adapters.memory_page.viewer import Viewer
 from adapters.slack_delivery import DM
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
-from memory.scope import Scope, Visibility
+from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.knowledge_base import is_shared_pdf
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ THREADS_LOOKED_AT = 500  # the tenant's most recently active threads whose chann
 SUMMARIES_SHOWN = 3
 SECTION_LIMIT = 3000  # characters of one section's text (Block Kit)
 VisibilityOf = Callable[[str, str, str | None], Awaitable[Visibility]]
+OutsiderOf = Callable[[str, str], Awaitable[bool]]  # (team, user): a guest, or of another org
+PAPERS_ELSEWHERE = "_The workspace's saved papers are listed on the memory page, for its members._"
 
 
 def esc(text: str) -> str:
@@ -76,13 +78,17 @@ class SlackHome:
 
     def __init__(
         self, memory: MemoryManager, client: AsyncWebClient, links: Links | None,
-        directory: Directory | None, visibility: VisibilityOf,
+        directory: Directory | None, visibility: VisibilityOf, outsider: OutsiderOf | None = None,
     ) -> None:  # fmt: skip
+        """`outsider`: whether a person is a guest or of another organisation, asked when the
+        directory cannot say (none, or Slack failed it); without either, everyone is a member
+        (the adapter always gives it)."""
         self.memory = memory
         self.client = client
         self.links = links
         self.directory = directory
         self.visibility = visibility
+        self.outsider = outsider
         self.team_url = ""  # https://<workspace>.slack.com/, from auth.test: thread permalinks
 
     def link_message(self, team: str, user: str) -> dict[str, Any]:
@@ -104,8 +110,9 @@ class SlackHome:
     async def view(self, team: str, user: str) -> dict[str, Any]:
         blocks = [_header("Your ArxivScout memory"), self._button(team, user), {"type": "divider"}]
         try:
-            blocks += await self._papers(team)
-            blocks += [{"type": "divider"}, *await self._threads(team, user)]
+            viewer, note = await self._viewer(team, user)
+            blocks += await self._papers(team, user, viewer)
+            blocks += [{"type": "divider"}, *await self._threads(team, user, viewer, note)]
         except Exception as exc:
             if not memory_unavailable(exc):
                 raise
@@ -128,13 +135,24 @@ class SlackHome:
             },
         )  # fmt: skip
 
-    async def _papers(self, team: str) -> list[dict[str, Any]]:
+    async def _papers(self, team: str, user: str, viewer: Viewer | None) -> list[dict[str, Any]]:
+        """The workspace's latest saved papers: its public memory, not for a guest or someone
+        of another organisation (as on the memory page)."""
+        if not await self._sees_public(team, user, viewer):
+            return [_header("Recently saved papers"), _section(PAPERS_ELSEWHERE)]
         papers = (await self.memory.knowledge_base.papers(Scope(team)))[-PAPERS_SHOWN:][::-1]
         lines = [f"• {_paper_line(p)} · saved {_date(p.get('ingested_at') or 0)}" for p in papers]
         text = "\n".join(lines) or "_No papers saved yet: ask me to find and save one._"
         return [_header("Recently saved papers"), _section(text)]
 
-    async def _threads(self, team: str, user: str) -> list[dict[str, Any]]:
+    async def _sees_public(self, team: str, user: str, viewer: Viewer | None) -> bool:
+        if viewer is not None:
+            return viewer.can_see(PUBLIC)
+        return self.outsider is None or not await self.outsider(team, user)
+
+    async def _threads(
+        self, team: str, user: str, viewer: Viewer | None, note: str
+    ) -> list[dict[str, Any]]:
         """The person's latest thread with the bot in each channel, most recent first."""
         prefix = f"slack:{team}:"
         recent = [
@@ -146,7 +164,6 @@ class SlackHome:
             self.memory.presence.last_thread(Scope(team, channel=c, user=user)) for c in channels
         ))  # fmt: skip
         mine = {f"{prefix}{c}:{r}": (c, r) for c, r in zip(channels, refs, strict=True) if r}
-        viewer, note = await self._viewer(team, user)
         shown: list[dict[str, Any]] = []
         for thread in (t for t in recent if t in mine):
             channel, ref = mine[thread]

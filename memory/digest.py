@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memory.ingest.arxiv_source import ArxivSource, Candidate
-from memory.scope import Scope
+from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.watches import DAY, Watch, WatchStore
 
@@ -126,7 +126,7 @@ class DigestBuilder:
         """Drop the known and the already posted, rank the rest, keep the best `top_n`."""
         digest = Digest(watch, since, until, found=len(candidates))
         unique = list({c.arxiv_id: c for c in candidates}.values())
-        saved = await self.kb.papers(Scope(watch.tenant))
+        saved = await self.kb.papers(reader(watch))
         in_kb = {p["arxiv_id"] for p in saved}
         posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
         fresh = [c for c in unique if c.arxiv_id not in in_kb and c.arxiv_id not in posted]
@@ -201,3 +201,14 @@ def digest_text(digest: Digest) -> str:
             f"   {paper.url or 'https://arxiv.org/abs/' + paper.arxiv_id}",
         ]
     return "\n".join(lines)
+
+
+def reader(watch: Watch) -> Scope:
+    """The watch's place as a reader of the saved papers its digest names. A public channel's
+    is the team's; any other place (a private channel, a DM, a channel shared with another
+    organisation: a watch does not tell them apart) reads the team's arXiv papers and its own
+    shared PDFs, never a PDF shared in a public channel (memory/stores/knowledge_base.py)."""
+    kind, _, place = watch.audience.partition(":")
+    if kind == PUBLIC or not place:
+        return Scope(watch.tenant)
+    return Scope(watch.tenant, channel=place, visibility=Visibility(kind), walled=True)

@@ -5,7 +5,10 @@ strings, so the privacy rules live here, once. A place is public (a channel the 
 read), private (a channel only its members can read) or a direct message (one person and the
 bot). What is said in a public place may be shown anywhere in the tenant; what is said in a
 private channel or a DM only where it was said. `audience` is the tag stored with each item and
-`can_see` the rule applied on every read.
+`can_see` the rule applied on every read. A `walled` scope (a guest, someone of another
+organisation, a channel shared with one) sees only its own place's memory; it is never public
+itself, so what is learned there stays there. Whoever asks in a thread may be shown all of that
+thread (`may_show`): they can read it where it was said.
 """
 
 from __future__ import annotations
@@ -38,12 +41,18 @@ class Scope:
     visibility: Visibility = Visibility.PUBLIC
     user: str = ""
     user_name: str = ""
+    # the team's public memory is not shown here: a guest or someone of another organisation
+    # is asking, or the channel is shared with another organisation (adapters/slack.py)
+    walled: bool = False
 
     def __post_init__(self) -> None:
         validate_tenant(self.tenant)
         if self.thread:
             validate_thread(self.thread)
-        object.__setattr__(self, "visibility", Visibility(self.visibility))
+        visibility = Visibility(self.visibility)
+        if self.walled and visibility is Visibility.PUBLIC:
+            visibility = Visibility.PRIVATE  # what is learned here stays here
+        object.__setattr__(self, "visibility", visibility)
 
     @property
     def audience(self) -> str:
@@ -54,13 +63,24 @@ class Scope:
 
     @property
     def audiences(self) -> tuple[str, ...]:
-        """Every audience whose memory may be shown here."""
+        """Every audience whose memory may be shown here (walled: this place's own only)."""
         own = self.audience
+        if self.walled:
+            return (own,)
         return (PUBLIC,) if own == PUBLIC else (PUBLIC, own)
 
     def can_see(self, audience: str | None) -> bool:
         """True when an item learned for `audience` may be shown in this place."""
         return (audience or PUBLIC) in self.audiences
+
+    def may_show(self, audience: str | None, thread: str) -> bool:
+        """`can_see`, and also whatever was said in the asker's own thread: whoever can ask in a
+        thread can read it (a guest asking in a public channel's thread; a member asking where
+        a guest's turn was summarized). Only a scope with its asker: the memory page's reader
+        (`memory/browse_reader.py`) names a thread it does not ask in."""
+        return self.can_see(audience) or (
+            bool(self.user) and bool(self.thread) and thread == self.thread
+        )
 
     def in_thread(self, thread: str) -> Scope:
         return replace(self, thread=thread)

@@ -85,7 +85,7 @@ class _Filter:
 
     def admits(self, c: _Candidate) -> bool:
         hidden = self.skip is not None and c.thread == self.skip[0] and c.seq >= self.skip[1]
-        return self.scope.can_see(c.audience) and not hidden
+        return self.scope.may_show(c.audience, c.thread) and not hidden
 
 
 @dataclass

@@ -47,8 +47,14 @@ def _filter(
     until: float | None = None,
     skip_from: tuple[str, int] | None = None,
 ) -> str:
-    """The query clause every read carries: what this place may see, and the caller's filters."""
-    parts = [_tags("audience", scope.audiences)]
+    """The query clause every read carries: what this place may see, and the caller's filters.
+    A walled scope also finds its own thread's messages, whatever their audience (`Scope.may_show`:
+    a guest asking in a public thread); anyone else's own thread holds only what they may see,
+    or a guest's turns there, which its summaries cover, so their clause stays narrow."""
+    seen = _tags("audience", scope.audiences)
+    if scope.walled and scope.thread:
+        seen = f"({seen} | {_tags('thread', [scope.thread])})"
+    parts = [seen]
     if thread:
         parts.append(_tags("thread", [thread]))
     if author:

@@ -225,7 +225,7 @@ class EpisodicSearch(VectorStore):
         return {
             e.id: e
             for e in found
-            if e.id in places and e.id not in gone and scope.can_see(e.audience)
+            if e.id in places and e.id not in gone and scope.may_show(e.audience, e.thread)
         }
 
 

@@ -42,6 +42,16 @@ def is_arxiv_id(text: str) -> bool:
     return bool(_ARXIV_ID.match(text.strip()))
 
 
+def may_read(scope: Scope, paper: dict[str, Any]) -> bool:
+    """Whether `scope` may read a paper: as it may see its audience, and a walled place (a
+    guest, another organisation: memory/scope.py) also the papers saved from arXiv, the team's
+    shared library of public texts; not a PDF shared in a public channel."""
+    audience = paper.get("audience") or PUBLIC
+    if scope.can_see(audience):
+        return True
+    return scope.walled and audience == PUBLIC and not is_shared_pdf(paper.get("arxiv_id", ""))
+
+
 def is_shared_pdf(paper_id: str) -> bool:
     """A PDF shared in chat (memory/ingest/shared_pdf.py), known as `pdf-…`: no arXiv paper,
     so no arxiv.org link or `arXiv:` label is to be made of it."""
@@ -134,15 +144,23 @@ class KnowledgeBase(VectorStore):
         """The paper's record, if it exists and `scope` may see it."""
         raw = await self.redis.hget(papers_key(scope.tenant), base_arxiv_id(arxiv_id))
         record = json.loads(raw) if raw else None
-        return record if record and scope.can_see(record.get("audience")) else None
+        return record if record and may_read(scope, record) else None
 
     async def papers(self, scope: Scope, everywhere: bool = False) -> list[dict[str, Any]]:
         """Those `scope` may see, oldest first; `everywhere`: the whole tenant's (its operator)."""
         rows = await self.redis.hgetall(papers_key(scope.tenant))
         papers = [json.loads(v) for v in rows.values()]
         if not everywhere:
-            papers = [p for p in papers if scope.can_see(p.get("audience"))]
+            papers = [p for p in papers if may_read(scope, p)]
         return sorted(papers, key=lambda p: p.get("ingested_at", 0))
+
+    def audience_filter(self, scope: Scope) -> FilterExpression:
+        """What `scope` may see (see `may_read`: a walled place also reads arXiv's papers)."""
+        seen = super().audience_filter(scope)
+        if not scope.walled:
+            return seen
+        pdfs = Tag("arxiv_id") % "pdf-*"
+        return seen | FilterExpression(f"(@audience:{{{PUBLIC}}} -{pdfs})")
 
     async def add_paper(
         self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray,

@@ -96,12 +96,14 @@ class ThreadRecordStore(Generic[R]):
         return sum(int(n) for n in replies[::2])
 
     async def get(self, scope: Scope, record_id: str) -> R:
-        """The record, if `scope` may see it; otherwise it is not found, whatever exists."""
+        """The record, if `scope` may see it (or it is of the asker's own thread: see
+        `Scope.may_show`); otherwise it is not found, whatever exists."""
         row = await self.redis.hgetall(self.key(scope.tenant, record_id.strip()))
         if not row:
             raise self.MISSING(record_id)
         record = self._decode(row)
-        if not scope.can_see(record.audience or legacy_audience(record.thread_id)):
+        audience = record.audience or legacy_audience(record.thread_id)
+        if not scope.may_show(audience, record.thread_id):
             raise self.MISSING(record_id)
         return record
 

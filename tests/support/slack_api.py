@@ -88,6 +88,8 @@ class MockSlackApi(ThreadedServer):
     owners: set[str] = field(default_factory=set)  # workspace owners (is_owner)
     deactivated: set[str] = field(default_factory=set)  # users.info deleted: true
     guests: set[str] = field(default_factory=set)  # users.info is_restricted (a guest)
+    strangers: set[str] = field(default_factory=set)  # users.info is_stranger (another org)
+    shared_channels: set[str] = field(default_factory=set)  # Slack Connect: is_ext_shared
     members: dict[str, set[str]] = field(default_factory=dict)  # channel -> its people
     mpims: set[str] = field(default_factory=set)  # group DMs among `members`' channels
     page_size: int = 100  # users.conversations answers at most this many per page
@@ -343,7 +345,8 @@ class MockSlackApi(ThreadedServer):
                                      "is_owner": user_id in self.owners,
                                      "is_primary_owner": False,
                                      "is_restricted": user_id in self.guests,
-                                     "is_ultra_restricted": False}}  # fmt: skip
+                                     "is_ultra_restricted": False,
+                                     "is_stranger": user_id in self.strangers}}  # fmt: skip
 
     def dm_channel(self, user_id: str) -> str:
         """The bot's DM channel with a person (what conversations.open gives)."""
@@ -448,6 +451,8 @@ class MockSlackApi(ThreadedServer):
         return {"ok": True, "channel": {"id": channel, "is_channel": not (im or group),
                                         "is_group": group, "is_im": im, "is_mpim": False,
                                         "is_private": private,
+                                        "is_shared": channel in self.shared_channels,
+                                        "is_ext_shared": channel in self.shared_channels,
                                         "is_member": channel not in self.not_joined}}  # fmt: skip
 
     async def _respond(self, request: web.Request) -> web.Response:
