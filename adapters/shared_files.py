@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from bot.background import MAX_RUN_MS, BackgroundWork
+from bot.background import MAX_RUN_MS, BackgroundWork, deliveries
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream
@@ -250,7 +250,10 @@ class SharedFiles:
             if await self.memory.governance.was_deleted(tenant, share):
                 log.info("share %s not read: its message was deleted", share)
                 return
-            last = await self.progress.attempt(tenant, share) >= MAX_DELIVERIES
+            # its own count of runs, or the stream's: a delivery that failed before counting
+            # (Redis away, the lock busy) still makes the fifth one the last
+            attempt = await self.progress.attempt(tenant, share)
+            last = max(attempt, deliveries()) >= MAX_DELIVERIES
             failed: Exception | None = None
             for index, file in enumerate(payload["files"]):
                 try:

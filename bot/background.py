@@ -25,10 +25,22 @@ import contextlib
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 
 from memory.tasks import Task, TaskStream
 
 log = logging.getLogger(__name__)
+
+_DELIVERIES: ContextVar[int] = ContextVar("deliveries", default=1)
+
+
+def deliveries() -> int:
+    """How many times the batch a handler is running was delivered (its least delivered task;
+    a task that used up its deliveries gets a last run alone): a handler that must say
+    something before its task is dead-lettered knows its last run by it, whatever happened to
+    the runs before (one that failed before the handler counted it)."""
+    return _DELIVERIES.get()
+
 
 Handler = Callable[[list[dict]], Awaitable[None]]
 
@@ -239,6 +251,7 @@ class BackgroundWork:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
                 self._started(tasks)
+                _DELIVERIES.set(min(t.deliveries for t in tasks))
                 await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
@@ -294,6 +307,7 @@ class BackgroundWork:
             for task in spent:
                 try:
                     self._started([task])  # a run of its own: max_run_ms afresh
+                    _DELIVERIES.set(task.deliveries)
                     await handler([task.payload])
                 except Exception as alone:
                     await self._give_up(task, alone)

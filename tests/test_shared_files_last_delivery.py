@@ -4,14 +4,16 @@ and the message's text is queued as a turn all the same (adapters/shared_files.p
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
 import pytest
 import redis.exceptions
 
-from adapters.shared_files import MAX_DELIVERIES, FetchError
+from adapters.shared_files import MAX_DELIVERIES, SHARED_FILES, FetchError
 from adapters.slack_files import SlackFileEnd
+from bot.background import BackgroundWork
 from memory.keys import busy_tenants_key, busy_threads_key, turn_queue_key
 from memory.scope import Scope, Visibility
 from tests.support.slack_api import MockSlackApi
@@ -118,4 +120,33 @@ async def test_on_the_last_delivery_any_failure_is_said_and_the_turn_queued(
     assert await queued_turns(memory, scope) == []  # not before the file is done
     await files.one(payload)  # the last delivery: said, and the question still asked
     assert WENT_WRONG in end.posts + [text for _, text in end.edits]
+    assert [payload["turn"]] == await queued_turns(memory, scope)
+
+
+async def test_the_streams_last_delivery_says_it_though_earlier_ones_never_ran(memory, tenant):
+    """Deliveries that failed before the share counted its runs (another copy held its lock)
+    still count: the fifth says the failure instead of being dead-lettered in silence."""
+    end = FailingEnd("describe", FetchError("Slack is busy (internal_error).", retryable=True))
+    files = stub_files(memory, end, stream_prefix=f"last-{time.time_ns()}")
+    scope = Scope(tenant, "t", channel="D1", visibility=Visibility.DM)
+    share = f"slack:D1:{time.time_ns()}"
+    payload = share_payload(scope, share, turn="is it there?")
+    assert await files.progress.lock(tenant, share, "another-copy", 60)
+    stream = files.stream("slack")
+    work = BackgroundWork(stream, {SHARED_FILES: files.run}, batch=1, claim_idle_ms=100,
+                          block_ms=50, max_deliveries=MAX_DELIVERIES)  # fmt: skip
+    work.start()
+    try:
+        task_id = await stream.add(SHARED_FILES, payload)
+        async with asyncio.timeout(60):
+            while await stream.deliveries(task_id) < MAX_DELIVERIES - 1:
+                await asyncio.sleep(0.05)  # each run found the lock held: ShareBusy
+            await files.progress.unlock(tenant, share, "another-copy")
+            while not end.posts and not end.edits:
+                await asyncio.sleep(0.05)
+            await work.drain()
+    finally:
+        await work.close()
+    said = end.posts + [text for _, text in end.edits]
+    assert any("Slack is busy (internal_error). I tried several times" in s for s in said)
     assert [payload["turn"]] == await queued_turns(memory, scope)
