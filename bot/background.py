@@ -31,7 +31,7 @@ from memory.tasks import Task, TaskStream
 
 log = logging.getLogger(__name__)
 
-_DELIVERIES: ContextVar[int] = ContextVar("deliveries", default=1)
+_DELIVERY: ContextVar[tuple[int, int]] = ContextVar("delivery", default=(1, 0))
 
 
 def deliveries() -> int:
@@ -39,7 +39,13 @@ def deliveries() -> int:
     a task that used up its deliveries gets a last run alone): a handler that must say
     something before its task is dead-lettered knows its last run by it, whatever happened to
     the runs before (one that failed before the handler counted it)."""
-    return _DELIVERIES.get()
+    return _DELIVERY.get()[0]
+
+
+def last_delivery() -> bool:
+    """Whether a failure of the running batch dead-letters it (no run comes after this one)."""
+    count, most = _DELIVERY.get()
+    return 0 < most <= count
 
 
 Handler = Callable[[list[dict]], Awaitable[None]]
@@ -251,7 +257,7 @@ class BackgroundWork:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
                 self._started(tasks)
-                _DELIVERIES.set(min(t.deliveries for t in tasks))
+                _DELIVERY.set((min(t.deliveries for t in tasks), self.max_deliveries))
                 await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
@@ -307,7 +313,7 @@ class BackgroundWork:
             for task in spent:
                 try:
                     self._started([task])  # a run of its own: max_run_ms afresh
-                    _DELIVERIES.set(task.deliveries)
+                    _DELIVERY.set((task.deliveries, self.max_deliveries))
                     await handler([task.payload])
                 except Exception as alone:
                     await self._give_up(task, alone)

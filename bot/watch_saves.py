@@ -5,7 +5,8 @@ digest stream; the task runs fetch_and_save, then its answer goes where the butt
 through the platform's `Poster`. A failed save is answered too (never retried: the person may
 press Save again), and a re-run of the batch does not answer twice. An answer that could not be
 posted fails the task, so it runs again (bot/background.py) and says the answer it worked out
-the first time: a person who saw "Saving…" hears back once the platform takes it.
+the first time: a person who saw "Saving…" hears back once the platform takes it (on the
+task's last delivery it is given up: the platform refuses it for good).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from bot.background import last_delivery
 from bot.watch_places import Poster
 from memory.embeddings import background_embedding
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
@@ -78,11 +80,9 @@ class SaveTasks:
         if poster is not None and await self.answers.answered(marker):
             return  # said by an earlier run of this task
         text = await self.answers.kept(marker) if poster is not None else None
-        saved = bool(text)
         if not text:
             try:
                 text = await self.save(tenant, arxiv_id, payload.get("user", ""))
-                saved = True
             except Exception as exc:  # Redis, the embedder: nothing half-saved is shown
                 log.warning("a Save of %s failed: %r", arxiv_id, exc)
                 text = f"Could not save arXiv:{arxiv_id} right now; press Save again in a minute."
@@ -91,9 +91,10 @@ class SaveTasks:
         try:
             await poster.answer(payload.get("reply") or {}, text)
         except Exception:
-            # said as it happened ("Saved", not "already there") next time; a failed save
-            # is tried again
-            await self.answers.give_back(marker, text if saved else None)
+            if last_delivery():  # refused for good (an expired interaction, a removed channel)
+                log.warning("a Save answer of %s could not be posted; given up", arxiv_id)
+                return
+            await self.answers.give_back(marker, text)  # said as it was next time: "Saved"
             raise
 
     async def save(self, tenant: str, arxiv_id: str, user: str = "") -> str:

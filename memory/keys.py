@@ -205,6 +205,12 @@ def watch_answered_key(digest: str) -> str:
     return f"{ROOT}:watch-answered:{digest}"
 
 
+def watch_answer_pending_key(digest: str) -> str:
+    """A Save answer the platform did not take, kept for the task's next run; braced around
+    its claim's key (`watch_answered_key`), so both hash to one slot and change together."""
+    return f"{{{watch_answered_key(digest)}}}:pending"
+
+
 def arxiv_slot_key() -> str:
     """Held (SET NX PX) for arXiv's 3 s between requests, by one process at a time
     (memory/ingest/arxiv_pace.py)."""

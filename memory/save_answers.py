@@ -2,7 +2,7 @@
 task's next run when the platform did not take it.
 
 An answer is claimed before it is posted (two copies of a task never both say it), for a day
-as `WatchStore.once` does, under the same key. A post that failed gives the claim back, keeping
+as an answer has been since Save buttons were added, under the same key. A post that failed gives the claim back, keeping
 the answer's text for the next run, so it says what happened the first time ("Saved", where a
 second save would find the paper already there).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from memory.keys import watch_answered_key
+from memory.keys import watch_answer_pending_key, watch_answered_key
 from memory.stores.base import decode
 
 DAY = 86_400  # how long an answer is remembered
@@ -31,16 +31,11 @@ class SaveAnswers:
 
     async def kept(self, marker: str) -> str | None:
         """The text a run worked out and could not post, if any."""
-        return decode(await self.redis.get(_pending_key(marker)))
+        return decode(await self.redis.get(watch_answer_pending_key(marker)))
 
-    async def give_back(self, marker: str, text: str | None) -> None:
-        """Not posted: the next run says it (`text`, when it is to be said as it is)."""
+    async def give_back(self, marker: str, text: str) -> None:
+        """Not posted: the next run says `text` as it is."""
         async with self.redis.pipeline(transaction=True) as pipe:
-            if text:
-                pipe.set(_pending_key(marker), text, ex=DAY)
+            pipe.set(watch_answer_pending_key(marker), text, ex=DAY)
             pipe.delete(watch_answered_key(marker))
             await pipe.execute()
-
-
-def _pending_key(marker: str) -> str:
-    return watch_answered_key(f"{marker}:pending")

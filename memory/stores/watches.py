@@ -29,7 +29,6 @@ from typing import Any
 from memory.keys import (
     digest_key,
     digest_lock_key,
-    watch_answered_key,
     watch_key,
     watch_posted_key,
     watches_due_key,
@@ -406,11 +405,6 @@ class WatchStore:
         refused it), "folded" (a later period covers it), "retry" (arXiv did not answer)."""
         key = digest_key(tenant, watch_id, due)
         await self.redis.hset(key, mapping={"state": state, "error": why[:500]})
-
-    async def once(self, marker: str) -> bool:
-        """True the first time `marker` is seen (for a day): an answer is sent once."""
-        key = watch_answered_key(marker)
-        return bool(await self.redis.set(key, "1", nx=True, ex=DAY))
 
     async def finish(
         self, watch: Watch, due: str, until: float, now: float, ref: str = "",
