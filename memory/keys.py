@@ -145,6 +145,12 @@ def appended_key(tenant: str, once: str) -> str:
     return tenant_key(tenant, "appended", once)
 
 
+def appended_id_key(tenant: str, once: str) -> str:
+    """The id of that message (beside its position, which stays a bare number for processes
+    of the version before ids were kept); in the tenant's slot, like the position."""
+    return tenant_key(tenant, "appended-id", once)
+
+
 def busy_threads_key(tenant: str) -> str:
     """Sorted set of a tenant's threads with queued or running jobs, scored by when they were
     last pushed to; every process scans it for threads whose lease lapsed."""

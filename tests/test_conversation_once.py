@@ -33,6 +33,8 @@ async def test_a_re_run_finds_its_message_by_id_while_it_is_stored(memory, tenan
     assert again.duplicate and not again.forgotten
     assert (again.id, again.content, again.seq) == (first.id, "what is MemGPT?", first.seq)
     assert len(await conversation.all(scope)) == 1
+    # the position stays a bare number: a process of the version before reads it as it did
+    assert int(await memory.redis.get(appended_key(tenant, "job-2:q"))) == first.seq
 
 
 async def test_a_record_from_before_ids_is_read_by_position(memory, tenant):

@@ -28,6 +28,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from memory.keys import (
+    appended_id_key,
     appended_key,
     messages_key,
     summarized_count_key,
@@ -49,19 +50,23 @@ MAX_MESSAGE_CHARS = 200_000
 # One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
 # in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
 # The message's position in its thread (`seq`, the JSON's last field) is filled in here.
-# With a third key (an idempotency key, see `appended_key`), the append records where it
-# stored what ("<seq> <message id>"), and a second append under it stores nothing and returns
-# that record. Returns {seq, ""} when stored, {-1, record} when appended before.
+# With third and fourth keys (an idempotency key, see `appended_key`, and `appended_id_key`),
+# the append records where it stored which message (its position stays a bare number, as the
+# version before reads it), and a second append under it stores nothing and returns that
+# record. Returns {seq, ""} when stored, {-1, "<seq> <id>"} when appended before.
 _APPEND_SCRIPT = """
 if KEYS[3] then
   local prior = redis.call('GET', KEYS[3])
-  if prior then return {-1, prior} end
+  if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[4]) or '')} end
 end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-if KEYS[3] then redis.call('SET', KEYS[3], seq .. ' ' .. ARGV[5], 'EX', ARGV[4]) end
+if KEYS[3] then
+  redis.call('SET', KEYS[3], seq, 'EX', ARGV[4])
+  redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[4])
+end
 return {seq, ''}
 """
 ONCE_TTL_SECONDS = 7 * 24 * 3600
@@ -250,7 +255,7 @@ class ConversationStore:
             message.timestamp = float(timestamp)
         keys = [self.key(scope), threads_key(scope.tenant)]
         if once:
-            keys.append(appended_key(scope.tenant, once))
+            keys += [appended_key(scope.tenant, once), appended_id_key(scope.tenant, once)]
         seq, prior = await self._append(
             keys=keys,
             args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id],
@@ -263,14 +268,19 @@ class ConversationStore:
     async def appended(self, scope: Scope, once: str, role: str = "user") -> Message | None:
         """The message an append with idempotency key `once` stored (a tombstone when it was
         forgotten since), or None when none was (or its key expired)."""
-        record = await self.redis.get(appended_key(scope.tenant, once)) if once else None
-        if record is None:
+        if not once:
             return None
-        return await self._stored_at(scope, decode(record), Message(role=role, content=""))
+        seq, first_id = await self.redis.mget(
+            appended_key(scope.tenant, once), appended_id_key(scope.tenant, once)
+        )
+        if seq is None:
+            return None
+        record = f"{decode(seq)} {decode(first_id) or ''}"
+        return await self._stored_at(scope, record, Message(role=role, content=""))
 
     async def _stored_at(self, scope: Scope, record: str, message: Message) -> Message:
-        """The message an append under an idempotency key stored (`record`: "<seq> <id>", or
-        "<seq>" when recorded before ids were) as it is now, or a tombstone of it when it is
+        """The message an append under an idempotency key stored (`record`: "<seq> <id>", the
+        id empty when recorded before ids were) as it is now, or a tombstone of it when it is
         not there: its thread was forgotten whole since (and may have grown again: another
         message at its position is not it; an old record knows only the role)."""
         position, _, first_id = record.partition(" ")
