@@ -147,10 +147,8 @@ class Governance:
         again, it finds nothing left."""
         threads = await self.places.threads_of(place)
         sources = await self.places.note(place.tenant, threads)  # before a turn is looked for
-        # its watches, read once: here when nothing else is there, else once the threads went
-        watches: list[Watch] | None = None
         if await self.places.holds_nothing(place, threads) and not (
-            watches := await self.places.watches_in(place, threads)
+            await self.places.watches_in(place, threads)
         ):
             return Erasure()  # most Discord thread deletions, or done already: no lock taken
         if sources:  # one round trip (the tenant's slot)
@@ -161,8 +159,8 @@ class Governance:
         erasure = await self._forget_threads(
             place.tenant, threads, lambda t: t in threads or place.holds(t)
         )
-        if watches is None:  # before the records that find them go
-            watches = await self.places.watches_in(place, threads)
+        # read once the threads went (a watch made meanwhile goes too), before the records go
+        watches = await self.places.watches_in(place, threads)
         await self.places.clear(place, threads, watches, removing)
         return erasure
 
