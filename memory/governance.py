@@ -103,6 +103,8 @@ class Governance:
         if not await self._deleted_ids(tenant, Threads(await read(tenant, threads)), source):
             return erasure  # most deletions: a message the bot never stored (no lock taken)
         async with self._exclusive(tenant):
+            # again: an edit that held the lock may have noted its old text since
+            await self.edits.forget(tenant, source)
             lists = Threads(await read(tenant, threads))  # as they are now, under the lock
             if ids := await self._deleted_ids(tenant, lists, source):
                 erasure += await self.learned.forget(tenant, ids)  # first, as forget_message
