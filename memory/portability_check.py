@@ -18,7 +18,7 @@ from typing import Any
 from memory.keys import InvalidName, validate_thread
 from memory.retention import InvalidRetention, check_days
 from memory.stores.conversation import ConversationStore
-from memory.stores.entity_pieces import PIECES
+from memory.stores.entity_pieces import PIECES, PROVENANCE, TAGS
 from memory.stores.watches import MIN_PERIOD
 
 HEADER = "arxivscout-export"
@@ -67,6 +67,21 @@ def _pieces(value: str) -> bool:
     return isinstance(pieces, list) and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pieces
     )
+
+
+def _provenance(value: str) -> bool:
+    """An entity's `provenance`: {question id: {"authors": [id, ...], "threads": [id, ...]}}.
+    A tag left out of an owner's would let a forget drop a tag another piece still holds."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and all(
+        isinstance(owner, str) and owner and isinstance(tags, dict)
+        and all(isinstance(tags.get(t), list) and all(isinstance(i, str) for i in tags[t])
+                for t in TAGS)
+        for owner, tags in data.items()
+    )  # fmt: skip
 
 
 def _id(value: Any, what: str) -> str:
@@ -213,6 +228,10 @@ class Check:
         pieces = record["fields"].get(PIECES)
         if pieces is not None:
             _need(_pieces(pieces), "its pieces must be a JSON list of [question id, text] pairs.")
+        provenance = record["fields"].get(PROVENANCE)
+        if provenance is not None:
+            _need(_provenance(provenance), "its provenance must be a JSON object of question id: "
+                  '{"authors": [ids], "threads": [ids]}.')  # fmt: skip
 
     def _workflow(self, record: dict) -> None:
         self._vector_record("workflow", record)

@@ -232,13 +232,17 @@ def _broken(records: list[dict], how: str) -> tuple[list[dict], int]:
         entity = next(i for i, r in enumerate(records) if r["kind"] == "entity")
         records[entity]["fields"]["pieces"] = '[["q1", 3]]'
         return records, entity + 1
+    if how == "bad provenance":  # an owner without its authors
+        entity = next(i for i, r in enumerate(records) if r["kind"] == "entity")
+        records[entity]["fields"]["provenance"] = '{"q1#ab": {"threads": ["t1"]}}'
+        return records, entity + 1
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize(
     "how",
     ["unknown kind", "message before its thread", "short vector", "no header", "newer version",
-     "thread twice", "bad retention", "bad pieces"],
+     "thread twice", "bad retention", "bad pieces", "bad provenance"],
 )  # fmt: skip
 async def test_a_malformed_line_is_named_and_nothing_is_written(memory, tenant, other, how):
     await populate(memory, tenant)
