@@ -7,8 +7,9 @@ bot). What is said in a public place may be shown anywhere in the tenant; what i
 private channel or a DM only where it was said. `audience` is the tag stored with each item and
 `can_see` the rule applied on every read. A `walled` scope (a guest, someone of another
 organisation, a channel shared with one) sees only its own place's memory; it is never public
-itself, so what is learned there stays there. Whoever asks in a thread may be shown all of that
-thread (`may_show`): they can read it where it was said.
+itself, so what is learned there stays there, stored as the channel's private memory: whoever
+asks in that channel, walled or not, sees it (`audiences`). Whoever asks in a thread may be
+shown all of that thread (`may_show`): they can read it where it was said.
 """
 
 from __future__ import annotations
@@ -63,11 +64,17 @@ class Scope:
 
     @property
     def audiences(self) -> tuple[str, ...]:
-        """Every audience whose memory may be shown here (walled: this place's own only)."""
+        """Every audience whose memory may be shown here (walled: this place's own only). In a
+        public channel also what walled people said there (`private:<channel>`): whoever asks
+        there can read the channel."""
         own = self.audience
         if self.walled:
             return (own,)
-        return (PUBLIC,) if own == PUBLIC else (PUBLIC, own)
+        if own != PUBLIC:
+            return (PUBLIC, own)
+        if self.channel:
+            return (PUBLIC, f"{Visibility.PRIVATE.value}:{self.channel}")
+        return (PUBLIC,)
 
     def can_see(self, audience: str | None) -> bool:
         """True when an item learned for `audience` may be shown in this place."""

@@ -407,17 +407,18 @@ async def test_slack_viewer_private_channels_group_dms_and_their_own_dm(slack_ap
     api.not_joined.add("C7")  # private, but the bot is not there: no memory of it either
     api.page_size = 1  # every channel on a page of its own
     viewer = await slack_directory(api).viewer("T1", "U1", "slack")
-    # the audiences the Slack adapter stores (Scope.audience) for those places
-    expected = {PUBLIC, "private:C9", "private:G5", "dm:DU1"}
+    # the audiences the Slack adapter stores (Scope.audience) for those places; public C1's
+    # private memory is what walled people said there (memory/scope.py: Scope.audiences)
+    expected = {PUBLIC, "private:C9", "private:G5", "dm:DU1", "private:C1"}
     assert viewer.audiences == expected and not viewer.admin and viewer.name == "Ada"
     assert expected == {PUBLIC} | {
         Scope("T1", channel=c, visibility=v).audience
         for c, v in (("C9", Visibility.PRIVATE), ("G5", Visibility.PRIVATE), ("DU1", Visibility.DM))
-    }
+    } | set(Scope("T1", channel="C1").audiences)  # public C1: and what walled people said there
     assert viewer.can_see("private:C9") and not viewer.can_see("private:C8")
     assert not viewer.can_see("dm:DU2")
     pages = api.of("users.conversations")
-    assert len(pages) >= 3 and pages[0]["types"] == "private_channel,mpim,im"
+    assert len(pages) >= 3 and pages[0]["types"] == "public_channel,private_channel,mpim,im"
     assert api.of("conversations.open")[-1]["users"] == "U1"
 
 

@@ -5,7 +5,10 @@ memory's audience (`memory.scope.Scope.audience`):
 
 - Slack: admins, owners and the primary owner of the workspace (users.info) manage the whole
   tenant. Everyone sees public-channel memory, the private channels and group DMs they share
-  with the bot (users.conversations) and their own DM with the bot (conversations.open).
+  with the bot (users.conversations) and their own DM with the bot (conversations.open), and
+  in the public channels they are in what guests and other organisations' people said there
+  (stored as the channel's private memory). Guests and other organisations' people see their
+  own places only.
 - Discord: members with Manage Server or Administrator manage the whole server. Everyone sees
   what was said in channels @everyone can view, in the channels hidden from @everyone that
   they can view and those channels' threads, and in the private threads they are in (or may
@@ -44,6 +47,7 @@ ARCHIVED_THREADS = 100  # per Discord channel and kind, the most recently archiv
 ASK_TIMEOUT_SECONDS = 20.0
 RATE_LIMIT_WAIT = 30.0  # Discord's rate limits waited out, in seconds (discord.py's least)
 PRIVATE_JOINED = {"private": True, "joined": True}
+SLACK_PLACES = "public_channel,private_channel,mpim,im"  # users.conversations: all of them
 TOKEN_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 
 
@@ -125,13 +129,15 @@ class SlackDirectory:
         cursor = None
         while True:
             page = await self.client.users_conversations(
-                user=user, types="private_channel,mpim,im", limit=SLACK_PAGE, cursor=cursor
+                user=user, types=SLACK_PLACES, limit=SLACK_PAGE, cursor=cursor
             )
             for channel in page.get("channels") or []:
                 if channel.get("is_im") or channel["id"].startswith("D"):
                     if channel.get("user", user) == user:  # an IM with someone else: not theirs
                         places.add(_place(tenant, channel["id"], Visibility.DM))
-                else:  # a private channel or a group DM (the Slack adapter's rule)
+                else:  # a private channel or a group DM (the Slack adapter's rule), or a
+                    # public channel: what walled people said there is stored as its private
+                    # memory (memory/scope.py), and whoever is in the channel can read it
                     places.add(_place(tenant, channel["id"], Visibility.PRIVATE))
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:

@@ -42,14 +42,27 @@ def is_arxiv_id(text: str) -> bool:
     return bool(_ARXIV_ID.match(text.strip()))
 
 
+# How every paper id that is not arXiv's begins: a PDF shared in chat (`pdf-`,
+# memory/ingest/shared_pdf.py), a PDF the operator ingests from a local file (`local-`,
+# memory/ingest/pipeline.py). A walled place reads only arXiv's papers (`may_read`), and its
+# search filter can only exclude prefixes (`KnowledgeBase.audience_filter`): a new kind of id
+# must be added here, or a walled place finds its passages.
+NOT_ARXIV_PREFIXES = ("pdf-", "local-")
+
+
+def is_from_arxiv(paper_id: str) -> bool:
+    """A real arXiv paper's id (a public text), none of the kinds we make ourselves."""
+    return is_arxiv_id(paper_id) and not paper_id.startswith(NOT_ARXIV_PREFIXES)
+
+
 def may_read(scope: Scope, paper: dict[str, Any]) -> bool:
     """Whether `scope` may read a paper: as it may see its audience, and a walled place (a
     guest, another organisation: memory/scope.py) also the papers saved from arXiv, the team's
-    shared library of public texts; not a PDF shared in a public channel."""
+    shared library of public texts; not a PDF shared in chat or ingested from a local file."""
     audience = paper.get("audience") or PUBLIC
     if scope.can_see(audience):
         return True
-    return scope.walled and audience == PUBLIC and not is_shared_pdf(paper.get("arxiv_id", ""))
+    return scope.walled and audience == PUBLIC and is_from_arxiv(paper.get("arxiv_id", ""))
 
 
 def is_shared_pdf(paper_id: str) -> bool:
@@ -155,12 +168,13 @@ class KnowledgeBase(VectorStore):
         return sorted(papers, key=lambda p: p.get("ingested_at", 0))
 
     def audience_filter(self, scope: Scope) -> FilterExpression:
-        """What `scope` may see (see `may_read`: a walled place also reads arXiv's papers)."""
+        """What `scope` may see (see `may_read`: a walled place also reads arXiv's papers, all
+        public ones but those of `NOT_ARXIV_PREFIXES`)."""
         seen = super().audience_filter(scope)
         if not scope.walled:
             return seen
-        pdfs = Tag("arxiv_id") % "pdf-*"
-        return seen | FilterExpression(f"(@audience:{{{PUBLIC}}} -{pdfs})")
+        ours = " ".join(f"-{Tag('arxiv_id') % (prefix + '*')}" for prefix in NOT_ARXIV_PREFIXES)
+        return seen | FilterExpression(f"(@audience:{{{PUBLIC}}} {ours})")
 
     async def add_paper(
         self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray,

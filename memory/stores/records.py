@@ -36,6 +36,11 @@ class ThreadRecordStore(Generic[R]):
     RECORD: ClassVar[type]
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ()
     MISSING: ClassVar[type[UnknownRecord]] = UnknownRecord
+    # whether whoever asks in a thread may read its records whatever their audience
+    # (`Scope.may_show`): only for a kind that holds nothing but its own thread's words (a
+    # summary); any other (a tool log holds what a tool read across the team) is read by
+    # `Scope.can_see` alone
+    OWN_THREAD_SHOWN: ClassVar[bool] = False
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -96,14 +101,20 @@ class ThreadRecordStore(Generic[R]):
         return sum(int(n) for n in replies[::2])
 
     async def get(self, scope: Scope, record_id: str) -> R:
-        """The record, if `scope` may see it (or it is of the asker's own thread: see
-        `Scope.may_show`); otherwise it is not found, whatever exists."""
+        """The record, if `scope` may see it (or it is of the asker's own thread, for a kind
+        that holds only its thread's words: `OWN_THREAD_SHOWN`); otherwise it is not found,
+        whatever exists."""
         row = await self.redis.hgetall(self.key(scope.tenant, record_id.strip()))
         if not row:
             raise self.MISSING(record_id)
         record = self._decode(row)
         audience = record.audience or legacy_audience(record.thread_id)
-        if not scope.may_show(audience, record.thread_id):
+        shown = (
+            scope.may_show(audience, record.thread_id)
+            if self.OWN_THREAD_SHOWN
+            else scope.can_see(audience)
+        )
+        if not shown:
             raise self.MISSING(record_id)
         return record
 

@@ -153,6 +153,7 @@ class SummaryStore(ThreadRecordStore[Summary]):
     RECORD = Summary
     JSON_FIELDS = ("message_ids", "children")
     MISSING = UnknownSummary
+    OWN_THREAD_SHOWN = True  # a summary says only what its own thread said
 
     def __init__(self, redis: Redis) -> None:
         super().__init__(redis)
