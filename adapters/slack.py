@@ -18,7 +18,11 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   of it, and its watches (memory/governance_places.py).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
-  message shortcut `summarize_thread`.
+  message shortcut `summarize_thread`. A link to a thread of another channel is summarized
+  only for a member of that channel (users.conversations) who is not walled: the summary is
+  theirs to read. Commands are answered before Slack is asked about the person or channel.
+- Slack is asked about a message's channel and person only when the message is for the bot
+  (a DM, a mention, a thread it takes part in); not for the rest of a channel's talk.
 - `/memory` answers (ephemerally) with the caller's signed link to the memory page; the App
   Home tab is published when opened, and again when its button is pressed
   (`adapters/slack_home.py`).
@@ -34,6 +38,7 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -83,6 +88,19 @@ IGNORED_SUBTYPES = {
     "channel_join",
     "channel_leave",
 }
+NO_THREAD = (
+    "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
+    "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
+)
+SUMMARIZING = "Summarizing the thread…"
+NOT_A_MEMBER = (
+    "You may only summarize threads of channels you are in: use `/summarize` in the thread's "
+    "own channel."
+)
+MEMBERSHIP_UNKNOWN = (
+    "Slack did not say whether you are in that thread's channel: try again in a minute, or use "
+    "`/summarize` in that channel."
+)
 _THREAD_LINK = re.compile(
     r"/archives/(?P<channel>[A-Z0-9]+)/p(?P<ts>\d{16})(?:\?.*?thread_ts=(?P<thread>[\d.]+))?"
 )
@@ -200,7 +218,7 @@ class SlackAdapter:
         self.app.event("group_deleted")(self.on_channel_deleted)  # a private channel
         self.app.command("/summarize")(self.on_summarize_command)
         self.app.command("/expand")(ack=self.ack_expand, lazy=[self.expand])
-        self.app.shortcut("summarize_thread")(self.on_summarize_shortcut)
+        self.app.shortcut("summarize_thread")(ack=self.ack_quietly, lazy=[self.summarize_shortcut])
         self.app.command("/memory")(self.on_memory_command)
         self.app.event("app_home_opened")(ack=self.ack_quietly, lazy=[self.publish_home])
         self.app.action(BUTTON_ACTION)(ack=self.ack_quietly, lazy=[self.publish_home])
@@ -262,10 +280,10 @@ class SlackAdapter:
             await self._queue_turn(body, event, event.get("thread_ts") or DM, request)
         elif f"<@{self.bot_user_id}>" in event.get("text", ""):
             return  # arrives as app_mention too
-        elif event.get("thread_ts"):
-            scope = await self._scope(body["team_id"], event, event["thread_ts"])
-            if await self.presence.joined(scope):
-                await self._queue_turn(body, event, event["thread_ts"], request)
+        elif event.get("thread_ts") and await self.joined(
+            body["team_id"], event["channel"], event["thread_ts"]
+        ):  # a thread the bot takes part in: only then is Slack asked about the person
+            await self._queue_turn(body, event, event["thread_ts"], request)
 
     async def on_deleted(self, body: dict, event: dict, deleted: dict) -> None:
         """A message deleted in Slack: queue its erasure from memory (a person's only; the
@@ -330,24 +348,57 @@ class SlackAdapter:
             return True
         return await self.handler.memory.governance.places.any_joined(team, places)
 
-    async def on_summarize_command(self, ack, command: dict) -> None:
-        team, user = command["team_id"], command["user_id"]
+    async def on_summarize_command(self, ack, command: dict, respond) -> None:
+        """Queued before it is answered ("Summarizing…" is a promise kept after a crash). A
+        link to another channel's thread is checked first (may they read it?), after the
+        answer: Slack is asked about membership, which may take longer than its 3 s."""
+        team, user, here = command["team_id"], command["user_id"], command["channel_id"]
         link = parse_thread_link(command.get("text", ""))
-        here = await self._command_scope(command)
-        channel, thread_ts = link if link else (command["channel_id"], None)
-        thread_ts = thread_ts or await self.presence.last_thread(here)
+        channel, thread_ts = link if link else (here, None)
+        thread_ts = thread_ts or await self.presence.last_thread(
+            Scope(team, channel=here, user=user)
+        )
         if not thread_ts:
-            await ack(
-                "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
-                "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
-            )
+            await ack(NO_THREAD)
+            return
+        if channel != here:
+            await ack()
+            self._later(self._summarize_elsewhere(team, channel, thread_ts, command, respond))
             return
         try:  # a command is not sent again: the answer to it says what happened
             await self._queue_summary(team, channel, thread_ts, user, command, notify=False)
         except MemoryUnavailable:
             await ack(NOT_TAKEN)
             return
-        await ack("Summarizing the thread…")
+        await ack(SUMMARIZING)
+
+    async def _summarize_elsewhere(
+        self, team: str, channel: str, thread_ts: str, command: dict, respond
+    ) -> None:
+        """A linked thread of another channel, summarized if the person may read it; what
+        happens is said to them (response_url)."""
+        user = command["user_id"]
+        refusal = await self._may_not_read(team, user, channel, command)
+        if refusal:
+            await respond(text=refusal, response_type="ephemeral")
+            return
+        try:
+            await self._queue_summary(
+                team, channel, thread_ts, user, command, notify=False, responded=1
+            )
+        except MemoryUnavailable:
+            await respond(text=NOT_TAKEN, response_type="ephemeral")
+            return
+        await respond(text=SUMMARIZING, response_type="ephemeral")
+
+    async def _may_not_read(self, team: str, user: str, channel: str, command: dict) -> str | None:
+        """Why a person may not have a thread of another channel than the command's summarized
+        (its summary would be theirs to read): they are not in that channel, or they are walled
+        (a guest, of another organisation: the command's own channel only); None: they may."""
+        if foreign(team, command) or (await self.walls.person(team, user)).outsider:
+            return NOT_A_MEMBER
+        member = await self.walls.member_of(team, user, channel)
+        return {True: None, False: NOT_A_MEMBER, None: MEMBERSHIP_UNKNOWN}[member]
 
     @staticmethod
     async def ack_expand(ack) -> None:
@@ -391,8 +442,22 @@ class SlackAdapter:
             self._lazy.add(task)
             task.add_done_callback(self._lazy.discard)
 
-    async def on_summarize_shortcut(self, ack, body: dict, shortcut: dict) -> None:
-        await ack()
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` once the listener has returned (Slack has its answer); waited for on
+        close, its failure logged."""
+        task = asyncio.create_task(work)
+        self._lazy.add(task)
+        task.add_done_callback(self._done_later)
+
+    def _done_later(self, task: asyncio.Task) -> None:
+        self._lazy.discard(task)
+        if not task.cancelled() and (failed := task.exception()) is not None:
+            log.error("A command's work after its answer failed", exc_info=failed)
+
+    async def summarize_shortcut(self, body: dict, shortcut: dict) -> None:
+        """The message shortcut, after Slack has its answer (`ack_quietly`): on a message of the
+        channel the person is reading, so theirs to summarize."""
+        self._track_lazy()
         message, channel = shortcut["message"], shortcut["channel"]["id"]
         team = (shortcut.get("team") or {}).get("id") or body["team"]["id"]
         in_dm = channel.startswith("D")  # a DM's messages outside threads are one conversation
@@ -421,17 +486,21 @@ class SlackAdapter:
 
     async def _queue_summary(
         self, team: str, channel: str, thread_ts: str, user: str, payload: dict,
-        notify: bool = True,
+        notify: bool = True, responded: int = 0,
     ) -> None:  # fmt: skip
         """Queue a summary; its answer goes to the thread, or (the bot is not in the channel)
-        to the response_url of the command or shortcut."""
-        user_team = (payload.get("user") or {}).get("team_id")  # a shortcut's: Slack Connect
+        to the response_url of the command or shortcut (`responded`: posts it already took)."""
+        # a shortcut's user.team_id, a command's user_team: a person of another organisation
+        user_team = (payload.get("user") or {}).get("team_id") or payload.get("user_team")
         asked = {"channel": channel, "user": user, "user_team": user_team}
         scope = await self._scope(team, asked, thread_ts)
         reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
         if payload.get("response_url"):
             reply["response_url"] = payload["response_url"]
-        await self.pipeline.submit(Job("summarize", scope, reply=reply), notify=notify)
+        progress = {"responded": responded} if responded else {}
+        await self.pipeline.submit(
+            Job("summarize", scope, reply=reply, progress=progress), notify=notify
+        )
 
     async def _scope(self, team: str, event: dict, thread_ts: str) -> Scope:
         channel = event["channel"]
@@ -439,6 +508,11 @@ class SlackAdapter:
             team, channel, event.get("user", ""), event.get("channel_type"),
             thread_id(team, channel, thread_ts), foreign(team, event),
         )  # fmt: skip
+
+    async def joined(self, team: str, channel: str, thread_ts: str) -> bool:
+        """The bot takes part in the thread (it answers there without a mention): asked of
+        memory before Slack is asked anything about the event."""
+        return await self.presence.joined(Scope(team, thread_id(team, channel, thread_ts)))
 
     async def _command_scope(self, command: dict) -> Scope:
         """Where a slash command was used: its channel, for what that person may see there."""

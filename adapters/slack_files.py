@@ -94,9 +94,9 @@ class SlackFiles:
         if not files or self.service is None or "slack" not in self.service.ends:
             return False
         team = body.get("team_id") or event.get("team")
+        if not addressed and not await adapter.joined(team, channel, thread_ts):
+            return True  # a thread the bot is not part of: Slack is not asked about it
         scope = await adapter._scope(team, event, thread_ts)
-        if not addressed and not await adapter.presence.joined(scope):
-            return True  # a thread the bot is not part of
         event_id = f"slack-files:{channel}:{ts}"
         # Slack's retry of this very event (its first delivery failed) is taken again
         taker = body.get("event_id") or "1"

@@ -8,16 +8,22 @@ walled (`memory.scope.Scope.walled`) when the person is of another organisation 
 conversations.info `is_ext_shared`, or about to be, or `is_shared` beyond the organisation),
 where every answer is read by the other organisation too.
 
-Slack's answers (a channel's privacy and sharing, a person's name and guest status) are cached
-for `CACHE_SECONDS`: a channel converted to private, or a member made a guest, is followed
-within minutes, not at the next restart. Unknown (Slack unreachable) fails closed: a channel is
-private and shared; a person is as last known, else walled; neither is cached.
+Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
+channels a person is in) are cached for `CACHE_SECONDS`: a channel converted to private, or a
+member made a guest, is followed within minutes, not at the next restart. One question per
+channel or person is asked at a time; whoever needs the answer meanwhile waits for that one.
+When Slack cannot say (unreachable, slow, rate limited), the last answer stands; with none, it
+fails closed: a channel is private and shared, a person walled, a membership refused. Slack is
+then not asked again before its Retry-After (a 429), or for `FAILED_SECONDS` (any other
+failure), so a busy Slack is not asked once per event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -25,12 +31,19 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack_delivery import retry_after
 from memory.scope import Visibility
+
+log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 300.0
 ASK_SECONDS = 2.0  # Slack wants its events and commands answered within 3 s
+MEMBERSHIP_SECONDS = 10.0  # users.conversations' pages, asked after the command's answer
+FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered this long
 OUTSIDER_FLAGS = ("is_restricted", "is_ultra_restricted", "is_stranger")
 UNKNOWN_PERSON = ("user_not_found", "users_not_found")  # a definite answer: not of the team
+CHANNEL_TYPES = "public_channel,private_channel,mpim"
+PAGE_SIZE = 200  # users.conversations (Slack suggests at most 200)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -57,6 +70,54 @@ class Expiring(Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         self._items[key] = (time.monotonic(), value)
         return value
+
+
+class Answers(Generic[K, V]):
+    """Slack's answers by key: cached (`Expiring`), one question per key at a time (shared by
+    everyone who asks meanwhile), and not asked again while Slack said to wait."""
+
+    def __init__(self, seconds: float, timeout: float = ASK_SECONDS) -> None:
+        self.timeout = timeout
+        self.failed_seconds = min(FAILED_SECONDS, seconds)
+        self._cache: Expiring[K, V] = Expiring(seconds)
+        self._pending: dict[K, asyncio.Task[V | None]] = {}
+        self._quiet_until: dict[K, float] = {}  # monotonic time before which Slack is not asked
+
+    async def get(self, key: K, ask: Callable[[], Awaitable[V]]) -> V | None:
+        """The fresh answer, else Slack's (`ask`); when Slack cannot say, the last answer, or
+        None if it never said."""
+        found = self._cache.fresh(key)
+        if found is not None:
+            return found
+        if time.monotonic() < self._quiet_until.get(key, 0.0):
+            return self._cache.last(key)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.create_task(self._ask(key, ask))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda done: self._forget(key, done))
+        return await asyncio.shield(pending)  # one asker's cancellation leaves it to the others
+
+    def _forget(self, key: K, done: asyncio.Task[V | None]) -> None:
+        if self._pending.get(key) is done:
+            del self._pending[key]
+
+    async def _ask(self, key: K, ask: Callable[[], Awaitable[V]]) -> V | None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                found = await ask()
+            self._quiet_until.pop(key, None)
+            return self._cache.put(key, found)
+        except SlackApiError as exc:
+            wait = retry_after(exc)
+            self._quiet(key, self.failed_seconds if wait is None else wait, exc)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._quiet(key, self.failed_seconds, exc)
+        return self._cache.last(key)
+
+    def _quiet(self, key: K, seconds: float, why: Exception) -> None:
+        log.info("Slack could not say %s (%r): not asked again for %.0f s", key, why, seconds)
+        self._quiet_until[key] = time.monotonic() + seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,25 +155,19 @@ class SlackWalls:
 
     def __init__(self, client: AsyncWebClient, cache_seconds: float = CACHE_SECONDS) -> None:
         self.client = client
-        self._places: Expiring[tuple[str, str], Place] = Expiring(cache_seconds)
-        self._people: Expiring[tuple[str, str], Person] = Expiring(cache_seconds)
+        self._places: Answers[tuple[str, str], Place] = Answers(cache_seconds)
+        self._people: Answers[tuple[str, str], Person] = Answers(cache_seconds)
+        self._channels: Answers[tuple[str, str], frozenset[str]] = Answers(
+            cache_seconds, MEMBERSHIP_SECONDS
+        )
 
     async def place(self, team: str, channel: str, kind: str | None) -> Place:
         """A channel's visibility (the event's channel_type, made stricter by Slack's answer)
         and whether it is shared with another organisation. A DM is neither."""
         if kind == "im" or channel.startswith("D"):
             return DM_PLACE
-        found = self._places.fresh((team, channel))
-        if found is None:
-            try:
-                async with asyncio.timeout(ASK_SECONDS):
-                    response = await self.client.conversations_info(channel=channel)
-            except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError):
-                return UNKNOWN_PLACE  # not cached: asked again
-            info = response.get("channel") or {}
-            private = info.get("is_private") or info.get("is_group") or info.get("is_mpim")
-            visibility = Visibility.PRIVATE if private else Visibility.PUBLIC
-            found = self._places.put((team, channel), Place(visibility, shared_outside(info)))
+        found = await self._places.get((team, channel), lambda: self._describe(channel))
+        found = found or UNKNOWN_PLACE
         if kind in ("group", "mpim") and found.visibility is Visibility.PUBLIC:
             return Place(Visibility.PRIVATE, found.shared)
         return found
@@ -121,20 +176,47 @@ class SlackWalls:
         """A person's display name and whether they are a guest or of another organisation."""
         if not user:
             return Person("")
-        found = self._people.fresh((team, user))
-        if found is not None:
-            return found
+        found = await self._people.get((team, user), lambda: self._introduce(user))
+        return found or Person(user, outsider=True)
+
+    async def member_of(self, team: str, user: str, channel: str) -> bool | None:
+        """Whether a person is in a channel (one the bot is in too); None: Slack cannot say."""
+        found = await self._channels.get((team, user), lambda: self._channels_of(user))
+        return None if found is None else channel in found
+
+    async def _describe(self, channel: str) -> Place:
+        response = await self.client.conversations_info(channel=channel)
+        info = response.get("channel") or {}
+        private = info.get("is_private") or info.get("is_group") or info.get("is_mpim")
+        visibility = Visibility.PRIVATE if private else Visibility.PUBLIC
+        return Place(visibility, shared_outside(info))
+
+    async def _introduce(self, user: str) -> Person:
         try:
-            async with asyncio.timeout(ASK_SECONDS):
-                response = await self.client.users_info(user=user)
+            response = await self.client.users_info(user=user)
         except SlackApiError as exc:
             if exc.response.get("error") in UNKNOWN_PERSON:
-                return self._people.put((team, user), Person(user, outsider=True))
-            return self._people.last((team, user)) or Person(user, outsider=True)
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            return self._people.last((team, user)) or Person(user, outsider=True)
-        found_user = response.get("user") or {}
-        profile = {**found_user, **(found_user.get("profile") or {})}
+                return Person(user, outsider=True)
+            raise
+        found = response.get("user") or {}
+        profile = {**found, **(found.get("profile") or {})}
         name = profile.get("display_name") or profile.get("real_name") or user
-        outsider = any(found_user.get(k) for k in OUTSIDER_FLAGS)
-        return self._people.put((team, user), Person(name, outsider))
+        return Person(name, any(found.get(k) for k in OUTSIDER_FLAGS))
+
+    async def _channels_of(self, user: str) -> frozenset[str]:
+        """users.conversations with the bot's token: the person's channels the bot is in."""
+        channels: set[str] = set()
+        cursor = None
+        while True:
+            try:
+                page = await self.client.users_conversations(
+                    user=user, types=CHANNEL_TYPES, limit=PAGE_SIZE, cursor=cursor
+                )
+            except SlackApiError as exc:
+                if exc.response.get("error") in UNKNOWN_PERSON:
+                    return frozenset()  # not of the workspace: in none of its channels
+                raise
+            channels.update(c["id"] for c in page.get("channels") or [])
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return frozenset(channels)

@@ -39,9 +39,10 @@ def ts(n: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def walled_world(redis_url: str, tmp_path) -> AsyncIterator:
-    """One bot process whose Slack answers are never cached (`cache_seconds=0`: a channel's
-    conversion is followed at once), a mock Web API with a guest and a Slack Connect person."""
+async def walled_world(redis_url: str, tmp_path, cache_seconds: float = 0) -> AsyncIterator:
+    """One bot process whose Slack answers are cached for `cache_seconds` (0: never, so a
+    channel's conversion is followed at once), a mock Web API with a guest and a Slack Connect
+    person."""
     world = await open_world(redis_url, tmp_path)
     api = MockSlackApi(streaming=True)
     api.users.update({GUEST: "Gus", STRANGER: "Sten"})
@@ -49,7 +50,8 @@ async def walled_world(redis_url: str, tmp_path) -> AsyncIterator:
     await api.start()
     session = aiohttp.ClientSession()
     handler = world.runtime.turns()
-    adapter = SlackAdapter(handler, "xoxb-test", SECRET, api_url=api.base_url, cache_seconds=0)
+    adapter = SlackAdapter(handler, "xoxb-test", SECRET, api_url=api.base_url,
+                           cache_seconds=cache_seconds)  # fmt: skip
     runner = web.AppRunner(build_web_app(handler.memory, adapter.app))
     await adapter.check_token()
     await runner.setup()
@@ -238,28 +240,36 @@ async def test_a_channel_converted_to_private_is_stored_private(walled):
     assert await stored(walled, team, "C8", ts(51)) == {"private:C8"}
 
 
-async def test_when_slack_cannot_say_the_scope_is_walled(walled):
+async def test_when_slack_cannot_say_the_last_answer_stands_else_the_scope_is_walled(walled):
     team = await team_memory(walled)
-    walled.world.model.script(*asks_team_memory() * 4)
+    walled.world.model.script(*asks_team_memory() * 6)
 
-    async def member_dm(n: int) -> str:
+    async def member_asks(event: dict) -> str:
         before = len(walled.world.model_requests())
-        dm = message(QUESTION, ts(n), channel="DU2", user="U2", channel_type="im")
-        await walled.a.event(dm, team=team)
+        await walled.a.event(event, team=team)
         await walled.settle()
         return sent_to_model(walled, before)
+
+    async def member_dm(n: int) -> str:
+        return await member_asks(message(QUESTION, ts(n), channel="DU2", user="U2",
+                                         channel_type="im"))  # fmt: skip
+
+    async def member_mention(n: int) -> str:
+        return await member_asks(mention(QUESTION, ts(n), channel="C1", user="U2"))
 
     walled.api.fail("users.info", "internal_error")  # a person Slack never described
     assert "7 million" not in await member_dm(60)
     assert "7 million" in await member_dm(61)  # described: a member
     walled.api.fail("users.info", "internal_error")
     assert "7 million" in await member_dm(62)  # as Slack last said
-    walled.api.fail("conversations.info", "internal_error")  # a channel it cannot describe
-    before = len(walled.world.model_requests())
-    await walled.a.event(mention(QUESTION, ts(63), channel="C1", user="U2"), team=team)
-    await walled.settle()
-    assert "7 million" not in sent_to_model(walled, before)
+    walled.api.fail("conversations.info", "internal_error")  # a channel Slack never described
+    assert "7 million" not in await member_mention(63)
     assert await stored(walled, team, "C1", ts(63)) == {"private:C1"}
+    assert "7 million" in await member_mention(64)  # described: public
+    assert await stored(walled, team, "C1", ts(64)) == {"public"}
+    walled.api.fail("conversations.info", "internal_error")
+    assert "7 million" in await member_mention(65)  # as Slack last said: not walled for good
+    assert await stored(walled, team, "C1", ts(65)) == {"public"}
 
 
 async def test_the_app_home_hides_the_saved_papers_from_a_guest(walled):

@@ -99,6 +99,7 @@ class MockSlackApi(ThreadedServer):
     modals: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # method -> [times, error]
+    _held: dict[str, asyncio.Event] = field(default_factory=dict)  # method -> its release
     _ts = itertools.count(1)
 
     async def start(self) -> str:
@@ -131,6 +132,9 @@ class MockSlackApi(ThreadedServer):
         params = await self._params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.calls.append(ApiCall(method, params))
+        held = self._held.get(method)
+        if held is not None:
+            await held.wait()
         if token == INVALID_TOKEN:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         limit = self._limits.get(method)
@@ -287,6 +291,18 @@ class MockSlackApi(ThreadedServer):
     def rate_limit(self, method: str, times: int = 1, retry_after: int = 1) -> None:
         """Answer the next `times` calls of `method` with 429 and `Retry-After` (seconds)."""
         self._limits[method] = [times, retry_after]
+
+    def hold(self, *methods: str) -> None:
+        """Keep the answers to `methods` until `release()`: the calls are recorded as they come
+        (a slow Slack). For a server on the test's own event loop (`await start()`)."""
+        for method in methods:
+            self._held[method] = asyncio.Event()
+
+    def release(self) -> None:
+        """Answer the held calls, and no longer hold any."""
+        for held in self._held.values():
+            held.set()
+        self._held.clear()
 
     def fail(self, method: str, error: str, times: int = 1) -> None:
         """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`
