@@ -20,7 +20,7 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`. A link to a thread of another channel is summarized
   only for a member of that channel (users.conversations) who is not walled: the summary is
-  theirs to read. Commands are answered before Slack is asked about the person or channel.
+  theirs to read (checked after the command's answer: a membership may take pages).
 - Slack is asked about a message's channel and person only when the message is for the bot
   (a DM, a mention, a thread it takes part in); not for the rest of a channel's talk.
 - `/memory` answers (ephemerally) with the caller's signed link to the memory page; the App
@@ -93,6 +93,7 @@ NO_THREAD = (
     "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
 )
 SUMMARIZING = "Summarizing the thread…"
+CHECKING = "Checking that you may read that thread…"
 NOT_A_MEMBER = (
     "You may only summarize threads of channels you are in: use `/summarize` in the thread's "
     "own channel."
@@ -362,7 +363,7 @@ class SlackAdapter:
             await ack(NO_THREAD)
             return
         if channel != here:
-            await ack()
+            await ack(CHECKING)  # a process lost meanwhile leaves this said, not nothing
             self._later(self._summarize_elsewhere(team, channel, thread_ts, command, respond))
             return
         try:  # a command is not sent again: the answer to it says what happened

@@ -12,10 +12,11 @@ Slack's answers (a channel's privacy and sharing, a person's name and guest stat
 channels a person is in) are cached for `CACHE_SECONDS`: a channel converted to private, or a
 member made a guest, is followed within minutes, not at the next restart. One question per
 channel or person is asked at a time; whoever needs the answer meanwhile waits for that one.
-When Slack cannot say (unreachable, slow, rate limited), the last answer stands; with none, it
-fails closed: a channel is private and shared, a person walled, a membership refused. Slack is
-then not asked again before its Retry-After (a 429), or for `FAILED_SECONDS` (any other
-failure), so a busy Slack is not asked once per event.
+When Slack cannot say (unreachable, slow, rate limited), the last answer stands for up to
+`STALE_SECONDS`; with none, it fails closed: a channel is private and shared, a person walled, a
+membership refused. Slack is then not asked again before its Retry-After (a 429: for no key of
+that method, as Slack's limit is the method's), or for `FAILED_SECONDS` (any other failure, that
+key), so a busy Slack is not asked once per event.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ CACHE_SECONDS = 300.0
 ASK_SECONDS = 2.0  # Slack wants its events and commands answered within 3 s
 MEMBERSHIP_SECONDS = 10.0  # users.conversations' pages, asked after the command's answer
 FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered this long
+# while Slack cannot say, its last answer stands in this long, then the scope fails closed: a
+# channel shared or made private meanwhile, a person who left a channel, are not trusted for
+# longer on an old word
+STALE_SECONDS = 900.0
 OUTSIDER_FLAGS = ("is_restricted", "is_ultra_restricted", "is_stranger")
 UNKNOWN_PERSON = ("user_not_found", "users_not_found")  # a definite answer: not of the team
 CHANNEL_TYPES = "public_channel,private_channel,mpim"
@@ -64,8 +69,11 @@ class Expiring(Generic[K, V]):
         return found[1]
 
     def last(self, key: K) -> V | None:
+        """The last answer, if it is under `STALE_SECONDS` old."""
         found = self._items.get(key)
-        return None if found is None else found[1]
+        if found is None or time.monotonic() - found[0] >= STALE_SECONDS:
+            return None
+        return found[1]
 
     def put(self, key: K, value: V) -> V:
         self._items[key] = (time.monotonic(), value)
@@ -82,6 +90,7 @@ class Answers(Generic[K, V]):
         self._cache: Expiring[K, V] = Expiring(seconds)
         self._pending: dict[K, asyncio.Task[V | None]] = {}
         self._quiet_until: dict[K, float] = {}  # monotonic time before which Slack is not asked
+        self._limited_until = 0.0  # a 429 is the method's, for the whole workspace: every key
 
     async def get(self, key: K, ask: Callable[[], Awaitable[V]]) -> V | None:
         """The fresh answer, else Slack's (`ask`); when Slack cannot say, the last answer, or
@@ -89,7 +98,7 @@ class Answers(Generic[K, V]):
         found = self._cache.fresh(key)
         if found is not None:
             return found
-        if time.monotonic() < self._quiet_until.get(key, 0.0):
+        if time.monotonic() < max(self._limited_until, self._quiet_until.get(key, 0.0)):
             return self._cache.last(key)
         pending = self._pending.get(key)
         if pending is None:
@@ -111,6 +120,8 @@ class Answers(Generic[K, V]):
         except SlackApiError as exc:
             wait = retry_after(exc)
             self._quiet(key, self.failed_seconds if wait is None else wait, exc)
+            if wait is not None:  # rate limited: no key asks before Retry-After
+                self._limited_until = self._quiet_until[key]
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._quiet(key, self.failed_seconds, exc)
         return self._cache.last(key)

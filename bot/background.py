@@ -257,7 +257,9 @@ class BackgroundWork:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
                 self._started(tasks)
-                _DELIVERY.set((min(t.deliveries for t in tasks), self.max_deliveries))
+                # several tasks: never the last run (`_failed` runs the spent ones alone)
+                most = self.max_deliveries + (len(tasks) > 1)
+                _DELIVERY.set((min(t.deliveries for t in tasks), most))
                 await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)

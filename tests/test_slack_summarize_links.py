@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from adapters.slack import MEMBERSHIP_UNKNOWN, NOT_A_MEMBER, SUMMARIZING, thread_id
+from adapters.slack import CHECKING, MEMBERSHIP_UNKNOWN, NOT_A_MEMBER, SUMMARIZING, thread_id
 from memory.scope import Scope
 from tests.support.scripted_openai import text
 from tests.support.slack_api import mention
@@ -34,11 +34,11 @@ async def a_thread(env, team: str, channel: str, n: int) -> str:
 
 async def summarize(env, team: str, link: str, channel: str, user: str, answer: str) -> list[str]:
     """Run `/summarize <link>` in `channel` as `user`: what they are told (the command's answer
-    is empty; what follows comes to its response_url)."""
+    says it is being checked; what follows comes to its response_url)."""
     response = await env.a.command(
         "/summarize", link, env.api.response_url + answer, team=team, channel=channel, user=user
     )
-    assert await response.text() == ""
+    assert await response.text() == CHECKING
     await env.settle()
     await env.api.response(answer)
     return [post["text"] for post in env.api.responded[answer]]

@@ -283,8 +283,8 @@ class ConversationStore:
         id empty when recorded before ids were) as it is now, or a tombstone of it when it is
         not there: its thread was forgotten whole since (and may have grown again: another
         message at its position is not it; an old record knows only the role)."""
-        position, _, first_id = record.partition(" ")
-        seq = int(position)
+        position, *named = record.split()
+        seq, first_id = int(position), "".join(named[:1])
         stored = await self.redis.lindex(self.key(scope), seq)
         first = Message.from_json(stored) if stored is not None else None
         if first is not None and first.role == message.role and first.id == (first_id or first.id):
