@@ -28,7 +28,7 @@ from adapters.slack_delivery import DM
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, Visibility
-from memory.stores.knowledge_base import is_shared_pdf
+from memory.stores.knowledge_base import is_from_arxiv, paper_label
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,13 @@ def _paper_line(paper: dict[str, Any]) -> str:
     """A paper from arXiv links to arXiv with its id; a PDF shared in chat has no arXiv id:
     its title (or file name) links where it was shared, if anywhere."""
     arxiv_id = paper["arxiv_id"]
-    if not is_shared_pdf(arxiv_id):
+    if is_from_arxiv(arxiv_id):
         link = paper.get("url") or f"https://arxiv.org/abs/{arxiv_id}"
         return f"<{link}|{esc(paper.get('title') or arxiv_id)}> · arXiv:{esc(arxiv_id)}"
     name = esc(paper.get("title") or paper.get("file_name") or "Untitled PDF")
-    return f"<{paper['url']}|{name}> · shared PDF" if paper.get("url") else f"{name} · shared PDF"
+    kind, url = paper_label(arxiv_id), str(paper.get("url") or "")
+    # a PDF ingested from a file has a path on the server for its url: no link
+    return f"<{url}|{name}> · {kind}" if url.startswith("http") else f"{name} · {kind}"
 
 
 def _section(text: str, **extra: Any) -> dict[str, Any]:

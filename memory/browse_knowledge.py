@@ -12,7 +12,7 @@ from memory.browse_reader import Audiences, Reads, sees
 from memory.keys import papers_key
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import decode
-from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
+from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv, is_shared_pdf, paper_label
 
 
 def _split_ids(value: Any) -> list[str]:
@@ -53,15 +53,13 @@ class PaperInfo:
 
     @property
     def label(self) -> str:
-        """`arXiv:<id>` for a paper from arXiv; a shared PDF's id is no arXiv id."""
-        if not self.shared_pdf:
-            return f"arXiv:{self.arxiv_id}"
-        return f"shared PDF · {self.file_name}" if self.file_name else "shared PDF"
+        """`arXiv:<id>` for a paper from arXiv; a PDF's id is no arXiv id."""
+        return paper_label(self.arxiv_id, self.file_name)
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> PaperInfo:
         arxiv_id = str(record.get("arxiv_id", ""))
-        arxiv_link = "" if is_shared_pdf(arxiv_id) else f"https://arxiv.org/abs/{arxiv_id}"
+        arxiv_link = f"https://arxiv.org/abs/{arxiv_id}" if is_from_arxiv(arxiv_id) else ""
         return cls(
             arxiv_id=arxiv_id, title=str(record.get("title", "")),
             authors=list(record.get("authors") or []), published=str(record.get("published", "")),
@@ -87,8 +85,8 @@ class PassageView:
 
     @property
     def label(self) -> str:
-        """`arXiv:<id>`, or "shared PDF" for a PDF shared in chat (its id is no arXiv id)."""
-        return "shared PDF" if is_shared_pdf(self.arxiv_id) else f"arXiv:{self.arxiv_id}"
+        """`arXiv:<id>`, or what kind of PDF it is (its id is no arXiv id)."""
+        return paper_label(self.arxiv_id)
 
 
 @dataclass

@@ -5,11 +5,19 @@ file is no arXiv paper either."""
 
 from __future__ import annotations
 
+from adapters.slack_home import _paper_line
+from memory.browse_knowledge import PaperInfo, PassageView
 from memory.digest import DigestBuilder
 from memory.ingest.arxiv_source import Candidate
 from memory.ingest.pipeline import ingest
 from memory.scope import PUBLIC, Scope, Visibility
-from memory.stores.knowledge_base import NOT_ARXIV_PREFIXES, Chunk, Paper, is_from_arxiv
+from memory.stores.knowledge_base import (
+    NOT_ARXIV_PREFIXES,
+    Chunk,
+    Paper,
+    is_from_arxiv,
+    paper_label,
+)
 from memory.stores.watches import Watch, WatchStore
 from memory.tokens import encoding_for
 from tests.support.pdfs import make_pdf
@@ -92,3 +100,15 @@ def test_no_id_we_make_passes_for_an_arxiv_id():
     for prefix in NOT_ARXIV_PREFIXES:
         assert not is_from_arxiv(f"{prefix}0123456789ab")
     assert is_from_arxiv(ARXIV.arxiv_id) and is_from_arxiv("hep-th/9901001v2")
+
+
+def test_a_pdf_ingested_from_a_file_is_named_as_one_not_as_an_arxiv_paper():
+    local = {"arxiv_id": "local-0123456789ab", "title": "Budget notes", "url": "file:///srv/n.pdf"}
+    assert PaperInfo.of(local).label == paper_label(local["arxiv_id"]) == "PDF file"
+    assert PassageView(local["arxiv_id"], "Budget notes", "", 0, "text").label == "PDF file"
+    assert _paper_line(local) == "Budget notes · PDF file"  # the App Home: no server path
+    without_url = PaperInfo.of({**local, "url": ""})
+    assert "arxiv.org" not in without_url.url
+    arxiv = {"arxiv_id": "2310.08560", "title": "MemGPT"}
+    assert PaperInfo.of(arxiv).label == "arXiv:2310.08560"
+    assert PaperInfo.of(arxiv).url == "https://arxiv.org/abs/2310.08560"

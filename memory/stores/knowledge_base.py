@@ -55,6 +55,15 @@ def is_from_arxiv(paper_id: str) -> bool:
     return is_arxiv_id(paper_id) and not paper_id.startswith(NOT_ARXIV_PREFIXES)
 
 
+def paper_label(paper_id: str, file_name: str = "") -> str:
+    """How a paper is named beside its title: `arXiv:<id>`, else what kind of PDF it is (a
+    PDF shared in chat, or one ingested from a file: neither has an arXiv id, nor link)."""
+    if is_from_arxiv(paper_id):
+        return f"arXiv:{paper_id}"
+    kind = "shared PDF" if is_shared_pdf(paper_id) else "PDF file"
+    return f"{kind} · {file_name}" if file_name else kind
+
+
 def may_read(scope: Scope, paper: dict[str, Any]) -> bool:
     """Whether `scope` may read a paper: as it may see its audience, and a walled place (a
     guest, another organisation: memory/scope.py) also the papers saved from arXiv, the team's
