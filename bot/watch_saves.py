@@ -75,11 +75,11 @@ class SaveTasks:
         (memory/save_answers.py: claimed before it is posted, given back if it was not)."""
         tenant, arxiv_id = payload["tenant"], payload["arxiv_id"]
         poster = self.posters.get(payload.get("platform", ""))
-        marker = hashlib.blake2b(repr(sorted(payload.items())).encode(),
-                                 digest_size=12).hexdigest()  # fmt: skip
+        marker = answer_marker(payload)
         if poster is not None and await self.answers.answered(marker):
             return  # said by an earlier run of this task
-        text = await self.answers.kept(marker) if poster is not None else None
+        kept = await self.answers.kept(marker) if poster is not None else None
+        text = kept
         if not text:
             try:
                 text = await self.save(tenant, arxiv_id, payload.get("user", ""))
@@ -93,9 +93,12 @@ class SaveTasks:
         except Exception:
             if last_delivery():  # refused for good (an expired interaction, a removed channel)
                 log.warning("a Save answer of %s could not be posted; given up", arxiv_id)
+                await self.answers.drop_kept(marker)
                 return
             await self.answers.give_back(marker, text)  # said as it was next time: "Saved"
             raise
+        if kept:
+            await self.answers.drop_kept(marker)
 
     async def save(self, tenant: str, arxiv_id: str, user: str = "") -> str:
         """The paper fetched and saved to the tenant's knowledge base; the answer to show."""
@@ -111,3 +114,8 @@ class SaveTasks:
         if already:
             return f"“{paper.title}” was already in the team knowledge base ({chunks} passages)."
         return f"Saved “{paper.title}” to the team knowledge base ({chunks} passages)."
+
+
+def answer_marker(payload: dict) -> str:
+    """What names a Save task's answer (the same for every run of the task)."""
+    return hashlib.blake2b(repr(sorted(payload.items())).encode(), digest_size=12).hexdigest()

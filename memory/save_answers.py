@@ -33,6 +33,10 @@ class SaveAnswers:
         """The text a run worked out and could not post, if any."""
         return decode(await self.redis.get(watch_answer_pending_key(marker)))
 
+    async def drop_kept(self, marker: str) -> None:
+        """The kept text is said (or given up): it goes."""
+        await self.redis.delete(watch_answer_pending_key(marker))
+
     async def give_back(self, marker: str, text: str) -> None:
         """Not posted: the next run says `text` as it is."""
         async with self.redis.pipeline(transaction=True) as pipe:

@@ -3,6 +3,8 @@ once, and says what happened the first time (bot/watch_saves.py)."""
 
 from __future__ import annotations
 
+from bot.watch_saves import answer_marker
+from memory.keys import watch_answer_pending_key
 from tests.support.pdfs import make_pdf
 from tests.test_watches import ON_TOPIC, T0, entry, watch_world  # noqa: F401 (a fixture)
 
@@ -24,6 +26,8 @@ async def test_a_save_answer_slack_refused_is_posted_on_the_next_run(watch_world
                "platform": "slack"}  # fmt: skip
     await service.run_saves([payload])  # delivered once more: said once only
     assert len(world.api.of("chat.postEphemeral")) == 2
+    kept = watch_answer_pending_key(answer_marker(payload))
+    assert not await service.memory.redis.exists(kept)  # said: its kept text goes
 
 
 async def test_an_answer_refused_on_every_delivery_is_given_up_not_dead_lettered(
@@ -47,3 +51,6 @@ async def test_an_answer_refused_on_every_delivery_is_given_up_not_dead_lettered
     stream = service.stream("slack")
     assert await stream.pending_count() == 0  # the last delivery gave it up, acknowledged
     assert await service.memory.redis.xlen(stream.dead_stream) == 0
+    payload = {"tenant": tenant, "arxiv_id": paper.arxiv_id, "user": "U1",
+               "reply": {"channel": "C9", "user": "U1"}, "platform": "slack"}  # fmt: skip
+    assert not await service.memory.redis.exists(watch_answer_pending_key(answer_marker(payload)))
