@@ -85,7 +85,7 @@ from memory.tokens import block_tokens, count_tokens, count_tokens_many
 TENANT = "bench-main"
 OTHER_TENANT = "bench-other"
 THREAD = "bench-thread"
-SCOPE = Scope(TENANT, THREAD)
+SCOPE = Scope(TENANT, THREAD, "C00")  # asked in a public channel, as the bot always is
 CHUNKS_PER_PAPER = 50
 MAX_WORDS = 200
 TARGET_A_MS = 6.0  # with episodic memory of TARGET_SIZE past messages
