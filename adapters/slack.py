@@ -76,7 +76,7 @@ from adapters.text import link_arxiv, slack_question, split_message
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
 from memory.governance_places import DeletedPlace
-from memory.scope import Scope, Visibility
+from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -194,10 +194,7 @@ class SlackAdapter:
         self.bot_user_id = ""
         self.walls = SlackWalls(self.client, cache_seconds)  # channels' and people's walls
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
-        self.home = SlackHome(
-            handler.memory, self.client, links, directory, self._channel_visibility,
-            self._outsider,
-        )  # fmt: skip
+        self.home = SlackHome(handler.memory, self.client, links, directory, self.walls)
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -538,15 +535,6 @@ class SlackAdapter:
             tenant=team, thread=thread, channel=channel, visibility=place.visibility,
             user=user, user_name=person.name, walled=walled,
         )  # fmt: skip
-
-    async def _outsider(self, team: str, user: str) -> bool:
-        """A guest or someone of another organisation (users.info, cached)."""
-        return (await self.walls.person(team, user)).outsider
-
-    async def _channel_visibility(self, team: str, channel: str, kind: str | None) -> Visibility:
-        """Public, private or DM: from the event's channel_type and Slack's answer (cached for
-        a few minutes: a channel converted to private is followed)."""
-        return (await self.walls.place(team, channel, kind)).visibility
 
     async def wait_idle(self) -> None:
         await self.pipeline.wait_idle()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ from adapters.memory_page.access import Directory, DirectoryError
 from adapters.memory_page.auth import NOT_SERVED, Links
 from adapters.memory_page.viewer import Viewer
 from adapters.slack_delivery import DM
+from adapters.slack_walls import SlackWalls
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, Visibility
@@ -38,8 +38,6 @@ THREADS_SHOWN = 10
 THREADS_LOOKED_AT = 500  # the tenant's most recently active threads whose channels are asked
 SUMMARIES_SHOWN = 3
 SECTION_LIMIT = 3000  # characters of one section's text (Block Kit)
-VisibilityOf = Callable[[str, str, str | None], Awaitable[Visibility]]
-OutsiderOf = Callable[[str, str], Awaitable[bool]]  # (team, user): a guest, or of another org
 PAPERS_ELSEWHERE = "_The workspace's saved papers are listed on the memory page, for its members._"
 
 
@@ -80,17 +78,16 @@ class SlackHome:
 
     def __init__(
         self, memory: MemoryManager, client: AsyncWebClient, links: Links | None,
-        directory: Directory | None, visibility: VisibilityOf, outsider: OutsiderOf | None = None,
+        directory: Directory | None, walls: SlackWalls | None = None,
     ) -> None:  # fmt: skip
-        """`outsider`: whether a person is a guest or of another organisation, asked when the
-        directory cannot say (none, or Slack failed it); without either, everyone is a member
-        (the adapter always gives it)."""
+        """`walls`: the adapter's answers on channels and people (is a person a guest or of
+        another organisation, asked when the directory cannot say); without them, everyone is
+        a member and every channel public (the adapter always gives them)."""
         self.memory = memory
         self.client = client
         self.links = links
         self.directory = directory
-        self.visibility = visibility
-        self.outsider = outsider
+        self.walls = walls
         self.team_url = ""  # https://<workspace>.slack.com/, from auth.test: thread permalinks
 
     def link_message(self, team: str, user: str) -> dict[str, Any]:
@@ -150,7 +147,7 @@ class SlackHome:
     async def _sees_public(self, team: str, user: str, viewer: Viewer | None) -> bool:
         if viewer is not None:
             return viewer.can_see(PUBLIC)
-        return self.outsider is None or not await self.outsider(team, user)
+        return self.walls is None or not (await self.walls.person(team, user)).outsider
 
     async def _threads(
         self, team: str, user: str, viewer: Viewer | None, note: str
@@ -169,9 +166,10 @@ class SlackHome:
         shown: list[dict[str, Any]] = []
         for thread in (t for t in recent if t in mine):
             channel, ref = mine[thread]
-            place = Scope(
-                team, channel=channel, visibility=await self.visibility(team, channel, None)
-            )
+            visibility = Visibility.PUBLIC
+            if self.walls is not None:
+                visibility = (await self.walls.place(team, channel, None)).visibility
+            place = Scope(team, channel=channel, visibility=visibility)
             if viewer is not None and not viewer.can_see(place.audience):
                 continue  # e.g. a private channel they have left
             if viewer is None and place.visibility is Visibility.PRIVATE:

@@ -138,7 +138,7 @@ async def test_the_memory_page_names_shared_pdfs_by_title_not_as_arxiv_papers(me
 async def test_the_app_home_names_shared_pdfs_by_title_not_as_arxiv_papers(memory, world):
     team = slack_scope(world.tenant, "C1", "100.1", "U1", "Alice", Visibility.PUBLIC)
     pdf = await share(memory, team, "team")
-    home = SlackHome(memory, client=None, links=None, directory=None, visibility=None)
+    home = SlackHome(memory, client=None, links=None, directory=None)
     view = json.dumps(await home.view(world.tenant, "U1"), ensure_ascii=False)
     assert "Paper of the team · shared PDF" in view
     assert f"arXiv:{PAPER.arxiv_id}" in view and f"arxiv.org/abs/{PAPER.arxiv_id}" in view
