@@ -37,6 +37,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.viewer import Viewer
+from adapters.slack_walls import OUTSIDER_FLAGS
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.web_sessions import ViewerCache
 
@@ -118,9 +119,7 @@ class SlackDirectory:
         name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user
         # Guests and people of another organisation (Slack Connect) see only the channels they
         # were let into; public memory is the whole workspace's, so they get their own places
-        outsider = any(
-            found.get(k) for k in ("is_restricted", "is_ultra_restricted", "is_stranger")
-        )
+        outsider = any(found.get(k) for k in OUTSIDER_FLAGS)  # as the bot walls them
         public = set() if outsider and not admin else {PUBLIC}
         return Viewer(tenant, user, "slack", admin, frozenset({*public, *places}), name)
 
