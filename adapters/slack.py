@@ -437,20 +437,19 @@ class SlackAdapter:
     def _track_lazy(self) -> None:
         task = asyncio.current_task()
         if task is not None:
-            self._lazy.add(task)
-            task.add_done_callback(self._lazy.discard)
+            self._hold(task)
+
+    def _hold(self, task: asyncio.Task) -> None:
+        """Waited for on close."""
+        self._lazy.add(task)
+        task.add_done_callback(self._lazy.discard)
 
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` once the listener has returned (Slack has its answer); waited for on
         close, its failure logged."""
         task = asyncio.create_task(work)
-        self._lazy.add(task)
-        task.add_done_callback(self._done_later)
-
-    def _done_later(self, task: asyncio.Task) -> None:
-        self._lazy.discard(task)
-        if not task.cancelled() and (failed := task.exception()) is not None:
-            log.error("A command's work after its answer failed", exc_info=failed)
+        self._hold(task)
+        task.add_done_callback(_log_failure)
 
     async def summarize_shortcut(self, body: dict, shortcut: dict) -> None:
         """The message shortcut, after Slack has its answer (`ack_quietly`): on a message of the
@@ -548,3 +547,8 @@ class SlackAdapter:
         while self._lazy:
             await asyncio.gather(*list(self._lazy), return_exceptions=True)
         await self.session.close()
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and (failed := task.exception()) is not None:
+        log.error("A command's work after its answer failed", exc_info=failed)
