@@ -16,6 +16,7 @@ from app.commands import (
     memory_cmd,
     redis_cmd,
     slack_cmd,
+    tasks_cmd,
     watch_cmd,
     web_cmd,
     worker_cmd,
@@ -33,13 +34,14 @@ from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
 from memory.stores.tool_log import UnknownToolLog
 from memory.stores.watches import InvalidWatch
+from memory.tasks import UnknownDeadLetter
 
 # The errors a user can cause or meet: printed as one line instead of a trace.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
     InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
     NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, InvalidRetention,
-    InvalidWatch,
+    InvalidWatch, UnknownDeadLetter,
 )  # fmt: skip
 
 COMMANDS = [
@@ -54,6 +56,7 @@ COMMANDS = [
     web_cmd,
     worker_cmd,
     watch_cmd,
+    tasks_cmd,
 ]
 
 

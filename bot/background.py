@@ -4,7 +4,10 @@ Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before 
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
-a crashed process to a live one. Delivery is at least once: handlers must be idempotent. From
+a crashed process to a live one. Delivery is at least once: handlers must be idempotent. A task
+claimed once more after its last delivery (that run never ended: it took its process down, say)
+is dead-lettered without being run, or it would take down one process after another; its
+kind's `on_dead_letter` hook, if any, is told (to say so, and pass on what must not be lost). From
 the moment they are read until they are acknowledged, a process keeps its tasks alive (their
 idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
 worker, is not taken over and run twice; `max_run_ms` after its handler started that stops, and
@@ -49,10 +52,13 @@ def last_delivery() -> bool:
 
 
 Handler = Callable[[list[dict]], Awaitable[None]]
+DeadLetterHook = Callable[[dict], Awaitable[None]]  # a task's payload, dead-lettered unrun
 
 MAX_BACKOFF = 5.0  # seconds between retries while Redis is unreachable
 MAX_RUN_MS = 1_800_000  # a batch running longer than this is taken for hung: others may claim it
 DRAIN_POLL = 0.05  # seconds between pending-count checks in drain()
+HOOK_DELIVERIES = 3  # claims of a spent task that still run its hook (one may die, or fail)
+GIVE_BACK_IDLE_MS = 86_400_000  # how idle a task handed back on close looks: claimable at once
 
 
 class BackgroundWork:
@@ -68,11 +74,13 @@ class BackgroundWork:
         max_deliveries: int = 5,
         block_ms: int = 1_000,
         max_run_ms: int = MAX_RUN_MS,
+        on_dead_letter: Mapping[str, DeadLetterHook] | None = None,
     ) -> None:
         if claim_idle_ms <= 0:
             raise ValueError("claim_idle_ms must be positive")
         self.stream = stream
         self.handlers: dict[str, Handler] = dict(handlers or {})
+        self.on_dead_letter: dict[str, DeadLetterHook] = dict(on_dead_letter or {})
         self.workers = workers
         self.max_wait = max_wait
         self.batch = batch
@@ -91,6 +99,7 @@ class BackgroundWork:
         self._tickers: set[asyncio.Task] = set()
         # Read, not yet acknowledged: since when its handler runs (None: waiting for a worker).
         self._held: dict[str, tuple[Task, float | None]] = {}
+        self._unstarted: list[Task] = []  # read, left unrun by close(): handed back
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -165,8 +174,9 @@ class BackgroundWork:
             await asyncio.sleep(DRAIN_POLL)
 
     async def close(self) -> None:
-        """Stop reading, finish the batches in hand; unread and unfinished tasks stay in Redis
-        for the next process."""
+        """Stop reading, finish the batches whose handler runs; unread and unfinished tasks stay
+        in Redis for the next process, and those read but not started are handed back with
+        their delivery unspent (a deploy must not bring a task nearer its dead letter)."""
         self._stop.set()
         for ticker in list(self._tickers):
             ticker.cancel()
@@ -180,6 +190,7 @@ class BackgroundWork:
             self._consumer = None
         try:
             await asyncio.gather(*self._running, return_exceptions=True)
+            await self._hand_back()
         finally:  # the batches in hand are done (or close was cancelled): nothing left to hold
             if self._beating is not None:
                 self._beating.cancel()
@@ -216,6 +227,14 @@ class BackgroundWork:
             self._slots.release()
             raise
         tasks = [t for t in tasks if t.id not in self._held]  # reclaimed from ourselves
+        spent = [t for t in tasks if t.deliveries > self.max_deliveries]
+        if spent:
+            tasks = [t for t in tasks if t.deliveries <= self.max_deliveries]
+            try:
+                await self._bury(spent)
+            except BaseException:  # Redis away: they stay pending, claimed again later
+                self._slots.release()
+                raise
         if not tasks:
             self._slots.release()
             return
@@ -235,6 +254,8 @@ class BackgroundWork:
         finally:  # stopped while waiting for a worker: the rest is not ours to hold
             for _, group in list(by_kind.items())[started:]:
                 self._release(group)
+                if self._stop.is_set():
+                    self._unstarted += group
 
     async def _fetch(self) -> list[Task]:
         now = asyncio.get_running_loop().time()
@@ -252,6 +273,9 @@ class BackgroundWork:
         what has used up its deliveries)."""
         try:
             await self._yield_to_turns(deadline)
+            if self._stop.is_set():  # closing: not started, handed back by close()
+                self._unstarted += tasks
+                return
             handler = self.handlers.get(kind)
             try:
                 if handler is None:
@@ -270,6 +294,18 @@ class BackgroundWork:
         finally:
             self._release(tasks)
             self._slots.release()
+
+    async def _hand_back(self) -> None:
+        """Give back what close() left unrun: their read's delivery taken back, claimable by
+        any process at once. Redis failing leaves them pending, claimed later as they were."""
+        tasks, self._unstarted = self._unstarted, []
+        try:
+            given = await self.stream.give_back(tasks, max(GIVE_BACK_IDLE_MS, self.claim_idle_ms))
+        except Exception:
+            log.warning("background: could not hand back %d unstarted tasks", len(tasks))
+        else:
+            if given:
+                log.info("background: handed back %d unstarted tasks", given)
 
     def _started(self, tasks: list[Task]) -> None:
         """Their handler starts now: max_run_ms counts from here, not from when they were
@@ -324,6 +360,29 @@ class BackgroundWork:
             return
         for task in spent:
             await self._give_up(task, exc)
+
+    async def _bury(self, tasks: list[Task]) -> None:
+        """Dead-letter tasks whose last delivery never ended, unrun, telling their kind's hook
+        first (on their first few claims past it: a hook that takes its process down too is
+        not run for ever). A hook's failure goes with the dead letter; Redis failing leaves
+        them pending."""
+        now = asyncio.get_running_loop().time()
+        self._held.update((t.id, (t, now)) for t in tasks)  # kept alive while hooks run
+        try:
+            for task in tasks:
+                error = f"not run: delivered {task.deliveries} times, its last run never ended"
+                hook = self.on_dead_letter.get(task.kind)
+                if hook is not None and task.deliveries <= self.max_deliveries + HOOK_DELIVERIES:
+                    try:
+                        await hook(task.payload)
+                    except Exception as exc:
+                        log.exception("background %s %s: its dead-letter hook failed",
+                                      task.kind, task.id)  # fmt: skip
+                        error += f"; its hook failed: {exc!r}"
+                log.error("background %s %s dead-lettered unrun: %s", task.kind, task.id, error)
+                await self.stream.dead_letter(task, error)
+        finally:
+            self._release(tasks)
 
     async def _give_up(self, task: Task, exc: Exception) -> None:
         log.error("background %s %s dead-lettered after %d deliveries: %r",

@@ -323,6 +323,20 @@ def task_stream(name: str = "tasks") -> str:
     return f"{ROOT}:{{{name}}}"
 
 
+def dead_letters_pattern() -> str:
+    """Matches the dead letters (`<stream>:dead`) of every `task_stream`: where an operator
+    finds what was given up (`arxivscout tasks dead`)."""
+    return f"{ROOT}:{{*}}:dead"
+
+
+def task_stream_name(stream: str) -> str:
+    """The name a `task_stream` key was made from (`tasks`, `shared-files-slack`...)."""
+    prefix = f"{ROOT}:{{"
+    if stream.startswith(prefix) and stream.endswith("}"):
+        return stream[len(prefix) : -1]
+    return stream
+
+
 def summarized_count_key(tenant: str, thread_id: str) -> str:
     """How many messages at the head of a thread's list are summarized (the summarized prefix's
     length), kept by the marking script so the unsummarized ones are read without a scan."""

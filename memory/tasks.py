@@ -6,7 +6,9 @@ entries with XREADGROUP; an entry stays in the group's pending list until XACK, 
 process takes over a dead consumer's entries with XAUTOCLAIM. Delivery is at least once, so
 handlers must be idempotent. Acknowledged entries are deleted at once (XACK + XDEL), which
 keeps the stream small and makes its length the number of unfinished tasks; this assumes one
-consumer group per stream.
+consumer group per stream. Tasks given up on go to `<stream>:dead`, from where `requeue` puts
+them back (`arxivscout tasks`); a process shutting down gives back what it read but never ran
+(`give_back`), so a deploy spends no delivery.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
+
+from memory.keys import dead_letters_pattern
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
 
@@ -41,6 +45,38 @@ end
 return held
 """
 
+# Hand back the entries (ARGV[4..]) that consumer ARGV[2] of group ARGV[1] read but never ran:
+# each with the delivery its read counted taken back (RETRYCOUNT) and idle for ARGV[3] ms, so
+# any live process claims it at once and a restart spends no delivery. Only entries it still
+# holds. Returns how many went back.
+_GIVE_BACK_SCRIPT = """
+local given = 0
+for i = 4, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if row and row[2] == ARGV[2] then
+    local count = math.max(tonumber(row[4]) - 1, 0)
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3],
+               'RETRYCOUNT', count, 'JUSTID')
+    given = given + 1
+  end
+end
+return given
+"""
+
+# Put the dead letter ARGV[1] of KEYS[2] (`<stream>:dead`) back on its stream KEYS[1] as a new
+# task: added and removed in one atomic step, so it is never lost nor doubled (of two
+# requeues at once, one finds it gone). Returns the new task's id, or nil.
+_REQUEUE_SCRIPT = """
+local entry = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])[1]
+if not entry then return false end
+local fields = {}
+for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
+local id = redis.call('XADD', KEYS[1], '*', 'kind', fields['kind'] or 'invalid',
+                      'payload', fields['payload'] or '{}')
+redis.call('XDEL', KEYS[2], ARGV[1])
+return id
+"""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -48,6 +84,29 @@ class Task:
     kind: str
     payload: dict
     deliveries: int = 1
+
+
+class UnknownDeadLetter(LookupError):
+    """A dead letter asked for that is not (or no longer) there."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A task given up on, as `dead_letter` wrote it to `<stream>:dead` (entry `id`)."""
+
+    stream: str  # the task stream's key
+    id: str
+    task_id: str
+    kind: str
+    payload: Any  # as queued: JSON-decoded if it decodes
+    deliveries: int
+    error: str
+    consumer: str
+
+    @property
+    def dead_at(self) -> float:
+        """When it was dead-lettered (seconds since the epoch): its entry id's time."""
+        return int(self.id.split("-", 1)[0]) / 1000
 
 
 def _text(value: Any) -> str:
@@ -74,6 +133,8 @@ class TaskStream:
         self.consumer = consumer or default_consumer()
         self.dead_stream = f"{stream}:dead"
         self._keep_alive: AsyncScript | None = None  # registered on first use
+        self._give_back: AsyncScript | None = None
+        self._requeue: AsyncScript | None = None
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; from id 0, so tasks added before the
@@ -135,6 +196,18 @@ class TaskStream:
         held = await self._keep_alive(keys=[self.stream], args=[self.group, self.consumer, *ids])
         return int(held)
 
+    async def give_back(self, tasks: Iterable[Task], idle_ms: int) -> int:
+        """Hand back tasks read but never run (a graceful shutdown): the delivery their read
+        counted is taken back, and they look idle for `idle_ms`, so another process claims
+        them at once. Those another consumer took meanwhile stay with it. Returns how many."""
+        ids = [t.id for t in tasks]
+        if not ids:
+            return 0
+        if self._give_back is None:
+            self._give_back = self.redis.register_script(_GIVE_BACK_SCRIPT)
+        args = [self.group, self.consumer, idle_ms, *ids]
+        return int(await self._give_back(keys=[self.stream], args=args))
+
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""
         ids = [t.id for t in tasks]
@@ -175,6 +248,19 @@ class TaskStream:
             pipe.xdel(self.stream, task.id)
             await pipe.execute()
 
+    async def dead_letters(self) -> list[DeadLetter]:
+        """The tasks given up on, oldest first (at most DEAD_MAXLEN, roughly)."""
+        entries = await self.redis.xrange(self.dead_stream)
+        return [_dead_letter(self.stream, _text(i), fields) for i, fields in entries]
+
+    async def requeue(self, dead_id: str) -> str | None:
+        """Queue a dead letter again as a fresh task (its deliveries from 0), removing it from
+        the dead letters in the same atomic step. Its new id; None if it was not there."""
+        if self._requeue is None:
+            self._requeue = self.redis.register_script(_REQUEUE_SCRIPT)
+        new_id = await self._requeue(keys=[self.stream, self.dead_stream], args=[dead_id])
+        return None if new_id is None else _text(new_id)
+
     async def _delivery_counts(self, ids: list[str], consumer: str | None) -> dict[str, int]:
         """XPENDING (extended form) per id, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -200,6 +286,32 @@ class TaskStream:
                 raise
         await self.ensure_group()
         return await command()
+
+
+async def dead_letter_streams(redis: aredis.Redis, group: str = "workers") -> list[TaskStream]:
+    """Every task stream of the deployment that has dead letters, found by their keys (the
+    streams are named in several places, some per platform), in name order."""
+    found = {
+        _text(key)
+        async for key in redis.scan_iter(match=dead_letters_pattern(), count=1000, _type="stream")
+    }
+    return [TaskStream(redis, key.removesuffix(":dead"), group) for key in sorted(found)]
+
+
+def _dead_letter(stream: str, dead_id: str, raw: dict[Any, Any]) -> DeadLetter:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    try:
+        payload: Any = json.loads(fields.get("payload", ""))
+    except ValueError:
+        payload = fields.get("payload", "")
+    try:
+        deliveries = int(fields.get("deliveries", 0))
+    except ValueError:
+        deliveries = 0
+    return DeadLetter(
+        stream, dead_id, fields.get("id", ""), fields.get("kind", ""), payload, deliveries,
+        fields.get("error", ""), fields.get("consumer", ""),
+    )  # fmt: skip
 
 
 def _streams(reply: Any) -> list[Any]:

@@ -1,0 +1,93 @@
+"""A graceful close spends no delivery (real Redis): tasks a process read but never started
+go back with their count as before the read, and another process runs them at once with the
+delivery count they had; a task whose handler started keeps its count."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from bot.background import BackgroundWork, deliveries
+from memory.connection import connect
+from memory.keys import task_stream
+from memory.tasks import TaskStream
+
+
+@pytest.fixture
+async def client(redis_url):
+    client = await connect(redis_url, warm=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def stream(client):
+    stream = TaskStream(client, task_stream(f"hand-back-{uuid.uuid4().hex[:10]}"))
+    yield stream
+    await stream.destroy()
+
+
+async def delivered(stream: TaskStream, task_id: str) -> int | None:
+    """The task's delivery count in the group, None when it is not pending."""
+    rows = await stream.redis.xpending_range(
+        stream.stream, stream.group, min=task_id, max=task_id, count=1
+    )
+    return int(rows[0]["times_delivered"]) if rows else None
+
+
+@pytest.mark.parametrize("freed", ["at once", "after the consumer gave up waiting"])
+async def test_a_graceful_close_hands_back_unstarted_tasks_with_their_count(client, stream, freed):
+    started, release = asyncio.Event(), asyncio.Event()
+    ran_late: list[dict] = []
+
+    async def slow(payloads: list[dict]) -> None:
+        started.set()
+        await release.wait()
+        raise ValueError("the deploy's SIGTERM cut it short")  # stays pending, as it was
+
+    async def later(payloads: list[dict]) -> None:
+        ran_late.extend(payloads)
+
+    closing = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="closing"), {"slow": slow, "later": later},
+        workers=1, claim_idle_ms=200, block_ms=100,
+    )  # fmt: skip
+    with closing.foreground():  # both read at once: "later" waits for the only worker
+        slow_id = await closing.submit("slow", {"n": 1})
+        later_id = await closing.submit("later", {"n": 2})
+    async with asyncio.timeout(10):
+        await started.wait()
+    assert await stream.deliveries(later_id) == 1  # read: a delivery counted
+    close = asyncio.create_task(closing.close())
+    await asyncio.sleep(0)  # close() has begun: no more reads
+    if freed != "at once":
+        async with asyncio.timeout(20):  # close() stops waiting for its consumer after ~5 s
+            while closing._consumer is not None:
+                await asyncio.sleep(0.05)
+    release.set()
+    async with asyncio.timeout(30):
+        await close
+    assert ran_late == []  # never started here
+    assert await delivered(stream, later_id) == 0  # its read's delivery taken back
+    assert await delivered(stream, slow_id) == 1  # started: it keeps its count
+
+    seen: list[tuple[dict, int]] = []
+
+    async def later_elsewhere(payloads: list[dict]) -> None:
+        seen.extend((payload, deliveries()) for payload in payloads)
+
+    # another process, which claims only what was idle for a minute: it takes it at once
+    other = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="other"), {"later": later_elsewhere},
+        claim_idle_ms=60_000, block_ms=100,
+    )  # fmt: skip
+    other.start()
+    async with asyncio.timeout(10):
+        while not seen:
+            await asyncio.sleep(0.02)
+    await other.close()
+    assert seen == [({"n": 2}, 1)]  # the count it had before the close, not one more
+    assert await delivered(stream, later_id) is None  # acknowledged
+    assert await delivered(stream, slow_id) == 1  # still the closed process's, not handed back

@@ -1,0 +1,139 @@
+"""`arxivscout tasks dead|requeue` against the real Redis: dead letters listed with their
+credentials redacted, requeued (one, all of a kind) as fresh tasks that a consumer runs, and a
+requeue that moves its dead letter in one atomic step (never lost, never doubled)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from redis.crc import key_slot
+
+from bot.background import BackgroundWork, deliveries
+from memory.connection import connect
+from memory.keys import task_stream, task_stream_name
+from memory.tasks import TaskStream
+from tests.test_cli_memory import arxivscout
+
+RESPONSE_URL = "https://hooks.slack.com/commands/T0001/1234/s3cr3tToken"
+
+
+@pytest.fixture
+async def client(redis_url):
+    client = await connect(redis_url, warm=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def stream(client):
+    """A task stream of the deployment's own naming (found by `tasks dead`), removed after."""
+    name = f"dlq-{uuid.uuid4().hex[:10]}"
+    stream = TaskStream(client, task_stream(name))
+    yield stream
+    await stream.destroy()
+
+
+async def dead_lettered(stream: TaskStream, tasks: list[tuple[str, dict]]) -> None:
+    """Run `tasks` through a consumer whose handlers always fail: each is dead-lettered."""
+
+    async def fail(payloads: list[dict]) -> None:
+        raise ValueError(f"boom {len(payloads)}")
+
+    work = BackgroundWork(
+        TaskStream(stream.redis, stream.stream, consumer="failing"),
+        {kind: fail for kind, _ in tasks},
+        max_deliveries=1, claim_idle_ms=200, block_ms=100,
+    )  # fmt: skip
+    with work.foreground():  # one read, then batches of one kind
+        for kind, payload in tasks:
+            await work.submit(kind, payload)
+    async with asyncio.timeout(10):
+        await work.drain()
+    await work.close()
+
+
+async def test_dead_letters_are_listed_redacted_and_requeued_one_or_all_of_a_kind(
+    client, stream, capsys
+):
+    await dead_lettered(stream, [
+        ("index", {"n": 1, "reply": {"response_url": RESPONSE_URL}}),
+        ("index", {"n": 2, "note": f"posted to {RESPONSE_URL}"}),
+        ("index", {"n": 3}),
+        ("summary", {"n": 4}),
+    ])  # fmt: skip
+    name = task_stream_name(stream.stream)
+    code, out, _ = await arxivscout(capsys, "tasks", "dead", "--stream", name)
+    assert code == 0 and out.count(f"{name}/") == 4
+    assert "index" in out and "summary" in out and "ValueError: boom" in out
+    assert "1 delivery" in out and "[redacted]" in out
+    assert "s3cr3t" not in out and "hooks.slack.com" not in out
+
+    code, out, _ = await arxivscout(capsys, "tasks", "dead", "--stream", name, "--json")
+    listed = json.loads(out)
+    assert code == 0 and [row["kind"] for row in listed] == ["index"] * 3 + ["summary"]
+    assert listed[0]["payload"] == {"n": 1, "reply": {"response_url": "[redacted]"}}
+    assert listed[1]["payload"] == {"n": 2, "note": "posted to [redacted]"}
+    assert all(row["deliveries"] == 1 and row["error"].startswith("ValueError") for row in listed)
+
+    # one, by its id
+    code, out, _ = await arxivscout(capsys, "tasks", "requeue", listed[0]["id"])
+    assert code == 0 and "1 requeued." in out
+    code, _, err = await arxivscout(capsys, "tasks", "requeue", listed[0]["id"])
+    assert code == 2 and "No dead letter" in err  # gone from the dead letters: not twice
+    # all of a kind
+    code, out, _ = await arxivscout(
+        capsys, "tasks", "requeue", "--all", "--stream", name, "--kind", "index"
+    )
+    assert code == 0 and "2 requeued." in out
+    assert await stream.pending_count() == 3
+    [left] = await stream.dead_letters()  # the dead stream emptied only of those
+    assert left.kind == "summary" and left.payload == {"n": 4}
+
+    # a consumer runs them afresh (deliveries from 0: this run is their first) and acks them
+    ran: list[tuple[dict, int]] = []
+
+    async def index(payloads: list[dict]) -> None:
+        ran.extend((payload, deliveries()) for payload in payloads)
+
+    work = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="fixed"), {"index": index},
+        claim_idle_ms=200, block_ms=100,
+    )  # fmt: skip
+    work.start()
+    async with asyncio.timeout(10):
+        await work.drain()
+    await work.close()
+    assert sorted(p["n"] for p, _ in ran) == [1, 2, 3] and {d for _, d in ran} == {1}
+    # the payload itself is requeued whole: only what is shown is redacted
+    assert any(p.get("reply") == {"response_url": RESPONSE_URL} for p, _ in ran)
+    assert await stream.pending_count() == 0
+    assert (await client.xpending(stream.stream, "workers"))["pending"] == 0
+    assert [d.kind for d in await stream.dead_letters()] == ["summary"]
+
+
+async def test_a_requeue_moves_its_dead_letter_in_one_atomic_step(client, stream):
+    await dead_lettered(stream, [("index", {"n": 1})])
+    [letter] = await stream.dead_letters()
+    assert key_slot(stream.stream.encode()) == key_slot(stream.dead_stream.encode())
+    async with client.monitor() as monitor:
+        requeued = await stream.requeue(letter.id)
+        seen = []
+        while not any(c["command"].startswith("XDEL") for c in seen):
+            seen.append(await monitor.next_command())
+    moves = [c for c in seen if c["command"].split(" ", 1)[0] in ("XADD", "XDEL")]
+    # added and removed inside one script: nothing can run between them, nor stop after one
+    assert [c["command"].split(" ", 1)[0] for c in moves] == ["XADD", "XDEL"]
+    assert all(c["client_type"] == "lua" for c in moves)
+    assert requeued and await stream.pending_count() == 1 and await stream.dead_letters() == []
+
+
+async def test_two_requeues_of_one_dead_letter_at_once_queue_it_once(client, stream):
+    await dead_lettered(stream, [("index", {"n": 1})])
+    [letter] = await stream.dead_letters()
+    twice = [TaskStream(client, stream.stream) for _ in range(2)]
+    results = await asyncio.gather(*(s.requeue(letter.id) for s in twice))
+    assert sorted(r is None for r in results) == [False, True]
+    assert await stream.pending_count() == 1 and await stream.dead_letters() == []
