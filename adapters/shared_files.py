@@ -24,7 +24,8 @@ anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the 
 at once; what may pass (a download timing out, a 5xx, the embedding API busy, Redis away)
 runs again, and becomes the outcome, in words, on the last delivery: there every failure is
 said, and the message's text is queued as a turn all the same (only Redis failing as that is
-kept or queued makes the task run again, while it can).
+kept or queued makes the task run again, while it can). A last delivery that never ends (its
+process died) is not run again: `given_up` says it and queues the turn the same way.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol
 
 import aiohttp
+from yarl import URL
 
 from bot.background import MAX_RUN_MS, BackgroundWork, deliveries
 from memory.ingest.errors import IngestError
@@ -56,6 +58,8 @@ CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the 
 MAX_DELIVERIES = 5
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
+REDIRECTS = {301, 302, 303, 307, 308}
+MAX_REDIRECTS = 5
 
 
 class FetchError(Exception):
@@ -91,15 +95,16 @@ class FileEnd(Protocol):
 async def download(
     url: str, name: str, platform: str, max_bytes: int, timeout_seconds: float,
     headers: dict[str, str] | None = None, refused: Mapping[int, str] | None = None,
-    check=None,
+    check=None, follow: Callable[[URL], None] | None = None,
 ) -> bytes:  # fmt: skip
     """GET `url` up to `max_bytes`; every failure a FetchError in words. `refused`: the words
-    for statuses that will not change; `check(response)`: the platform's own refusal."""
+    for statuses that will not change; `check(response)`: the platform's own refusal;
+    `follow(target)`: asked before each redirect is followed (a FetchError refuses it)."""
     timeout = aiohttp.ClientTimeout(total=timeout_seconds)
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers=headers or {}) as response,
+            _opened(session, url, name, headers or {}, follow) as response,
         ):
             if response.status in (refused or {}):
                 raise FetchError(refused[response.status])
@@ -126,10 +131,51 @@ async def download(
     return bytes(data)
 
 
+@contextlib.asynccontextmanager
+async def _opened(
+    session: aiohttp.ClientSession, url: str, name: str, headers: dict[str, str],
+    follow: Callable[[URL], None] | None,
+) -> AsyncIterator[aiohttp.ClientResponse]:  # fmt: skip
+    """The response to GET `url`. With `follow`, redirects are followed here, each target
+    asked of `follow` before any request reaches it (aiohttp would follow them anywhere);
+    `headers` go to the first origin only, as aiohttp does."""
+    if follow is None:
+        async with session.get(url, headers=headers) as response:
+            yield response
+        return
+    target = URL(url)
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await session.get(target, headers=headers, allow_redirects=False)
+        location = response.headers.get("Location")
+        if response.status not in REDIRECTS or not location:
+            break
+        response.release()
+        try:
+            next_target = response.url.join(URL(location))
+        except ValueError:
+            raise FetchError(f"I could not download {name}: it redirected nowhere.") from None
+        follow(next_target)
+        if next_target.origin() != target.origin():
+            headers = {}
+        target = next_target
+    else:
+        raise FetchError(f"I could not download {name}: it redirected too many times.")
+    try:
+        yield response
+    finally:
+        response.release()
+
+
 def oversized(name: str, size: int | None, max_bytes: int) -> str:
     """The one wording for a file over the size limit (known before or during the download)."""
     size_text = _mb(size) if size is not None else f"over {_mb(max_bytes)}"
     return f"{name} is {size_text}; I read PDFs up to {_mb(max_bytes)}."
+
+
+def is_external(file: dict[str, Any]) -> bool:
+    """A file kept outside the platform (Slack's `mode: external`: Google Drive, or a link an
+    app added): its address is another service's, never fetched with our token."""
+    return bool(file.get("is_external")) or file.get("mode") == "external"
 
 
 def is_pdf(file: dict[str, Any]) -> bool:
@@ -210,7 +256,7 @@ class SharedFiles:
             self.workers[platform] = BackgroundWork(
                 self.stream(platform), {SHARED_FILES: self.run}, batch=1, workers=2,
                 claim_idle_ms=CLAIM_IDLE_MS, max_deliveries=MAX_DELIVERIES,
-                max_run_ms=self.max_run_ms,
+                max_run_ms=self.max_run_ms, on_dead_letter={SHARED_FILES: self.given_up},
             )  # fmt: skip
         with contextlib.suppress(RuntimeError):  # no running loop (yet)
             asyncio.get_running_loop()
@@ -271,6 +317,33 @@ class SharedFiles:
             if failed is not None:
                 raise failed  # delivered again while it can be (the turn is queued once)
 
+    async def given_up(self, payload: dict[str, Any]) -> None:
+        """The share's task is dead-lettered unrun: its last delivery never ended (reading a
+        file took its process down, say). Each file is said where it was shared (its kept
+        outcome, or that it went wrong), and the message's text is queued as a turn."""
+        end = self.ends.get(payload["platform"])
+        if end is None:
+            return
+        scope = Scope.from_dict(payload["scope"])
+        tenant, share = scope.tenant, payload["share"]
+        try:
+            async with self._locked(tenant, share):
+                if await self.memory.governance.was_deleted(tenant, share):
+                    return
+                for index, file in enumerate(payload["files"]):
+                    share_id = f"{share}:{index}"
+                    progress = await self.progress.get(tenant, share_id)
+                    outcome = progress.get("outcome") or went_wrong(file.get("name") or "the file")
+                    await self.progress.set(tenant, share_id, outcome=outcome)
+                    await self._say(end, payload["reply"], tenant, share_id,
+                                    progress.get("message"), outcome)  # fmt: skip
+                if payload.get("turn"):
+                    await self.memory.turns.push(
+                        scope, payload["turn"], payload["turn_event"], watch=payload["platform"]
+                    )
+        except ShareBusy:  # another copy runs: it says the outcome and queues the turn
+            log.info("share %s given up while another copy of it runs", share)
+
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:
         """Hold the share's lock while the body runs (ShareBusy if another copy holds it),
@@ -314,8 +387,14 @@ class SharedFiles:
             sharer = str(payload.get("sharer") or "")
             outcome = await self._read(end, scope, share_id, file, last, sharer)
         await self.progress.set(tenant, share_id, outcome=outcome)
-        if outcome == shown:
-            return
+        if outcome != shown:
+            await self._say(end, reply, tenant, share_id, message, outcome)
+
+    async def _say(
+        self, end: FileEnd, reply: dict[str, Any], tenant: str, share_id: str,
+        message: str | None, outcome: str,
+    ) -> None:  # fmt: skip
+        """The file's outcome, in its message (posted anew if that cannot be edited)."""
         if message is None:
             await self._post(end, reply, outcome)
             return
@@ -337,6 +416,12 @@ class SharedFiles:
     def refusal(self, file: dict[str, Any]) -> str | None:
         """Why a file is not read, before downloading it; None to read it."""
         name = file.get("name") or "this file"
+        if is_external(file):
+            where = " (in Google Drive)" if file.get("external_type") == "gdrive" else ""
+            return (
+                f"I cannot read {name}: it is kept outside Slack{where}, and I read only PDFs "
+                "uploaded to Slack. Upload the PDF itself to Slack and I will read it."
+            )
         if not is_pdf(file):
             return f"I can read PDFs only; {name} is {kind_of(file)}."
         size = file.get("size")

@@ -13,6 +13,10 @@
   the download from `url_private_download` with the bot token (scope `files:read`; without it
   Slack answers a sign-in page, said as such), and the progress message (chat.postMessage,
   then chat.update). Citations link the file's `permalink`.
+- The bot token goes to Slack's file host only (`FileHost`): a file whose address is anywhere
+  else is refused before any request, and a redirect away from it is not followed. A file kept
+  outside Slack (`mode: external`: Google Drive, or a link an app added with files.remote.add,
+  whose `url_private` is that service's address) is declined (adapters/shared_files.py).
 """
 
 from __future__ import annotations
@@ -22,19 +26,55 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from yarl import URL
 
-from adapters.platform_ids import slack_in_dm, slack_source
-from adapters.shared_files import FetchError, FileEnd, download, is_pdf
+from adapters.platform_ids import slack_in_dm, slack_source, slack_team
+from adapters.shared_files import FetchError, FileEnd, download, is_external, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, unavailable_raised
 from adapters.text import slack_question
 
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
 FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
-               "url_private_download", "url_private", "permalink")  # fmt: skip
+               "url_private_download", "url_private", "permalink", "mode", "is_external",
+               "external_type")  # fmt: skip
 # Slack's answers that may pass: files.info is asked again on the task's next delivery
 PASSING_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
                   "request_timeout"}  # fmt: skip
+# Slack's API host -> the host it serves files from (`url_private_download`) to the bot token
+SLACK_FILE_HOSTS = {"slack.com": "files.slack.com", "slack-gov.com": "files.slack-gov.com"}
+
+
+class FileHost:
+    """Where the bot token may be sent for a file's bytes. Slack's API base (SLACK_API_URL,
+    Slack's by default) says which Slack it is: slack.com serves files from files.slack.com,
+    GovSlack (slack-gov.com) from files.slack-gov.com, over https. Any other API base (a local
+    Slack, as the tests run) serves them itself: its origin is the one allowed. An address
+    in a file's details never widens this."""
+
+    def __init__(self, api_url: str | None = None) -> None:
+        api = URL(api_url or "https://slack.com/api/")
+        if api.scheme == "https" and api.host in SLACK_FILE_HOSTS:
+            self.origin = ("https", SLACK_FILE_HOSTS[api.host], 443)
+        else:
+            self.origin = (api.scheme, api.host, api.port)
+
+    def holds(self, url: str | URL) -> bool:
+        try:
+            found = URL(url)
+        except (TypeError, ValueError):
+            return False
+        if not found.absolute or found.user is not None or found.password is not None:
+            return False
+        return (found.scheme, found.host, found.port) == self.origin
+
+
+def is_slack_site(url: URL) -> bool:
+    """A page of Slack itself (a workspace's sign-in page), not its file host."""
+    host = url.host or ""
+    return url.scheme == "https" and any(
+        host == site or host.endswith(f".{site}") for site in SLACK_FILE_HOSTS
+    )
 
 
 def slack_escape(text: str) -> str:
@@ -53,6 +93,10 @@ def file_details(found: dict[str, Any]) -> dict[str, Any]:
         "size": found.get("size"),
         "url": found.get("url_private_download") or found.get("url_private") or "",
         "link": found.get("permalink") or "",
+        # kept outside Slack: its url_private is the other service's address (declined)
+        "mode": found.get("mode") or "",
+        "is_external": found.get("is_external"),
+        "external_type": found.get("external_type") or "",
     }
 
 
@@ -93,7 +137,7 @@ class SlackFiles:
             files = [f for f in files if is_pdf(f) or not (f["mimetype"] or f["filetype"])]
         if not files or self.service is None or "slack" not in self.service.ends:
             return False
-        team = body.get("team_id") or event.get("team")
+        team = slack_team(body)
         if not addressed and not await adapter.joined(team, channel, thread_ts):
             return True  # a thread the bot is not part of: Slack is not asked about it
         scope = await adapter._scope(team, event, thread_ts)
@@ -123,14 +167,30 @@ class SlackFileEnd(FileEnd):
     def __init__(self, token: str, api_url: str | None = None) -> None:
         self.token = token
         self.options = {"base_url": api_url} if api_url else {}
+        self.file_host = FileHost(api_url)
 
     def client(self) -> AsyncWebClient:
         return AsyncWebClient(token=self.token, **self.options)
 
     async def describe(self, file: dict[str, Any]) -> dict[str, Any]:
-        if file.get("url") and file.get("size") is not None and (file.get("mimetype") or
-                                                                   file.get("filetype")):  # fmt: skip
-            return file
+        known = file.get("mimetype") or file.get("filetype")
+        if not (file.get("url") and file.get("size") is not None and known):
+            file = await self._looked_up(file)
+        if not is_external(file):  # an external file is declined for what it is
+            self._check_host(file)
+        return file
+
+    def _check_host(self, file: dict[str, Any]) -> None:
+        """Refuse, before any request, a file whose address is not on Slack's file host."""
+        if not self.file_host.holds(file.get("url") or ""):
+            raise FetchError(
+                f"I could not download {file.get('name') or 'the file'}: its address is not on "
+                "Slack's file host, and I download only from there. Upload the PDF itself to "
+                "Slack and I will read it."
+            )
+
+    async def _looked_up(self, file: dict[str, Any]) -> dict[str, Any]:
+        """The file completed by files.info (the event lacked some of its details)."""
         name = file.get("name") or "the file"
         try:
             found = (await self.client().files_info(file=file["id"])).get("file") or {}
@@ -151,6 +211,22 @@ class SlackFileEnd(FileEnd):
 
     async def fetch(self, file: dict[str, Any], max_bytes: int) -> bytes:
         name = file.get("name") or "the file"
+        self._check_host(file)  # the token goes nowhere else, whatever the file says
+
+        def redirected(target: URL) -> None:
+            """A redirect is followed on Slack's file host only: never into another address,
+            with the token or without it."""
+            if self.file_host.holds(target):
+                return
+            if is_slack_site(target):  # Slack's sign-in page: the token lacks files:read
+                raise FetchError(
+                    f"Slack sent me to a sign-in page instead of {name}: the app needs the "
+                    "files:read scope (reinstall it from its manifest)."
+                )
+            raise FetchError(
+                f"I could not download {name}: Slack sent me away from its file host, and I "
+                "do not follow that."
+            )
 
         def signed_in(response) -> None:
             if response.content_type == "text/html":  # a sign-in page: no files:read
@@ -167,6 +243,7 @@ class SlackFileEnd(FileEnd):
         return await download(
             file["url"], name, "Slack", max_bytes, DOWNLOAD_TIMEOUT_SECONDS,
             headers={"Authorization": f"Bearer {self.token}"}, refused=refused, check=signed_in,
+            follow=redirected,
         )  # fmt: skip
 
     async def post(self, reply: dict[str, Any], text: str) -> str:

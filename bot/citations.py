@@ -88,11 +88,12 @@ def content_words(text: str) -> set[str]:
 
 
 def passage_link(passage: Passage) -> str:
-    """A paper from arXiv: its abs page. A PDF with an address: that address, at the page."""
+    """A paper from arXiv: its abs page. A PDF with an address: that address, at the page.
+    Never a `file://` one (a server path, stored for local PDFs before they had no link)."""
     url = passage.url
     if is_arxiv_id(passage.arxiv_id) and (not url or "arxiv.org/" in url):
         return f"https://arxiv.org/abs/{base_arxiv_id(passage.arxiv_id)}"
-    if not url:
+    if not url or url.lower().startswith("file:"):
         return ""
     url = url.split("#", 1)[0]
     return f"{url}#page={passage.page}" if passage.page else url

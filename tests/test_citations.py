@@ -255,7 +255,7 @@ def test_links():
     assert passage_link(pdf_passage(0, page=7)) == f"{PDF_URL}#page=7"
     assert passage_link(pdf_passage(0, page=None)) == PDF_URL
     local = Passage("local-1", "Scan", "", 0, "x", "file:///tmp/a.pdf#old", None, 0.1, page=2)
-    assert passage_link(local) == "file:///tmp/a.pdf#page=2"
+    assert passage_link(local) == ""  # stored before local PDFs had no link: no server path
     assert passage_link(Passage("local-2", "No link", "", 0, "x", "", None, 0.1)) == ""
 
 
@@ -318,13 +318,13 @@ async def test_pages_survive_ingestion_and_search(redis_url, local_embedder, ten
         method = next(p for p in passages if p.section == "2 Method")
         intro = next(p for p in passages if p.section == "1 Introduction")
         assert (intro.page, method.page) == (1, 2)
-        assert passage_link(method) == f"{path.resolve().as_uri()}#page=2"
+        assert passage_link(method) == "" and method.url == ""  # no server path, stored or shown
         assert "— section: 2 Method — page 2 — chunk" in KnowledgeBase.segment([method]).render()
         # a record from before pages: no page, and no page in its header or link
         await client.hdel(kb.chunk_key(tenant, method.arxiv_id, method.chunk_index), "page")
         again = await kb.search(Scope(tenant), question, vector, k=5)
         old = next(p for p in again if p.chunk_index == method.chunk_index)
-        assert old.page is None and passage_link(old) == path.resolve().as_uri()
+        assert old.page is None and passage_link(old) == ""
     finally:
         await client.aclose()
 

@@ -300,9 +300,14 @@ async def test_ingest_pdf_files(tmp_path, kb, enc, scope):
     sources = [str(local), str(named), str(locked), missing, str(local)]
     report = await ingest(sources, scope, kb, kb.embedder, enc, None, progress=False)
     ingested = {i: t for i, t, _ in report.ingested}
-    local_id = next(i for i in ingested if i.startswith("local-"))
-    assert len(local_id) == len("local-") + 12 and ingested[local_id] == "My Notes"
-    assert ingested["2401.00001"] == "2401.00001v2"  # no PDF title: the file name
+    local_id = next(i for i, title in ingested.items() if title == "My Notes")
+    assert len(local_id) == len("local-") + 12 and local_id.startswith("local-")
+    # A file named like an arXiv id is no arXiv paper: a local one (no PDF title: the file name)
+    [named_id] = [i for i, title in ingested.items() if title == "2401.00001v2"]
+    assert named_id.startswith("local-") and named_id != local_id
+    papers = {p["arxiv_id"]: p for p in await kb.papers(scope)}
+    assert set(papers) == {local_id, named_id}
+    assert all(p["url"] == "" for p in papers.values())  # no file:// link to the server's files
     failed = dict(report.failed)
     assert "encrypted" in failed[str(locked)] and "no such file" in failed[missing]
     assert report.skipped == [(local_id, "listed more than once")]

@@ -5,18 +5,26 @@ request (API pages, retries and PDF downloads alike) by `delay_seconds`, counted
 of the previous request; the `arxiv` client's own delay is set to zero so the wait is not paid
 twice. An optional async `pace` hook (memory/ingest/arxiv_pace.py: a slot shared in Redis)
 is awaited before each request too, so processes together keep to arXiv's pace.
+
+The blocking calls run on this module's own few threads (`ARXIV_THREADS`), not the default
+executor: a call waiting its turn (a digest's pages, 3 s each) holds one of them, while the
+default executor's threads stay free for what every turn needs (question embeddings, PDF reads).
+The limiter's lock is a thread lock, so the spacing holds across event loops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,6 +62,8 @@ class RateLimiter:
 
 
 ARXIV_LIMITER = RateLimiter()
+# Where arXiv calls wait their turn. More calls than threads queue here, holding no thread.
+ARXIV_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="arxiv")
 
 
 class _ThrottledSession(requests.Session):
@@ -182,10 +192,12 @@ class ArxivSource:
         timeout: float = 60.0,
         num_retries: int = 2,
         pace: Callable[[], Awaitable[None]] | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("?")
         self.pace = pace  # awaited (on the caller's loop) before each request, if given
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.executor = executor or ARXIV_THREADS
+        self._caller = threading.local()  # in a worker thread: the loop of the call it runs
         self.delay_seconds = delay_seconds
         self.limiter = limiter or ARXIV_LIMITER
         self.timeout = timeout
@@ -198,13 +210,24 @@ class ArxivSource:
     def _wait_pace(self) -> None:
         """In a worker thread: wait for the `pace` hook on the loop that asked (if it fails,
         Redis away, this process's own spacing still holds)."""
-        if self.pace is not None and self._loop is not None:
+        loop = getattr(self._caller, "loop", None)
+        if self.pace is not None and loop is not None:
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self.pace(), self._loop).result(self.timeout)
+                asyncio.run_coroutine_threadsafe(self.pace(), loop).result(self.timeout)
 
     async def _in_thread(self, fn, *args):
-        self._loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(fn, *args)
+        """`fn(*args)` on `executor` (as `asyncio.to_thread` would, context variables too)."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, self._for, loop, fn, *args)
+        return await loop.run_in_executor(self.executor, call)
+
+    def _for(self, loop: asyncio.AbstractEventLoop, fn, *args):
+        """Run `fn` in this worker thread on behalf of `loop` (whose `pace` it awaits)."""
+        self._caller.loop = loop
+        try:
+            return fn(*args)
+        finally:
+            self._caller.loop = None
 
     # -- blocking calls (run in a worker thread by the async wrappers) -------------------------
 

@@ -6,21 +6,13 @@ decoded back at the end, so the hot path is list slicing rather than repeated re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from itertools import groupby
 
+from memory.ingest.clean import clean_text
 from memory.stores.knowledge_base import Chunk
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd\ufffe\uffff]")
-
-
-def clean_text(text: str) -> str:
-    """Drop lone surrogates, control characters and replacement marks: Redis needs valid UTF-8."""
-    if not text.isascii():
-        text = _SURROGATES.sub("", text)
-    return _CONTROL.sub("", text)
+__all__ = ["Paragraph", "chunk_paragraphs", "clean_text"]  # clean_text: where it was
 
 
 def _encode_all(encoding, texts: list[str]) -> list[list[int]]:

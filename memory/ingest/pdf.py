@@ -3,18 +3,32 @@
 PDF text comes as positioned lines with no paragraph structure, so paragraphs are rebuilt with
 cheap heuristics: blank lines, a short line that ends a sentence, and numbered headings such as
 "2 Related Work" (which also name the section of the paragraphs that follow).
+
+A PDF is not trusted: its page count is checked before any page is read, and extraction stops
+once the text passes a budget, since pages may share one compressed content stream (a 49 KB
+file can hold 150 MB of text). Read untrusted PDFs in a child process (memory/ingest/
+pdf_child.py), which also bounds memory and time.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pypdfium2 as pdfium
 
-from memory.ingest.chunking import clean_text
+from memory.ingest.clean import clean_text
 from memory.ingest.errors import IngestError
+
+# Text budget per page a PDF may have (max_pages): a dense two-column page of a paper holds
+# 5,000-7,000 characters (7,300 at most in the 49 papers of the unarXive sample); the longest
+# of them, 306,000 characters, is a tenth of the budget at 300 pages (3,000,000).
+MAX_CHARS_PER_PAGE = 10_000
+# Passages per page a PDF may have: the sample's papers make one per 560 characters (383 at
+# the densest), 556 at most; 6,000 at 300 pages, for the embedding API and the store.
+MAX_CHUNKS_PER_PAGE = 20
 
 _HEADING = re.compile(r"^(\d{1,2}(?:\.\d{1,2}){0,2})\.?\s+([A-Z][A-Za-z][^\n]{0,70})$")
 _NAMED_HEADINGS = frozenset(
@@ -37,10 +51,26 @@ class PdfText:
         return [(s, t, p) for (s, t), p in zip(self.paragraphs, self.paragraph_pages, strict=True)]
 
 
-def read_pdf(source: str | Path | bytes, name: str | None = None) -> PdfText:
+def text_budget(max_pages: int | None) -> int | None:
+    """The characters read from a PDF of up to `max_pages` pages (None: no limit)."""
+    return None if max_pages is None else MAX_CHARS_PER_PAGE * max_pages
+
+
+def chunk_budget(max_pages: int | None) -> int | None:
+    """The passages stored from a PDF of up to `max_pages` pages (None: no limit)."""
+    return None if max_pages is None else MAX_CHUNKS_PER_PAGE * max_pages
+
+
+def read_pdf(
+    source: str | Path | bytes, name: str | None = None, max_pages: int | None = None,
+    max_chars: int | None = None, on_page: Callable[[int], None] | None = None,
+) -> PdfText:  # fmt: skip
     """Open a PDF (path or bytes) and extract its title and (section, paragraph) pairs.
 
-    `name` labels the PDF in error messages (default: the path, or "PDF data").
+    `name` labels the PDF in error messages (default: the path, or "PDF data"). A PDF of more
+    than `max_pages` pages is refused before any page is read, and one whose text passes
+    `max_chars` (default: `text_budget(max_pages)`) as soon as it does (IngestError).
+    `on_page(index)` is told of each page about to be read.
     """
     if name is None:
         name = "PDF data" if isinstance(source, bytes | bytearray) else str(source)
@@ -58,9 +88,25 @@ def read_pdf(source: str | Path | bytes, name: str | None = None) -> PdfText:
     except pdfium.PdfiumError as exc:
         reason = "it is encrypted" if "password" in str(exc).lower() else str(exc).rstrip(".")
         raise IngestError(f"{name}: cannot open the PDF ({reason}).") from exc
+    if max_chars is None:
+        max_chars = text_budget(max_pages)
     try:
+        count = len(doc)
+        if max_pages is not None and count > max_pages:
+            raise IngestError(f"{name}: it has {count} pages, and I read up to {max_pages}.")
         title = clean_text(doc.get_metadata_value("Title") or "").strip()
-        pages = [_page_text(doc, i) for i in range(len(doc))]
+        pages: list[str] = []
+        read = 0
+        for index in range(count):
+            if on_page is not None:
+                on_page(index)
+            pages.append(_page_text(doc, index))
+            read += len(pages[-1])
+            if max_chars is not None and read > max_chars:
+                raise IngestError(
+                    f"{name}: it holds more text than I read from one PDF (over {max_chars:,} "
+                    f"characters by page {index + 1} of {count})."
+                )
     except pdfium.PdfiumError as exc:
         raise IngestError(f"{name}: cannot extract the text ({exc}).") from exc
     finally:

@@ -21,12 +21,17 @@ from tqdm import tqdm
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
 from memory.ingest.chunking import Paragraph, chunk_paragraphs
 from memory.ingest.errors import IngestError
-from memory.ingest.pdf import read_pdf
+from memory.ingest.pdf import chunk_budget
+from memory.ingest.pdf_child import read_pdf_in_child
 from memory.ingest.unarxive import is_unarxive_path, read_unarxive
 from memory.scope import Scope
 from memory.stores.knowledge_base import KnowledgeBase, Paper, base_arxiv_id, is_arxiv_id
 
 EMBED_BATCH = 128
+# PDFs from arXiv (anyone may post one there and ask for it in chat) and local files: read in
+# a child process, up to this many pages (and the text and passages for them: pdf.py). Longer
+# than any paper; chat shares have their own limit (settings.max_pdf_pages).
+MAX_PDF_PAGES = 1000
 _ARXIV_URL = re.compile(r"arxiv\.org/(?:abs|pdf)/([^\s?#]+?)(?:\.pdf)?/?$")
 
 
@@ -83,10 +88,17 @@ class _Ingestor:
         self.tick()
         return False
 
-    async def store(self, paper: Paper, paragraphs: list[Paragraph]) -> int:
+    async def store(
+        self, paper: Paper, paragraphs: list[Paragraph], most: int | None = None
+    ) -> int:
         chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, self.encoding)
         if not chunks:
             raise IngestError(f"{paper.arxiv_id}: no text to store")
+        if most is not None and len(chunks) > most:
+            raise IngestError(
+                f"{paper.arxiv_id}: its text makes {len(chunks):,} passages, and I store up to "
+                f"{most:,} from one PDF."
+            )
         texts = [c.text for c in chunks]
         started = time.perf_counter()
         parts = [
@@ -133,9 +145,9 @@ class _Ingestor:
                 if isinstance(hit, IngestError):
                     raise hit
                 data = await arxiv.download_pdf(hit.pdf_url)
-                text = await asyncio.to_thread(read_pdf, data, f"arXiv {arxiv_id} PDF")
+                text = await read_pdf_in_child(data, f"arXiv {arxiv_id} PDF", MAX_PDF_PAGES)
                 abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
-                await self.store(hit.paper, abstract + text.located())
+                await self.store(hit.paper, abstract + text.located(), chunk_budget(MAX_PDF_PAGES))
             except Exception as exc:
                 self.fail(arxiv_id, exc)
 
@@ -143,14 +155,15 @@ class _Ingestor:
         try:
             data = await asyncio.to_thread(path.read_bytes)
             stem = path.stem
-            arxiv_id = stem if is_arxiv_id(stem) else f"local-{hashlib.sha1(data).hexdigest()[:12]}"
+            # Always `local-…`: a name like `2401.00001.pdf` says nothing of the content, and an
+            # arXiv id would open the file to guests (`is_from_arxiv`) and link it to arxiv.org.
+            arxiv_id = f"local-{hashlib.sha1(data).hexdigest()[:12]}"
             if not await self.is_new(arxiv_id):
                 return
-            text = await asyncio.to_thread(read_pdf, data, str(path))
-            paper = Paper(arxiv_id=base_arxiv_id(arxiv_id), title=text.title or stem, source="pdf")
-            if not is_arxiv_id(arxiv_id):
-                paper.url = path.resolve().as_uri()
-            await self.store(paper, text.located())
+            text = await read_pdf_in_child(data, str(path), MAX_PDF_PAGES)
+            # No link: a `file://` one would show every user the server's paths.
+            paper = Paper(arxiv_id=arxiv_id, title=text.title or stem, source="pdf")
+            await self.store(paper, text.located(), chunk_budget(MAX_PDF_PAGES))
         except Exception as exc:
             self.fail(str(path), exc)
 

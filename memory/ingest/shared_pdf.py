@@ -24,7 +24,8 @@ from redis.asyncio import Redis
 
 from memory.ingest.chunking import chunk_paragraphs
 from memory.ingest.errors import IngestError
-from memory.ingest.pdf import PdfText, read_pdf
+from memory.ingest.pdf import PdfText, chunk_budget
+from memory.ingest.pdf_child import read_pdf_in_child
 from memory.keys import shared_pdf_key, shared_pdf_lock_key
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC, Scope
@@ -97,8 +98,10 @@ async def save_shared_pdf(
 ) -> SavedPdf:  # fmt: skip
     """Read a shared PDF into the knowledge base for `scope`'s audience, unless a copy it may
     see is there. Raises IngestError, with a message for the person who shared it, for a file
-    too large (bytes or pages), not a PDF, encrypted, or without text. The paper's record is written after its
-    chunks: a failure half-way leaves no paper (and a redelivery writes the same chunks)."""
+    too large (bytes, pages, text or passages for its pages), not a PDF, encrypted, without
+    text, or that the reader fails on (it runs in a child process: memory/ingest/pdf_child.py).
+    The paper's record is written after its chunks: a failure half-way leaves no paper (and a
+    redelivery writes the same chunks)."""
     if len(data) > max_bytes:
         raise IngestError(
             f"{shared.name}: it is {_mb(len(data))}, and I read PDFs up to {_mb(max_bytes)}."
@@ -107,14 +110,16 @@ async def save_shared_pdf(
     copy = await find_copy(kb, scope, digest)
     if copy is not None:  # the same share delivered again counts as saved by it
         return _saved(copy, already=copy.get("origin") != shared.origin)
-    text = await asyncio.to_thread(read_pdf, data, shared.name)
-    if max_pages is not None and text.pages > max_pages:
-        raise IngestError(
-            f"{shared.name}: it has {text.pages} pages, and I read up to {max_pages}."
-        )
+    text = await read_pdf_in_child(data, shared.name, max_pages)  # pages checked first
     chunks = await asyncio.to_thread(_chunks, text, encoding)
     if not chunks:
         raise IngestError(f"{shared.name}: no text to store (a scanned PDF needs OCR first).")
+    most = chunk_budget(max_pages)
+    if most is not None and len(chunks) > most:
+        raise IngestError(
+            f"{shared.name}: its text makes {len(chunks):,} passages, and I store up to "
+            f"{most:,} from one PDF."
+        )
     texts = [c.text for c in chunks]
     vectors = np.concatenate(
         [

@@ -99,7 +99,10 @@ class Paper:
 
     @property
     def link(self) -> str:
-        return self.url or f"https://arxiv.org/abs/{self.arxiv_id}"
+        """Its address: the one given, else its arXiv abs page (none for a PDF of ours)."""
+        if self.url or not is_from_arxiv(self.arxiv_id):
+            return self.url
+        return f"https://arxiv.org/abs/{self.arxiv_id}"
 
 
 @dataclass
@@ -252,6 +255,8 @@ class KnowledgeBase(VectorStore):
     ) -> FilterExpression | None:
         parts: list[FilterExpression] = []
         if arxiv_id:
+            if not base_arxiv_id(arxiv_id):  # "v2": an empty tag filter would match every paper
+                raise ValueError(f"{arxiv_id!r} is not a paper id")
             parts.append(Tag("arxiv_id") == base_arxiv_id(arxiv_id))
         if author:
             parts.append(Tag("authors") == author)
@@ -363,9 +368,10 @@ class KnowledgeBase(VectorStore):
             year = f" ({p.year})" if p.year else ""
             page = f" — page {p.page}" if p.page else ""
             label = "PDF" if is_shared_pdf(p.arxiv_id) else "arXiv"
+            link = "" if p.url.startswith("file:") else p.url  # an old local PDF's server path
             items.append(
                 f"[{number}] [{label}:{p.arxiv_id}] {p.title}{year}{where}{page} — chunk "
-                f"{p.chunk_index}\nLink: {p.url}\n{p.content}"
+                f"{p.chunk_index}\nLink: {link}\n{p.content}"
             )
         return Segment(
             name="Knowledge Base",

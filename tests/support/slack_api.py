@@ -90,12 +90,20 @@ class MockSlackApi(ThreadedServer):
     guests: set[str] = field(default_factory=set)  # users.info is_restricted (a guest)
     strangers: set[str] = field(default_factory=set)  # users.info is_stranger (another org)
     shared_channels: set[str] = field(default_factory=set)  # Slack Connect: is_ext_shared
+    org_shared_channels: set[str] = field(default_factory=set)  # Grid-wide: is_org_shared
+    enterprise_id: str = ""  # the workspace's Enterprise Grid org (auth.test; its members')
+    homes: dict[str, str] = field(default_factory=dict)  # person -> their workspace, if another
+    enterprises: dict[str, str] = field(default_factory=dict)  # person -> their org, if not ours
     members: dict[str, set[str]] = field(default_factory=dict)  # channel -> its people
+    # channel -> the workspaces it is of, its host first (conversations.info names them:
+    # `context_team_id`, `conversation_host_id`, `shared_team_ids`); unlisted: none named
+    channel_teams: dict[str, list[str]] = field(default_factory=dict)
     mpims: set[str] = field(default_factory=set)  # group DMs among `members`' channels
     page_size: int = 100  # users.conversations answers at most this many per page
     home_views: dict[str, dict[str, Any]] = field(default_factory=dict)  # views.publish, by user
     files: dict[str, tuple[dict[str, Any], bytes]] = field(default_factory=dict)  # id: (file, data)
     downloads: list[str] = field(default_factory=list)  # file ids downloaded with a valid token
+    redirects: dict[str, str] = field(default_factory=dict)  # file id -> where its download sends
     modals: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # method -> [times, error]
@@ -158,8 +166,10 @@ class MockSlackApi(ThreadedServer):
         if method in NEEDS_CHANNEL:
             self._check_channel(params.get("channel") or params.get("channel_id") or "")
         if method == "auth.test":
+            grid = {"enterprise_id": self.enterprise_id} if self.enterprise_id else {}
             return {"team_id": self.team_id, "user_id": BOT_USER, "bot_id": "BBOT",
-                    "user": "arxivscout", "team": "Test"}  # fmt: skip
+                    "user": "arxivscout", "team": "Test", "is_enterprise_install": False,
+                    **grid}  # fmt: skip
         if method == "chat.postMessage":
             self._check_thread(params.get("thread_ts"))
             text = shown(self._check_size(params))
@@ -330,6 +340,23 @@ class MockSlackApi(ThreadedServer):
         self.files[file_id] = (found, data)
         return found
 
+    def add_remote_file(self, name: str, external_url: str, mimetype: str = "",
+                        filetype: str = "", external_type: str = "app") -> dict[str, Any]:  # fmt: skip
+        """A file kept outside Slack (Google Drive: `external_type` "gdrive"; or a link an app
+        added with files.remote.add): Slack's `url_private` is the other service's address."""
+        file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+        found = {
+            "id": file_id, "created": int(time.time()), "timestamp": int(time.time()),
+            "name": name, "title": name, "mimetype": mimetype, "filetype": filetype,
+            "pretty_type": "", "user": "U1", "user_team": self.team_id, "editable": False,
+            "mode": "external", "is_external": True, "external_type": external_type,
+            "external_url": external_url, "url_private": external_url,
+            "permalink": f"https://test.slack.com/files/U1/{file_id}/{name}",
+            "has_rich_preview": False, "file_access": "visible",
+        }  # fmt: skip
+        self.files[file_id] = (found, b"")
+        return found
+
     async def _download(self, request: web.Request) -> web.StreamResponse:
         """files.slack.com: the bytes for `Authorization: Bearer <bot token>`; without a valid
         token Slack answers its sign-in page (200, text/html), not an error."""
@@ -337,6 +364,8 @@ class MockSlackApi(ThreadedServer):
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if not token.startswith("xoxb-") or token == INVALID_TOKEN:
             return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        if file_id in self.redirects:  # 302, as a CDN or a sign-in page would
+            return web.Response(status=302, headers={"Location": self.redirects[file_id]})
         if file_id not in self.files:
             return web.Response(status=404, text="file not found")
         self.downloads.append(file_id)
@@ -353,7 +382,12 @@ class MockSlackApi(ThreadedServer):
         if name is None:
             return {"ok": False, "error": "user_not_found"}
         profile = {"display_name": name, "real_name": f"{name} Example"}
-        return {"ok": True, "user": {"id": user_id, "team_id": self.team_id,
+        home = self.homes.get(user_id, self.team_id)
+        enterprise = self.enterprises.get(user_id, self.enterprise_id)
+        member = {"id": user_id, "enterprise_id": enterprise, "enterprise_name": enterprise,
+                  "is_admin": False, "is_owner": False, "teams": [home]}  # fmt: skip
+        grid = {"enterprise_user": member} if enterprise else {}  # of an Enterprise Grid org
+        return {"ok": True, "user": {"id": user_id, "team_id": home, **grid,
                                      "name": name.lower(), "real_name": profile["real_name"],
                                      "is_bot": user_id == BOT_USER, "profile": profile,
                                      "deleted": user_id in self.deactivated,
@@ -467,9 +501,22 @@ class MockSlackApi(ThreadedServer):
         return {"ok": True, "channel": {"id": channel, "is_channel": not (im or group),
                                         "is_group": group, "is_im": im, "is_mpim": False,
                                         "is_private": private,
-                                        "is_shared": channel in self.shared_channels,
+                                        "is_shared": channel in self.shared_channels
+                                        | self.org_shared_channels,
+                                        "is_org_shared": channel in self.org_shared_channels,
                                         "is_ext_shared": channel in self.shared_channels,
-                                        "is_member": channel not in self.not_joined}}  # fmt: skip
+                                        "is_member": channel not in self.not_joined,
+                                        **self._teams_of(channel)}}  # fmt: skip
+
+    def _teams_of(self, channel: str) -> dict[str, Any]:
+        """The workspaces conversations.info names for `channel` (`channel_teams`), as Slack
+        answers with this workspace's token: in its context if it is one of them."""
+        teams = self.channel_teams.get(channel)
+        if not teams:
+            return {}
+        context = self.team_id if self.team_id in teams else teams[0]
+        return {"context_team_id": context, "conversation_host_id": teams[0],
+                "shared_team_ids": list(teams)}  # fmt: skip
 
     async def _respond(self, request: web.Request) -> web.Response:
         body = json.loads(await request.text())
@@ -539,11 +586,16 @@ class SlackSender:
             return response
 
     async def event(self, event: dict[str, Any], team: str = "T1", event_id: str | None = None,
-                    retry: int = 0, **kwargs) -> aiohttp.ClientResponse:  # fmt: skip
+                    retry: int = 0, installed: str | None = None,
+                    **kwargs) -> aiohttp.ClientResponse:  # fmt: skip
+        """`team`: the envelope's `team_id`; `installed`: the workspace of the installation
+        receiving it (`authorizations[0].team_id`), `team` unless said: in a shared channel
+        another workspace created, Slack names that one as `team_id`."""
+        authorization = {"team_id": installed or team, "user_id": BOT_USER, "is_bot": True}
         body = json.dumps({
             "token": "legacy", "team_id": team, "api_app_id": "A1", "type": "event_callback",
             "event_id": event_id or f"Ev{uuid.uuid4().hex[:10]}", "event_time": int(time.time()),
-            "event": event, "authorizations": [{"team_id": team, "user_id": BOT_USER, "is_bot": True}],
+            "event": event, "authorizations": [authorization],
         })  # fmt: skip
         if self.api is not None:
             self.api.knows(event.get("ts", ""), event.get("thread_ts", ""))
