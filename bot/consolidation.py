@@ -33,7 +33,7 @@ from typing import Any
 
 from bot.llm import LLMClient, LLMError
 from memory.manager import MemoryManager
-from memory.scope import Scope, legacy_audience
+from memory.scope import NOWHERE, Scope, legacy_audience, narrowest
 from memory.stores.conversation import MarkConflict, Message, message_tokens
 from memory.stores.summary import Note, Summary, compact_note, merged_note
 from memory.tokens import context_window, count_tokens, encoding_for
@@ -91,6 +91,14 @@ def parse_note(data: Any) -> Note:
     return description, summary
 
 
+def covered_audience(scope: Scope, messages: list[Message]) -> str:
+    """Who may see a summary of `messages` written in `scope`: the narrowest of their audiences
+    (`narrowest`), so a summary of a walled person's words in a public channel is that
+    channel's private memory, as the words are. Forgotten messages say nothing in a note."""
+    said = [m.audience or legacy_audience(scope.thread) for m in messages if not m.forgotten]
+    return narrowest([scope.audience, *said])
+
+
 def newest_within(costs: list[int], budget: int) -> int:
     """How many of the newest items (by their token `costs`) fit in `budget` together."""
     kept, total = 0, 0
@@ -139,9 +147,15 @@ class Consolidator:
         self, scope: Scope, first: int, raw: list[str], messages: list[Message], note: Note
     ) -> Summary:
         """Store a summary of `messages` (read as `raw` from index `first`), then mark them;
-        if the marking fails, the summary is deleted again."""
+        if the marking fails, the summary is deleted again. It is stored for the narrowest
+        audience of the messages (`covered_audience`)."""
         description, text = note
-        summary = Summary(scope.thread, description, text, [m.id for m in messages])
+        audience = covered_audience(scope, messages)
+        if audience == NOWHERE:  # two places' messages in one thread: shown there only
+            log.warning("summary of %s covers messages of several places", scope.thread)
+        summary = Summary(
+            scope.thread, description, text, [m.id for m in messages], audience=audience
+        )
         await self.memory.summaries.save(scope, summary)
         try:
             await self.memory.conversation.mark_summarized(scope, first, raw, summary.id)
@@ -275,8 +289,12 @@ class Consolidator:
 
     # -- the agent's tool, forced compaction, expansion ---------------------------------------------
 
-    async def summarize_and_store(self, scope: Scope) -> str:
-        """The agent's tool: an LLM-written note for every unsummarized message of the thread."""
+    async def summarize_and_store(
+        self, scope: Scope, shown_audiences: set[str] | None = None
+    ) -> str:
+        """The agent's tool: an LLM-written note for every unsummarized message of the thread.
+        `shown_audiences` collects the audience of the note its answer describes (its tool
+        log is stored for it: bot/harness.py)."""
         if self.llm is None:
             raise RuntimeError("No model is configured to write summaries.")
 
@@ -289,6 +307,8 @@ class Consolidator:
         summary = await self._store(scope, note)
         if summary is None:
             return "Nothing to summarize: every message of this thread is already summarized."
+        if shown_audiences is not None:
+            shown_audiences.add(summary.audience)
         return (
             f"Stored as [Summary ID: {summary.id}] {summary.description} "
             f"({len(summary.message_ids)} messages)"
@@ -302,11 +322,14 @@ class Consolidator:
 
         return await self._store(scope, note)
 
-    async def expand_summary(self, scope: Scope, summary_id: str) -> str:
+    async def expand_summary(
+        self, scope: Scope, summary_id: str, shown_audiences: set[str] | None = None
+    ) -> str:
         """The summary and, in order, the original messages it covers, if `scope` may see it:
         of those, asked from another thread, only the ones `scope` may see too (a place turned
         private keeps its later messages from where it was public), the others counted as
-        withheld. In its own thread every message is shown: whoever asks there can read it."""
+        withheld. In its own thread every message is shown: whoever asks there can read it.
+        `shown_audiences` collects the audiences of what is shown (for the tool's log)."""
         summary = await self.memory.summaries.get(scope, summary_id)
         covered = set(summary.message_ids)
         thread = scope.in_thread(summary.thread_id)
@@ -317,6 +340,9 @@ class Consolidator:
             for m in messages
             if here or scope.can_see(m.audience or legacy_audience(summary.thread_id))
         ]
+        if shown_audiences is not None:
+            shown_audiences.add(summary.audience or legacy_audience(summary.thread_id))
+            shown_audiences.update(m.audience or legacy_audience(summary.thread_id) for m in shown)
         withheld = len(messages) - len(shown)
         note = f" ({withheld} more not shown here: they are private to another place)"
         return (

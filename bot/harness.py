@@ -29,11 +29,11 @@ from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a t
 from memory.context import AssembledContext, ContextLimits, assemble_context
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
-from memory.scope import Scope
+from memory.scope import NOWHERE, Scope
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
 from memory.stores.entity_pieces import version_of
-from memory.stores.tool_log import ToolLogEntry
+from memory.stores.tool_log import ToolLogEntry, log_audience
 from memory.stores.turn_records import TurnRecord, TurnUsage, UnknownTurn, new_turn_id
 from memory.tokens import context_window, count_tokens
 
@@ -238,20 +238,25 @@ class Harness:
             tool_input: Any = json.loads(call.arguments or "{}")
         except json.JSONDecodeError:
             tool_input = call.arguments
+        audience = log_audience(scope, context.shown_audiences)  # of what the call showed
         log_id = await self.memory.tool_logs.write(
             scope,
             ToolLogEntry(
                 thread_id=scope.thread, tool_name=call.name, tool_input=tool_input,
                 output=result.output, status=result.status, error=result.error or "",
                 duration_ms=result.duration_ms, iteration=iteration, author=scope.user,
+                audience=audience,
             ),
         )  # fmt: skip
         output = result.output
         if len(output) > TOOL_RESULT_CHARS:
-            output = (
-                output[:TOOL_RESULT_CHARS]
-                + f"\n\n[Truncated. Full output saved in tool log as {log_id}]"
+            rest = (
+                f"Full output saved in tool log as {log_id}"
+                if audience != NOWHERE  # else nobody may read the log: say so, not its id
+                else "The rest cannot be read back: it mixes the team's memory with a "
+                "channel's private memory. Ask for fewer results instead"
             )
+            output = output[:TOOL_RESULT_CHARS] + f"\n\n[Truncated. {rest}]"
         return output, Step(call.name, call.arguments, result.status, log_id)
 
     # -- after the loop ------------------------------------------------------------------------
@@ -310,7 +315,7 @@ class Harness:
             TurnRecord(
                 prepared.record_id, scope.tenant, scope.thread, prepared.context.question,
                 answer, audience=scope.audience, channel=scope.channel, asker=scope.user,
-                asker_name=scope.user_name, stop_reason=stop_reason,
+                asker_name=scope.user_name, walled=scope.walled, stop_reason=stop_reason,
                 question_id=asked.id if asked else "", answer_id=answered.id if answered else "",
                 memory=prepared.context.memory_ids(), shown=shown, cited=cites,
                 tools=[{"name": s.name, "status": s.status, "log_id": s.log_id} for s in steps],

@@ -16,7 +16,8 @@ from bot.toolbox import Toolbox
 from memory.ingest.arxiv_source import ArxivSource
 from memory.ingest.pipeline import fetch_and_save
 from memory.manager import MemoryManager
-from memory.scope import Scope
+from memory.scope import PUBLIC, Scope, legacy_audience
+from memory.stores.knowledge_base import is_from_arxiv
 
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
 
@@ -42,6 +43,9 @@ class ToolContext:
     consolidator: Consolidator
     encoding: Any
     sources: SourceRegistry = field(default_factory=SourceRegistry)  # the turn's, numbered
+    # the audiences of the memory the call showed: its tool log is stored for the narrowest
+    # (memory/stores/tool_log.py `log_audience`)
+    shown_audiences: set[str] = field(default_factory=set)
 
 
 toolbox: Toolbox[ToolContext] = Toolbox(ToolContext)
@@ -119,6 +123,9 @@ async def search_knowledge_base(
     )  # fmt: skip
     if not passages:
         return "No matching passages in the knowledge base."
+    ctx.shown_audiences.update(  # a paper from arXiv is anyone's to read, walled or not
+        p.audience for p in passages if p.audience != PUBLIC or not is_from_arxiv(p.arxiv_id)
+    )
     return memory.knowledge_base.segment(passages, ctx.sources.numbers(passages)).render()
 
 
@@ -130,7 +137,7 @@ async def summarize_and_store(ctx: ToolContext, thread_id: str | None = None) ->
     Args:
         thread_id: not needed: the tool always summarizes the current thread.
     """
-    return await ctx.consolidator.summarize_and_store(ctx.scope)
+    return await ctx.consolidator.summarize_and_store(ctx.scope, ctx.shown_audiences)
 
 
 @toolbox.register_tool
@@ -141,7 +148,7 @@ async def expand_summary(ctx: ToolContext, summary_id: str) -> str:
     Args:
         summary_id: the id shown as [Summary ID: ...] in Summary Memory.
     """
-    return await ctx.consolidator.expand_summary(ctx.scope, summary_id)
+    return await ctx.consolidator.expand_summary(ctx.scope, summary_id, ctx.shown_audiences)
 
 
 @toolbox.register_tool
@@ -153,6 +160,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
         offset: character offset to start reading from, for very long outputs.
     """
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
+    ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
     text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
 
@@ -187,6 +195,7 @@ async def search_conversations(
     )  # fmt: skip
     if not episodes:
         return "No matching messages."
+    ctx.shown_audiences.update(e.audience for e in episodes)
     return memory.episodes.render(episodes)
 
 

@@ -235,7 +235,10 @@ class Governance:
 
     async def forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
         """A paper's chunks (its passages) and its entry in the tenant's papers."""
-        kb, arxiv_id = self.memory.knowledge_base, base_arxiv_id(arxiv_id)
+        kb, given = self.memory.knowledge_base, arxiv_id
+        arxiv_id = base_arxiv_id(arxiv_id or "")
+        if not arxiv_id:  # "" or "v2": an empty tag filter is redisvl's `*`, every chunk
+            raise NotFound("paper", given or "")
         record = await self.redis.hget(papers_key(tenant), arxiv_id)
         chunks = await delete_where(kb, tenant, Tag("arxiv_id") == arxiv_id, ["arxiv_id"])
         if record is None and not chunks:

@@ -29,6 +29,8 @@ async def delete_where(
     store: VectorStore, tenant: str, where: FilterExpression, fields: list[str]
 ) -> list[dict[str, Any]]:
     """Delete a vector store's records that match `where`, a page at a time; the rows."""
+    if str(where).strip() in ("", "*"):  # redisvl's rendering of a tag filter on ""
+        raise ValueError(f"refusing to delete every record of {tenant}: the filter is empty")
     deleted: list[dict[str, Any]] = []
     while True:
         query = FilterQuery(filter_expression=where, return_fields=fields, num_results=PAGE)

@@ -14,6 +14,7 @@ shown all of that thread (`may_show`): they can read it where it was said.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,10 @@ if TYPE_CHECKING:  # turn records are stored by scope: a runtime import would be
     from memory.stores.turn_records import TurnRecord
 
 PUBLIC = "public"
+# The audience of a record that holds items of two places, neither narrower than the other:
+# no place's `audiences` hold it, so it is shown nowhere but in its own thread (a summary,
+# `Scope.may_show`) and to the tenant's admins on the memory page (`narrowest`).
+NOWHERE = "nowhere"
 
 
 class Visibility(StrEnum):
@@ -111,12 +116,16 @@ class Scope:
 
 
 def scope_of(record: TurnRecord) -> Scope:
-    """The place and asker of an answered turn, as its record keeps them."""
+    """The place and asker of an answered turn, as its record keeps them, walled as the turn
+    was. A record from before that was kept (`walled` None) is walled unless it was public: a
+    walled scope is never public, and any other may have been a guest's or a shared channel's;
+    walled only narrows what is read, while what is learned is stored for the same audience."""
     kind, _, place = (record.audience or PUBLIC).partition(":")
     visibility = Visibility.PUBLIC if kind == PUBLIC else Visibility(kind)
     channel = place or record.channel
+    walled = visibility is not Visibility.PUBLIC if record.walled is None else record.walled
     return Scope(record.tenant, record.thread, channel, visibility,
-                 record.asker, record.asker_name)  # fmt: skip
+                 record.asker, record.asker_name, walled)  # fmt: skip
 
 
 def legacy_audience(thread: str) -> str:
@@ -131,3 +140,15 @@ def legacy_audience(thread: str) -> str:
         dm = parts[1] == "dm"
         return f"{(Visibility.DM if dm else Visibility.PRIVATE).value}:{parts[2]}"
     return PUBLIC
+
+
+def narrowest(audiences: Iterable[str | None]) -> str:
+    """Who may see a record made of items of these audiences (a summary of messages, a tool
+    log of what a call showed): `public` when every item was; a place's own when some items
+    were that place's and the others public; `NOWHERE` when two places' items meet (not within
+    one thread: fail closed). An empty audience counts as public: resolve a legacy item's
+    first (`legacy_audience`)."""
+    places = {audience for audience in audiences if audience and audience != PUBLIC}
+    if not places:
+        return PUBLIC
+    return places.pop() if len(places) == 1 else NOWHERE

@@ -39,6 +39,26 @@ def _tags(field_name: str, values: Iterable[str]) -> str:
     return f"@{field_name}:{{{'|'.join(_TAG_ESCAPER.escape(v) for v in values)}}}"
 
 
+_MENTION = re.compile(r"<@!?([^>|]+)(?:\|[^>]*)?>")  # <@U1>, <@U1|ana> (Slack), <@!1> (Discord)
+
+
+def _author(person: str) -> str:
+    """Messages by a person named as the model may name them: their platform user id (a
+    mention too), or their name, every word of it among the `names` of the author's."""
+    person = person.strip()
+    if mention := _MENTION.fullmatch(person):
+        person = mention.group(1)
+    person = person.lstrip("@").strip()
+    if not person:
+        return ""
+    words = list(dict.fromkeys(_WORD.findall(person.lower())))
+    by_id = _tags("author", [person])
+    if not words:
+        return by_id
+    by_name = " ".join(_tags("names", [w]) for w in words)
+    return f"({by_id} | ({by_name}))"
+
+
 def _filter(
     scope: Scope,
     thread: str | None = None,
@@ -57,8 +77,8 @@ def _filter(
     parts = [seen]
     if thread:
         parts.append(_tags("thread", [thread]))
-    if author:
-        parts.append(_tags("author", [author]))
+    if author and (clause := _author(author)):
+        parts.append(clause)
     if since is not None or until is not None:
         low = "-inf" if since is None else repr(float(since))
         high = "+inf" if until is None else repr(float(until))

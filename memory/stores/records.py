@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from redis.asyncio import Redis
 
 from memory.keys import record_key, thread_records_key
-from memory.scope import Scope, legacy_audience
+from memory.scope import Scope, legacy_audience, narrowest
 from memory.stores.base import decode
 
 R = TypeVar("R")
@@ -29,7 +29,8 @@ class UnknownRecord(KeyError):
 
 class ThreadRecordStore(Generic[R]):
     """Records are dataclasses with `id`, `thread_id`, `created_at` and `audience` (who may
-    see them: `Scope.audience` of the place they were written in)."""
+    see them: `Scope.audience` of the place they were written in, or narrower for what they
+    hold: `save`)."""
 
     KIND: ClassVar[str]  # the key part of a record, e.g. "summary"
     PLURAL: ClassVar[str]  # the key part of a thread's index, e.g. "summaries"
@@ -61,8 +62,10 @@ class ThreadRecordStore(Generic[R]):
         return data
 
     async def save(self, scope: Scope, record: R) -> R:
-        """Store a record of `scope.thread`, visible where `scope` may see."""
-        record.audience = scope.audience
+        """Store a record of `scope.thread` for `scope.audience`, or for the narrower audience
+        the record was given for what it holds (`narrowest`: a summary of a walled person's
+        words in a public channel is that channel's private memory)."""
+        record.audience = narrowest([scope.audience, record.audience])
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.key(scope.tenant, record.id), mapping=self.fields(record))
         pipe.zadd(self.thread_index(scope), {record.id: record.created_at})

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from memory.keys import thread_records_key
-from memory.scope import Scope
+from memory.scope import Scope, legacy_audience, narrowest
 from memory.stores.base import Segment, decode
 from memory.stores.conversation import Message
 from memory.stores.records import ThreadRecordStore, UnknownRecord
@@ -205,10 +205,14 @@ class SummaryStore(ThreadRecordStore[Summary]):
     async def merge(self, scope: Scope, merged: Summary, children: list[Summary]) -> Summary:
         """Store `merged` as the top-level summary in place of `children` (top-level summaries
         of `scope.thread`), atomically; `SummaryConflict` if one of them is no longer
-        top-level, and then nothing changes."""
+        top-level, and then nothing changes. It is stored for the narrowest audience of its
+        children (`narrowest`): it says what they said."""
         if not children:
             raise ValueError("A merged summary needs children.")
-        merged.audience = scope.audience
+        merged.audience = narrowest(
+            [scope.audience, merged.audience]
+            + [c.audience or legacy_audience(c.thread_id) for c in children]
+        )
         merged.children = [c.id for c in children]
         fields: list[str] = []
         for name, value in self.fields(merged).items():

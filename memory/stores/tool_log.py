@@ -2,7 +2,8 @@
 
 The model gets a truncated result that names the log id; `read_tool_log` brings the rest back.
 Each log keeps who asked the turn that made the call (`author`), so erasing a person takes the
-logs of their turns too (memory/governance.py).
+logs of their turns too (memory/governance.py), and is stored for who may see what the call
+showed (`log_audience`), not only for who asked.
 """
 
 from __future__ import annotations
@@ -13,9 +14,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.scope import Scope
+from memory.scope import NOWHERE, PUBLIC, Scope, narrowest
 from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
+
+
+def log_audience(scope: Scope, shown: Iterable[str]) -> str:
+    """Who may read the log of a call made in `scope` that showed items of the audiences
+    `shown`: the narrowest of them (`narrowest`). A member's call in a public channel C that
+    showed what walled people said there (`private:<C>`) is C's private memory; if it showed the
+    team's public memory too, no audience fits: C's walled people read `private:<C>` but not the
+    team's memory, the rest of the team reads that but not C's, so it is read by nobody
+    (`NOWHERE`, fail closed; the memory page's admins still see it)."""
+    shown = set(shown)
+    audience = narrowest([scope.audience, *shown])
+    if scope.audience == PUBLIC and audience != PUBLIC and PUBLIC in shown:
+        return NOWHERE
+    return audience
 
 
 class UnknownToolLog(UnknownRecord):

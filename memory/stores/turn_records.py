@@ -150,6 +150,9 @@ class TurnRecord:
     channel: str = ""
     asker: str = ""
     asker_name: str = ""
+    # the turn's scope was walled (memory/scope.py): re-learning it (an edit) stays walled;
+    # None in a record stored before this was kept (`scope_of` reads it)
+    walled: bool | None = None
     created_at: float = field(default_factory=time.time)
     stop_reason: str = "final"
     question_id: str = ""  # the stored messages (forgetting one drops the record)
@@ -196,7 +199,7 @@ class TurnRecords:
         tenant, thread = record.tenant, record.thread
         fields: list[Any] = []
         for name, value in asdict(record).items():
-            if name == "feedback":
+            if name == "feedback" or value is None:  # None: not known (`walled`), not stored
                 continue
             if name in JSON_FIELDS:
                 value = json.dumps(value, ensure_ascii=False)
@@ -451,6 +454,8 @@ def _decode(row: dict) -> TurnRecord:
             data[name] = float(value)
         elif name == "citations_removed":
             data[name] = int(float(value))
+        elif name == "walled":
+            data[name] = value == "True"
         elif name in TurnRecord.__dataclass_fields__:
             data[name] = value
     data["usage"] = TurnUsage(**data.get("usage", {}))
