@@ -20,6 +20,11 @@ message, its Save buttons.
   so it answers "let me post here first" (`can_post`: "… in <#channel> …", as an admin may ask
   from another channel). A digest refused later pauses the watch and its creator is told in a
   DM.
+- A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
+  its person's DM with the bot), checked when it is made or resumed (`can_post` with the
+  tenant) and before every digest or notice: an imported watch may name any channel, and is
+  paused, never posted there. Only a member of the server (or the DM tenant's person) is told
+  of a refused digest (`tell`), never whoever an imported file named as its creator.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from adapters.platform_ids import discord_tenant
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
+    ForeignPlace,
     Undeliverable,
     WatchPlace,
     WatchService,
@@ -65,10 +71,43 @@ CANNOT_POST_IN = (  # `can_post`: asked for a watch's channel, perhaps from else
     "I cannot send messages in <#{channel}>, so Discord would refuse this watch's digests "
     "there: let me post there first (the channel's permissions: {permission}), then ask again."
 )
+NOT_OURS = (  # `can_post` with a tenant: the watch's channel is another server's
+    "<#{channel}> is not a channel of {where}, so I will not post this watch's digests there: "
+    "make the watch again {instead} (and `/watch remove` this one)."
+)
 CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
     "would refuse its digests: remove it, or let me see the channel again."
 )
+
+
+def of_tenant(channel: Any, tenant: str) -> bool:
+    """The channel (or thread) is the tenant's: of its server, or for a DM tenant `dm-<user>`
+    that person's DM with the bot. A channel of no server (a DM, a group DM) is no server's."""
+    if tenant.startswith("dm-"):
+        recipient = getattr(channel, "recipient", None)
+        return (
+            isinstance(channel, discord.DMChannel)
+            and recipient is not None
+            and tenant == f"dm-{recipient.id}"
+        )
+    guild = getattr(channel, "guild", None)
+    return guild is not None and str(guild.id) == tenant
+
+
+def foreign_reason(channel: str, tenant: str) -> str:
+    """Why a digest is not posted in a channel not of the tenant (logged, kept as the pause)."""
+    return f"Discord channel {channel} is not of {_tenant_words(tenant)}: not posted there"
+
+
+def _tenant_words(tenant: str) -> str:
+    return "your direct messages with me" if tenant.startswith("dm-") else "this server"
+
+
+def not_ours(channel: str, tenant: str) -> str:
+    """`can_post`'s answer for a channel not of the tenant: what to do instead."""
+    instead = "here, in our DM" if tenant.startswith("dm-") else "in one of this server's channels"
+    return NOT_OURS.format(channel=channel, where=_tenant_words(tenant), instead=instead)
 
 
 def admin_of(
@@ -295,6 +334,8 @@ class DiscordWatches:
         channel = await self.channel_of(int(watch.channel))
         if channel is None:
             raise Undeliverable(f"Discord channel {watch.channel} is gone or hidden")
+        if not of_tenant(channel, watch.tenant):
+            raise ForeignPlace(foreign_reason(watch.channel, watch.tenant))
         try:
             message = await channel.send(
                 digest_message(digest), view=digest_view(digest), nonce=marker[:NONCE_LIMIT],
@@ -307,13 +348,15 @@ class DiscordWatches:
     async def find(self, watch: Watch, marker: str, since: float) -> str | None:
         return None  # posting again with the same nonce returns the first message
 
-    async def can_post(self, place: WatchPlace) -> str:
+    async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
         """Whether the bot may send in the watch's channel now, from the channel as the client
         has it (fetched when not cached): a watch resumed or made from elsewhere (an admin's
         command, a mention) is checked where it posts, not where it was asked, so the answer
-        names that channel. When Discord cannot say (no member object for the bot, an HTTP
-        error), the post itself is the check: a refused digest pauses the watch and tells its
-        creator."""
+        names that channel. A channel not of `tenant` (another server's; for a DM tenant, any
+        but its person's DM with the bot) is refused (`NOT_OURS`): an imported watch may name
+        any channel. When Discord cannot say (no member object for the bot, an HTTP error), the
+        post itself is the check (the tenant's too): a refused digest pauses the watch and
+        tells its creator. `tenant` None: only whether the bot may send there."""
         try:
             channel = await self.channel_of(int(place.channel))  # None: gone, or hidden
         except ValueError:
@@ -322,6 +365,10 @@ class DiscordWatches:
             return ""
         if channel is None:
             return CANNOT_SEE
+        if tenant is not None and not of_tenant(channel, tenant):
+            log.warning("refused a watch of %s in channel %s: %s", tenant, place.channel,
+                        foreign_reason(place.channel, tenant))  # fmt: skip
+            return not_ours(place.channel, tenant)
         guild = getattr(channel, "guild", None)
         me = guild.me if guild is not None else None
         if me is None:  # a DM, or a server whose member list lacks the bot
@@ -350,13 +397,44 @@ class DiscordWatches:
         return permissions if permissions.view_channel else discord.Permissions.none()
 
     async def tell(self, watch: Watch, text: str) -> None:
-        if watch.created_by:
-            dm = await self.client.create_dm(discord.Object(int(watch.created_by)))
-            await dm.send(text, allowed_mentions=discord.AllowedMentions.none())
+        """A DM to the watch's creator, only if they are of its tenant (a member of its server;
+        for a DM tenant, its person): an imported watch's `created_by` is whatever its file
+        said, and must not make the bot write to a stranger."""
+        if not watch.created_by:
+            return
+        if not await self._member(watch.tenant, watch.created_by):
+            log.warning("watch %s of %s: not telling %s, not of the tenant", watch.id,
+                        watch.tenant, watch.created_by)  # fmt: skip
+            return
+        dm = await self.client.create_dm(discord.Object(int(watch.created_by)))
+        await dm.send(text, allowed_mentions=discord.AllowedMentions.none())
+
+    async def _member(self, tenant: str, user: str) -> bool:
+        """`user` is of `tenant`: its DM tenant's person, or a member of its server (from the
+        cache, else asked of Discord: not a member, or Discord cannot say, is no)."""
+        if not user.isdigit():
+            return False
+        if tenant.startswith("dm-"):
+            return tenant == f"dm-{user}"
+        if not tenant.isdigit():
+            return False
+        try:
+            guild = self.client.get_guild(int(tenant)) or await self.client.fetch_guild(
+                int(tenant), with_counts=False
+            )
+            if guild.get_member(int(user)) is not None:
+                return True
+            await guild.fetch_member(int(user))
+        except discord.NotFound:
+            return False
+        except discord.HTTPException as exc:
+            log.warning("could not tell whether %s is of %s: %r", user, tenant, exc)
+            return False
+        return True
 
     async def notice(self, watch: Watch, text: str) -> None:
         channel = await self.channel_of(int(watch.channel))
-        if channel is not None:
+        if channel is not None and of_tenant(channel, watch.tenant):
             await channel.send(text, allowed_mentions=discord.AllowedMentions.none())
 
     async def answer(self, reply: dict[str, Any], text: str) -> None:

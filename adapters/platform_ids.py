@@ -1,7 +1,8 @@
 """Who a platform payload belongs to, said once for every adapter module.
 
-- `slack_team`: the workspace (tenant) of a Slack payload: events and commands carry `team_id`,
-  interactive payloads (buttons, shortcuts, views) `team.id`, and some only `user.team_id`.
+- `slack_team`: the workspace (tenant) of a Slack payload: the installation's, as bolt's
+  `context.team_id` is. Not an event envelope's `team_id` when it says otherwise: in a shared
+  channel that names the workspace that created the channel.
 - `slack_in_dm`: whether a Slack message event is in a direct message (a DM's memory is its
   person's own).
 - `discord_tenant`: the tenant of a Discord interaction: its server, or the person's DMs.
@@ -17,10 +18,35 @@ import discord
 
 
 def slack_team(body: dict[str, Any]) -> str:
-    return (
-        body.get("team_id")
-        or (body.get("team") or {}).get("id")
-        or (body.get("user") or {}).get("team_id")
+    """The workspace whose installation a payload is for, in slack_bolt's order
+    (slack_bolt/request/internals.py `extract_team_id`), so our tenant is bolt's
+    `context.team_id`:
+
+    - a view's `app_installed_team_id` (a modal submitted from another workspace of a Slack
+      Connect channel names that workspace as `team`);
+    - an interactive payload's `team.id` (shortcuts, block actions: the installation's);
+    - an event's `authorizations[0].team_id`: in a shared channel the envelope's `team_id` (and
+      `event.team`) may name the workspace that created the channel, or the author's, not ours
+      (slackapi java-slack-sdk#629, bolt-js#687, #935);
+    - else `team_id` (commands; events of an org-wide install, whose authorization names no
+      workspace), `event.team`, and last the person's `user.team_id`."""
+    view = body.get("view") if isinstance(body.get("view"), dict) else {}
+    if view.get("app_installed_team_id"):
+        return str(view["app_installed_team_id"])
+    team = body.get("team")
+    if isinstance(team, str) and team:
+        return team
+    if isinstance(team, dict) and team.get("id"):
+        return str(team["id"])
+    authorizations = body.get("authorizations") or [{}]
+    event = body.get("event") if isinstance(body.get("event"), dict) else {}
+    user = body.get("user") if isinstance(body.get("user"), dict) else {}
+    return str(
+        authorizations[0].get("team_id")
+        or body.get("team_id")
+        or event.get("team")
+        or user.get("team_id")
+        or view.get("team_id")
         or ""
     )
 

@@ -3,7 +3,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 
 - An @-mention in a channel is answered in its thread (`thread_ts`, else the message's `ts`);
   later messages in a thread the bot answered need no mention; direct messages work.
-- Scope: tenant = the workspace (team id); thread `slack:<team>:<channel>:<thread_ts>`;
+- Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
+  slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
+  may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
   visibility from the channel (public channel, private channel, DM). Walled off the team's
   public memory (and stored private to its place) when a guest or someone of another
   organisation asks, or in a channel shared with another organisation (`slack_walls.py`).
@@ -16,11 +18,14 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   message gets the new text (bot/upkeep.py `message_edited`); the edit is not answered.
 - A channel deleted in Slack (`channel_deleted`, `group_deleted`) is forgotten: every thread
   of it, and its watches (memory/governance_places.py).
+- A channel another organisation joined or left (`channel_shared`, `channel_unshared`) is asked
+  of Slack again at once, not when its cached walls expire (adapters/slack_walls.py).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`. A link to a thread of another channel is summarized
   only for a member of that channel (users.conversations) who is not walled: the summary is
-  theirs to read (checked after the command's answer: a membership may take pages).
+  theirs to read (checked after the command's answer, as durable work: a membership may take
+  pages; `adapters/slack_summarize.py`).
 - Slack is asked about a message's channel and person only when the message is for the bot
   (a DM, a mention, a thread it takes part in); not for the rest of a channel's talk.
 - `/memory` answers (ephemerally) with the caller's signed link to the memory page; the App
@@ -34,11 +39,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -62,10 +65,10 @@ from adapters.slack_delivery import (
 from adapters.slack_feedback import SlackFeedback
 from adapters.slack_files import SlackFiles
 from adapters.slack_home import BUTTON_ACTION, SlackHome
-from adapters.slack_walls import CACHE_SECONDS, SlackWalls, foreign
+from adapters.slack_summarize import CLAIM_IDLE_MS, STREAM, SlackSummaries
+from adapters.slack_walls import CACHE_SECONDS, SlackWalls
 from adapters.slack_watch import SlackWatches
 from adapters.spine import (
-    NOT_TAKEN,
     SHUTDOWN_GRACE_SECONDS,
     Job,
     MemoryUnavailable,
@@ -91,16 +94,6 @@ IGNORED_SUBTYPES = {
 NO_THREAD = (
     "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
     "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
-)
-SUMMARIZING = "Summarizing the thread…"
-CHECKING = "Checking that you may read that thread…"
-NOT_A_MEMBER = (
-    "You may only summarize threads of channels you are in: use `/summarize` in the thread's "
-    "own channel."
-)
-MEMBERSHIP_UNKNOWN = (
-    "Slack did not say whether you are in that thread's channel: try again in a minute, or use "
-    "`/summarize` in that channel."
 )
 _THREAD_LINK = re.compile(
     r"/archives/(?P<channel>[A-Z0-9]+)/p(?P<ts>\d{16})(?:\?.*?thread_ts=(?P<thread>[\d.]+))?"
@@ -172,10 +165,14 @@ class SlackAdapter:
         links: Links | None = None,
         directory: Directory | None = None,
         cache_seconds: float = CACHE_SECONDS,
+        summarize_stream: str = STREAM,
+        summarize_retry_ms: int = CLAIM_IDLE_MS,
     ) -> None:
         """`links`: the memory page's (for `/memory` and the Home tab); `directory`: who may
         see what there (the Home tab's threads follow it); `cache_seconds`: how long Slack's
-        answers about channels and people are kept (adapters/slack_walls.py)."""
+        answers about channels and people are kept (adapters/slack_walls.py);
+        `summarize_stream`, `summarize_retry_ms`: the checks of `/summarize <link>`'s stream, and
+        how long one waits to run again (adapters/slack_summarize.py)."""
         self.handler = handler
         self.presence = handler.memory.presence
         # one HTTP session for every Web API call (the client opens one per call without it)
@@ -195,6 +192,7 @@ class SlackAdapter:
         self.walls = SlackWalls(self.client, cache_seconds)  # channels' and people's walls
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self.home = SlackHome(handler.memory, self.client, links, directory, self.walls)
+        self.summaries = SlackSummaries(self, summarize_stream, summarize_retry_ms)
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -203,6 +201,7 @@ class SlackAdapter:
         self.bot_user_id = response["user_id"]
         self.home.team_url = response.get("url") or ""
         self.pipeline.start()  # from now on, take over the threads of processes that died
+        self.summaries.start()  # and run `/summarize <link>`'s checks, theirs too
         return response.data
 
     # -- listeners: acknowledge, translate, queue ------------------------------------------
@@ -214,14 +213,17 @@ class SlackAdapter:
         self.app.event("message")(self.on_message)
         self.app.event("channel_deleted")(self.on_channel_deleted)
         self.app.event("group_deleted")(self.on_channel_deleted)  # a private channel
+        # another organisation joined or left a channel: its walls are asked of Slack again
+        self.app.event("channel_shared")(self.walls.on_sharing_changed)
+        self.app.event("channel_unshared")(self.walls.on_sharing_changed)
         self.app.command("/summarize")(self.on_summarize_command)
         self.app.command("/expand")(ack=self.ack_expand, lazy=[self.expand])
-        self.app.shortcut("summarize_thread")(ack=self.ack_quietly, lazy=[self.summarize_shortcut])
+        self.app.shortcut("summarize_thread")(self.on_summarize_shortcut)
         self.app.command("/memory")(self.on_memory_command)
         self.app.event("app_home_opened")(ack=self.ack_quietly, lazy=[self.publish_home])
         self.app.action(BUTTON_ACTION)(ack=self.ack_quietly, lazy=[self.publish_home])
         admins = getattr(self.home.directory, "admins", None)  # ARXIVSCOUT_ADMINS
-        watches = SlackWatches(self.handler.watches, self.client, admins)
+        watches = SlackWatches(self.handler.watches, self.client, admins, self.walls)
         watches.register(self.app, self._command_scope)
         SlackFeedback(FeedbackService(self.handler.memory), self.client).register(self.app)
 
@@ -279,7 +281,7 @@ class SlackAdapter:
         elif f"<@{self.bot_user_id}>" in event.get("text", ""):
             return  # arrives as app_mention too
         elif event.get("thread_ts") and await self.joined(
-            body["team_id"], event["channel"], event["thread_ts"]
+            slack_team(body), event["channel"], event["thread_ts"]
         ):  # a thread the bot takes part in: only then is Slack asked about the person
             await self._queue_turn(body, event, event["thread_ts"], request)
 
@@ -287,7 +289,7 @@ class SlackAdapter:
         """A message deleted in Slack: queue its erasure from memory (a person's only; the
         bot's own, such as a replaced placeholder, were never stored as theirs). Memory down
         answers 503, so Slack sends the event again."""
-        team = body.get("team_id") or event.get("team")
+        team = slack_team(body)
         channel, ts = event.get("channel"), deleted["ts"]
         if not (team and channel and ts) or deleted.get("bot_id"):
             return
@@ -318,7 +320,7 @@ class SlackAdapter:
         `chat.update`s (placeholders, streams), not a channel's talk it never stored, not an
         unchanged text (an unfurl, a reply count). Memory down answers 503, so Slack sends
         the event again."""
-        team, channel = body.get("team_id") or event.get("team"), event.get("channel")
+        team, channel = slack_team(body), event.get("channel")
         if not (team and channel) or edited.get("bot_id") or edited.get("subtype") == "bot_message":
             return
         if edited.get("user") in (None, "", self.bot_user_id):
@@ -346,57 +348,14 @@ class SlackAdapter:
             return True
         return await self.handler.memory.governance.places.any_joined(team, places)
 
-    async def on_summarize_command(self, ack, command: dict, respond) -> None:
-        """Queued before it is answered ("Summarizing…" is a promise kept after a crash). A
-        link to another channel's thread is checked first (may they read it?), after the
-        answer: Slack is asked about membership, which may take longer than its 3 s."""
-        team, user, here = command["team_id"], command["user_id"], command["channel_id"]
+    async def on_summarize_command(self, ack, command: dict) -> None:
+        """Queued before it is answered ("Summarizing…" is a promise kept after a crash), as
+        durable work (adapters/slack_summarize.py): Slack is asked who and where after the
+        answer, and for a link to another channel's thread, whether they may read it (a
+        membership may take longer than its 3 s)."""
         link = parse_thread_link(command.get("text", ""))
-        channel, thread_ts = link if link else (here, None)
-        thread_ts = thread_ts or await self.presence.last_thread(
-            Scope(team, channel=here, user=user)
-        )
-        if not thread_ts:
-            await ack(NO_THREAD)
-            return
-        if channel != here:
-            await ack(CHECKING)  # a process lost meanwhile leaves this said, not nothing
-            self._later(self._summarize_elsewhere(team, channel, thread_ts, command, respond))
-            return
-        try:  # a command is not sent again: the answer to it says what happened
-            await self._queue_summary(team, channel, thread_ts, user, command, notify=False)
-        except MemoryUnavailable:
-            await ack(NOT_TAKEN)
-            return
-        await ack(SUMMARIZING)
-
-    async def _summarize_elsewhere(
-        self, team: str, channel: str, thread_ts: str, command: dict, respond
-    ) -> None:
-        """A linked thread of another channel, summarized if the person may read it; what
-        happens is said to them (response_url)."""
-        user = command["user_id"]
-        refusal = await self._may_not_read(team, user, channel, command)
-        if refusal:
-            await respond(text=refusal, response_type="ephemeral")
-            return
-        try:
-            await self._queue_summary(
-                team, channel, thread_ts, user, command, notify=False, responded=1
-            )
-        except MemoryUnavailable:
-            await respond(text=NOT_TAKEN, response_type="ephemeral")
-            return
-        await respond(text=SUMMARIZING, response_type="ephemeral")
-
-    async def _may_not_read(self, team: str, user: str, channel: str, command: dict) -> str | None:
-        """Why a person may not have a thread of another channel than the command's summarized
-        (its summary would be theirs to read): they are not in that channel, or they are walled
-        (a guest, of another organisation: the command's own channel only); None: they may."""
-        if foreign(team, command) or (await self.walls.person(team, user)).outsider:
-            return NOT_A_MEMBER
-        member = await self.walls.member_of(team, user, channel)
-        return {True: None, False: NOT_A_MEMBER, None: MEMBERSHIP_UNKNOWN}[member]
+        channel, thread_ts = link if link else (command["channel_id"], None)
+        await ack(await self.summaries.take(command, channel, thread_ts) or NO_THREAD)
 
     @staticmethod
     async def ack_expand(ack) -> None:
@@ -416,7 +375,7 @@ class SlackAdapter:
             await respond(**markdown(part), response_type="ephemeral")
 
     async def on_memory_command(self, ack, command: dict) -> None:
-        await ack(**self.home.link_message(command["team_id"], command["user_id"]))
+        await ack(**self.home.link_message(slack_team(command), command["user_id"]))
 
     @staticmethod
     async def ack_quietly(ack) -> None:
@@ -444,23 +403,31 @@ class SlackAdapter:
         self._lazy.add(task)
         task.add_done_callback(self._lazy.discard)
 
-    def _later(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` once the listener has returned (Slack has its answer); waited for on
-        close, its failure logged."""
-        task = asyncio.create_task(work)
-        self._hold(task)
-        task.add_done_callback(_log_failure)
-
-    async def summarize_shortcut(self, body: dict, shortcut: dict) -> None:
-        """The message shortcut, after Slack has its answer (`ack_quietly`): on a message of the
-        channel the person is reading, so theirs to summarize."""
-        self._track_lazy()
+    async def on_summarize_shortcut(self, ack, shortcut: dict) -> None:
+        """The message shortcut, queued before its (quiet) answer as `/summarize`'s durable
+        task (adapters/slack_summarize.py): a process lost after the answer leaves it in Redis
+        for another. On a message of the channel the person is reading, so theirs to
+        summarize; the summary goes to its thread (or, the bot not in the channel, to the
+        shortcut's response_url). Memory unable to take it in time: tried again after the
+        answer, which tells the person (NOT_TAKEN) if memory still cannot."""
         message, channel = shortcut["message"], shortcut["channel"]["id"]
-        team = (shortcut.get("team") or {}).get("id") or body["team"]["id"]
         in_dm = channel.startswith("D")  # a DM's messages outside threads are one conversation
         thread_ts = message.get("thread_ts") or (DM if in_dm else message["ts"])
-        with contextlib.suppress(MemoryUnavailable):  # told; Slack sends no shortcut twice
-            await self._queue_summary(team, channel, thread_ts, shortcut["user"]["id"], shortcut)
+        taken = await self.summaries.take_shortcut(shortcut, thread_ts)
+        await ack()
+        if not taken:
+            self._hold(asyncio.create_task(self._summarize_untaken(shortcut, thread_ts)))
+
+    async def _summarize_untaken(self, shortcut: dict, thread_ts: str) -> None:
+        """A shortcut whose task memory could not take: its summary queued from this process,
+        or the person told (Slack sends no shortcut twice)."""
+        channel, user = shortcut["channel"]["id"], shortcut["user"]["id"]
+        try:
+            await self._queue_summary(slack_team(shortcut), channel, thread_ts, user, shortcut)
+        except MemoryUnavailable:
+            pass  # told (NOT_TAKEN)
+        except Exception:
+            log.exception("a Summarize thread shortcut in %s failed", channel)
 
     # -- translation -----------------------------------------------------------------------
 
@@ -469,7 +436,7 @@ class SlackAdapter:
     ) -> None:
         """Queue a question; memory down raises MemoryUnavailable (so Slack gets a 503 and
         sends the event again), telling the person on the first delivery only."""
-        team = body.get("team_id") or event.get("team")
+        team = slack_team(body)
         scope = await self._scope(team, event, thread_ts)
         text = slack_question(event["text"], self.bot_user_id)
         job = Job(
@@ -483,10 +450,11 @@ class SlackAdapter:
 
     async def _queue_summary(
         self, team: str, channel: str, thread_ts: str, user: str, payload: dict,
-        notify: bool = True, responded: int = 0,
+        notify: bool = True, responded: int = 0, event_id: str = "",
     ) -> None:  # fmt: skip
         """Queue a summary; its answer goes to the thread, or (the bot is not in the channel)
-        to the response_url of the command or shortcut (`responded`: posts it already took)."""
+        to the response_url of the command or shortcut (`responded`: posts it already took).
+        `event_id`: queued once (a re-run of what queues it takes it for done)."""
         # a shortcut's user.team_id, a command's user_team: a person of another organisation
         user_team = (payload.get("user") or {}).get("team_id") or payload.get("user_team")
         asked = {"channel": channel, "user": user, "user_team": user_team}
@@ -496,14 +464,16 @@ class SlackAdapter:
             reply["response_url"] = payload["response_url"]
         progress = {"responded": responded} if responded else {}
         await self.pipeline.submit(
-            Job("summarize", scope, reply=reply, progress=progress), notify=notify
+            Job("summarize", scope, event_id=event_id, reply=reply, progress=progress),
+            notify=notify,
         )
 
     async def _scope(self, team: str, event: dict, thread_ts: str) -> Scope:
         channel = event["channel"]
         return await self._walled_scope(
             team, channel, event.get("user", ""), event.get("channel_type"),
-            thread_id(team, channel, thread_ts), foreign(team, event),
+            thread_id(team, channel, thread_ts),
+            await self.walls.foreign(team, event.get("user", ""), event),
         )  # fmt: skip
 
     async def joined(self, team: str, channel: str, thread_ts: str) -> bool:
@@ -514,9 +484,13 @@ class SlackAdapter:
     async def _command_scope(self, command: dict) -> Scope:
         """Where a slash command was used: its channel, for what that person may see there."""
         kind = {"directmessage": "im", "privategroup": "group"}.get(command.get("channel_name", ""))
-        team, channel = command["team_id"], command["channel_id"]
+        team, channel = slack_team(command), command["channel_id"]
         return await self._walled_scope(
-            team, channel, command["user_id"], kind, outsider=foreign(team, command)
+            team,
+            channel,
+            command["user_id"],
+            kind,
+            outsider=await self.walls.foreign(team, command["user_id"], command),
         )
 
     async def _walled_scope(
@@ -536,6 +510,7 @@ class SlackAdapter:
         )  # fmt: skip
 
     async def wait_idle(self) -> None:
+        await self.summaries.drain()
         await self.pipeline.wait_idle()
         while self._lazy:
             await asyncio.gather(*list(self._lazy), return_exceptions=True)
@@ -544,11 +519,7 @@ class SlackAdapter:
         """Stop (SIGTERM, Ctrl-C): running turns get `grace` seconds, then go back to the
         queue for another process."""
         await self.pipeline.shutdown(grace)
+        await self.summaries.close()
         while self._lazy:
             await asyncio.gather(*list(self._lazy), return_exceptions=True)
         await self.session.close()
-
-
-def _log_failure(task: asyncio.Task) -> None:
-    if not task.cancelled() and (failed := task.exception()) is not None:
-        log.error("A command's work after its answer failed", exc_info=failed)

@@ -9,8 +9,10 @@
 - Anyone who sees the message may vote (Slack shows it only to those who see the thread); each
   vote is theirs, by their user id, and a later vote replaces it (bot/feedback.py). A vote
   counts only in the channel the turn was answered in (`container.channel_id`).
-- The tenant is the payload's `team.id`: the workspace the interaction came from, a `T…` id.
-  Not `user.team_id`: that is the person's home team, which in a Slack Connect channel may be
+- The tenant is the installation's workspace (adapters/platform_ids.py `slack_team`, as bolt's
+  `context.team_id`): a button's `team.id`; the form's `view.app_installed_team_id` (submitted
+  from another workspace of a Slack Connect channel, its `team` is that workspace). Not
+  `user.team_id`: that is the person's home team, which in a Slack Connect channel may be
   another organisation's, and on Enterprise Grid an `E…` organisation id (Slack's
   block_actions / block_suggestion payload reference). It is a fallback only for a payload
   without `team`.

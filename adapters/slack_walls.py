@@ -3,10 +3,18 @@
 The memory page keeps the workspace's public memory from guests and people of another
 organisation (adapters/memory_page/access.py); the bot keeps it from them too. A scope is
 walled (`memory.scope.Scope.walled`) when the person is of another organisation (the event's
-`user_team` is not the workspace, or users.info says `is_stranger`), a guest (`is_restricted`,
-`is_ultra_restricted`), or when the channel is shared with another organisation (Slack Connect:
-conversations.info `is_ext_shared`, or about to be, or `is_shared` beyond the organisation),
-where every answer is read by the other organisation too.
+`user_team` is not the workspace, or users.info says `is_stranger`, and Slack does not say they
+are of the workspace's own Enterprise Grid organisation: `same_organisation`), a guest
+(`is_restricted`, `is_ultra_restricted`), or when the channel is shared with another
+organisation (Slack Connect: conversations.info `is_ext_shared`, or about to be, or `is_shared`
+beyond the organisation), where every answer is read by the other organisation too.
+
+An organisation is an Enterprise Grid org: a member of a sister workspace of the same org
+(in an org-shared channel, their `user_team` is their own workspace) is of it, as users.info's
+`enterprise_user.enterprise_id` is the workspace's own (auth.test's `enterprise_id` with the
+bot's token: the installation's). Slack Connect people of another org carry another one, or
+none; a workspace in no Grid, or one Slack cannot say, has none: whoever is named of another
+workspace stays walled.
 
 Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
 channels a person is in) are cached for `CACHE_SECONDS`: a channel converted to private, or a
@@ -45,7 +53,7 @@ FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered
 # channel shared or made private meanwhile, a person who left a channel, are not trusted for
 # longer on an old word
 STALE_SECONDS = 900.0
-OUTSIDER_FLAGS = ("is_restricted", "is_ultra_restricted", "is_stranger")
+GUEST_FLAGS = ("is_restricted", "is_ultra_restricted")  # users.info: a guest of the workspace
 UNKNOWN_PERSON = ("user_not_found", "users_not_found")  # a definite answer: not of the team
 CHANNEL_TYPES = "public_channel,private_channel,mpim"
 PAGE_SIZE = 200  # users.conversations (Slack suggests at most 200)
@@ -55,42 +63,55 @@ V = TypeVar("V")
 
 
 class Expiring(Generic[K, V]):
-    """A process's cache whose answers are fresh for `seconds` (monotonic clock); the last
-    answer stays readable after that, for when Slack cannot be asked."""
+    """A process's cache whose answers are fresh for `seconds` (by `clock`, monotonic); the
+    last answer stays readable after that, for when Slack cannot be asked."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
+        self.clock = clock
         self._items: dict[K, tuple[float, V]] = {}
 
     def fresh(self, key: K) -> V | None:
         found = self._items.get(key)
-        if found is None or time.monotonic() - found[0] >= self.seconds:
+        if found is None or self.clock() - found[0] >= self.seconds:
             return None
         return found[1]
 
     def last(self, key: K) -> V | None:
         """The last answer, if it is under `STALE_SECONDS` old."""
         found = self._items.get(key)
-        if found is None or time.monotonic() - found[0] >= STALE_SECONDS:
+        if found is None or self.clock() - found[0] >= STALE_SECONDS:
             return None
         return found[1]
 
     def put(self, key: K, value: V) -> V:
-        self._items[key] = (time.monotonic(), value)
+        self._items[key] = (self.clock(), value)
         return value
+
+    def drop(self, key: K) -> None:
+        self._items.pop(key, None)
+
+    def keys(self) -> list[K]:
+        return list(self._items)
 
 
 class Answers(Generic[K, V]):
     """Slack's answers by key: cached (`Expiring`), one question per key at a time (shared by
     everyone who asks meanwhile), and not asked again while Slack said to wait."""
 
-    def __init__(self, seconds: float, timeout: float = ASK_SECONDS) -> None:
+    def __init__(
+        self, seconds: float, timeout: float = ASK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
         self.timeout = timeout
         self.failed_seconds = min(FAILED_SECONDS, seconds)
-        self._cache: Expiring[K, V] = Expiring(seconds)
+        self.clock = clock
+        self._cache: Expiring[K, V] = Expiring(seconds, clock)
         self._pending: dict[K, asyncio.Task[V | None]] = {}
-        self._quiet_until: dict[K, float] = {}  # monotonic time before which Slack is not asked
+        self._quiet_until: dict[K, float] = {}  # `clock` time before which Slack is not asked
         self._limited_until = 0.0  # a 429 is the method's, for the whole workspace: every key
+        self._forgotten: dict[K, int] = {}  # `forget`s per key: an answer asked before one is
+        # not kept
 
     async def get(self, key: K, ask: Callable[[], Awaitable[V]]) -> V | None:
         """The fresh answer, else Slack's (`ask`); when Slack cannot say, the last answer, or
@@ -98,7 +119,7 @@ class Answers(Generic[K, V]):
         found = self._cache.fresh(key)
         if found is not None:
             return found
-        if time.monotonic() < max(self._limited_until, self._quiet_until.get(key, 0.0)):
+        if self.clock() < max(self._limited_until, self._quiet_until.get(key, 0.0)):
             return self._cache.last(key)
         pending = self._pending.get(key)
         if pending is None:
@@ -112,9 +133,12 @@ class Answers(Generic[K, V]):
             del self._pending[key]
 
     async def _ask(self, key: K, ask: Callable[[], Awaitable[V]]) -> V | None:
+        asked = self._forgotten.get(key, 0)
         try:
             async with asyncio.timeout(self.timeout):
                 found = await ask()
+            if self._forgotten.get(key, 0) != asked:
+                return found  # asked before Slack said it changed: answers its askers only
             self._quiet_until.pop(key, None)
             return self._cache.put(key, found)
         except SlackApiError as exc:
@@ -128,7 +152,17 @@ class Answers(Generic[K, V]):
 
     def _quiet(self, key: K, seconds: float, why: Exception) -> None:
         log.info("Slack could not say %s (%r): not asked again for %.0f s", key, why, seconds)
-        self._quiet_until[key] = time.monotonic() + seconds
+        self._quiet_until[key] = self.clock() + seconds
+
+    def forget(self, wanted: Callable[[K], bool]) -> None:
+        """Drop every answer of the keys `wanted` picks, the last one too (Slack said they
+        changed): the next `get` asks Slack, and fails closed if it cannot say."""
+        for key in {*self._cache.keys(), *self._pending, *self._quiet_until}:
+            if wanted(key):
+                self._cache.drop(key)
+                self._pending.pop(key, None)
+                self._quiet_until.pop(key, None)
+                self._forgotten[key] = self._forgotten.get(key, 0) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +175,9 @@ class Place:
 class Person:
     name: str
     outsider: bool = False  # a guest, or of another organisation (or not known)
+    enterprise: str = ""  # their Enterprise Grid org (users.info enterprise_user), "" if none
+    said: bool = True  # False: Slack could not say who they are (no answer, not even a recent
+    # one): `outsider` is the fail-closed default, not Slack's word, and may be asked again
 
 
 DM_PLACE = Place(Visibility.DM)
@@ -155,22 +192,61 @@ def shared_outside(info: dict[str, Any]) -> bool:
     return bool(info.get("is_shared")) and not info.get("is_org_shared")
 
 
-def foreign(team: str, event: dict[str, Any]) -> bool:
-    """The event's person is of another organisation than the workspace (Slack Connect)."""
+def names_another_team(team: str, event: dict[str, Any]) -> bool:
+    """The event (or command) names its person's workspace (`user_team`, `source_team`), and
+    it is not this one: a sister workspace's member, or someone of another organisation."""
     teams = {event.get("user_team"), event.get("source_team")} - {None, ""}
     return any(t != team for t in teams)
 
 
-class SlackWalls:
-    """Asks Slack about channels and people, once per `cache_seconds` each."""
+def enterprise_of(user: dict[str, Any]) -> str:
+    """users.info's Enterprise Grid org of a person (`enterprise_user.enterprise_id`), or ""."""
+    return str((user.get("enterprise_user") or {}).get("enterprise_id") or "")
 
-    def __init__(self, client: AsyncWebClient, cache_seconds: float = CACHE_SECONDS) -> None:
+
+def same_organisation(enterprise: str, organisation: str) -> bool:
+    """A person of another workspace is of the workspace's own organisation only when both are
+    of one Enterprise Grid org, and Slack says so: the person's `enterprise` (users.info) is
+    the workspace's `organisation` (`workspace_organisation`). Either unknown ("") is not."""
+    return bool(organisation) and enterprise == organisation
+
+
+async def outsider(user: dict[str, Any], organisation: Callable[[], Awaitable[str]]) -> bool:
+    """users.info's person is walled off the workspace's public memory: a guest, or of another
+    workspace (`is_stranger`) not of the workspace's own organisation (`organisation`, asked
+    only then). The bot (`SlackWalls`) and the memory page decide by this one rule."""
+    if any(user.get(k) for k in GUEST_FLAGS):
+        return True
+    if not user.get("is_stranger"):
+        return False
+    return not same_organisation(enterprise_of(user), await organisation())
+
+
+async def workspace_organisation(client: AsyncWebClient, team: str) -> str:
+    """The workspace's Enterprise Grid org: auth.test's `enterprise_id` when the bot's token is
+    this workspace's installation (its `team_id`; or an org-wide install, whose workspaces are
+    all of its org); "" for a workspace in no Grid, or a token of another workspace."""
+    found = await client.auth_test()
+    if found.get("team_id") == team or found.get("is_enterprise_install"):
+        return str(found.get("enterprise_id") or "")
+    return ""
+
+
+class SlackWalls:
+    """Asks Slack about channels and people, once per `cache_seconds` each (by `clock`,
+    monotonic: a test's own moves the cache's time on)."""
+
+    def __init__(
+        self, client: AsyncWebClient, cache_seconds: float = CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
         self.client = client
-        self._places: Answers[tuple[str, str], Place] = Answers(cache_seconds)
-        self._people: Answers[tuple[str, str], Person] = Answers(cache_seconds)
+        self._places: Answers[tuple[str, str], Place] = Answers(cache_seconds, clock=clock)
+        self._people: Answers[tuple[str, str], Person] = Answers(cache_seconds, clock=clock)
         self._channels: Answers[tuple[str, str], frozenset[str]] = Answers(
-            cache_seconds, MEMBERSHIP_SECONDS
+            cache_seconds, MEMBERSHIP_SECONDS, clock
         )
+        self._organisations: Answers[str, str] = Answers(cache_seconds, clock=clock)
 
     async def place(self, team: str, channel: str, kind: str | None) -> Place:
         """A channel's visibility (the event's channel_type, made stricter by Slack's answer)
@@ -183,12 +259,38 @@ class SlackWalls:
             return Place(Visibility.PRIVATE, found.shared)
         return found
 
+    async def on_sharing_changed(self, event: dict) -> None:
+        """Slack's `channel_shared` or `channel_unshared` (another organisation joined or
+        left the channel): what was cached of it goes at once, whichever workspace asked."""
+        channel = event.get("channel")
+        if channel and isinstance(channel, str):
+            self._places.forget(lambda key: key[1] == channel)
+
     async def person(self, team: str, user: str) -> Person:
-        """A person's display name and whether they are a guest or of another organisation."""
+        """A person's display name and whether they are a guest or of another organisation;
+        Slack unable to say: an outsider, not `said`."""
         if not user:
             return Person("")
-        found = await self._people.get((team, user), lambda: self._introduce(user))
-        return found or Person(user, outsider=True)
+        found = await self._people.get((team, user), lambda: self._introduce(team, user))
+        return found or Person(user, outsider=True, said=False)
+
+    async def foreign(self, team: str, user: str, event: dict[str, Any]) -> bool:
+        """The event's person is of another organisation than the workspace (Slack Connect):
+        the event names another workspace as theirs, and Slack does not say they are of the
+        workspace's own Enterprise Grid org (a sister workspace's member, in an org-shared
+        channel, is). Slack unable to say (the person, or the workspace's org): foreign."""
+        if not names_another_team(team, event):
+            return False
+        person = await self.person(team, user)
+        return not same_organisation(person.enterprise, await self.organisation(team))
+
+    async def organisation(self, team: str) -> str:
+        """The workspace's Enterprise Grid org (`workspace_organisation`); "" when it is in
+        none, or Slack cannot say."""
+        found = await self._organisations.get(
+            team, lambda: workspace_organisation(self.client, team)
+        )
+        return found or ""
 
     async def member_of(self, team: str, user: str, channel: str) -> bool | None:
         """Whether a person is in a channel (one the bot is in too); None: Slack cannot say."""
@@ -202,7 +304,7 @@ class SlackWalls:
         visibility = Visibility.PRIVATE if private else Visibility.PUBLIC
         return Place(visibility, shared_outside(info))
 
-    async def _introduce(self, user: str) -> Person:
+    async def _introduce(self, team: str, user: str) -> Person:
         try:
             response = await self.client.users_info(user=user)
         except SlackApiError as exc:
@@ -212,7 +314,8 @@ class SlackWalls:
         found = response.get("user") or {}
         profile = {**found, **(found.get("profile") or {})}
         name = profile.get("display_name") or profile.get("real_name") or user
-        return Person(name, any(found.get(k) for k in OUTSIDER_FLAGS))
+        walled = await outsider(found, lambda: self.organisation(team))
+        return Person(name, walled, enterprise_of(found))
 
     async def _channels_of(self, user: str) -> frozenset[str]:
         """users.conversations with the bot's token: the person's channels the bot is in."""

@@ -16,6 +16,15 @@
   would be refused (`not_in_channel`), so `/watch` answers "invite me first". A digest refused
   later (the bot removed) pauses the watch, and its creator is told in a direct message
   (`conversations.open`; an ephemeral message needs the bot in the channel too).
+- A watch posts only in a channel of its tenant's workspace (`foreign_reason`: conversations.info
+  names the workspaces a channel is of; a Slack Connect channel shared with ours is ours too),
+  checked when it is made or resumed (`can_post` with the tenant) and before every digest or
+  notice (an imported watch may name any channel: it is paused, never posted there). Only a
+  person of the workspace is told of a refused digest (`tell`: users.info), never whoever an
+  imported file named as its creator.
+- A digest names only the saved papers its channel may read now: one shared with another
+  organisation since the watch was made (or that Slack cannot describe) reads as a walled place
+  (`walled`, asked of the adapter's SlackWalls, cached; bot/watch_digest.py `PlaceWalls`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -34,10 +44,12 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import slack_team
 from adapters.slack_home import esc
+from adapters.slack_walls import SlackWalls
 from bot.watch_commands import AdminUnknown
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
+    ForeignPlace,
     Undeliverable,
     WatchPlace,
     WatchService,
@@ -57,7 +69,55 @@ SAVE_LABEL = "Save to team knowledge base"
 METADATA_EVENT = "arxivscout_digest"
 ADMIN_CHECK_SECONDS = 2.0  # of Slack's 3 s to answer a slash command
 ADMIN_UNKNOWN = "Slack did not say in time whether you are an admin here: try again in a minute."
+ANSWER_SECONDS = 2.5  # all `/watch` asks Slack before its answer (Slack waits 3 s for it)
+TOO_SLOW = (
+    "Slack is answering me too slowly right now, so I did nothing: try `/watch` again in a minute."
+)
+CANNOT_TELL = (
+    "Slack did not say in time whether I am in this channel, so I did nothing: try again in a "
+    "minute."
+)
+# when the running `/watch` must be answered (loop time): Slack is asked nothing past it
+_ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
+NOT_OURS = (  # `can_post` with a tenant: the watch's channel is another workspace's
+    "<#{channel}> is not a channel of this workspace, so I will not post this watch's digests "
+    "there: make the watch again in one of this workspace's channels (and `/watch remove` this "
+    "one)."
+)
+
+
+def _asked_by(seconds: float) -> float:
+    """When a question to Slack must be answered: in `seconds`, and by `/watch`'s answer."""
+    by = asyncio.get_running_loop().time() + seconds
+    answer_by = _ANSWER_BY.get()
+    return by if answer_by is None else min(by, answer_by)
+
+
+def not_a_workspace(tenant: str) -> bool:
+    """A tenant no Slack workspace can be: a Discord server's (digits) or a Discord person's
+    DMs (`dm-<id>`); a Slack team id is neither."""
+    return tenant.startswith("dm-") or tenant.isdigit()
+
+
+def foreign_reason(info: dict[str, Any], tenant: str) -> str:
+    """Why a conversation (conversations.info) is not of the workspace `tenant`, or "". Slack
+    names the workspace it answers for (`context_team_id`), the host of a shared channel
+    (`conversation_host_id`) and the workspaces it is shared with (`shared_team_ids`, and in
+    an Enterprise Grid org `internal_team_ids`, with Slack Connect `connected_team_ids`): the
+    tenant must be one of them. A channel hosted by another organisation and shared with the
+    tenant's workspace is the tenant's too (its people are in it; bot/watch_digest.py
+    `PlaceWalls` keeps its digest to what a shared place may read). An answer that names no
+    workspace at all (older Slack answers) leaves only the tenant's own shape to check."""
+    named = [info.get("context_team_id"), info.get("conversation_host_id")]
+    for field in ("shared_team_ids", "internal_team_ids", "connected_team_ids"):
+        named += info.get(field) or []
+    teams = {team for team in named if isinstance(team, str) and team}
+    if not_a_workspace(tenant):
+        return "is not of a Slack workspace's memory"
+    if teams and tenant not in teams:
+        return "is of another workspace"
+    return ""
 
 
 def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
@@ -96,12 +156,14 @@ class SlackWatches:
 
     def __init__(
         self, watches: WatchService | None, client: AsyncWebClient,
-        admins: Admins | None = None,
+        admins: Admins | None = None, walls: SlackWalls | None = None,
     ) -> None:  # fmt: skip
-        """`admins`: ARXIVSCOUT_ADMINS, as the memory page reads it."""
+        """`admins`: ARXIVSCOUT_ADMINS, as the memory page reads it; `walls`: the adapter's
+        (one cache, which Slack's `channel_shared` empties)."""
         self.watches = watches
         self.client = client
         self.admins = admins or Admins()
+        self.walls = walls or SlackWalls(client)
         self.scope_of: Callable[[dict], Awaitable[Scope]] | None = None
 
     def register(self, app: AsyncApp, scope_of: Callable[[dict], Awaitable[Scope]]) -> None:
@@ -117,29 +179,43 @@ class SlackWatches:
     # -- listeners -------------------------------------------------------------------------
 
     async def on_command(self, ack, command: dict) -> None:
-        scope = await self.scope_of(command)
+        """Answered within ANSWER_SECONDS: Slack is asked (the scope, may the bot post there,
+        is the person an admin) up to then; what it has not said by then is "try again", said
+        before any watch is made or changed. Memory is not cut short: a write is never half
+        done."""
+        answer_by = asyncio.get_running_loop().time() + ANSWER_SECONDS
+        try:
+            async with asyncio.timeout_at(answer_by):  # its questions go on, cached for later
+                scope = await self.scope_of(command)
+        except TimeoutError:
+            log.warning("/watch not answered in time: Slack was slow to say who and where")
+            await ack(response_type="ephemeral", text=TOO_SLOW)
+            return
         text = command.get("text", "")
 
         async def admin() -> bool:  # asked only for a watch of another channel
             return await self.is_admin(scope.tenant, scope.user)
 
+        bound = _ANSWER_BY.set(answer_by)
         try:
             place = WatchPlace("slack", scope.channel)
             answer = await self.watches.command(scope, text, place, admin=admin)
         except Exception as exc:  # a command is not sent again: say what happened
             log.warning("/watch failed: %r", exc)
             answer = UNREACHABLE
+        finally:
+            _ANSWER_BY.reset(bound)
         made = answer.startswith("Watching ")
         await ack(response_type="in_channel" if made else "ephemeral", text=answer)
 
     async def is_admin(self, team: str, user: str) -> bool:
         """A workspace admin or owner, or named in ARXIVSCOUT_ADMINS (as on the memory page):
-        manages every channel's watches. One users.info, within ADMIN_CHECK_SECONDS (the
-        command is answered within Slack's 3 s); AdminUnknown when Slack cannot say."""
+        manages every channel's watches. One users.info, within ADMIN_CHECK_SECONDS and the
+        command's answer time (Slack's 3 s); AdminUnknown when Slack cannot say."""
         if self.admins.named(team, user):
             return True
         try:
-            async with asyncio.timeout(ADMIN_CHECK_SECONDS):
+            async with asyncio.timeout_at(_asked_by(ADMIN_CHECK_SECONDS)):
                 found = (await self.client.users_info(user=user)).get("user") or {}
         except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("could not tell whether %s is an admin: %r", user, exc)
@@ -170,6 +246,7 @@ class SlackWatches:
     # -- the Poster ------------------------------------------------------------------------
 
     async def post(self, watch: Watch, digest: Digest, marker: str) -> str:
+        await self._ours_or_refused(watch)
         try:
             response = await self.client.chat_postMessage(
                 channel=watch.channel, thread_ts=watch.thread or None,
@@ -186,12 +263,27 @@ class SlackWatches:
             raise
         return str(response["ts"])
 
-    async def can_post(self, place: WatchPlace) -> str:
-        try:
-            info = (await self.client.conversations_info(channel=place.channel))["channel"]
+    async def walled(self, watch: Watch) -> bool:
+        """The watch's channel is shared with another organisation now, or Slack cannot say
+        (SlackWalls fails closed): its digest is read as a walled place's."""
+        return (await self.walls.place(watch.tenant, watch.channel, None)).shared
+
+    async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
+        """ "" if digests may be posted in the channel: the bot is in it, and (with `tenant`)
+        it is of the tenant's workspace (`foreign_reason`: an imported watch may name any
+        channel). `tenant` None: only whether the bot is in it."""
+        try:  # by `/watch`'s answer time, if one asks
+            async with asyncio.timeout_at(_ANSWER_BY.get()):
+                info = (await self.client.conversations_info(channel=place.channel))["channel"]
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("could not tell whether I may post in %s: %r", place.channel, exc)
+            return CANNOT_TELL
         except SlackApiError as exc:
             error = exc.response.get("error", "")
             return f"I cannot see this conversation ({error}), so I could not post digests here."
+        if tenant is not None and (why := foreign_reason(info, tenant)):
+            log.warning("refused a watch of %s in %s: %s", tenant, place.channel, why)
+            return NOT_OURS.format(channel=place.channel)
         if info.get("is_im") or info.get("is_mpim") or info.get("is_member"):
             return ""
         return (
@@ -199,13 +291,56 @@ class SlackWatches:
             "(`/invite @ArxivScout`), then ask again."
         )
 
+    async def _ours_or_refused(self, watch: Watch) -> None:
+        """Before any message in the watch's channel: Undeliverable if Slack will not have it
+        there, ForeignPlace if it is not of the watch's workspace (never posted there)."""
+        try:
+            info = (await self.client.conversations_info(channel=watch.channel))["channel"]
+        except SlackApiError as exc:
+            error = exc.response.get("error", "")
+            if error in UNDELIVERABLE:
+                raise Undeliverable(
+                    f"Slack refused the digest in {watch.channel}: {error}"
+                ) from exc
+            raise
+        if why := foreign_reason(info, watch.tenant):
+            raise ForeignPlace(f"Slack channel {watch.channel} {why}: not posted there")
+
     async def tell(self, watch: Watch, text: str) -> None:
+        """A DM to the watch's creator, only if they are of its workspace (`_member`): an
+        imported watch's `created_by` is whatever its file said, and must not make the bot
+        write to a stranger."""
         if not watch.created_by:
+            return
+        if not await self._member(watch.tenant, watch.created_by):
+            log.warning("watch %s of %s: not telling %s, not of the workspace", watch.id,
+                        watch.tenant, watch.created_by)  # fmt: skip
             return
         opened = await self.client.conversations_open(users=watch.created_by)
         await self.client.chat_postMessage(channel=opened["channel"]["id"], text=text)
 
+    async def _member(self, tenant: str, user: str) -> bool:
+        """`user` is a person of the workspace `tenant` (users.info: their workspace, or one of
+        their Enterprise Grid workspaces), not deleted, not a bot, not of another organisation;
+        when Slack cannot say, no."""
+        if not_a_workspace(tenant):
+            return False
+        try:
+            found = (await self.client.users_info(user=user)).get("user") or {}
+        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("could not tell whether %s is of %s: %r", user, tenant, exc)
+            return False
+        if found.get("deleted") or found.get("is_bot") or found.get("is_stranger"):
+            return False
+        teams = {found.get("team_id"), *((found.get("enterprise_user") or {}).get("teams") or [])}
+        return tenant in teams
+
     async def notice(self, watch: Watch, text: str) -> None:
+        try:
+            await self._ours_or_refused(watch)
+        except Undeliverable as exc:  # not said there; the digest's own post will pause it
+            log.warning("watch %s of %s: no notice: %s", watch.id, watch.tenant, exc)
+            return
         await self.client.chat_postMessage(
             channel=watch.channel, thread_ts=watch.thread or None, text=text
         )

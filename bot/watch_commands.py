@@ -4,7 +4,9 @@ Every command answers with a text to show (a malformed one with the usage), neve
 person's mistake. Only the place a watch posts to may remove, pause or resume it, or a tenant's
 admin from anywhere (the adapter says who is one: `AdminCheck`, asked only when the watch is
 not here); a watch is made or resumed only where this process's poster says it can post (the
-bot is in the channel).
+bot is in the channel, and the channel is of the watch's tenant: `can_post(place, tenant=…)`).
+A watch of another platform than this process posts to is not resumed from here (no poster to
+check its channel).
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from memory.scope import Scope
 from memory.stores.watches import InvalidWatch, Watch, WatchStore
 
 AdminCheck = Callable[[], Awaitable[bool]]  # is the person asking an admin of the tenant?
+NO_POSTER = (
+    "I cannot check this watch's {platform} channel from here, so it stays paused: resume it "
+    "from {platform}, where it posts."
+)
 
 
 class AdminUnknown(Exception):
@@ -50,7 +56,7 @@ class WatchCommands:
         request = parse_watch(text)
         place = place or TERMINAL
         poster = self.posters.get(place.platform)
-        if poster is not None and (why := await poster.can_post(place)):
+        if poster is not None and (why := await poster.can_post(place, tenant=scope.tenant)):
             raise InvalidWatch(why)
         return await self.store.create(
             scope, request.query, request.period, platform=place.platform,
@@ -167,8 +173,10 @@ class WatchCommands:
     async def _resume(self, scope: Scope, watch: Watch, where: str) -> str:
         poster = self.posters.get(watch.platform)
         own = WatchPlace(watch.platform, watch.channel, watch.thread)  # where it posts
-        if poster is not None and (why := await poster.can_post(own)):
-            return why
+        if poster is None and watch.platform != TERMINAL.platform:
+            return NO_POSTER.format(platform=watch.platform)
+        if poster is not None and (why := await poster.can_post(own, tenant=watch.tenant)):
+            return why  # e.g. a channel not of this tenant's (an imported watch): stays paused
         await self.store.resume(watch, self.now())
         return (
             f"Resumed {describe(watch)}{where} (`{watch.id}`): a digest comes within a few minutes."

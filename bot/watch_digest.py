@@ -9,10 +9,15 @@
   post twice. Then the period is recorded as posted with the papers it showed, and the watch's
   `since` moves on.
 - A place that refuses the digest pauses the watch and its creator is told in a direct message
-  (`/watch resume <id>`). A digest arXiv did not answer is tried again later with a growing delay
+  (`/watch resume <id>`). A channel not of the watch's tenant (`ForeignPlace`: the poster checks
+  it at every post) is refused the same way, and the poster tells only a person of the tenant.
+  A digest arXiv did not answer is tried again later with a growing delay
   (the watch stays due, at `retry_at`); after RETRY_TELL_AFTER failures in a row the place is
   told once.
 - `preview` and `run_by_hand` build the digest outside any task (the terminal's `watch run`).
+- The saved papers a digest names are those its place may read now: a poster that knows a
+  place's walls (`PlaceWalls`: Slack's, a channel shared with another organisation since the
+  watch was made) is asked at each digest; otherwise the audience stored with the watch stands.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from bot.watch_places import Poster, Undeliverable
 from bot.watch_texts import describe, utc_minute
@@ -38,8 +44,27 @@ RETRY_MAX_SECONDS = 6 * 3600.0
 RETRY_TELL_AFTER = 3  # failures in a row before the place is told (once)
 
 
+@runtime_checkable
+class PlaceWalls(Protocol):
+    """What a `Poster` may also say: whether the watch's place is walled now (memory/scope.py:
+    shared with another organisation, or the platform cannot say), so its digest names only
+    what a walled place may read (memory/digest.py `reader`)."""
+
+    async def walled(self, watch: Watch) -> bool: ...
+
+
+async def walled_now(poster: object | None, watch: Watch) -> bool:
+    """The poster's word on the watch's place; False from a poster that keeps no walls."""
+    return isinstance(poster, PlaceWalls) and await poster.walled(watch)
+
+
 class DigestBusy(RuntimeError):
     """Another process runs this period's digest: the task is tried again later."""
+
+
+class ForeignPlace(Undeliverable):
+    """The watch names a channel that is not of its tenant (another server or workspace, or
+    not the DM tenant's own DM): never posted there, the watch is paused (`_refused`)."""
 
 
 def retry_delay(failures: int, period: int) -> float:
@@ -116,9 +141,10 @@ class DigestTasks:
                 if ref is not None:  # posted before a crash: record it, post nothing
                     await self.store.finish(watch, due, until, self.now(), ref, record.papers)
                     return "done"
+            walled = await walled_now(poster, watch)
             try:
                 with background_embedding():
-                    digest = await self.builder.build(watch, until)
+                    digest = await self.builder.build(watch, until, walled=walled)
             except IngestError as exc:  # arXiv refused or did not answer
                 return await self._arxiv_failed(watch, due, next_due, exc)
             if not digest.items:
@@ -139,13 +165,21 @@ class DigestTasks:
 
     async def _refused(self, watch: Watch, due: str, poster: Poster, exc: Undeliverable) -> None:
         """The place refused the digest: the period is given up (its papers stay new), the
-        watch paused, and its creator told how to resume it."""
+        watch paused, and its creator told how to resume it (the poster tells only a person of
+        the watch's tenant). A channel not of the tenant (`ForeignPlace`) is never resumed
+        there: its creator is told to make the watch again in one of the tenant's channels."""
         log.warning("watch %s in %s: %s", watch.id, watch.tenant, exc)
         await self.store.settle(watch.tenant, watch.id, due, "failed", str(exc))
         await self.store.pause(watch, str(exc))
+        then = (
+            f"I paused it: make it again in one of your own channels, and `/watch remove "
+            f"{watch.id}` this one."
+            if isinstance(exc, ForeignPlace)
+            else f"I paused it. Invite me to the channel, then `/watch resume {watch.id}` there."
+        )
         text = (
-            f"I could not post the digest of your watch {describe(watch)} (`{watch.id}`): {exc}. "
-            f"I paused it. Invite me to the channel, then `/watch resume {watch.id}` there."
+            f"I could not post the digest of your watch {describe(watch)} (`{watch.id}`): "
+            f"{exc}. {then}"
         )
         try:
             await poster.tell(watch, text)
@@ -179,8 +213,9 @@ class DigestTasks:
 
     async def preview(self, watch: Watch, since: float | None = None) -> Digest:
         """The digest as it would be now (the terminal's `watch run`); records nothing."""
+        walled = await walled_now(self.posters.get(watch.platform), watch)
         with background_embedding():
-            return await self.builder.build(watch, self.now(), since)
+            return await self.builder.build(watch, self.now(), since, walled)
 
     async def run_by_hand(self, watch: Watch, since: float | None = None) -> str:
         """`arxivscout watch run`: the digest printed; a terminal watch also records it (it has

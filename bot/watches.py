@@ -33,6 +33,7 @@ from bot.watch_digest import (
     RETRY_TELL_AFTER,
     DigestBusy,
     DigestTasks,
+    ForeignPlace,
     retry_delay,
 )
 from bot.watch_places import TERMINAL, Poster, Undeliverable, WatchPlace, place_of
@@ -63,7 +64,7 @@ from memory.tasks import TaskStream
 __all__ = [
     "DEFAULT_CHECK_SECONDS", "DIGEST", "NOT_QUEUED", "PLATFORMS", "RESERVED",
     "RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS", "RETRY_TELL_AFTER", "SAVE", "TERMINAL",
-    "UNREACHABLE", "USAGE", "DigestBusy", "Poster", "Undeliverable", "WatchPlace",
+    "UNREACHABLE", "USAGE", "DigestBusy", "ForeignPlace", "Poster", "Undeliverable", "WatchPlace",
     "WatchRequest", "WatchService", "chat_command", "created_text", "describe", "parse_period",
     "parse_watch", "place_of", "retry_delay", "saving_text", "watch_id_of",
 ]  # fmt: skip

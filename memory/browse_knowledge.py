@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit
 
 from memory.browse_reader import Audiences, Reads, sees
 from memory.keys import papers_key
@@ -24,6 +25,14 @@ def _split_ids(value: Any) -> list[str]:
         except ValueError:
             pass
     return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def web_link(url: str, fallback: str = "") -> str:
+    """`url` when it is a web address (http or https), else `fallback`: the page makes it a
+    link, and a remembered URL (an import's) may be anything, `javascript:` too."""
+    url = url.strip()
+    parts = urlsplit(url)
+    return url if parts.scheme.lower() in ("http", "https") and parts.netloc else fallback
 
 
 @dataclass
@@ -65,7 +74,7 @@ class PaperInfo:
             authors=list(record.get("authors") or []), published=str(record.get("published", "")),
             categories=list(record.get("categories") or []),
             abstract=str(record.get("abstract", "")),
-            url=str(record.get("url") or arxiv_link),
+            url=web_link(str(record.get("url") or ""), arxiv_link),
             source=str(record.get("source", "")), chunks=int(record.get("chunks") or 0),
             ingested_at=float(record.get("ingested_at") or 0.0),
             audience=str(record.get("audience") or PUBLIC),

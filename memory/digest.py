@@ -111,22 +111,26 @@ class DigestBuilder:
         self.top_n = top_n
         self.max_candidates = max_candidates
 
-    async def build(self, watch: Watch, until: float, since: float | None = None) -> Digest:
+    async def build(
+        self, watch: Watch, until: float, since: float | None = None, walled: bool = False
+    ) -> Digest:
         """Ask arXiv, then rank (`since`: from then instead of the watch's own, less the
-        overlap)."""
+        overlap; `walled`: its place is walled now, see `reader`)."""
         start = (watch.since if since is None else since) - OVERLAP
         found = await self.arxiv.submitted(
             watch.query, start, until, watch.categories, watch.authors, self.max_candidates
         )
-        return await self.rank(watch, found, watch.since if since is None else since, until)
+        since = watch.since if since is None else since
+        return await self.rank(watch, found, since, until, walled)
 
     async def rank(
-        self, watch: Watch, candidates: list[Candidate], since: float, until: float
-    ) -> Digest:
+        self, watch: Watch, candidates: list[Candidate], since: float, until: float,
+        walled: bool = False,
+    ) -> Digest:  # fmt: skip
         """Drop the known and the already posted, rank the rest, keep the best `top_n`."""
         digest = Digest(watch, since, until, found=len(candidates))
         unique = list({c.arxiv_id: c for c in candidates}.values())
-        saved = await self.kb.papers(reader(watch))
+        saved = await self.kb.papers(reader(watch, walled))
         in_kb = {p["arxiv_id"] for p in saved}
         posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
         fresh = [c for c in unique if c.arxiv_id not in in_kb and c.arxiv_id not in posted]
@@ -203,12 +207,16 @@ def digest_text(digest: Digest) -> str:
     return "\n".join(lines)
 
 
-def reader(watch: Watch) -> Scope:
+def reader(watch: Watch, walled: bool = False) -> Scope:
     """The watch's place as a reader of the saved papers its digest names. A public channel's
-    is the team's; any other place (a private channel, a DM, a channel shared with another
-    organisation: a watch does not tell them apart) reads the team's arXiv papers and its own
-    shared PDFs, never a PDF shared in a public channel (memory/stores/knowledge_base.py)."""
+    is the team's, unless it is `walled` now (the platform's poster says so: shared with
+    another organisation since the watch was made, or not known); any other place (a private
+    channel, a DM, a shared channel: a watch does not tell them apart) reads the team's arXiv
+    papers and its own shared PDFs, never a PDF shared in a public channel
+    (memory/stores/knowledge_base.py)."""
     kind, _, place = watch.audience.partition(":")
-    if kind == PUBLIC or not place:
-        return Scope(watch.tenant)
-    return Scope(watch.tenant, channel=place, visibility=Visibility(kind), walled=True)
+    if kind != PUBLIC and place:
+        return Scope(watch.tenant, channel=place, visibility=Visibility(kind), walled=True)
+    if walled:  # a walled scope is its channel's private memory (memory/scope.py)
+        return Scope(watch.tenant, channel=watch.channel, walled=True)
+    return Scope(watch.tenant)

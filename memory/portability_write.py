@@ -4,7 +4,9 @@ through the stores' key layout, in batches.
 The same keys the stores write: thread scores, summarized-prefix counters, the thread indexes
 of summaries and tool logs, papers after their chunks, watches (through their store, with
 their due index), the per-question records of what each question taught (rebuilt from the
-entities' piece owners and the workflows' questions). Messages are indexed for episodic recall
+entities' piece owners and the workflows' questions). A watch comes in paused, whatever its
+file said (or dropped when its platform cannot be the tenant's): its channel may be anyone's,
+and is checked by its platform when it is resumed. Messages are indexed for episodic recall
 as they are written; vectors are reused when the export's embedding model is the configured
 one, and embedded again otherwise (`reembed`).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -37,9 +40,26 @@ from memory.stores.episodic import Episode
 from memory.stores.turn_records import record_of
 from memory.stores.watches import Watch, WatchStore
 
+log = logging.getLogger(__name__)
+
 PIPELINE = 1000  # commands sent together
 BATCH = 256  # records written (and embedded) together
 VECTOR_KINDS = ("chunk", "entity", "workflow")
+# an import's counts of watches it paused, or dropped (said by the memory page's summary)
+PAUSED_WATCHES = "paused_watch_imports"  # "2 paused watch imports"
+DROPPED_WATCHES = "dropped_watch_imports"
+
+
+def impossible_place(tenant: str, platform: str, channel: str) -> str:
+    """Why a watch's place cannot be of `tenant`, by their shapes alone, or "": a Discord
+    tenant is a server (digits) or a person's DMs (`dm-<id>`), a Slack one a workspace (neither),
+    and a Discord channel is a snowflake. The platform says the rest when it is resumed."""
+    discord_tenant = tenant.isdigit() or (tenant.startswith("dm-") and tenant[3:].isdigit())
+    if platform == "discord" and not (discord_tenant and channel.isdigit()):
+        return f"Discord channel {channel!r} cannot be of tenant {tenant}"
+    if platform == "slack" and (discord_tenant or tenant.startswith("dm-")):
+        return f"a Slack channel cannot be of the Discord tenant {tenant}"
+    return ""
 
 
 def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -113,13 +133,28 @@ class Writer:
             await self.pipe.execute()
 
     async def _watch(self, record: dict) -> None:
+        """Stored paused, always (but a terminal's, run by hand only): the file (its header's
+        tenant too) is whoever uploaded it, and its channel may be anyone's; `/watch resume`
+        asks the platform whether the channel is of this tenant before it posts again. A watch
+        whose platform cannot be this tenant's (`impossible_place`) is dropped."""
         known = {f.name for f in fields(Watch)} - {"tenant"}
         values = {"query": "", **{k: v for k, v in record["watch"].items() if k in known}}
         watch = Watch(tenant=self.tenant, **values)
-        if self.source != self.tenant and not watch.paused:
+        if why := impossible_place(self.tenant, watch.platform, watch.channel):
+            log.warning("import into %s: dropped watch %s: %s", self.tenant, watch.id, why)
+            self.counts[PLURALS["watch"]] -= 1
+            self.counts[DROPPED_WATCHES] += 1
+            return
+        if not watch.paused and watch.platform != "terminal":  # (a terminal's posts nowhere)
             # a copy under another name: its channels are the original's, which may still post
-            # there (twice, then), and their slash commands look in the original tenant
-            watch.paused = f"copied from tenant {self.source} by an import"
+            # there (twice, then), and their slash commands look in the original tenant; under
+            # its own name, the header may lie as well as the channel
+            watch.paused = (
+                f"copied from tenant {self.source[:60]} by an import"
+                if self.source != self.tenant
+                else f"imported: `/watch resume {watch.id}` where it posts"
+            )
+            self.counts[PAUSED_WATCHES] += 1
         await WatchStore(self.redis).restore(watch, record.get("posted") or {}, time.time())
 
     def _thread(self, record: dict) -> None:

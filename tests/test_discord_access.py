@@ -208,7 +208,8 @@ async def test_manage_server_administrator_and_the_owner_manage_the_server(api, 
 async def test_a_dm_tenant_is_its_persons_without_asking_discord(api, directory):
     world = lab(api)
     own = await directory.viewer(f"dm-{world.ada}", str(world.ada))
-    assert own.admin and own.tenant == f"dm-{world.ada}" and own.user == str(world.ada)
+    assert own.owner and not own.admin  # theirs to manage, but no admin: no import
+    assert own.tenant == f"dm-{world.ada}" and own.user == str(world.ada)
     with pytest.raises(DirectoryError) as other:
         await directory.viewer(f"dm-{world.ada}", str(world.bob))
     assert other.value.status == 403

@@ -252,8 +252,9 @@ async def test_login_starts_a_session_and_the_guard_checks_every_request(memory,
         upload.add_field("csrf", csrf)
         upload.add_field("what", "file")
         upload.add_field("file", b"x" * 2_000_000, filename="export.jsonl")  # past aiohttp's 1 MB
-        response = await client.post("/memory/change", data=upload)
-        assert response.status == 200 and (await response.json())["size"] == 2_000_000
+        response = await client.post("/memory/change", data=upload)  # only an import takes more
+        assert response.status == 413 and "at most 1 MB" in await response.text()
+        assert seen == ["ok"]
         no_token = aiohttp.FormData()
         no_token.add_field("file", b"{}", filename="export.jsonl")
         assert (await client.post("/memory/change", data=no_token)).status == 403
@@ -539,7 +540,7 @@ def test_discord_viewer_sees_hidden_channels_they_can_view_and_their_threads():
 async def test_discord_dm_memory_is_its_persons_and_a_missing_token_is_named():
     directory = DiscordDirectory(token=None)
     own = await directory.viewer("dm-42", "42")
-    assert own.admin and own.tenant == "dm-42"
+    assert own.owner and own.manages and not own.admin and own.tenant == "dm-42"
     with pytest.raises(DirectoryError) as other:
         await directory.viewer("dm-42", "43")
     assert other.value.status == 403

@@ -1,7 +1,7 @@
 """Topic watches in a tenant's export and import (memory/portability.py) against the real Redis:
 they go out with the tenant (not with one thread), come back into an empty tenant with their
-place, filters, creator, pause and posted papers, and keep running there (in the due index at
-their next period end, never at once); a malformed watch line is named and nothing is written."""
+place, filters, creator and posted papers, paused (an export's file may name anyone's channel:
+`/watch resume` asks the platform first), and run there once resumed; a malformed watch line is named and nothing is written."""
 
 from __future__ import annotations
 
@@ -85,31 +85,36 @@ async def test_watches_go_out_with_the_tenant_and_keep_running_after_import(memo
     await memory.drop_tenant(tenant)  # moved: the same tenant, into a new Redis
     assert await due_at(memory, tenant, active.id) is None  # dropped, so off the due index
     counts = await memory.portability.import_records(tenant, records)
-    assert counts["watches"] == 2
+    assert counts["watches"] == 2 and counts["paused_watch_imports"] == 1
     store = WatchStore(memory.redis)
     restored = await store.all(tenant)
-    assert [stored(w) for w in restored] == [stored(active), stored(paused)]
+    # paused, however the file reads (its header may lie): resumed where it posts, once the
+    # platform says the channel is the tenant's
+    held = f"imported: `/watch resume {active.id}` where it posts"
+    assert [stored(w) for w in restored] == [{**stored(active), "paused": held}, stored(paused)]
     assert {w.tenant for w in restored} == {tenant}
-    assert comparable(await export(memory, tenant)) == comparable(records)
+    as_held = json.loads(json.dumps(records))
+    next(r for r in as_held if r["kind"] == "watch")["watch"]["paused"] = held
+    assert comparable(await export(memory, tenant)) == comparable(as_held)
 
-    # listed where they post; the active one is due at its next period end, the paused one not
+    # listed where they post; neither is due until resumed
     commands = WatchCommands(store, {}, lambda: now)
     here = await commands.list_text(Scope(tenant, channel="C1"), WatchPlace("slack", "C1"))
-    assert active.id in here and paused.id not in here
+    assert active.id in here and paused.id not in here and "*paused* (imported" in here
     in_private = await commands.list_text(
         Scope(tenant, channel="G7", visibility=Visibility.PRIVATE), WatchPlace("slack", "G7")
     )
     assert paused.id in in_private and "*paused* (paused by U2)" in in_private
-    assert await due_at(memory, tenant, active.id) == active.next_due
+    assert await due_at(memory, tenant, active.id) is None
     assert await due_at(memory, tenant, paused.id) is None
-    assert (tenant, active.id) not in await store.due(now)  # nothing posted at once
-    assert (tenant, active.id) in await store.due(active.next_due)
+    assert (tenant, active.id) not in await store.due(active.next_due)  # nothing posted
     moved = await store.get(tenant, active.id)
-    assert await store.claim(moved, active.next_due + 1) == active.next_due  # it runs
+    await store.resume(moved, now)  # as `/watch resume` does, once Slack says C1 is ours
+    assert await store.claim(moved, now + 1) == int(now)  # it runs
     assert await store.posted(moved, [POSTED, "2401.99999"]) == {POSTED}  # not posted again
 
 
-async def test_a_next_due_already_past_moves_to_the_next_period_end(memory, tenant, other):
+async def test_a_next_due_already_past_posts_nothing_until_resumed(memory, tenant, other):
     now = time.time()
     store = WatchStore(memory.redis)
     made = await store.create(
@@ -121,9 +126,10 @@ async def test_a_next_due_already_past_moves_to_the_next_period_end(memory, tena
     await memory.drop_tenant(tenant)
     await memory.portability.import_records(tenant, records)
     restored = await store.get(tenant, made.id)
-    assert restored.next_due == int(now - 9 * DAY + 2 * WEEK) > now
+    assert restored.paused and await due_at(memory, tenant, made.id) is None  # nothing at once
+    await store.resume(restored, now)
+    assert await due_at(memory, tenant, made.id) == int(now)
     assert restored.since == made.since  # the next digest covers everything since
-    assert await due_at(memory, tenant, made.id) == restored.next_due
 
 
 async def test_a_copy_under_another_tenant_name_is_paused(memory, tenant, other):

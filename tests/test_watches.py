@@ -128,7 +128,7 @@ def _blocks(params: dict) -> list[dict]:
 @pytest.fixture
 async def watch_world(memory, tenant):
     replay = ArxivReplay().start()
-    api = MockSlackApi()
+    api = MockSlackApi(team_id=tenant)  # the tenant's workspace: its people are told
     await api.start()
     world = WatchWorld(memory, replay, api, Clock(T0))
     yield world

@@ -4,16 +4,21 @@ The platform says who may see what, by the same rules the adapters use when they
 memory's audience (`memory.scope.Scope.audience`):
 
 - Slack: admins, owners and the primary owner of the workspace (users.info) manage the whole
-  tenant. Everyone sees public-channel memory, the private channels and group DMs they share
+  tenant, never a guest or someone of another organisation (Slack may flag them an admin of
+  their own). Everyone sees public-channel memory, the private channels and group DMs they share
   with the bot (users.conversations) and their own DM with the bot (conversations.open), and
   in the public channels they are in what guests and other organisations' people said there
   (stored as the channel's private memory). Guests and other organisations' people see their
-  own places only.
+  own places only (`adapters.slack_walls.outsider`, the bot's own rule: a sister workspace's
+  member of the same Enterprise Grid org is not of another organisation).
 - Discord: members with Manage Server or Administrator manage the whole server. Everyone sees
   what was said in channels @everyone can view, in the channels hidden from @everyone that
   they can view and those channels' threads, and in the private threads they are in (or may
   manage: Manage Threads) of any channel they can view, hidden or not (a thread is its own
-  place: its audience names the thread). A DM's memory is its own tenant (`dm-<user>`), its person's alone. DISCORD_API_URL points discord.py elsewhere.
+  place: its audience names the thread). A DM's memory is its own tenant (`dm-<user>`), its
+  person's alone: they own it (see, fix, erase and export all of it) but are not its admin, so
+  they may not import into it (ARXIVSCOUT_ADMINS can make them one). DISCORD_API_URL points
+  discord.py elsewhere.
 - The terminal (`arxivscout web`'s link): its person is an admin of their own tenant.
 - ARXIVSCOUT_ADMINS names more admins: user ids, or `tenant:user` for one tenant only.
 
@@ -29,7 +34,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -37,7 +42,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.viewer import Viewer
-from adapters.slack_walls import OUTSIDER_FLAGS
+from adapters.slack_walls import outsider, workspace_organisation
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.web_sessions import ViewerCache
 
@@ -75,7 +80,7 @@ def viewer_of(record: dict[str, Any]) -> Viewer:
     return Viewer(
         tenant=record["tenant"], user=record["user"], platform=record["platform"],
         admin=bool(record.get("admin")), audiences=frozenset(record.get("audiences", [PUBLIC])),
-        name=record.get("name") or "",
+        name=record.get("name") or "", owner=bool(record.get("owner")),
     )  # fmt: skip
 
 
@@ -108,19 +113,24 @@ class SlackDirectory:
             async with asyncio.timeout(ASK_TIMEOUT_SECONDS):
                 found = (await self.client.users_info(user=user)).get("user") or {}
                 places = await self._places(tenant, user)
+                # as the bot walls them: guests, and people of another workspace who are not of
+                # the workspace's own Enterprise Grid org (auth.test, asked only for them)
+                walled = await outsider(found, lambda: workspace_organisation(self.client, tenant))
         except SlackApiError as exc:
             raise self._error(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError):
             raise DirectoryError("Slack could not be reached: try again in a minute.") from None
         if found.get("deleted"):
             raise DirectoryError("This Slack account is deactivated.", status=403)
-        admin = any(found.get(k) for k in ("is_admin", "is_owner", "is_primary_owner"))
+        # never a walled person: Slack may flag someone of another organisation (Slack
+        # Connect) an admin of their own
+        admin = not walled and any(found.get(k) for k in ("is_admin", "is_owner",
+                                                            "is_primary_owner"))  # fmt: skip
         profile = found.get("profile") or {}
         name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user
         # Guests and people of another organisation (Slack Connect) see only the channels they
         # were let into; public memory is the whole workspace's, so they get their own places
-        outsider = any(found.get(k) for k in OUTSIDER_FLAGS)  # as the bot walls them
-        public = set() if outsider and not admin else {PUBLIC}
+        public = set() if walled else {PUBLIC}
         return Viewer(tenant, user, "slack", admin, frozenset({*public, *places}), name)
 
     async def _places(self, tenant: str, user: str) -> set[str]:
@@ -233,7 +243,7 @@ class DiscordDirectory:
         if tenant.startswith("dm-"):  # a person's DMs are a tenant of their own
             if tenant != f"dm-{user}":
                 raise DirectoryError("This link is for someone else's direct messages.", 403)
-            return Viewer(tenant, user, "discord", admin=True, name=user)
+            return Viewer(tenant, user, "discord", name=user, owner=True)
         import discord
 
         try:
@@ -385,6 +395,5 @@ class Directories:
             if self.cache is not None:
                 await self.cache.put(platform, tenant, user, viewer_record(viewer))
         if not viewer.admin and self.admins.named(tenant, user):
-            viewer = Viewer(viewer.tenant, viewer.user, viewer.platform, True,
-                            viewer.audiences, viewer.name)  # fmt: skip
+            viewer = replace(viewer, admin=True)
         return viewer

@@ -6,11 +6,13 @@ call `memory.governance` and `memory.portability`, then redirect back with a mes
 guard keeps in the session for the next page (`server.Flashed`), never in the address.
 A Forget button leads to a page that shows what would be forgotten (`GET /memory/forget/confirm`),
 whose form posts the erasure: nothing is erased by one stray click, and no script is needed.
-Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see,
-forget their own messages, the threads, summaries and tool logs of their own DMs, the PDFs
-they shared in a private channel or a DM, and everything about themselves; everything else
-that changes or exports the tenant is an admin's (403). An id the viewer may not see, or of
-another tenant, is a 404, like a missing one.
+Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see
+(its turns with the rating and their own vote only), forget their own messages, the threads,
+summaries and tool logs of their own DMs, the PDFs they shared in a private channel or a DM,
+and everything about themselves; everything else that changes or exports the tenant is for
+whoever manages it (`Viewer.manages`: an admin, or the owner of a Discord DM's memory), but an
+import, which is an admin's alone (403). An id the viewer may not see, or of another tenant, is
+a 404, like a missing one.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ import functools
 import logging
 import math
 import re
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from jinja2 import Environment, FileSystemLoader
 from yarl import URL
 
-from adapters.memory_page.server import FLASH, Flashed
-from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
+from adapters.memory_page.server import FLASH, MAX_IMPORT_BYTES, MB, Flashed
+from adapters.memory_page.viewer import CSRF, IMPORT_FORM, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).with_name("templates")
 THREADS_PER_PAGE = 50
 TURNS_SHOWN = 100  # of a thread's turns, newest first, in its usage table
+UPLOAD_CHUNK_BYTES = 65_536  # an import's file is written to a temporary file by these
 SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("entity", "workflow")
@@ -58,7 +62,17 @@ NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, 
     "cached_embeddings": ("cached embedding", "cached embeddings"),
     "retention": ("retention setting", "retention settings"),
     "re-embedded": ("vector made again", "vectors made again"),
+    "watches": ("watch", "watches"),
+    "paused_watch_imports": ("watch imported paused", "watches imported paused"),
+    "dropped_watch_imports": ("watch left out (not a channel of this team)",
+                              "watches left out (not channels of this team)"),
 }  # fmt: skip
+TOO_LARGE_IMPORT = f"The file is too large: an import takes {MAX_IMPORT_BYTES // MB} MB at most."
+UNREADABLE_IMPORT = "The upload could not be read: choose the file and import it again."
+
+
+class UploadTooLarge(Exception):
+    """An import's file is over MAX_IMPORT_BYTES."""
 
 
 class Missing(Exception):
@@ -101,19 +115,21 @@ def own_dm(viewer: Viewer, audience: str) -> bool:
 
 def may_forget_message(viewer: Viewer, message: Any) -> bool:
     mine = bool(message.author) and message.author == viewer.user
-    return viewer.admin or mine or own_dm(viewer, message.audience)
+    return viewer.manages or mine or own_dm(viewer, message.audience)
 
 
 def may_forget_record(viewer: Viewer, audience: str) -> bool:
-    """A thread, summary or tool log: an admin's, or the viewer's own DM's."""
-    return viewer.admin or own_dm(viewer, audience)
+    """A thread, summary or tool log: whoever manages the tenant's, or the viewer's own DM's."""
+    return viewer.manages or own_dm(viewer, audience)
 
 
 def may_forget_paper(viewer: Viewer, paper: Any) -> bool:
     """A paper: an admin's; a PDF shared in a private channel or a DM, its sharer's too (the
     team's copies and papers from arXiv are the whole team's: an admin's to forget)."""
     shared_privately = paper.shared_pdf and paper.audience != PUBLIC
-    return viewer.admin or (shared_privately and bool(paper.sharer) and paper.sharer == viewer.user)
+    return viewer.manages or (
+        shared_privately and bool(paper.sharer) and paper.sharer == viewer.user
+    )
 
 
 def when(timestamp: float | None) -> str:
@@ -200,6 +216,35 @@ async def ndjson(records: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
         yield b"".join(buffer)
 
 
+async def receive_import(request: web.Request, form: dict[str, str], into: IO[bytes]) -> bool:
+    """The import form, streamed as it arrives: its small fields into `form` (each at most the
+    request's form size: 413), its file into `into` (at most MAX_IMPORT_BYTES: UploadTooLarge);
+    whether a file was sent. The guard read its CSRF field first (`IMPORT_FORM`); without the
+    guard the form is read from its start. ValueError: not a multipart form, or a broken one."""
+    reader = request.get(IMPORT_FORM)
+    if reader is None:
+        if request.content_type != "multipart/form-data":
+            raise ValueError("not a multipart form")
+        reader = await request.multipart()
+    sent, size = False, 0
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            await part.release()  # a multipart inside: no field of this form
+        elif part.name == "file" and part.filename and not sent:
+            sent = True
+            while chunk := await part.read_chunk(UPLOAD_CHUNK_BYTES):
+                data = part.decode(chunk)
+                size += len(data)
+                if size > MAX_IMPORT_BYTES:
+                    raise UploadTooLarge
+                into.write(data)
+        else:
+            value = await part.text()
+            if part.name == "back":
+                form["back"] = value
+    return sent
+
+
 @dataclass
 class Target:
     """What a forget names, checked: it exists in the viewer's tenant, they may see it and
@@ -213,14 +258,27 @@ class Target:
 
 
 async def visible(records: AsyncIterator[dict], viewer: Viewer) -> AsyncIterator[dict]:
-    """A thread's export as the viewer may see it: each message, summary and tool log is checked
-    by its own audience (the thread's first message decides only whether it is listed)."""
+    """A thread's export as the viewer may see it: each message, summary, tool log and turn is
+    checked by its own audience (the thread's first message decides only whether it is listed),
+    and a turn's feedback is only what the thread's page shows (`own_feedback`)."""
     async for record in records:
         item = record.get(record.get("kind", ""))
         if not isinstance(item, dict) or "audience" not in item:
             yield record  # the header, the thread's own line
         elif viewer.can_see(item["audience"] or legacy_audience(record.get("thread", ""))):
+            if record.get("kind") == "turn" and not viewer.manages:
+                record = {**record, "turn": own_feedback(item, viewer.user)}
             yield record
+
+
+def own_feedback(turn: dict[str, Any], user: str) -> dict[str, Any]:
+    """A turn's record as someone who does not manage the tenant may export it: the rating (the
+    votes summed, as its thread's page shows it) and their own vote and comment, not who else
+    voted nor what they wrote."""
+    votes = [v for v in turn.get("feedback") or [] if isinstance(v, dict)]
+    rating = sum(v["rating"] for v in votes if isinstance(v.get("rating"), int))
+    mine = [v for v in votes if v.get("user") == user]
+    return {**turn, "rating": rating, "feedback": mine}
 
 
 class Pages:
@@ -257,8 +315,8 @@ class Pages:
 
     @staticmethod
     def seen(viewer: Viewer) -> frozenset[str] | None:
-        """What browse reads for this viewer: everything for an admin."""
-        return None if viewer.admin else viewer.audiences
+        """What browse reads for this viewer: everything for whoever manages the tenant."""
+        return None if viewer.manages else viewer.audiences
 
     @staticmethod
     def back(form: Any, default: str, **flash: str) -> Flashed:
@@ -276,8 +334,8 @@ class Pages:
         pages = max(1, math.ceil(len(threads) / THREADS_PER_PAGE))
         number = min(max(1, _int(request.query.get("page"), 1)), pages)
         shown_threads = threads[(number - 1) * THREADS_PER_PAGE : number * THREADS_PER_PAGE]
-        days = await self.memory.retention.get(v.tenant) if v.admin else None
-        usage = await self.memory.turn_records.usage(v.tenant) if v.admin else None
+        days = await self.memory.retention.get(v.tenant) if v.manages else None
+        usage = await self.memory.turn_records.usage(v.tenant) if v.manages else None
         return self.render(
             request, "overview.html", threads=shown_threads, total=len(threads), page=number,
             pages=pages, retention_days=days, usage=usage,
@@ -358,7 +416,7 @@ class Pages:
         and the erasure alike."""
         if kind not in KINDS or not (item or thread):
             raise Missing
-        if kind in ADMIN_KINDS and not v.admin:
+        if kind in ADMIN_KINDS and not v.manages:
             raise Refused
         seen = self.seen(v)
         if kind == "message":
@@ -446,7 +504,7 @@ class Pages:
 
     async def _edit(self, request: web.Request, kind: str, field: str) -> web.StreamResponse:
         v, form = self.viewer(request), await request.post()
-        if not v.admin:
+        if not v.manages:
             raise Refused
         item, value = str(form.get("id", "")), str(form.get(field, "")).strip()
         if not value:
@@ -468,7 +526,7 @@ class Pages:
                 raise Missing
             portability, name = self.memory.portability, filename(v.tenant, thread)
             records = visible(portability.export_thread(v.tenant, thread), v)
-        elif not v.admin:
+        elif not v.manages:
             raise Refused
         else:
             records, name = self.memory.portability.export_tenant(v.tenant), filename(v.tenant)
@@ -495,31 +553,39 @@ class Pages:
 
     @page
     async def import_file(self, request: web.Request) -> web.StreamResponse:
+        """An admin's only (a DM's owner too is refused): an import writes into the shared
+        Redis and embeds every message, on the process that serves Slack's events too."""
         v = self.viewer(request)
         if not v.admin:
             raise Refused
-        form = await request.post()
-        upload = form.get("file")
-        if not isinstance(upload, web.FileField):
-            raise self.back(form, "/memory", error="Choose a JSON Lines file to import.")
+        form: dict[str, str] = {}
+        with tempfile.TemporaryFile() as upload:
+            try:
+                sent = await receive_import(request, form, upload)
+            except (UploadTooLarge, web.HTTPRequestEntityTooLarge):
+                raise self.back(form, "/memory", error=TOO_LARGE_IMPORT) from None
+            except ValueError:  # not a multipart form, or a broken one
+                raise self.back(form, "/memory", error=UNREADABLE_IMPORT) from None
+            if not sent:
+                raise self.back(form, "/memory", error="Choose a JSON Lines file to import.")
 
-        def lines() -> Iterable[str]:  # read afresh for each of the import's two passes
-            upload.file.seek(0)
-            return (raw.decode("utf-8") for raw in upload.file)
+            def lines() -> Iterable[str]:  # read afresh for each of the import's two passes
+                upload.seek(0)
+                return (raw.decode("utf-8") for raw in upload)
 
-        try:
-            counts = await self.memory.portability.import_lines(v.tenant, lines)
-        except UnicodeDecodeError:
-            raise self.back(form, "/memory", error="The file is not UTF-8 text.") from None
-        except ValueError as exc:  # not an export, a bad line, or the tenant is not empty
-            raise self.back(form, "/memory", error=str(exc)) from None
+            try:
+                counts = await self.memory.portability.import_lines(v.tenant, lines)
+            except UnicodeDecodeError:
+                raise self.back(form, "/memory", error="The file is not UTF-8 text.") from None
+            except ValueError as exc:  # not an export, a bad line, or the tenant is not empty
+                raise self.back(form, "/memory", error=str(exc)) from None
         made = listed(counts.items()) or "nothing"
         raise self.back(form, "/memory", done=f"Imported {made}.")
 
     @page
     async def retention(self, request: web.Request) -> web.StreamResponse:
         v, form = self.viewer(request), await request.post()
-        if not v.admin:
+        if not v.manages:
             raise Refused
         raw = str(form.get("days", "")).strip()
         days = _int(raw, -1) if raw else None
@@ -539,7 +605,7 @@ class Pages:
     async def forget_person(self, request: web.Request) -> web.StreamResponse:
         v, form = self.viewer(request), await request.post()
         user = str(form.get("user", "")).strip() or v.user
-        if user != v.user and not v.admin:
+        if user != v.user and not v.manages:
             raise Refused
         if not form.get("confirm"):
             raise self.back(form, "/memory", error="Tick the box to confirm, then forget.")

@@ -10,10 +10,12 @@
   says how to get a new one, on either step.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
-  anything (any method but GET and HEAD) has its form read here, before the handler, and is
-  refused 403 unless its `csrf` field is the session's token. Who the viewer is is asked again
-  every few minutes (the platform's answer is cached), so someone who left a private channel
-  stops seeing it within minutes, not at the session's end.
+  anything (any method but GET and HEAD) has its form read here, before the handler, at most
+  1 MB (aiohttp's default), and is refused 403 unless its `csrf` field is the session's token.
+  An import's form (`POST /memory/import`, a file of up to 64 MB) is read only for an admin, and
+  here only as far as its first field, the token: its handler streams the file to disk. Who the
+  viewer is is asked again every few minutes (the platform's answer is cached), so someone who
+  left a private channel stops seeing it within minutes, not at the session's end.
 - A form's message ("Forgotten: 3 messages.") is kept in the session's record by the POST that
   redirects (`Flashed`) and shown, then cleared, by the next page: never read from the address,
   where anyone could write text onto the real page.
@@ -30,12 +32,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from yarl import URL
 
 from adapters.memory_page.access import Directory, DirectoryError, viewer_of, viewer_record
 from adapters.memory_page.auth import LOGIN_PATH, InvalidLink, Links, new_csrf, same_csrf
-from adapters.memory_page.viewer import CSRF, SESSION, VIEWER
+from adapters.memory_page.viewer import CSRF, IMPORT_FORM, SESSION, VIEWER
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.web_sessions import WebState
@@ -46,7 +48,10 @@ PREFIX = "/memory"
 LOGOUT_PATH = "/memory/logout"
 SESSION_COOKIE = "arxivscout_memory"
 VIEWER_REFRESH_SECONDS = 300
-MAX_FORM_BYTES = 64 * 1024 * 1024  # an import's file; the rest of the app keeps aiohttp's 1 MB
+IMPORT_PATH = "/memory/import"
+MB = 1024 * 1024
+FORM_BYTES = MB  # a form's most (aiohttp's default): each of an import's small fields too
+MAX_IMPORT_BYTES = 64 * MB  # an import's file, streamed to disk by its handler (an admin's)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ASK_AGAIN = (
     "Type <code>/memory</code> in Slack or Discord for a new link (on the server, "
@@ -112,6 +117,14 @@ def unavailable() -> web.Response:
     return notice(503, "Memory is unavailable", "ArxivScout cannot reach its memory (Redis) "
                   "right now. Try again in a minute.", back=True,
                   **{"Retry-After": "30"})  # fmt: skip
+
+
+def too_large() -> web.Response:
+    return notice(413, "Too large", f"A form may be at most {FORM_BYTES // MB} MB.", back=True)
+
+
+def unreadable() -> web.Response:
+    return notice(400, "Unreadable form", "The form could not be read. Try again.", back=True)
 
 
 def bad_link(exc: InvalidLink) -> web.Response:
@@ -245,19 +258,16 @@ class Access:
         if record is None:
             return signed_out()
         record = await self._fresh(session, record)
-        if request.method not in SAFE_METHODS:
-            request = request.clone(client_max_size=MAX_FORM_BYTES)
-            try:
-                form = await request.post()  # read here, so the check comes before the handler
-            except web.HTTPRequestEntityTooLarge:
-                limit = MAX_FORM_BYTES // (1024 * 1024)
-                return notice(413, "Too large", f"A form or file may be at most {limit} MB.",
-                              back=True)  # fmt: skip
-            except ValueError:
-                return notice(400, "Unreadable form", "The form could not be read. Try again.",
-                              back=True)  # fmt: skip
-            given = form.get("csrf")
-            if not same_csrf(record["csrf"], given if isinstance(given, str) else None):
+        viewer = viewer_of(record["viewer"])
+        if request.method not in SAFE_METHODS:  # the token is checked before the handler runs
+            request = request.clone(client_max_size=FORM_BYTES)
+            if request.path == IMPORT_PATH:
+                given = await self._import_token(request, viewer.admin)
+            else:
+                given = await self._form_token(request)
+            if isinstance(given, web.Response):
+                return given
+            if not same_csrf(record["csrf"], given):
                 return notice(403, "This form cannot be sent", "Its security token is missing "
                               "or out of date. Reload the page and try again.",
                               back=True)  # fmt: skip
@@ -265,7 +275,7 @@ class Access:
             request[FLASH] = record["flash"] or {}
             record = {k: v for k, v in record.items() if k != "flash"}
             await self.state.sessions.update(session, record)
-        request[VIEWER] = viewer_of(record["viewer"])
+        request[VIEWER] = viewer
         request[CSRF] = record["csrf"]
         request[SESSION] = session
         try:
@@ -273,6 +283,42 @@ class Access:
         except Flashed as redirect:
             await self._keep_flash(session, redirect.flash)
             raise
+
+    @staticmethod
+    async def _form_token(request: web.Request) -> str | web.Response | None:
+        """A form's CSRF token (the form read whole, at most FORM_BYTES), or a page refusing
+        the form."""
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            return too_large()
+        except ValueError:
+            return unreadable()
+        given = form.get("csrf")
+        return given if isinstance(given, str) else None
+
+    @staticmethod
+    async def _import_token(request: web.Request, admin: bool) -> str | web.Response | None:
+        """An import's CSRF token, the first field of its multipart form (the page's form sends
+        it first), or a page refusing the import. Only an admin's upload is read at all: anyone
+        else's is refused unread. The handler streams the rest of the form (`IMPORT_FORM`)."""
+        if not admin:
+            return notice(403, "Not allowed", "Only an admin of this workspace may import an "
+                          "export into it.", back=True)  # fmt: skip
+        if request.content_type != "multipart/form-data":
+            return None
+        try:
+            reader = await request.multipart()
+            first = await reader.next()
+            if not isinstance(first, BodyPartReader) or first.name != "csrf":
+                return None
+            given = await first.text()  # at most FORM_BYTES
+        except web.HTTPRequestEntityTooLarge:
+            return too_large()
+        except ValueError:
+            return unreadable()
+        request[IMPORT_FORM] = reader
+        return given
 
     async def _keep_flash(self, session: str, flash: dict[str, str]) -> None:
         """Put a form's message in the session (read afresh: the handler may have run long)."""

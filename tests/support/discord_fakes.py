@@ -51,6 +51,7 @@ class FakeDiscord:
 
     bot: Any = None
     channels: dict[int, Any] = field(default_factory=dict)
+    guilds: dict[int, Any] = field(default_factory=dict)  # `client.get_guild` finds them
     sent: list[Sent] = field(default_factory=list)
     typing: list[int] = field(default_factory=list)
     _ids: itertools.count = field(
@@ -69,6 +70,7 @@ class FakeDiscord:
         """Log `client` in as the bot and let it look channels up here (spec'd patches)."""
         client._connection.user = self.bot
         client.get_channel = mock.create_autospec(client.get_channel, side_effect=self.channels.get)
+        client.get_guild = mock.create_autospec(client.get_guild, side_effect=self.guilds.get)
         client.fetch_channel = mock.create_autospec(client.fetch_channel, side_effect=self._fetch)
 
     async def _fetch(self, channel_id: int) -> Any:
@@ -85,11 +87,14 @@ class FakeDiscord:
         )  # fmt: skip
 
     def guild(self) -> Any:
-        """A server; its @everyone role has the server's id, as on Discord."""
+        """A server; its @everyone role has the server's id, as on Discord. Anyone is its
+        member (`get_member`) unless a test says otherwise."""
         guild_id = self.snowflake()
         everyone = spec(discord.Role, id=guild_id, name="@everyone")
         me = spec(discord.Member, id=self.bot.id, bot=True, name=self.bot.name)
-        return spec(discord.Guild, id=guild_id, default_role=everyone, me=me)
+        guild = spec(discord.Guild, id=guild_id, default_role=everyone, me=me)
+        self.guilds[guild_id] = guild
+        return guild
 
     def _messageable(self, cls: type, channel_id: int | None = None, **attrs: Any) -> Any:
         channel = spec(cls, id=channel_id or self.snowflake(), **attrs)
