@@ -441,7 +441,9 @@ class SlackAdapter:
         text = slack_question(event["text"], self.bot_user_id)
         job = Job(
             "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
-            reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts},
+            reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts,
+                   # the person's own workspace (another organisation's, in a shared channel)
+                   "user_team": event.get("user_team") or team},
             source=slack_source(event["channel"], event["ts"]),
         )  # fmt: skip
         retried = bool(request.headers.get("x-slack-retry-num"))

@@ -255,7 +255,7 @@ class SlackPlatform(Platform):
 
     async def _stream(self, job: Job) -> SlackStatus | None:
         """A streamed reply, where the workspace has streaming; None to post a placeholder."""
-        where, team = self.where(job), job.scope.tenant
+        where, team = self.where(job), job.reply.get("user_team") or job.scope.tenant
         if job.kind != "turn" or "thread_ts" not in where or team in self.no_streaming:
             return None
         try:

@@ -141,6 +141,9 @@ async def test_a_slack_connect_person_s_mention_in_a_public_channel(walled):
     await walled.a.event(event, team=team)
     await walled.settle()
     assert walled.api.thread_texts("C1", ts(20)) == ["I cannot say."]
+    # the answer is streamed to the person in their own workspace, not ours
+    started = walled.api.of("chat.startStream")[-1]
+    assert (started["recipient_user_id"], started["recipient_team_id"]) == (STRANGER, "TPARTNER")
     seen = sent_to_model(walled, 0)
     assert QUESTION in seen
     assert "7 million" not in seen and "9 million" not in seen
