@@ -38,7 +38,7 @@ import discord
 from discord import app_commands
 
 from adapters.memory_page.access import Admins
-from adapters.platform_ids import discord_tenant
+from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -84,7 +84,7 @@ CANNOT_SEE = (
 def of_tenant(channel: Any, tenant: str) -> bool:
     """The channel (or thread) is the tenant's: of its server, or for a DM tenant `dm-<user>`
     that person's DM with the bot. A channel of no server (a DM, a group DM) is no server's."""
-    if tenant.startswith("dm-"):
+    if tenant_kind(tenant) is TenantKind.DISCORD_DM:
         recipient = getattr(channel, "recipient", None)
         return (
             isinstance(channel, discord.DMChannel)
@@ -101,12 +101,20 @@ def foreign_reason(channel: str, tenant: str) -> str:
 
 
 def _tenant_words(tenant: str) -> str:
-    return "your direct messages with me" if tenant.startswith("dm-") else "this server"
+    return (
+        "your direct messages with me"
+        if tenant_kind(tenant) is TenantKind.DISCORD_DM
+        else "this server"
+    )
 
 
 def not_ours(channel: str, tenant: str) -> str:
     """`can_post`'s answer for a channel not of the tenant: what to do instead."""
-    instead = "here, in our DM" if tenant.startswith("dm-") else "in one of this server's channels"
+    instead = (
+        "here, in our DM"
+        if tenant_kind(tenant) is TenantKind.DISCORD_DM
+        else "in one of this server's channels"
+    )
     return NOT_OURS.format(channel=channel, where=_tenant_words(tenant), instead=instead)
 
 
@@ -414,7 +422,7 @@ class DiscordWatches:
         cache, else asked of Discord: not a member, or Discord cannot say, is no)."""
         if not user.isdigit():
             return False
-        if tenant.startswith("dm-"):
+        if tenant_kind(tenant) is TenantKind.DISCORD_DM:
             return tenant == f"dm-{user}"
         if not tenant.isdigit():
             return False

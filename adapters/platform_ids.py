@@ -6,6 +6,8 @@
 - `slack_in_dm`: whether a Slack message event is in a direct message (a DM's memory is its
   person's own).
 - `discord_tenant`: the tenant of a Discord interaction: its server, or the person's DMs.
+- `tenant_kind`: a tenant's platform and kind from its shape (memory/scope.py, so memory may
+  use it too).
 - `slack_source`, `discord_source`: how a stored message names the platform message it came
   from, so that a deletion there finds it (memory/governance.py `forget_deleted`).
 """
@@ -15,6 +17,18 @@ from __future__ import annotations
 from typing import Any
 
 import discord
+
+from memory.scope import TenantKind, tenant_kind
+
+__all__ = [
+    "TenantKind",
+    "discord_source",
+    "discord_tenant",
+    "slack_in_dm",
+    "slack_source",
+    "slack_team",
+    "tenant_kind",
+]  # fmt: skip
 
 
 def slack_team(body: dict[str, Any]) -> str:

@@ -18,8 +18,11 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   message gets the new text (bot/upkeep.py `message_edited`); the edit is not answered.
 - A channel deleted in Slack (`channel_deleted`, `group_deleted`) is forgotten: every thread
   of it, and its watches (memory/governance_places.py).
-- A channel another organisation joined or left (`channel_shared`, `channel_unshared`) is asked
-  of Slack again at once, not when its cached walls expire (adapters/slack_walls.py).
+- A channel another organisation joined or left (`channel_shared`, `channel_unshared`): the
+  process that receives the event forgets what it cached of the channel, and asks Slack again
+  at its next event there. Slack sends the event to one process only: another process's
+  events follow within its cache's 5 minutes (`CACHE_SECONDS`); its digests do not wait for
+  that (they ask Slack afresh: adapters/slack_watch.py `walled`).
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`. A link to a thread of another channel is summarized
@@ -474,8 +477,7 @@ class SlackAdapter:
         channel = event["channel"]
         return await self._walled_scope(
             team, channel, event.get("user", ""), event.get("channel_type"),
-            thread_id(team, channel, thread_ts),
-            await self.walls.foreign(team, event.get("user", ""), event),
+            event, thread_id(team, channel, thread_ts),
         )  # fmt: skip
 
     async def joined(self, team: str, channel: str, thread_ts: str) -> bool:
@@ -487,25 +489,19 @@ class SlackAdapter:
         """Where a slash command was used: its channel, for what that person may see there."""
         kind = {"directmessage": "im", "privategroup": "group"}.get(command.get("channel_name", ""))
         team, channel = slack_team(command), command["channel_id"]
-        return await self._walled_scope(
-            team,
-            channel,
-            command["user_id"],
-            kind,
-            outsider=await self.walls.foreign(team, command["user_id"], command),
-        )
+        return await self._walled_scope(team, channel, command["user_id"], kind, command)
 
     async def _walled_scope(
-        self, team: str, channel: str, user: str, kind: str | None, thread: str = "",
-        outsider: bool = False,
+        self, team: str, channel: str, user: str, kind: str | None, event: dict,
+        thread: str = "",
     ) -> Scope:  # fmt: skip
         """A person's scope in a channel, walled off the team's public memory when they are a
-        guest or of another organisation (`outsider`: the event says so), or the channel is
-        shared with one (adapters/slack_walls.py); a walled scope is never public itself."""
-        place, person = await asyncio.gather(
-            self.walls.place(team, channel, kind), self.walls.person(team, user)
-        )
-        walled = place.shared or person.outsider or outsider
+        guest or of another organisation (users.info, or `event` names another workspace as
+        theirs: `SlackWalls.asked`), or the channel is shared with one
+        (adapters/slack_walls.py); a walled scope is never public itself. Slack is asked all
+        of it at once: the event waits for one answer, not three in turn."""
+        place, person, foreign = await self.walls.asked(team, channel, kind, user, event)
+        walled = place.shared or person.outsider or foreign
         return Scope(
             tenant=team, thread=thread, channel=channel, visibility=place.visibility,
             user=user, user_name=person.name, walled=walled,

@@ -18,6 +18,9 @@ asked of Slack after the answer (a membership may take pages, past Slack's 3 s).
   who they are (users.info: walled by default, `Person.said` False, not a guest by Slack's
   word): the check runs again on the stream's redelivery, and only its last delivery says so
   (MEMBERSHIP_UNKNOWN, PERSON_UNKNOWN).
+- A task that cannot be done (failing on every delivery with an unexpected error, or
+  dead-lettered unrun after its last run took its process down: `given_up`) tells the person
+  GIVEN_UP once (the same marker as a check's answer), not "Checking…" for ever.
 - The message shortcut *Summarize thread* is the same task, queued before its (quiet) answer:
   its thread is of the channel the person reads, so no check; its summary goes to the thread,
   or to its response_url where the bot is not (adapters/slack.py `on_summarize_shortcut`).
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -67,6 +71,7 @@ PERSON_UNKNOWN = (
     "again in a minute, or use `/summarize` in that channel."
 )
 CANNOT_SAY = (MEMBERSHIP_UNKNOWN, PERSON_UNKNOWN)  # run again; said on the last delivery only
+GIVEN_UP = "I could not summarize that thread: try again."
 
 
 class SlackCannotSay(Exception):
@@ -105,6 +110,7 @@ class SlackSummaries:
         self.work = BackgroundWork(
             self.stream, {SUMMARIZE: self.run}, batch=1, workers=2,
             claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
+            on_dead_letter={SUMMARIZE: self.given_up},
         )  # fmt: skip
 
     def start(self) -> None:
@@ -116,20 +122,20 @@ class SlackSummaries:
         when the person has no thread with the bot here (no link), NOT_TAKEN when memory
         cannot take it within ANSWER_SECONDS."""
         team, user, here = slack_team(command), command["user_id"], command["channel_id"]
-        try:
-            async with asyncio.timeout(ANSWER_SECONDS):
-                thread_ts = thread_ts or await self.adapter.presence.last_thread(
-                    Scope(team, channel=here, user=user)
-                )
-                if not thread_ts:
-                    return ""
-                kept = {k: command[k] for k in KEPT if command.get(k)}
-                await self._add(team, user, here, channel, thread_ts, kept)
-        except Exception as exc:
-            if not (memory_unavailable(exc) or isinstance(exc, TimeoutError)):
-                raise
-            log.warning("memory unavailable; /summarize in %s not queued: %r", here, exc)
+        kept = {k: command[k] for k in KEPT if command.get(k)}
+        thread = thread_ts or ""
+
+        async def queue() -> None:
+            nonlocal thread
+            scope = Scope(team, channel=here, user=user)
+            thread = thread or await self.adapter.presence.last_thread(scope) or ""
+            if thread:
+                await self._add(team, user, here, channel, thread, kept)
+
+        if not await self._in_time(queue, f"/summarize in {here}"):
             return NOT_TAKEN
+        if not thread:
+            return ""
         return SUMMARIZING if channel == here else CHECKING
 
     async def take_shortcut(self, shortcut: dict[str, Any], thread_ts: str) -> bool:
@@ -141,14 +147,23 @@ class SlackSummaries:
         team, channel = slack_team(shortcut), shortcut["channel"]["id"]
         user, person_team = shortcut["user"]["id"], shortcut["user"].get("team_id")
         kept = {"response_url": shortcut.get("response_url"), "user_team": person_team}
+        kept = {k: v for k, v in kept.items() if v}
+        return await self._in_time(
+            lambda: self._add(team, user, channel, channel, thread_ts, kept),
+            f"a shortcut in {channel}",
+        )
+
+    @staticmethod
+    async def _in_time(queue: Callable[[], Awaitable[None]], what: str) -> bool:
+        """Run `queue` within ANSWER_SECONDS; False when memory cannot take it in time
+        (unavailable, or slow). Any other error is raised."""
         try:
             async with asyncio.timeout(ANSWER_SECONDS):
-                await self._add(team, user, channel, channel, thread_ts,
-                                {k: v for k, v in kept.items() if v})  # fmt: skip
+                await queue()
         except Exception as exc:
             if not (memory_unavailable(exc) or isinstance(exc, TimeoutError)):
                 raise
-            log.warning("memory unavailable; a shortcut in %s not queued: %r", channel, exc)
+            log.warning("memory unavailable; %s not queued: %r", what, exc)
             return False
         return True
 
@@ -175,7 +190,26 @@ class SlackSummaries:
 
     async def one(self, payload: dict[str, Any]) -> None:
         """One command's task, idempotent: run again, it queues no second summary and says
-        nothing twice."""
+        nothing twice. Failing on its last delivery (an unexpected error), the person is told
+        GIVEN_UP (once: not after the check's own answer)."""
+        try:
+            await self._one(payload)
+        except SlackCannotSay:
+            raise  # raised before the last delivery only
+        except Exception:
+            if last_delivery():
+                await self.given_up(payload)
+            raise
+
+    async def given_up(self, payload: dict[str, Any]) -> None:
+        """The task will not be done (the dead-letter hook, too: its last run took its process
+        down): the person is told, once. Best effort: memory down, it is logged."""
+        try:
+            await self._tell(payload, GIVEN_UP)
+        except Exception as exc:
+            log.warning("could not tell %s their summary was given up: %r", payload["user"], exc)
+
+    async def _one(self, payload: dict[str, Any]) -> None:
         team, user, channel = payload["team"], payload["user"], payload["channel"]
         command, elsewhere = payload["command"], channel != payload["here"]
         refusal = None

@@ -13,12 +13,15 @@ An organisation is an Enterprise Grid org: a member of a sister workspace of the
 (in an org-shared channel, their `user_team` is their own workspace) is of it, as users.info's
 `enterprise_user.enterprise_id` is the workspace's own (auth.test's `enterprise_id` with the
 bot's token: the installation's). Slack Connect people of another org carry another one, or
-none; a workspace in no Grid, or one Slack cannot say, has none: whoever is named of another
-workspace stays walled.
+none; a workspace in no Grid has none: whoever is named of another workspace stays walled. When
+Slack cannot say the workspace's org (auth.test failing), nothing is cached of it: the person
+is walled without Slack's word (`Person.said` False), and asked again.
 
 Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
-channels a person is in) are cached for `CACHE_SECONDS`: a channel converted to private, or a
-member made a guest, is followed within minutes, not at the next restart. One question per
+channels a person is in) are cached for `CACHE_SECONDS`, per process: a channel converted to
+private, or a member made a guest, is followed within minutes, not at the next restart; Slack's
+`channel_shared` empties the receiving process's cache at once, the others' within minutes
+(a digest asks afresh: `fresh_place`). One question per
 channel or person is asked at a time; whoever needs the answer meanwhile waits for that one.
 When Slack cannot say (unreachable, slow, rate limited), the last answer stands for up to
 `STALE_SECONDS`; with none, it fails closed: a channel is private and shared, a person walled, a
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 300.0
 ASK_SECONDS = 2.0  # Slack wants its events and commands answered within 3 s
+FRESH_SECONDS = 10.0  # a digest's channel, asked afresh: no event waits for it
 MEMBERSHIP_SECONDS = 10.0  # users.conversations' pages, asked after the command's answer
 FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered this long
 # while Slack cannot say, its last answer stands in this long, then the scope fails closed: a
@@ -54,6 +58,7 @@ FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered
 # longer on an old word
 STALE_SECONDS = 900.0
 GUEST_FLAGS = ("is_restricted", "is_ultra_restricted")  # users.info: a guest of the workspace
+ADMIN_FLAGS = ("is_admin", "is_owner", "is_primary_owner")  # users.info: manages the workspace
 UNKNOWN_PERSON = ("user_not_found", "users_not_found")  # a definite answer: not of the team
 CHANNEL_TYPES = "public_channel,private_channel,mpim"
 PAGE_SIZE = 200  # users.conversations (Slack suggests at most 200)
@@ -146,7 +151,7 @@ class Answers(Generic[K, V]):
             self._quiet(key, self.failed_seconds if wait is None else wait, exc)
             if wait is not None:  # rate limited: no key asks before Retry-After
                 self._limited_until = self._quiet_until[key]
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, OrganisationUnknown) as exc:
             self._quiet(key, self.failed_seconds, exc)
         return self._cache.last(key)
 
@@ -204,22 +209,44 @@ def enterprise_of(user: dict[str, Any]) -> str:
     return str((user.get("enterprise_user") or {}).get("enterprise_id") or "")
 
 
-def same_organisation(enterprise: str, organisation: str) -> bool:
+def same_organisation(enterprise: str, organisation: str | None) -> bool:
     """A person of another workspace is of the workspace's own organisation only when both are
     of one Enterprise Grid org, and Slack says so: the person's `enterprise` (users.info) is
-    the workspace's `organisation` (`workspace_organisation`). Either unknown ("") is not."""
+    the workspace's `organisation` (`workspace_organisation`). Either unknown ("", or None:
+    Slack could not say) is not."""
     return bool(organisation) and enterprise == organisation
 
 
-async def outsider(user: dict[str, Any], organisation: Callable[[], Awaitable[str]]) -> bool:
+class OrganisationUnknown(Exception):
+    """Slack could not say which Enterprise Grid org the workspace is of: whether a person of
+    another workspace is of it is not known (walled for now, asked again later)."""
+
+
+async def outsider(user: dict[str, Any], organisation: Callable[[], Awaitable[str | None]]) -> bool:
     """users.info's person is walled off the workspace's public memory: a guest, or of another
     workspace (`is_stranger`) not of the workspace's own organisation (`organisation`, asked
-    only then). The bot (`SlackWalls`) and the memory page decide by this one rule."""
+    only then; None, Slack cannot say: OrganisationUnknown). The bot (`SlackWalls`) and the
+    memory page decide by this one rule."""
     if any(user.get(k) for k in GUEST_FLAGS):
         return True
     if not user.get("is_stranger"):
         return False
-    return not same_organisation(enterprise_of(user), await organisation())
+    found = await organisation()
+    if found is None:
+        raise OrganisationUnknown("Slack could not say the workspace's organisation")
+    return not same_organisation(enterprise_of(user), found)
+
+
+async def workspace_admin(
+    user: dict[str, Any], organisation: Callable[[], Awaitable[str | None]]
+) -> bool:
+    """users.info's person manages the workspace (an admin or owner of it), by the rule of the
+    bot's `/watch` and of the memory page alike: never someone walled (`outsider`: Slack flags
+    a Slack Connect person an admin of their own organisation, a guest may carry the flag),
+    nor a deactivated account. `organisation` is asked only for a flagged stranger."""
+    if user.get("deleted") or not any(user.get(k) for k in ADMIN_FLAGS):
+        return False
+    return not await outsider(user, organisation)
 
 
 async def workspace_organisation(client: AsyncWebClient, team: str) -> str:
@@ -230,6 +257,10 @@ async def workspace_organisation(client: AsyncWebClient, team: str) -> str:
     if found.get("team_id") == team or found.get("is_enterprise_install"):
         return str(found.get("enterprise_id") or "")
     return ""
+
+
+async def _nothing() -> None:
+    return None
 
 
 class SlackWalls:
@@ -261,7 +292,9 @@ class SlackWalls:
 
     async def on_sharing_changed(self, event: dict) -> None:
         """Slack's `channel_shared` or `channel_unshared` (another organisation joined or
-        left the channel): what was cached of it goes at once, whichever workspace asked."""
+        left the channel): what this process cached of it goes at once, whichever workspace
+        asked. Slack sends the event to one process: another one's cache follows within
+        `CACHE_SECONDS` (its digests ask Slack afresh: `fresh_place`)."""
         channel = event.get("channel")
         if channel and isinstance(channel, str):
             self._places.forget(lambda key: key[1] == channel)
@@ -278,19 +311,47 @@ class SlackWalls:
         """The event's person is of another organisation than the workspace (Slack Connect):
         the event names another workspace as theirs, and Slack does not say they are of the
         workspace's own Enterprise Grid org (a sister workspace's member, in an org-shared
-        channel, is). Slack unable to say (the person, or the workspace's org): foreign."""
+        channel, is). Slack unable to say (the person, or the workspace's org): foreign. The
+        person and the organisation are asked at once (Slack's 3 s)."""
         if not names_another_team(team, event):
             return False
-        person = await self.person(team, user)
-        return not same_organisation(person.enterprise, await self.organisation(team))
+        person, organisation = await asyncio.gather(
+            self.person(team, user), self.organisation(team)
+        )
+        return not same_organisation(person.enterprise, organisation)
 
-    async def organisation(self, team: str) -> str:
-        """The workspace's Enterprise Grid org (`workspace_organisation`); "" when it is in
-        none, or Slack cannot say."""
-        found = await self._organisations.get(
+    async def asked(
+        self, team: str, channel: str, kind: str | None, user: str, event: dict[str, Any]
+    ) -> tuple[Place, Person, bool]:
+        """An event's (or command's) place, person, and whether that person is `foreign`:
+        every question Slack is asked of it at once, in one wait, not one after another (an
+        event is answered after them, and Slack waits 3 s for it); the workspace's organisation
+        only when the payload names another workspace as the person's."""
+        another = names_another_team(team, event)
+        place, person, organisation = await asyncio.gather(
+            self.place(team, channel, kind),
+            self.person(team, user),
+            self.organisation(team) if another else _nothing(),
+        )
+        return place, person, another and not same_organisation(person.enterprise, organisation)
+
+    async def organisation(self, team: str) -> str | None:
+        """The workspace's Enterprise Grid org (`workspace_organisation`; "" when it is in
+        none); None when Slack cannot say (not cached: asked again)."""
+        return await self._organisations.get(
             team, lambda: workspace_organisation(self.client, team)
         )
-        return found or ""
+
+    async def fresh_place(self, team: str, channel: str) -> Place:
+        """A channel's walls as Slack says them now (conversations.info, not the cache, which
+        another process's `channel_shared` did not empty): for what is rare and posted for all
+        of the channel to read (a digest). Slack unable to say: private and shared."""
+        try:
+            async with asyncio.timeout(FRESH_SECONDS):
+                return await self._describe(channel)
+        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.info("Slack could not describe %s of %s (%r): walled", channel, team, exc)
+            return UNKNOWN_PLACE
 
     async def member_of(self, team: str, user: str, channel: str) -> bool | None:
         """Whether a person is in a channel (one the bot is in too); None: Slack cannot say."""

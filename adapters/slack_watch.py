@@ -24,7 +24,8 @@
   imported file named as its creator.
 - A digest names only the saved papers its channel may read now: one shared with another
   organisation since the watch was made (or that Slack cannot describe) reads as a walled place
-  (`walled`, asked of the adapter's SlackWalls, cached; bot/watch_digest.py `PlaceWalls`).
+  (`walled`: conversations.info asked afresh at every digest, not the cache, which another
+  process's `channel_shared` did not empty; bot/watch_digest.py `PlaceWalls`).
 """
 
 from __future__ import annotations
@@ -42,9 +43,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from adapters.memory_page.access import Admins
-from adapters.platform_ids import slack_team
+from adapters.platform_ids import TenantKind, slack_team, tenant_kind
 from adapters.slack_home import esc
-from adapters.slack_walls import SlackWalls
+from adapters.slack_walls import (
+    OrganisationUnknown,
+    SlackWalls,
+    enterprise_of,
+    outsider,
+    same_organisation,
+    workspace_admin,
+)
 from bot.watch_commands import AdminUnknown
 from bot.watches import (
     NOT_QUEUED,
@@ -97,7 +105,7 @@ def _asked_by(seconds: float) -> float:
 def not_a_workspace(tenant: str) -> bool:
     """A tenant no Slack workspace can be: a Discord server's (digits) or a Discord person's
     DMs (`dm-<id>`); a Slack team id is neither."""
-    return tenant.startswith("dm-") or tenant.isdigit()
+    return tenant_kind(tenant) is not TenantKind.SLACK
 
 
 def foreign_reason(info: dict[str, Any], tenant: str) -> str:
@@ -159,7 +167,8 @@ class SlackWatches:
         admins: Admins | None = None, walls: SlackWalls | None = None,
     ) -> None:  # fmt: skip
         """`admins`: ARXIVSCOUT_ADMINS, as the memory page reads it; `walls`: the adapter's
-        (one cache, which Slack's `channel_shared` empties)."""
+        (its cache of people and of the workspace's organisation; a digest's channel is asked
+        afresh: `walled`)."""
         self.watches = watches
         self.client = client
         self.admins = admins or Admins()
@@ -209,20 +218,22 @@ class SlackWatches:
         await ack(response_type="in_channel" if made else "ephemeral", text=answer)
 
     async def is_admin(self, team: str, user: str) -> bool:
-        """A workspace admin or owner, or named in ARXIVSCOUT_ADMINS (as on the memory page):
-        manages every channel's watches. One users.info, within ADMIN_CHECK_SECONDS and the
-        command's answer time (Slack's 3 s); AdminUnknown when Slack cannot say."""
+        """A workspace admin or owner, or named in ARXIVSCOUT_ADMINS, by the memory page's rule
+        (adapters/slack_walls.py `workspace_admin`: never a guest or someone of another
+        organisation, whatever Slack flags them): manages every channel's watches. users.info
+        (and, for a flagged person of another workspace, the workspace's organisation), within
+        ADMIN_CHECK_SECONDS and the command's answer time (Slack's 3 s); AdminUnknown when
+        Slack cannot say."""
         if self.admins.named(team, user):
             return True
         try:
             async with asyncio.timeout_at(_asked_by(ADMIN_CHECK_SECONDS)):
                 found = (await self.client.users_info(user=user)).get("user") or {}
-        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+                return await workspace_admin(found, lambda: self.walls.organisation(team))
+        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError,
+                OrganisationUnknown) as exc:  # fmt: skip
             log.warning("could not tell whether %s is an admin: %r", user, exc)
             raise AdminUnknown(ADMIN_UNKNOWN) from None
-        if found.get("deleted"):
-            return False
-        return any(found.get(k) for k in ("is_admin", "is_owner", "is_primary_owner"))
 
     async def on_save(self, ack, body: dict, respond) -> None:
         await ack()
@@ -265,16 +276,23 @@ class SlackWatches:
 
     async def walled(self, watch: Watch) -> bool:
         """The watch's channel is shared with another organisation now, or Slack cannot say
-        (SlackWalls fails closed): its digest is read as a walled place's."""
-        return (await self.walls.place(watch.tenant, watch.channel, None)).shared
+        (fails closed): its digest is read as a walled place's. Asked of Slack afresh, not of
+        the cache: Slack's `channel_shared` empties only the cache of the process it reached,
+        and a digest is posted for the whole channel (digests are rare)."""
+        return (await self.walls.fresh_place(watch.tenant, watch.channel)).shared
+
+    async def _channel_info(self, channel: str) -> dict[str, Any]:
+        """conversations.info's channel: what `can_post` and `_ours_or_refused` read. Slack's
+        errors are the caller's (by `/watch`'s answer time, if one asks)."""
+        async with asyncio.timeout_at(_ANSWER_BY.get()):
+            return (await self.client.conversations_info(channel=channel))["channel"]
 
     async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
         """ "" if digests may be posted in the channel: the bot is in it, and (with `tenant`)
         it is of the tenant's workspace (`foreign_reason`: an imported watch may name any
         channel). `tenant` None: only whether the bot is in it."""
-        try:  # by `/watch`'s answer time, if one asks
-            async with asyncio.timeout_at(_ANSWER_BY.get()):
-                info = (await self.client.conversations_info(channel=place.channel))["channel"]
+        try:
+            info = await self._channel_info(place.channel)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("could not tell whether I may post in %s: %r", place.channel, exc)
             return CANNOT_TELL
@@ -295,7 +313,7 @@ class SlackWatches:
         """Before any message in the watch's channel: Undeliverable if Slack will not have it
         there, ForeignPlace if it is not of the watch's workspace (never posted there)."""
         try:
-            info = (await self.client.conversations_info(channel=watch.channel))["channel"]
+            info = await self._channel_info(watch.channel)
         except SlackApiError as exc:
             error = exc.response.get("error", "")
             if error in UNDELIVERABLE:
@@ -321,19 +339,26 @@ class SlackWatches:
 
     async def _member(self, tenant: str, user: str) -> bool:
         """`user` is a person of the workspace `tenant` (users.info: their workspace, or one of
-        their Enterprise Grid workspaces), not deleted, not a bot, not of another organisation;
-        when Slack cannot say, no."""
+        their Enterprise Grid workspaces), not deleted, not a bot, not walled by the bot's own
+        rule (adapters/slack_walls.py `outsider`: a sister workspace's member of the same
+        Grid org is of it); when Slack cannot say, no."""
         if not_a_workspace(tenant):
             return False
         try:
             found = (await self.client.users_info(user=user)).get("user") or {}
-        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if found.get("deleted") or found.get("is_bot"):
+                return False
+            if await outsider(found, lambda: self.walls.organisation(tenant)):
+                return False
+        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError,
+                OrganisationUnknown) as exc:  # fmt: skip
             log.warning("could not tell whether %s is of %s: %r", user, tenant, exc)
             return False
-        if found.get("deleted") or found.get("is_bot") or found.get("is_stranger"):
-            return False
         teams = {found.get("team_id"), *((found.get("enterprise_user") or {}).get("teams") or [])}
-        return tenant in teams
+        if tenant in teams:
+            return True
+        organisation = await self.walls.organisation(tenant)  # a sister workspace's member
+        return same_organisation(enterprise_of(found), organisation)
 
     async def notice(self, watch: Watch, text: str) -> None:
         try:

@@ -33,7 +33,7 @@ from memory.keys import (
 )
 from memory.portability_check import HEADER, PLURALS
 from memory.portability_export import dumps
-from memory.scope import Scope, legacy_audience
+from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore
 from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
@@ -46,7 +46,7 @@ PIPELINE = 1000  # commands sent together
 BATCH = 256  # records written (and embedded) together
 VECTOR_KINDS = ("chunk", "entity", "workflow")
 # an import's counts of watches it paused, or dropped (said by the memory page's summary)
-PAUSED_WATCHES = "paused_watch_imports"  # "2 paused watch imports"
+PAUSED_WATCHES = "paused_watch_imports"  # the page: "2 watches imported paused"
 DROPPED_WATCHES = "dropped_watch_imports"
 
 
@@ -54,10 +54,11 @@ def impossible_place(tenant: str, platform: str, channel: str) -> str:
     """Why a watch's place cannot be of `tenant`, by their shapes alone, or "": a Discord
     tenant is a server (digits) or a person's DMs (`dm-<id>`), a Slack one a workspace (neither),
     and a Discord channel is a snowflake. The platform says the rest when it is resumed."""
-    discord_tenant = tenant.isdigit() or (tenant.startswith("dm-") and tenant[3:].isdigit())
+    kind = tenant_kind(tenant)
+    discord_tenant = kind in (TenantKind.DISCORD_SERVER, TenantKind.DISCORD_DM)
     if platform == "discord" and not (discord_tenant and channel.isdigit()):
         return f"Discord channel {channel!r} cannot be of tenant {tenant}"
-    if platform == "slack" and (discord_tenant or tenant.startswith("dm-")):
+    if platform == "slack" and kind is not TenantKind.SLACK:
         return f"a Slack channel cannot be of the Discord tenant {tenant}"
     return ""
 

@@ -31,6 +31,26 @@ PUBLIC = "public"
 NOWHERE = "nowhere"
 
 
+class TenantKind(StrEnum):
+    """What a tenant is, by its shape alone (`tenant_kind`)."""
+
+    DISCORD_SERVER = "discord_server"  # a server's id: digits
+    DISCORD_DM = "discord_dm"  # a Discord person's DMs: `dm-<id>`
+    SLACK = "slack"  # a workspace's team id: neither digits nor `dm-…`
+    UNKNOWN = "unknown"  # `dm-` and no Discord id: no platform's
+
+
+def tenant_kind(tenant: str) -> TenantKind:
+    """A tenant's platform and kind from its shape: Discord servers are digits, a Discord
+    person's DMs `dm-<id>`, a Slack workspace neither. Used wherever a tenant must not be
+    mistaken for another platform's (adapters/platform_ids.py re-exports it)."""
+    if tenant.isdigit():
+        return TenantKind.DISCORD_SERVER
+    if tenant.startswith("dm-"):
+        return TenantKind.DISCORD_DM if tenant[3:].isdigit() else TenantKind.UNKNOWN
+    return TenantKind.SLACK
+
+
 class Visibility(StrEnum):
     PUBLIC = "public"
     PRIVATE = "private"

@@ -1,7 +1,8 @@
 """`/watch` is answered within Slack's 3 s however slowly Slack answers the bot's own questions
 (who asks, where, may the bot post there): what Slack has not said in time is "try again",
 and no watch is made (adapters/slack_watch.py `on_command`). The mock Web API holds its answers
-until long after; the command's answer must come before them."""
+for Slack's 3 s, then answers; the command's answer must come before that: within the time
+Slack waits for it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from urllib.parse import urlencode
 from adapters.slack_watch import CANNOT_TELL, TOO_SLOW
 from tests.test_slack import slack  # noqa: F401  (the fixture)
 
-SLACK_ANSWERS_AFTER = 20.0  # seconds: far past the 3 s Slack waits for a command's answer
+# seconds Slack holds its answers: past the command's own deadline (ANSWER_SECONDS, 2.5 s, within
+# Slack's 3 s), with room for a loaded machine; an answer given after the hold would be Slack's
+SLACK_ANSWERS_AFTER = 4.0
 # not auth.test: bolt asks it once, before the first request of a process, as Slack would
 ASKED = ("conversations.info", "users.info", "users.conversations")
 
@@ -36,7 +39,7 @@ async def watch_while_slack_is_slow(env, team: str, **fields: str) -> dict:
             "response_url": env.api.response_url + "w", "api_app_id": "A1", **fields,
         })  # fmt: skip
         response = await env.a.post(body, "application/x-www-form-urlencoded")
-        assert not answered.is_set()  # answered before Slack was
+        assert not answered.is_set()  # answered before Slack was (its deadline, not Slack's)
         return json.loads(await response.text())
     finally:
         later.cancel()

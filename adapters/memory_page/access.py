@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, replace
 from typing import Any, Protocol
 
@@ -42,8 +42,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.viewer import Viewer
-from adapters.slack_walls import outsider, workspace_organisation
-from memory.scope import PUBLIC, Scope, Visibility
+from adapters.slack_walls import outsider, workspace_admin, workspace_organisation
+from memory.scope import PUBLIC, Scope, TenantKind, Visibility, tenant_kind
 from memory.web_sessions import ViewerCache
 
 log = logging.getLogger(__name__)
@@ -72,16 +72,28 @@ class Directory(Protocol):
     async def viewer(self, tenant: str, user: str, platform: str) -> Viewer: ...
 
 
+# a record's rules (`viewer_record`): 2, a Discord DM's owner is no admin (unless
+# ARXIVSCOUT_ADMINS names them); a record with none was stored before, when they were
+VIEWER_RULES = 2
+
+
 def viewer_record(viewer: Viewer) -> dict[str, Any]:
-    return {**asdict(viewer), "audiences": sorted(viewer.audiences)}
+    return {**asdict(viewer), "audiences": sorted(viewer.audiences), "rules": VIEWER_RULES}
 
 
 def viewer_of(record: dict[str, Any]) -> Viewer:
-    return Viewer(
+    """The viewer a cached or session record names. A Discord DM tenant's owner is derived
+    again from the tenant and person; its `admin` is read only from a record of today's rules
+    (then only ARXIVSCOUT_ADMINS made it): an older record's says every DM owner was one."""
+    viewer = Viewer(
         tenant=record["tenant"], user=record["user"], platform=record["platform"],
         admin=bool(record.get("admin")), audiences=frozenset(record.get("audiences", [PUBLIC])),
         name=record.get("name") or "", owner=bool(record.get("owner")),
     )  # fmt: skip
+    if viewer.platform == "discord" and tenant_kind(viewer.tenant) is TenantKind.DISCORD_DM:
+        admin = viewer.admin and record.get("rules", 0) >= VIEWER_RULES
+        return replace(viewer, admin=admin, owner=viewer.tenant == f"dm-{viewer.user}")
+    return viewer
 
 
 class Admins:
@@ -101,6 +113,18 @@ def _place(tenant: str, channel: str, visibility: Visibility) -> str:
     return Scope(tenant, channel=channel, visibility=visibility).audience
 
 
+def _once(ask: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[str]]:
+    """`ask`, asked of Slack at most once (however many rules want its answer)."""
+    answers: list[str] = []
+
+    async def asked() -> str:
+        if not answers:
+            answers.append(await ask())
+        return answers[0]
+
+    return asked
+
+
 class SlackDirectory:
     """Asks Slack (users.info, users.conversations, conversations.open) with the bot's token:
     private channels are listed only where the bot is a member too, as its memory is."""
@@ -115,17 +139,17 @@ class SlackDirectory:
                 places = await self._places(tenant, user)
                 # as the bot walls them: guests, and people of another workspace who are not of
                 # the workspace's own Enterprise Grid org (auth.test, asked only for them)
-                walled = await outsider(found, lambda: workspace_organisation(self.client, tenant))
+                organisation = _once(lambda: workspace_organisation(self.client, tenant))
+                walled = await outsider(found, organisation)
+                # the bot's `/watch` rule: never a walled person (Slack may flag someone of
+                # another organisation, Slack Connect, an admin of their own), nor deactivated
+                admin = await workspace_admin(found, organisation)
         except SlackApiError as exc:
             raise self._error(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError):
             raise DirectoryError("Slack could not be reached: try again in a minute.") from None
         if found.get("deleted"):
             raise DirectoryError("This Slack account is deactivated.", status=403)
-        # never a walled person: Slack may flag someone of another organisation (Slack
-        # Connect) an admin of their own
-        admin = not walled and any(found.get(k) for k in ("is_admin", "is_owner",
-                                                            "is_primary_owner"))  # fmt: skip
         profile = found.get("profile") or {}
         name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user
         # Guests and people of another organisation (Slack Connect) see only the channels they

@@ -124,8 +124,9 @@ def may_forget_record(viewer: Viewer, audience: str) -> bool:
 
 
 def may_forget_paper(viewer: Viewer, paper: Any) -> bool:
-    """A paper: an admin's; a PDF shared in a private channel or a DM, its sharer's too (the
-    team's copies and papers from arXiv are the whole team's: an admin's to forget)."""
+    """A paper: whoever manages the tenant's (its admin, or a Discord DM's owner:
+    `Viewer.manages`); a PDF shared in a private channel or a DM, its sharer's too (the team's
+    copies and papers from arXiv are the whole team's: theirs who manage it to forget)."""
     shared_privately = paper.shared_pdf and paper.audience != PUBLIC
     return viewer.manages or (
         shared_privately and bool(paper.sharer) and paper.sharer == viewer.user

@@ -48,6 +48,7 @@ SECTION_TEXT_LIMIT = 3000
 class ApiCall:
     method: str
     params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when it reached Slack (held or not)
 
 
 @dataclass
