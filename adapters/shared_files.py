@@ -46,7 +46,7 @@ from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream
 from memory.scope import Scope, Visibility
-from memory.tasks import TaskStream
+from memory.tasks import TaskStream, requeued
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,14 @@ class SharedFiles:
         for work in self.workers.values():
             await work.drain()
 
+    async def stop_reading(self) -> None:
+        """Close's first half: every worker stops reading and hands back what it has not
+        started (a process closing several parts does this for all of them first)."""
+        for work in self.workers.values():
+            await work.stop_reading()
+
     async def close(self) -> None:
+        await self.stop_reading()  # every hand-back first: none waits for another's batches
         for work in self.workers.values():
             await work.close()
         self.workers.clear()
@@ -296,6 +303,8 @@ class SharedFiles:
             if await self.memory.governance.was_deleted(tenant, share):
                 log.info("share %s not read: its message was deleted", share)
                 return
+            if (requeue := requeued(payload)) is not None:  # its cause fixed: read afresh
+                await self.progress.restart(tenant, share, len(payload["files"]), requeue)
             # its own count of runs, or the stream's: a delivery that failed before counting
             # (Redis away, the lock busy) still makes the fifth one the last
             attempt = await self.progress.attempt(tenant, share)
@@ -310,10 +319,7 @@ class SharedFiles:
                     # only Redis failing as the outcome is kept: the question is not dropped
                     log.warning("share %s: a file's outcome was not kept: %r", share, exc)
                     failed = failed or exc
-            if payload.get("turn"):  # the message's text, now that its files are read
-                await self.memory.turns.push(
-                    scope, payload["turn"], payload["turn_event"], watch=platform
-                )
+            await self._queue_turn(scope, payload)
             if failed is not None:
                 raise failed  # delivered again while it can be (the turn is queued once)
 
@@ -337,12 +343,17 @@ class SharedFiles:
                     await self.progress.set(tenant, share_id, outcome=outcome)
                     await self._say(end, payload["reply"], tenant, share_id,
                                     progress.get("message"), outcome)  # fmt: skip
-                if payload.get("turn"):
-                    await self.memory.turns.push(
-                        scope, payload["turn"], payload["turn_event"], watch=payload["platform"]
-                    )
+                await self._queue_turn(scope, payload)
         except ShareBusy:  # another copy runs: it says the outcome and queues the turn
             log.info("share %s given up while another copy of it runs", share)
+
+    async def _queue_turn(self, scope: Scope, payload: dict[str, Any]) -> None:
+        """The message's text as a turn, now that its files are read (or given up): under
+        the message's event id, so never twice."""
+        if payload.get("turn"):
+            await self.memory.turns.push(
+                scope, payload["turn"], payload["turn_event"], watch=payload["platform"]
+            )
 
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:

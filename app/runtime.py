@@ -104,11 +104,13 @@ class AgentRuntime:
         return TurnHandler(self.agent, watches=self.watches, files=self.files)
 
     async def close(self) -> None:
-        if self.watches is not None:
-            await self.watches.close()
-        if self.files is not None:
-            await self.files.close()
-        await self.harness.close()
+        """Every part's background work hands back its unstarted tasks first, so none waits
+        for another part's running batches (and the platform's kill) before it does."""
+        parts = [p for p in (self.watches, self.files) if p is not None]
+        for part in [*parts, self.harness]:
+            await part.stop_reading()
+        for part in [*parts, self.harness]:
+            await part.close()
         await self.llm.aclose()
         await self.memory.close()
 

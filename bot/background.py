@@ -5,9 +5,12 @@ consumer loop runs them through per-kind handlers, in batches of one kind. A tas
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
 a crashed process to a live one. Delivery is at least once: handlers must be idempotent. A task
-claimed once more after its last delivery (that run never ended: it took its process down, say)
-is dead-lettered without being run, or it would take down one process after another; its
-kind's `on_dead_letter` hook, if any, is told (to say so, and pass on what must not be lost). From
+claimed once more after its last delivery is run if no run began on that delivery or after (it
+was claimed and never started: a SIGKILL, a lapse); if one began and never ended (it took its
+process down, say), it is dead-lettered without being run, or it would take down one process
+after another, and its kind's `on_dead_letter` hook, if any, is told (to say so, and pass on
+what must not be lost; a hook that fails is tried again on the next claims). Which run began
+is kept in Redis (`TaskStream.mark_started`). From
 the moment they are read until they are acknowledged, a process keeps its tasks alive (their
 idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
 worker, is not taken over and run twice; `max_run_ms` after its handler started that stops, and
@@ -173,10 +176,11 @@ class BackgroundWork:
         while await self.stream.pending_count():
             await asyncio.sleep(DRAIN_POLL)
 
-    async def close(self) -> None:
-        """Stop reading, finish the batches whose handler runs; unread and unfinished tasks stay
-        in Redis for the next process, and those read but not started are handed back with
-        their delivery unspent (a deploy must not bring a task nearer its dead letter)."""
+    async def stop_reading(self) -> None:
+        """The first half of close(): stop reading and hand back the tasks read but not
+        started, without waiting for the running batches. A process with several workers
+        calls this on each before closing any, so that no hand-back waits for another's
+        batches (and the platform's kill)."""
         self._stop.set()
         for ticker in list(self._tickers):
             ticker.cancel()
@@ -188,9 +192,20 @@ class BackgroundWork:
                 self._consumer.cancel()  # a lost reply leaves entries pending: claimed later
                 await asyncio.gather(self._consumer, return_exceptions=True)
             self._consumer = None
+        await asyncio.sleep(0)  # batches waiting for a turn see the stop: unstarted
+        # Handed back before the running batches are waited for (which may take up to
+        # max_run_ms): kept alive until then, so nobody claims them (a delivery spent).
+        await self._hand_back()
+
+    async def close(self) -> None:
+        """Stop reading, hand back the tasks read but not started (kept alive until then, so
+        nobody claims them meanwhile) with their delivery unspent, then finish the batches
+        whose handler runs; unread and unfinished tasks stay in Redis for the next process (a
+        deploy must not bring a task nearer its dead letter)."""
         try:
+            await self.stop_reading()
             await asyncio.gather(*self._running, return_exceptions=True)
-            await self._hand_back()
+            await self._hand_back()  # any batch that saw the stop only now
         finally:  # the batches in hand are done (or close was cancelled): nothing left to hold
             if self._beating is not None:
                 self._beating.cancel()
@@ -218,7 +233,8 @@ class BackgroundWork:
     async def _step(self) -> None:
         """Read (or claim) one batch when a worker is free and no turn is being prepared, and
         start a runner per kind in it."""
-        await self._slots.acquire()
+        if not await self._free_worker():
+            return
         try:
             deadline = asyncio.get_running_loop().time() + self.max_wait
             await self._yield_to_turns(deadline)
@@ -227,35 +243,69 @@ class BackgroundWork:
             self._slots.release()
             raise
         tasks = [t for t in tasks if t.id not in self._held]  # reclaimed from ourselves
-        spent = [t for t in tasks if t.deliveries > self.max_deliveries]
-        if spent:
-            tasks = [t for t in tasks if t.deliveries <= self.max_deliveries]
-            try:
-                await self._bury(spent)
-            except BaseException:  # Redis away: they stay pending, claimed again later
-                self._slots.release()
-                raise
+        self._held.update((t.id, (t, None)) for t in tasks)  # kept alive while hooks run
+        try:
+            tasks = await self._without_buried(tasks)
+        except BaseException:
+            self._release(tasks)
+            self._slots.release()
+            raise
         if not tasks:
             self._slots.release()
             return
-        self._held.update((t.id, (t, None)) for t in tasks)
         by_kind: dict[str, list[Task]] = {}
         for task in tasks:
             by_kind.setdefault(task.kind, []).append(task)
         started = 0
         try:
             for kind, group in by_kind.items():
-                if started:
-                    await self._slots.acquire()
+                if started and not await self._free_worker():
+                    break  # closing: the rest is handed back
                 runner = asyncio.create_task(self._run(kind, group, deadline))
                 started += 1
                 self._running.add(runner)
                 runner.add_done_callback(self._running.discard)
-        finally:  # stopped while waiting for a worker: the rest is not ours to hold
+        finally:  # stopped while waiting for a worker: held until close() hands them back
             for _, group in list(by_kind.items())[started:]:
-                self._release(group)
                 if self._stop.is_set():
                     self._unstarted += group
+                else:
+                    self._release(group)
+
+    async def _free_worker(self) -> bool:
+        """Wait for a worker; False (none taken) once close() began: it waits no longer."""
+        if self._stop.is_set():
+            return False
+        acquiring = asyncio.ensure_future(self._slots.acquire())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not acquiring.done():
+                acquiring.cancel()
+        return acquiring.done() and not acquiring.cancelled()
+
+    async def _without_buried(self, tasks: list[Task]) -> list[Task]:
+        """The tasks to run: those past their last delivery whose run on it (or after) began
+        and never ended are buried (`_bury`); those whose run never began get it now. Redis
+        failing leaves the ones past it pending (claimed again later), the others run."""
+        over = [t for t in tasks if t.deliveries > self.max_deliveries]
+        if not over:
+            return tasks
+        try:
+            began = await self.stream.started_on(over)
+        except Exception:
+            log.exception("background: could not tell whether %d tasks ran", len(over))
+            self._release(over)
+            return [t for t in tasks if t not in over]
+        spent = [t for t in over if began.get(t.id, 0) >= self.max_deliveries]
+        if spent:
+            try:
+                await self._bury(spent)
+            except Exception:
+                log.exception("background: could not dead-letter %d tasks", len(spent))
+        return [t for t in tasks if t not in spent]
 
     async def _fetch(self) -> list[Task]:
         now = asyncio.get_running_loop().time()
@@ -271,16 +321,19 @@ class BackgroundWork:
     async def _run(self, kind: str, tasks: list[Task], deadline: float) -> None:
         """One batch of one kind: ack on success, otherwise leave it pending (or dead-letter
         what has used up its deliveries)."""
+        unstarted = False
         try:
             await self._yield_to_turns(deadline)
-            if self._stop.is_set():  # closing: not started, handed back by close()
+            if self._stop.is_set():  # closing: not started, held until close() hands it back
                 self._unstarted += tasks
+                unstarted = True
                 return
             handler = self.handlers.get(kind)
+            if handler is not None:  # Redis failing here: left pending, no run began
+                await self._started(tasks)
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
-                self._started(tasks)
                 # several tasks: never the last run (`_failed` runs the spent ones alone)
                 most = self.max_deliveries + (len(tasks) > 1)
                 _DELIVERY.set((min(t.deliveries for t in tasks), most))
@@ -289,16 +342,19 @@ class BackgroundWork:
                 await self._failed(kind, handler, tasks, exc)
             else:
                 await self.stream.ack(tasks)
-        except Exception:  # Redis failed on ack: the tasks stay pending and are claimed again
-            log.exception("background %s: could not record the outcome", kind)
+        except Exception:  # Redis failed: the tasks stay pending and are claimed again
+            log.exception("background %s: could not record the start or the outcome", kind)
         finally:
-            self._release(tasks)
+            if not unstarted:
+                self._release(tasks)
             self._slots.release()
 
     async def _hand_back(self) -> None:
         """Give back what close() left unrun: their read's delivery taken back, claimable by
         any process at once. Redis failing leaves them pending, claimed later as they were."""
         tasks, self._unstarted = self._unstarted, []
+        if not tasks:
+            return
         try:
             given = await self.stream.give_back(tasks, max(GIVE_BACK_IDLE_MS, self.claim_idle_ms))
         except Exception:
@@ -306,10 +362,14 @@ class BackgroundWork:
         else:
             if given:
                 log.info("background: handed back %d unstarted tasks", given)
+        finally:  # no longer ours to keep alive
+            self._release(tasks)
 
-    def _started(self, tasks: list[Task]) -> None:
-        """Their handler starts now: max_run_ms counts from here, not from when they were
-        read (a batch that waited long for a worker gets its full run)."""
+    async def _started(self, tasks: list[Task]) -> None:
+        """Their handler starts now: recorded in Redis (a claim past the last delivery knows
+        a run began), and max_run_ms counts from here, not from when they were read (a batch
+        that waited long for a worker gets its full run)."""
+        await self.stream.mark_started(tasks)
         now = asyncio.get_running_loop().time()
         self._held.update((t.id, (t, now)) for t in tasks if t.id in self._held)
 
@@ -350,7 +410,7 @@ class BackgroundWork:
             # the others down with it.
             for task in spent:
                 try:
-                    self._started([task])  # a run of its own: max_run_ms afresh
+                    await self._started([task])  # a run of its own: max_run_ms afresh
                     _DELIVERY.set((task.deliveries, self.max_deliveries))
                     await handler([task.payload])
                 except Exception as alone:
@@ -362,22 +422,28 @@ class BackgroundWork:
             await self._give_up(task, exc)
 
     async def _bury(self, tasks: list[Task]) -> None:
-        """Dead-letter tasks whose last delivery never ended, unrun, telling their kind's hook
-        first (on their first few claims past it: a hook that takes its process down too is
-        not run for ever). A hook's failure goes with the dead letter; Redis failing leaves
-        them pending."""
+        """Dead-letter tasks whose last run began and never ended, unrun, telling their kind's
+        hook first, on their first HOOK_DELIVERIES claims past their last delivery (a hook that
+        takes its process down too is not run for ever). A failing hook leaves its task pending
+        for another claim while it has one; on its last, the hook's error goes with the dead
+        letter. Redis failing leaves them pending."""
         now = asyncio.get_running_loop().time()
         self._held.update((t.id, (t, now)) for t in tasks)  # kept alive while hooks run
+        hook_claims = self.max_deliveries + HOOK_DELIVERIES
         try:
             for task in tasks:
                 error = f"not run: delivered {task.deliveries} times, its last run never ended"
                 hook = self.on_dead_letter.get(task.kind)
-                if hook is not None and task.deliveries <= self.max_deliveries + HOOK_DELIVERIES:
+                if hook is not None and task.deliveries > hook_claims:
+                    error += f"; its hook not run again (tried on {HOOK_DELIVERIES} claims)"
+                elif hook is not None:
                     try:
                         await hook(task.payload)
                     except Exception as exc:
                         log.exception("background %s %s: its dead-letter hook failed",
                                       task.kind, task.id)  # fmt: skip
+                        if task.deliveries < hook_claims:
+                            continue  # pending: claimed again, the hook with it
                         error += f"; its hook failed: {exc!r}"
                 log.error("background %s %s dead-lettered unrun: %s", task.kind, task.id, error)
                 await self.stream.dead_letter(task, error)

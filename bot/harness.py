@@ -328,6 +328,10 @@ class Harness:
         """Wait for background writes (before shutdown, and in tests)."""
         await self.background.drain()
 
+    async def stop_reading(self) -> None:
+        """Close's first half (bot/background.py `stop_reading`)."""
+        await self.background.stop_reading()
+
     async def close(self) -> None:
         await self.background.close()
 

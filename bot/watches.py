@@ -140,7 +140,14 @@ class WatchService:
             work.start()  # if it was not (attached before the loop ran), or it stopped
         return await self.scheduler.queue_due()
 
+    async def stop_reading(self) -> None:
+        """Close's first half: every worker stops reading and hands back what it has not
+        started (a process closing several parts does this for all of them first)."""
+        for work in self.workers.values():
+            await work.stop_reading()
+
     async def close(self) -> None:
+        await self.stop_reading()  # every hand-back first: none waits for another's batches
         for work in self.workers.values():
             await work.close()
         self.workers.clear()

@@ -323,6 +323,12 @@ def task_stream(name: str = "tasks") -> str:
     return f"{ROOT}:{{{name}}}"
 
 
+def task_runs_key(stream: str) -> str:
+    """Hash of the delivery each unfinished task's last started run began on (memory/tasks.py):
+    in its stream's slot (the stream's hash tag), cleared with its ack in one MULTI."""
+    return f"{stream}:started"
+
+
 def dead_letters_pattern() -> str:
     """Matches the dead letters (`<stream>:dead`) of every `task_stream`: where an operator
     finds what was given up (`arxivscout tasks dead`)."""

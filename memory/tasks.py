@@ -8,7 +8,12 @@ handlers must be idempotent. Acknowledged entries are deleted at once (XACK + XD
 keeps the stream small and makes its length the number of unfinished tasks; this assumes one
 consumer group per stream. Tasks given up on go to `<stream>:dead`, from where `requeue` puts
 them back (`arxivscout tasks`); a process shutting down gives back what it read but never ran
-(`give_back`), so a deploy spends no delivery.
+(`give_back`), so a deploy spends no delivery. When a handler starts, the delivery its run
+began on is written to `<stream>:started` (`mark_started`, one write per batch; cleared with
+the ack or the dead letter): a task claimed past its last delivery is buried unrun only if
+that run really began (a delivery spent without a run, a SIGKILL before it started, is not).
+A requeued task's payload says `requeued` (its dead letter's id): a kind that keeps progress of
+its own across runs starts it afresh.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from memory.keys import dead_letters_pattern
+from memory.keys import dead_letters_pattern, task_runs_key
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
 
@@ -64,7 +69,8 @@ return given
 """
 
 # Put the dead letter ARGV[1] of KEYS[2] (`<stream>:dead`) back on its stream KEYS[1] as a new
-# task: added and removed in one atomic step, so it is never lost nor doubled (of two
+# task, marked `requeued` (with the dead letter's id, which its handler sees in the payload):
+# added and removed in one atomic step, so it is never lost nor doubled (of two
 # requeues at once, one finds it gone). Returns the new task's id, or nil.
 _REQUEUE_SCRIPT = """
 local entry = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])[1]
@@ -72,7 +78,7 @@ if not entry then return false end
 local fields = {}
 for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
 local id = redis.call('XADD', KEYS[1], '*', 'kind', fields['kind'] or 'invalid',
-                      'payload', fields['payload'] or '{}')
+                      'payload', fields['payload'] or '{}', 'requeued', ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 return id
 """
@@ -132,6 +138,7 @@ class TaskStream:
         self.group = group
         self.consumer = consumer or default_consumer()
         self.dead_stream = f"{stream}:dead"
+        self.runs = task_runs_key(stream)  # task id -> the delivery its last started run began
         self._keep_alive: AsyncScript | None = None  # registered on first use
         self._give_back: AsyncScript | None = None
         self._requeue: AsyncScript | None = None
@@ -208,6 +215,21 @@ class TaskStream:
         args = [self.group, self.consumer, idle_ms, *ids]
         return int(await self._give_back(keys=[self.stream], args=args))
 
+    async def mark_started(self, tasks: Iterable[Task]) -> None:
+        """Record that these tasks' handler starts now, on their current delivery (one write
+        for the batch): what tells a run that never ended from a delivery never run."""
+        started = {t.id: t.deliveries for t in tasks}
+        if started:
+            await self.redis.hset(self.runs, mapping=started)
+
+    async def started_on(self, tasks: Iterable[Task]) -> dict[str, int]:
+        """The delivery on which each task's last started run began (absent: none began)."""
+        ids = [t.id for t in tasks]
+        if not ids:
+            return {}
+        values = await self.redis.hmget(self.runs, ids)
+        return {i: int(v) for i, v in zip(ids, values, strict=True) if v is not None}
+
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""
         ids = [t.id for t in tasks]
@@ -216,12 +238,14 @@ class TaskStream:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xack(self.stream, self.group, *ids)
             pipe.xdel(self.stream, *ids)
+            pipe.hdel(self.runs, *ids)
             await pipe.execute()
 
     async def destroy(self) -> None:
         """Delete the stream and its dead letters (a throwaway stream, e.g. an eval run's)."""
         await self.redis.delete(self.stream)
         await self.redis.delete(f"{self.stream}:dead")
+        await self.redis.delete(self.runs)
 
     async def pending_count(self) -> int:
         """Tasks not yet acknowledged, delivered or not (the stream's length, see above)."""
@@ -246,6 +270,7 @@ class TaskStream:
             pipe.xadd(self.dead_stream, fields, maxlen=DEAD_MAXLEN, approximate=True)
             pipe.xack(self.stream, self.group, task.id)
             pipe.xdel(self.stream, task.id)
+            pipe.hdel(self.runs, task.id)
             await pipe.execute()
 
     async def dead_letters(self) -> list[DeadLetter]:
@@ -332,6 +357,12 @@ def _tasks(entries: Any) -> list[Task]:
     return tasks
 
 
+def requeued(payload: dict) -> str | None:
+    """The dead letter a task was requeued from (`arxivscout tasks requeue`), if it was."""
+    value = payload.get("requeued")
+    return str(value) if value else None
+
+
 def _task(task_id: str, fields: dict[str, Any]) -> Task:
     """A malformed entry (not written by `add`) becomes a task of kind "invalid", which no
     handler takes: it fails, and is dead-lettered, instead of wedging the consumer."""
@@ -339,6 +370,8 @@ def _task(task_id: str, fields: dict[str, Any]) -> Task:
     try:
         payload = json.loads(fields["payload"])
         if isinstance(payload, dict) and kind:
+            if "requeued" in fields:  # said to its handler, which may start its progress afresh
+                payload["requeued"] = _text(fields["requeued"])
             return Task(task_id, kind, payload)
     except (KeyError, ValueError):
         pass

@@ -91,3 +91,59 @@ async def test_a_graceful_close_hands_back_unstarted_tasks_with_their_count(clie
     assert seen == [({"n": 2}, 1)]  # the count it had before the close, not one more
     assert await delivered(stream, later_id) is None  # acknowledged
     assert await delivered(stream, slow_id) == 1  # still the closed process's, not handed back
+
+
+async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_back(client, stream):
+    """The reviewer's case: A closes while two batches run longer than claim_idle_ms; the task
+    it read but never started (on its last delivery) is kept alive and handed back before A
+    waits for them, so B runs it with the delivery it had, and buries nothing."""
+    await stream.ensure_group()
+    for kind in ("slow", "other", "last"):  # delivered once to a process that died
+        dead = await stream.add(kind, {"n": kind})
+    await client.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
+    release, running = asyncio.Event(), asyncio.Event()
+    started: list[str] = []
+
+    async def slow(payloads: list[dict]) -> None:
+        started.extend(p["n"] for p in payloads)
+        if len(started) >= 2:
+            running.set()
+        await release.wait()
+
+    a = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="A"), {"slow": slow, "other": slow},
+        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=2,
+    )  # fmt: skip
+    a.start()  # claims all three (their last delivery): "last" waits for a worker
+    async with asyncio.timeout(10):
+        await running.wait()
+        while dead not in a._held:
+            await asyncio.sleep(0.02)
+    assert await delivered(stream, dead) == 2
+    closing = asyncio.create_task(a.close())
+    ran: list[tuple[dict, int]] = []
+    told: list[dict] = []
+
+    async def last(payloads: list[dict]) -> None:
+        ran.extend((p, deliveries()) for p in payloads)
+
+    async def hook(payload: dict) -> None:
+        told.append(payload)
+
+    b = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="B"), {"last": last},
+        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=2, on_dead_letter={"last": hook},
+    )  # fmt: skip
+    b.start()
+    async with asyncio.timeout(10):
+        while not ran:
+            await asyncio.sleep(0.02)
+    await asyncio.sleep(1.0)  # three claim_idle_ms while A's batches still run
+    release.set()
+    async with asyncio.timeout(30):
+        await closing
+    await b.close()
+    assert "last" not in started
+    assert ran == [({"n": "last"}, 2)] and told == []  # its last delivery, run once
+    assert await stream.dead_letters() == []
+    assert await delivered(stream, dead) is None

@@ -3,7 +3,8 @@
 A task that keeps failing (or whose run took its process down) is dead-lettered to its
 stream's `<stream>:dead`; once its cause is fixed, `requeue` queues it again as a fresh task
 (its deliveries from 0), moved off the dead letters in one atomic step: never lost, never
-doubled. Payloads are shown with their credentials redacted (a Slack response_url, a token).
+doubled. It is marked requeued (its payload's `requeued`, the dead letter's id), so a kind that
+keeps its own progress across runs starts afresh (a shared file is read again). Payloads are shown with their credentials redacted (a Slack response_url, a token).
 """
 
 from __future__ import annotations

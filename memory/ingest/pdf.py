@@ -61,6 +61,17 @@ def chunk_budget(max_pages: int | None) -> int | None:
     return None if max_pages is None else MAX_CHUNKS_PER_PAGE * max_pages
 
 
+def check_passages(name: str, passages: int, max_pages: int | None) -> None:
+    """Refuse a PDF whose text makes more passages than its pages allow (`chunk_budget`): the
+    one check of every way a PDF is stored (a paper's, a shared file's)."""
+    most = chunk_budget(max_pages)
+    if most is not None and passages > most:
+        raise IngestError(
+            f"{name}: its text makes {passages:,} passages, and I store up to {most:,} from "
+            "one PDF."
+        )
+
+
 def read_pdf(
     source: str | Path | bytes, name: str | None = None, max_pages: int | None = None,
     max_chars: int | None = None, on_page: Callable[[int], None] | None = None,

@@ -7,10 +7,15 @@ with `python -m memory.ingest.pdf_child`; it imports only the reader) gets the b
 limits its address space (RLIMIT_AS) before it opens them, and writes the text as JSON on
 stdout; the parent kills it after `timeout`. JSON, not pickle: what comes back from a process
 that parsed a hostile file is data to check, never code to run. The child gets no secrets:
-its environment is the bare minimum.
+its environment is what the interpreter needs to start (PATH, locale, TMPDIR, and the
+LD_LIBRARY_PATH, PYTHONHOME and PYTHONPATH a buildpack's Python may rely on), nothing else. It
+asks the kernel to kill it first when memory runs out (oom_score_adj 1000), and a process runs
+at most CHILDREN of them at once.
 
-Every way it can end badly (over the memory limit, a crash, too slow) is an IngestError, said
-to the person as it is; the cost is a process start, 0.1-0.2 s on top of the read.
+Every way the read can end badly (over the memory limit, a crash, too slow) is an IngestError,
+said to the person as it is; a child that could not start or import (our deployment's fault,
+not the file's) is a RuntimeError, which a task retries. The cost is a process start, 0.1-0.2 s
+on top of the read.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +35,17 @@ from memory.ingest.pdf import PdfText, read_pdf
 READ_MEMORY_MB = 1024  # address space a read may add to the child's own (~1.3 GB in all)
 READ_SECONDS = 120.0  # a 300-page paper reads in a few seconds, one built to be slow does not
 _PROJECT = Path(__file__).resolve().parents[2]  # where `memory` is, for the child's sys.path
-_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR")  # what the child keeps of the environment
+# what the child keeps of the environment: what Python needs to start, no tokens
+_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHOME")
+CHILD_MODULE_ENV = "ARXIVSCOUT_PDF_CHILD_MODULE"  # the module run as the child (tests: a seam)
+_CHILD_MODULE = "memory.ingest.pdf_child"
+CHILDREN = 2  # readers one process runs at once (each may take READ_MEMORY_MB more)
+# what a child that never got to the PDF says: it could not import, or load a library
+_LAUNCH_FAILED = re.compile(
+    r"ImportError|ModuleNotFoundError|No module named|error while loading shared librar"
+    r"|Could not find platform (in)?dependent libraries|Fatal Python error: init"
+)
+_children: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per loop
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +59,30 @@ async def read_pdf_in_child(
     (with a message for the person) when it refuses the PDF or does not finish."""
     import asyncio  # here: the child, which runs this module, starts 40 ms faster without it
 
+    loop = asyncio.get_running_loop()
+    if loop not in _children:
+        _children[loop] = asyncio.Semaphore(CHILDREN)
+    async with _children[loop]:
+        return await _read_in_child(data, name, max_pages, max_chars, memory_mb, timeout)
+
+
+async def _read_in_child(
+    data: bytes, name: str, max_pages: int | None, max_chars: int | None, memory_mb: int,
+    timeout: float,
+) -> PdfText:  # fmt: skip
+    import asyncio
+
     limits = json.dumps({"name": name, "max_pages": max_pages, "max_chars": max_chars,
                          "memory_mb": memory_mb})  # fmt: skip
-    env = {key: os.environ[key] for key in _ENV if key in os.environ}
-    env["PYTHONPATH"] = str(_PROJECT)
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memory.ingest.pdf_child", limits,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, cwd=_PROJECT,
-    )  # fmt: skip
+    module = os.environ.get(CHILD_MODULE_ENV) or _CHILD_MODULE
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module, limits,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=_child_env(), cwd=_PROJECT,
+        )  # fmt: skip
+    except OSError as exc:  # no process (out of pids, memory): not the file's fault
+        raise RuntimeError(f"could not start the PDF reader for {name}: {exc!r}") from exc
     try:
         out, err = await asyncio.wait_for(child.communicate(data), timeout)
     except TimeoutError:
@@ -62,6 +94,14 @@ async def read_pdf_in_child(
             child.kill()
             await child.wait()
     return _outcome(name, child.returncode, out, err, memory_mb)
+
+
+def _child_env() -> dict[str, str]:
+    """The child's environment: what the interpreter needs, our project first on its path."""
+    env = {key: os.environ[key] for key in _ENV if key in os.environ}
+    paths = [str(_PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
 
 
 def _outcome(name: str, code: int, out: bytes, err: bytes, memory_mb: int) -> PdfText:
@@ -77,6 +117,10 @@ def _outcome(name: str, code: int, out: bytes, err: bytes, memory_mb: int) -> Pd
         return _pdf_text(reply)
     # Killed by a signal (a crash: pdfium aborts when an allocation fails, too) or broken.
     tail = err.decode("utf-8", "replace").strip()[-500:]
+    if code > 0 and _LAUNCH_FAILED.search(err.decode("utf-8", "replace")):
+        # it never got to the file: our deployment is broken, the task tries again
+        log.error("the PDF reader could not start for %s (exit %s): %s", name, code, tail)
+        raise RuntimeError(f"the PDF reader could not start (exit {code}): {tail}")
     log.warning("the PDF reader failed on %s (exit %s): %s", name, code, tail)
     raise IngestError(
         f"{name}: the PDF reader failed on it (it may be damaged, or need more memory than "
@@ -107,10 +151,26 @@ def _limit_memory(extra_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def _kill_me_first() -> None:
+    """Ask the kernel to pick this child, not the bot, when memory runs out (best effort:
+    raising one's own score needs no privilege, but /proc may be read-only)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as score:
+            score.write("1000")
+    except OSError:
+        pass
+
+
+def prepare(memory_mb: int) -> None:
+    """What the child does before it opens a PDF: first to die, and its memory capped."""
+    _kill_me_first()
+    _limit_memory(memory_mb)
+
+
 def _main() -> None:
     limits = json.loads(sys.argv[1])
     data = sys.stdin.buffer.read()
-    _limit_memory(int(limits["memory_mb"]))
+    prepare(int(limits["memory_mb"]))
     try:
         text = read_pdf(data, limits["name"], limits["max_pages"], limits["max_chars"])
         reply: dict[str, Any] = {

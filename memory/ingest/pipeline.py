@@ -21,7 +21,7 @@ from tqdm import tqdm
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
 from memory.ingest.chunking import Paragraph, chunk_paragraphs
 from memory.ingest.errors import IngestError
-from memory.ingest.pdf import chunk_budget
+from memory.ingest.pdf import check_passages
 from memory.ingest.pdf_child import read_pdf_in_child
 from memory.ingest.unarxive import is_unarxive_path, read_unarxive
 from memory.scope import Scope
@@ -89,16 +89,13 @@ class _Ingestor:
         return False
 
     async def store(
-        self, paper: Paper, paragraphs: list[Paragraph], most: int | None = None
+        self, paper: Paper, paragraphs: list[Paragraph], max_pages: int | None = None
     ) -> int:
+        """Chunk, embed and store a paper's text; a PDF's (`max_pages`) within its passages."""
         chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, self.encoding)
         if not chunks:
             raise IngestError(f"{paper.arxiv_id}: no text to store")
-        if most is not None and len(chunks) > most:
-            raise IngestError(
-                f"{paper.arxiv_id}: its text makes {len(chunks):,} passages, and I store up to "
-                f"{most:,} from one PDF."
-            )
+        check_passages(paper.arxiv_id, len(chunks), max_pages)
         texts = [c.text for c in chunks]
         started = time.perf_counter()
         parts = [
@@ -147,7 +144,7 @@ class _Ingestor:
                 data = await arxiv.download_pdf(hit.pdf_url)
                 text = await read_pdf_in_child(data, f"arXiv {arxiv_id} PDF", MAX_PDF_PAGES)
                 abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
-                await self.store(hit.paper, abstract + text.located(), chunk_budget(MAX_PDF_PAGES))
+                await self.store(hit.paper, abstract + text.located(), MAX_PDF_PAGES)
             except Exception as exc:
                 self.fail(arxiv_id, exc)
 
@@ -163,7 +160,7 @@ class _Ingestor:
             text = await read_pdf_in_child(data, str(path), MAX_PDF_PAGES)
             # No link: a `file://` one would show every user the server's paths.
             paper = Paper(arxiv_id=arxiv_id, title=text.title or stem, source="pdf")
-            await self.store(paper, text.located(), chunk_budget(MAX_PDF_PAGES))
+            await self.store(paper, text.located(), MAX_PDF_PAGES)
         except Exception as exc:
             self.fail(str(path), exc)
 

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from memory.ingest.chunking import chunk_paragraphs
 from memory.ingest.errors import IngestError
-from memory.ingest.pdf import PdfText, chunk_budget
+from memory.ingest.pdf import PdfText, check_passages
 from memory.ingest.pdf_child import read_pdf_in_child
 from memory.keys import shared_pdf_key, shared_pdf_lock_key
 from memory.locks import OwnedLocks
@@ -114,12 +114,7 @@ async def save_shared_pdf(
     chunks = await asyncio.to_thread(_chunks, text, encoding)
     if not chunks:
         raise IngestError(f"{shared.name}: no text to store (a scanned PDF needs OCR first).")
-    most = chunk_budget(max_pages)
-    if most is not None and len(chunks) > most:
-        raise IngestError(
-            f"{shared.name}: its text makes {len(chunks):,} passages, and I store up to "
-            f"{most:,} from one PDF."
-        )
+    check_passages(shared.name, len(chunks), max_pages)
     texts = [c.text for c in chunks]
     vectors = np.concatenate(
         [
@@ -190,6 +185,20 @@ class ShareProgress:
             pipe.expire(key, PROGRESS_TTL_SECONDS)
             count, _ = await pipe.execute()
         return int(count)
+
+    async def restart(self, tenant: str, share: str, files: int, requeue: str) -> None:
+        """A share's task requeued from its dead letter (`requeue`: its id): once per requeue,
+        its runs are counted from 0 and its files' outcomes forgotten, so they are read again
+        (their messages are kept, to be edited to the new outcome)."""
+        key = shared_pdf_key(tenant, share)
+        if await self.redis.hget(key, "requeued") == json.dumps(requeue).encode():
+            return  # this requeue's run started over already: a redelivery counts on
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for index in range(files):
+                pipe.hdel(shared_pdf_key(tenant, f"{share}:{index}"), "outcome")
+            pipe.hset(key, mapping={"attempts": 0, "requeued": json.dumps(requeue)})
+            pipe.expire(key, PROGRESS_TTL_SECONDS)
+            await pipe.execute()
 
     async def set(self, tenant: str, share_id: str, **fields: Any) -> None:
         key = shared_pdf_key(tenant, share_id)

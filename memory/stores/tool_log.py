@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.scope import NOWHERE, PUBLIC, Scope, narrowest
+from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
 from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
@@ -25,10 +25,13 @@ def log_audience(scope: Scope, shown: Iterable[str]) -> str:
     showed what walled people said there (`private:<C>`) is C's private memory; if it showed the
     team's public memory too, no audience fits: C's walled people read `private:<C>` but not the
     team's memory, the rest of the team reads that but not C's, so it is read by nobody
-    (`NOWHERE`, fail closed; the memory page's admins still see it)."""
+    (`NOWHERE`, fail closed; the memory page's admins still see it). The same in a private
+    channel G: a log of the team's memory stored `private:<G>` would be read by G's walled
+    guests, who may not read the team's memory. Only a DM has no walled reader besides its
+    owner (who, walled, is never shown the team's memory)."""
     shown = set(shown)
     audience = narrowest([scope.audience, *shown])
-    if scope.audience == PUBLIC and audience != PUBLIC and PUBLIC in shown:
+    if scope.visibility is not Visibility.DM and audience != PUBLIC and PUBLIC in shown:
         return NOWHERE
     return audience
 
