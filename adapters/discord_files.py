@@ -22,8 +22,9 @@ from typing import Any
 
 import aiohttp
 
+from adapters.file_download import download
 from adapters.platform_ids import discord_source
-from adapters.shared_files import FileEnd, download
+from adapters.shared_files import FileEnd, file_name
 from adapters.spine import Job
 
 DISCORD_API = "https://discord.com/api/v10"
@@ -85,7 +86,7 @@ class DiscordFileEnd(FileEnd):
         return file  # the gateway's attachment carries name, type and size
 
     async def fetch(self, file: dict[str, Any], max_bytes: int) -> bytes:
-        name = file.get("name") or "the file"
+        name = file_name(file)
         gone = f"I could not download {name}: Discord no longer serves it (attach it again)."
         return await download(
             file["url"], name, "Discord", max_bytes, DOWNLOAD_TIMEOUT_SECONDS,

@@ -21,8 +21,8 @@ message, its Save buttons.
   from another channel). A digest refused later pauses the watch and its creator is told in a
   DM.
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
-  its person's DM with the bot), checked when it is made or resumed (`can_post` with the
-  tenant) and before every digest or notice: an imported watch may name any channel, and is
+  its person's DM with the bot), checked when it is made or resumed (`can_post`)
+  and before every digest or notice: an imported watch may name any channel, and is
   paused, never posted there. Only a member of the server (or the DM tenant's person) is told
   of a refused digest (`tell`), never whoever an imported file named as its creator.
 """
@@ -71,7 +71,7 @@ CANNOT_POST_IN = (  # `can_post`: asked for a watch's channel, perhaps from else
     "I cannot send messages in <#{channel}>, so Discord would refuse this watch's digests "
     "there: let me post there first (the channel's permissions: {permission}), then ask again."
 )
-NOT_OURS = (  # `can_post` with a tenant: the watch's channel is another server's
+NOT_OURS = (  # `can_post`: the watch's channel is another server's
     "<#{channel}> is not a channel of {where}, so I will not post this watch's digests there: "
     "make the watch again {instead} (and `/watch remove` this one)."
 )
@@ -95,8 +95,9 @@ def of_tenant(channel: Any, tenant: str) -> bool:
     return guild is not None and str(guild.id) == tenant
 
 
-def foreign_reason(channel: str, tenant: str) -> str:
-    """Why a digest is not posted in a channel not of the tenant (logged, kept as the pause)."""
+def foreign_message(channel: str, tenant: str) -> str:
+    """The log line, and the watch's pause, for a digest not posted in a channel not of the
+    tenant."""
     return f"Discord channel {channel} is not of {_tenant_words(tenant)}: not posted there"
 
 
@@ -343,7 +344,7 @@ class DiscordWatches:
         if channel is None:
             raise Undeliverable(f"Discord channel {watch.channel} is gone or hidden")
         if not of_tenant(channel, watch.tenant):
-            raise ForeignPlace(foreign_reason(watch.channel, watch.tenant))
+            raise ForeignPlace(foreign_message(watch.channel, watch.tenant))
         try:
             message = await channel.send(
                 digest_message(digest), view=digest_view(digest), nonce=marker[:NONCE_LIMIT],
@@ -356,7 +357,7 @@ class DiscordWatches:
     async def find(self, watch: Watch, marker: str, since: float) -> str | None:
         return None  # posting again with the same nonce returns the first message
 
-    async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
+    async def can_post(self, place: WatchPlace, tenant: str) -> str:
         """Whether the bot may send in the watch's channel now, from the channel as the client
         has it (fetched when not cached): a watch resumed or made from elsewhere (an admin's
         command, a mention) is checked where it posts, not where it was asked, so the answer
@@ -364,7 +365,7 @@ class DiscordWatches:
         but its person's DM with the bot) is refused (`NOT_OURS`): an imported watch may name
         any channel. When Discord cannot say (no member object for the bot, an HTTP error), the
         post itself is the check (the tenant's too): a refused digest pauses the watch and
-        tells its creator. `tenant` None: only whether the bot may send there."""
+        tells its creator."""
         try:
             channel = await self.channel_of(int(place.channel))  # None: gone, or hidden
         except ValueError:
@@ -373,9 +374,9 @@ class DiscordWatches:
             return ""
         if channel is None:
             return CANNOT_SEE
-        if tenant is not None and not of_tenant(channel, tenant):
+        if not of_tenant(channel, tenant):
             log.warning("refused a watch of %s in channel %s: %s", tenant, place.channel,
-                        foreign_reason(place.channel, tenant))  # fmt: skip
+                        foreign_message(place.channel, tenant))  # fmt: skip
             return not_ours(place.channel, tenant)
         guild = getattr(channel, "guild", None)
         me = guild.me if guild is not None else None
@@ -422,9 +423,10 @@ class DiscordWatches:
         cache, else asked of Discord: not a member, or Discord cannot say, is no)."""
         if not user.isdigit():
             return False
-        if tenant_kind(tenant) is TenantKind.DISCORD_DM:
+        kind = tenant_kind(tenant)
+        if kind is TenantKind.DISCORD_DM:
             return tenant == f"dm-{user}"
-        if not tenant.isdigit():
+        if kind is not TenantKind.DISCORD_SERVER:
             return False
         try:
             guild = self.client.get_guild(int(tenant)) or await self.client.fetch_guild(

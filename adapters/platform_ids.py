@@ -38,7 +38,10 @@ def slack_team(body: dict[str, Any]) -> str:
 
     - a view's `app_installed_team_id` (a modal submitted from another workspace of a Slack
       Connect channel names that workspace as `team`);
-    - an interactive payload's `team.id` (shortcuts, block actions: the installation's);
+    - an interactive payload's `team.id` (shortcuts, block actions: the installation's); a
+      `team` that is a string is taken as is, as bolt does: its `extract_team_id` reads an
+      event's `team` (a string) by the same step. No payload is known to carry one at its top:
+      kept so that our tenant stays bolt's `context.team_id` whatever comes;
     - an event's `authorizations[0].team_id`: in a shared channel the envelope's `team_id` (and
       `event.team`) may name the workspace that created the channel, or the author's, not ours
       (slackapi java-slack-sdk#629, bolt-js#687, #935);

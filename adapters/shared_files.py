@@ -34,14 +34,17 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol
 
-import aiohttp
-from yarl import URL
-
-from bot.background import MAX_RUN_MS, BackgroundWork, deliveries
+from bot.background import (
+    MAX_RUN_MS,
+    BackgroundWork,
+    close_all,
+    last_delivery,
+    stop_reading_all,
+)
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream
@@ -58,8 +61,6 @@ CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the 
 MAX_DELIVERIES = 5
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
-REDIRECTS = {301, 302, 303, 307, 308}
-MAX_REDIRECTS = 5
 
 
 class FetchError(Exception):
@@ -92,90 +93,20 @@ class FileEnd(Protocol):
         """Replace the text of a message this task posted."""
 
 
-async def download(
-    url: str, name: str, platform: str, max_bytes: int, timeout_seconds: float,
-    headers: dict[str, str] | None = None, refused: Mapping[int, str] | None = None,
-    check=None, follow: Callable[[URL], None] | None = None,
-) -> bytes:  # fmt: skip
-    """GET `url` up to `max_bytes`; every failure a FetchError in words. `refused`: the words
-    for statuses that will not change; `check(response)`: the platform's own refusal;
-    `follow(target)`: asked before each redirect is followed (a FetchError refuses it)."""
-    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            _opened(session, url, name, headers or {}, follow) as response,
-        ):
-            if response.status in (refused or {}):
-                raise FetchError(refused[response.status])
-            if response.status >= 400:
-                raise FetchError(
-                    f"I could not download {name}: {platform} answered {response.status}.",
-                    retryable=response.status >= 500 or response.status == 429,
-                )
-            if check is not None:
-                check(response)
-            data = bytearray()
-            async for piece in response.content.iter_chunked(1 << 16):
-                data += piece
-                if len(data) > max_bytes:
-                    raise FetchError(oversized(name, None, max_bytes))
-    except TimeoutError:
-        raise FetchError(
-            f"I could not download {name}: {platform} took too long.", retryable=True
-        ) from None
-    except aiohttp.ClientError as exc:
-        raise FetchError(
-            f"I could not download {name} from {platform} ({exc}).", retryable=True
-        ) from None
-    return bytes(data)
-
-
-@contextlib.asynccontextmanager
-async def _opened(
-    session: aiohttp.ClientSession, url: str, name: str, headers: dict[str, str],
-    follow: Callable[[URL], None] | None,
-) -> AsyncIterator[aiohttp.ClientResponse]:  # fmt: skip
-    """The response to GET `url`. With `follow`, redirects are followed here, each target
-    asked of `follow` before any request reaches it (aiohttp would follow them anywhere);
-    `headers` go to the first origin only, as aiohttp does."""
-    if follow is None:
-        async with session.get(url, headers=headers) as response:
-            yield response
-        return
-    target = URL(url)
-    for _ in range(MAX_REDIRECTS + 1):
-        response = await session.get(target, headers=headers, allow_redirects=False)
-        location = response.headers.get("Location")
-        if response.status not in REDIRECTS or not location:
-            break
-        response.release()
-        try:
-            next_target = response.url.join(URL(location))
-        except ValueError:
-            raise FetchError(f"I could not download {name}: it redirected nowhere.") from None
-        follow(next_target)
-        if next_target.origin() != target.origin():
-            headers = {}
-        target = next_target
-    else:
-        raise FetchError(f"I could not download {name}: it redirected too many times.")
-    try:
-        yield response
-    finally:
-        response.release()
-
-
 def oversized(name: str, size: int | None, max_bytes: int) -> str:
     """The one wording for a file over the size limit (known before or during the download)."""
     size_text = _mb(size) if size is not None else f"over {_mb(max_bytes)}"
     return f"{name} is {size_text}; I read PDFs up to {_mb(max_bytes)}."
 
 
-def is_external(file: dict[str, Any]) -> bool:
-    """A file kept outside the platform (Slack's `mode: external`: Google Drive, or a link an
-    app added): its address is another service's, never fetched with our token."""
-    return bool(file.get("is_external")) or file.get("mode") == "external"
+def file_name(file: dict[str, Any]) -> str:
+    """A file as its messages name it."""
+    return str(file.get("name") or "the file")
+
+
+def _file_ids(share: str, files: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each file of a share with its id (`<share>:<index>`), under which its progress is kept."""
+    return [(f"{share}:{index}", file) for index, file in enumerate(files)]
 
 
 def is_pdf(file: dict[str, Any]) -> bool:
@@ -274,15 +205,11 @@ class SharedFiles:
             await work.drain()
 
     async def stop_reading(self) -> None:
-        """Close's first half: every worker stops reading and hands back what it has not
-        started (a process closing several parts does this for all of them first)."""
-        for work in self.workers.values():
-            await work.stop_reading()
+        """Close's first half (a process closing several parts does this for all first)."""
+        await stop_reading_all(self.workers.values())
 
     async def close(self) -> None:
-        await self.stop_reading()  # every hand-back first: none waits for another's batches
-        for work in self.workers.values():
-            await work.close()
+        await close_all(self.workers.values())
         self.workers.clear()
 
     async def run(self, payloads: list[dict[str, Any]]) -> None:
@@ -308,11 +235,11 @@ class SharedFiles:
             # its own count of runs, or the stream's: a delivery that failed before counting
             # (Redis away, the lock busy) still makes the fifth one the last
             attempt = await self.progress.attempt(tenant, share)
-            last = max(attempt, deliveries()) >= MAX_DELIVERIES
+            last = attempt >= MAX_DELIVERIES or last_delivery()
             failed: Exception | None = None
-            for index, file in enumerate(payload["files"]):
+            for share_id, file in _file_ids(share, payload["files"]):
                 try:
-                    await self._file(end, scope, payload, f"{share}:{index}", file, last)
+                    await self._file(end, scope, payload, share_id, file, last)
                 except Exception as exc:
                     if not last:
                         raise  # the task runs again, the turn with it
@@ -336,10 +263,9 @@ class SharedFiles:
             async with self._locked(tenant, share):
                 if await self.memory.governance.was_deleted(tenant, share):
                     return
-                for index, file in enumerate(payload["files"]):
-                    share_id = f"{share}:{index}"
+                for share_id, file in _file_ids(share, payload["files"]):
                     progress = await self.progress.get(tenant, share_id)
-                    outcome = progress.get("outcome") or went_wrong(file.get("name") or "the file")
+                    outcome = progress.get("outcome") or went_wrong(file_name(file))
                     await self.progress.set(tenant, share_id, outcome=outcome)
                     await self._say(end, payload["reply"], tenant, share_id,
                                     progress.get("message"), outcome)  # fmt: skip
@@ -385,12 +311,12 @@ class SharedFiles:
                 if not last:
                     raise
                 log.exception("describing the shared file %s failed", share_id)
-                outcome = went_wrong(file.get("name") or "the file")
+                outcome = went_wrong(file_name(file))
             else:
                 outcome = self.refusal(file)
         shown = None
         if message is None:
-            shown = outcome or READING.format(name=file.get("name") or "the file")
+            shown = outcome or READING.format(name=file_name(file))
             message = await self._post(end, reply, shown)
             if message is not None:
                 await self.progress.set(tenant, share_id, message=message)
@@ -405,9 +331,12 @@ class SharedFiles:
         self, end: FileEnd, reply: dict[str, Any], tenant: str, share_id: str,
         message: str | None, outcome: str,
     ) -> None:  # fmt: skip
-        """The file's outcome, in its message (posted anew if that cannot be edited)."""
+        """The file's outcome, in its message (posted anew if that cannot be edited). A message
+        posted here is kept, so a run again (`given_up`'s hook retried) edits it, never posts
+        it twice."""
         if message is None:
-            await self._post(end, reply, outcome)
+            if (posted := await self._post(end, reply, outcome)) is not None:
+                await self.progress.set(tenant, share_id, message=posted)
             return
         try:
             await end.edit(reply, message, outcome)
@@ -427,12 +356,6 @@ class SharedFiles:
     def refusal(self, file: dict[str, Any]) -> str | None:
         """Why a file is not read, before downloading it; None to read it."""
         name = file.get("name") or "this file"
-        if is_external(file):
-            where = " (in Google Drive)" if file.get("external_type") == "gdrive" else ""
-            return (
-                f"I cannot read {name}: it is kept outside Slack{where}, and I read only PDFs "
-                "uploaded to Slack. Upload the PDF itself to Slack and I will read it."
-            )
         if not is_pdf(file):
             return f"I can read PDFs only; {name} is {kind_of(file)}."
         size = file.get("size")
@@ -445,7 +368,7 @@ class SharedFiles:
     ) -> str:
         """The file's outcome; a failure that may pass raises (the task runs again), except
         on the last delivery, where it is said."""
-        name = file.get("name") or "the file"
+        name = file_name(file)
         memory = self.memory
         try:
             data = await end.fetch(file, self.max_bytes)

@@ -169,13 +169,13 @@ class SlackAdapter:
         directory: Directory | None = None,
         cache_seconds: float = CACHE_SECONDS,
         summarize_stream: str = STREAM,
-        summarize_retry_ms: int = CLAIM_IDLE_MS,
+        summarize_claim_idle_ms: int = CLAIM_IDLE_MS,
     ) -> None:
         """`links`: the memory page's (for `/memory` and the Home tab); `directory`: who may
         see what there (the Home tab's threads follow it); `cache_seconds`: how long Slack's
         answers about channels and people are kept (adapters/slack_walls.py);
-        `summarize_stream`, `summarize_retry_ms`: the checks of `/summarize <link>`'s stream, and
-        how long one waits to run again (adapters/slack_summarize.py)."""
+        `summarize_stream`, `summarize_claim_idle_ms`: the checks of `/summarize <link>`'s
+        stream, and how long one waits to run again (adapters/slack_summarize.py)."""
         self.handler = handler
         self.presence = handler.memory.presence
         # one HTTP session for every Web API call (the client opens one per call without it)
@@ -195,7 +195,7 @@ class SlackAdapter:
         self.walls = SlackWalls(self.client, cache_seconds)  # channels' and people's walls
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self.home = SlackHome(handler.memory, self.client, links, directory, self.walls)
-        self.summaries = SlackSummaries(self, summarize_stream, summarize_retry_ms)
+        self.summaries = SlackSummaries(self, summarize_stream, summarize_claim_idle_ms)
         self._register()
 
     async def check_token(self) -> dict[str, Any]:
@@ -426,7 +426,7 @@ class SlackAdapter:
         or the person told (Slack sends no shortcut twice)."""
         channel, user = shortcut["channel"]["id"], shortcut["user"]["id"]
         try:
-            await self._queue_summary(slack_team(shortcut), channel, thread_ts, user, shortcut)
+            await self.queue_summary(slack_team(shortcut), channel, thread_ts, user, shortcut)
         except MemoryUnavailable:
             pass  # told (NOT_TAKEN)
         except Exception:
@@ -440,7 +440,7 @@ class SlackAdapter:
         """Queue a question; memory down raises MemoryUnavailable (so Slack gets a 503 and
         sends the event again), telling the person on the first delivery only."""
         team = slack_team(body)
-        scope = await self._scope(team, event, thread_ts)
+        scope = await self.event_scope(team, event, thread_ts)
         text = slack_question(event["text"], self.bot_user_id)
         job = Job(
             "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
@@ -453,7 +453,7 @@ class SlackAdapter:
         if await self.pipeline.submit(job, notify=not retried):
             await self.presence.join(scope, reference=thread_ts)  # a follow-up needs no mention
 
-    async def _queue_summary(
+    async def queue_summary(
         self, team: str, channel: str, thread_ts: str, user: str, payload: dict,
         notify: bool = True, responded: int = 0, event_id: str = "",
     ) -> None:  # fmt: skip
@@ -463,7 +463,7 @@ class SlackAdapter:
         # a shortcut's user.team_id, a command's user_team: a person of another organisation
         user_team = (payload.get("user") or {}).get("team_id") or payload.get("user_team")
         asked = {"channel": channel, "user": user, "user_team": user_team}
-        scope = await self._scope(team, asked, thread_ts)
+        scope = await self.event_scope(team, asked, thread_ts)
         reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
         if payload.get("response_url"):
             reply["response_url"] = payload["response_url"]
@@ -473,7 +473,8 @@ class SlackAdapter:
             notify=notify,
         )
 
-    async def _scope(self, team: str, event: dict, thread_ts: str) -> Scope:
+    async def event_scope(self, team: str, event: dict, thread_ts: str) -> Scope:
+        """The scope of an event's person in its thread, walled as `_walled_scope` says."""
         channel = event["channel"]
         return await self._walled_scope(
             team, channel, event.get("user", ""), event.get("channel_type"),
@@ -515,7 +516,8 @@ class SlackAdapter:
 
     async def close(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
         """Stop (SIGTERM, Ctrl-C): running turns get `grace` seconds, then go back to the
-        queue for another process."""
+        queue for another process; `/summarize`'s running tasks are finished (`arxivscout
+        slack` has it hand back first, with every other worker: slack_cmd.py `stop_reading`)."""
         await self.pipeline.shutdown(grace)
         await self.summaries.close()
         while self._lazy:

@@ -16,7 +16,7 @@
 - The bot token goes to Slack's file host only (`FileHost`): a file whose address is anywhere
   else is refused before any request, and a redirect away from it is not followed. A file kept
   outside Slack (`mode: external`: Google Drive, or a link an app added with files.remote.add,
-  whose `url_private` is that service's address) is declined (adapters/shared_files.py).
+  whose `url_private` is that service's address) is declined (`SlackFileEnd.describe`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from yarl import URL
 
+from adapters.file_download import download
 from adapters.platform_ids import slack_in_dm, slack_source, slack_team
-from adapters.shared_files import FetchError, FileEnd, download, is_external, is_pdf
+from adapters.shared_files import FetchError, FileEnd, file_name, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, unavailable_raised
 from adapters.text import slack_question
@@ -100,6 +101,22 @@ def file_details(found: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def is_external(file: dict[str, Any]) -> bool:
+    """A file kept outside Slack (`mode: external`: Google Drive, or a link an app added): its
+    address is another service's, never fetched with our token."""
+    return bool(file.get("is_external")) or file.get("mode") == "external"
+
+
+def kept_outside(file: dict[str, Any]) -> FetchError:
+    """The refusal of a file kept outside Slack, said to the person (it will not pass)."""
+    name = file.get("name") or "this file"
+    where = " (in Google Drive)" if file.get("external_type") == "gdrive" else ""
+    return FetchError(
+        f"I cannot read {name}: it is kept outside Slack{where}, and I read only PDFs "
+        "uploaded to Slack. Upload the PDF itself to Slack and I will read it."
+    )
+
+
 class SlackFiles:
     """The listener's part: which file shares to take, and queueing them."""
 
@@ -140,7 +157,7 @@ class SlackFiles:
         team = slack_team(body)
         if not addressed and not await adapter.joined(team, channel, thread_ts):
             return True  # a thread the bot is not part of: Slack is not asked about it
-        scope = await adapter._scope(team, event, thread_ts)
+        scope = await adapter.event_scope(team, event, thread_ts)
         event_id = f"slack-files:{channel}:{ts}"
         # Slack's retry of this very event (its first delivery failed) is taken again
         taker = body.get("event_id") or "1"
@@ -176,22 +193,23 @@ class SlackFileEnd(FileEnd):
         known = file.get("mimetype") or file.get("filetype")
         if not (file.get("url") and file.get("size") is not None and known):
             file = await self._looked_up(file)
-        if not is_external(file):  # an external file is declined for what it is
-            self._check_host(file)
+        if is_external(file):  # declined for what it is, before its address is looked at
+            raise kept_outside(file)
+        self._check_host(file)
         return file
 
     def _check_host(self, file: dict[str, Any]) -> None:
         """Refuse, before any request, a file whose address is not on Slack's file host."""
         if not self.file_host.holds(file.get("url") or ""):
             raise FetchError(
-                f"I could not download {file.get('name') or 'the file'}: its address is not on "
+                f"I could not download {file_name(file)}: its address is not on "
                 "Slack's file host, and I download only from there. Upload the PDF itself to "
                 "Slack and I will read it."
             )
 
     async def _looked_up(self, file: dict[str, Any]) -> dict[str, Any]:
         """The file completed by files.info (the event lacked some of its details)."""
-        name = file.get("name") or "the file"
+        name = file_name(file)
         try:
             found = (await self.client().files_info(file=file["id"])).get("file") or {}
         except SlackApiError as exc:
@@ -210,7 +228,7 @@ class SlackFileEnd(FileEnd):
         return {**file, **{k: v for k, v in details.items() if v not in ("", None)}}
 
     async def fetch(self, file: dict[str, Any], max_bytes: int) -> bytes:
-        name = file.get("name") or "the file"
+        name = file_name(file)
         self._check_host(file)  # the token goes nowhere else, whatever the file says
 
         def redirected(target: URL) -> None:

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from slack_sdk.webhook.async_client import AsyncWebhookClient
@@ -41,6 +41,8 @@ from adapters.platform_ids import slack_team
 from adapters.slack_walls import SlackWalls
 from adapters.spine import NOT_TAKEN, MemoryUnavailable
 from bot.background import BackgroundWork, last_delivery
+from bot.turns import TurnHandler
+from memory.coordination import ThreadPresence
 from memory.errors import memory_unavailable
 from memory.keys import task_stream
 from memory.scope import Scope
@@ -95,15 +97,31 @@ async def may_not_read(
     return {True: None, False: NOT_A_MEMBER, None: MEMBERSHIP_UNKNOWN}[member]
 
 
+class SummaryAdapter(Protocol):
+    """What the summaries use of the Slack adapter (adapters/slack.py `SlackAdapter`)."""
+
+    handler: TurnHandler  # its memory: the task stream and the told markers
+    presence: ThreadPresence  # the person's last thread with the bot in a channel
+    walls: SlackWalls  # who the person is, and whether they are in the thread's channel
+    session: aiohttp.ClientSession  # the answers to response_url
+
+    async def queue_summary(
+        self, team: str, channel: str, thread_ts: str, user: str, payload: dict,
+        notify: bool = True, responded: int = 0, event_id: str = "",
+    ) -> None: ...  # fmt: skip
+
+
 class SlackSummaries:
     """Queues `/summarize`'s and the message shortcut's tasks (their listeners) and runs them
     (any Slack process)."""
 
     def __init__(
-        self, adapter: Any, stream: str = STREAM, claim_idle_ms: int = CLAIM_IDLE_MS,
-        max_deliveries: int = MAX_DELIVERIES,
+        self, adapter: SummaryAdapter, stream: str = STREAM,
+        claim_idle_ms: int = CLAIM_IDLE_MS, max_deliveries: int = MAX_DELIVERIES,
     ) -> None:  # fmt: skip
-        """`adapter`: the SlackAdapter (its walls, session, and `_queue_summary`)."""
+        """`adapter`: the SlackAdapter, whose memory, presence, walls and session the tasks use
+        and whose `queue_summary` queues each summary (`SummaryAdapter`); `claim_idle_ms`: how
+        long a task waits to run again, or to be taken over from a process that died."""
         self.adapter = adapter
         self.memory = adapter.handler.memory
         self.stream = TaskStream(self.memory.redis, task_stream(stream))
@@ -180,6 +198,11 @@ class SlackSummaries:
     async def drain(self) -> None:
         await self.work.drain()
 
+    async def stop_reading(self) -> None:
+        """Close's first half: stop reading, hand back the tasks read but not started
+        (bot/background.py `stop_reading`), without waiting for the running ones."""
+        await self.work.stop_reading()
+
     async def close(self) -> None:
         """Finish the tasks in hand; the rest stays in Redis for another process."""
         await self.work.close()
@@ -193,7 +216,7 @@ class SlackSummaries:
         nothing twice. Failing on its last delivery (an unexpected error), the person is told
         GIVEN_UP (once: not after the check's own answer)."""
         try:
-            await self._one(payload)
+            await self._check_and_queue(payload)
         except SlackCannotSay:
             raise  # raised before the last delivery only
         except Exception:
@@ -209,7 +232,9 @@ class SlackSummaries:
         except Exception as exc:
             log.warning("could not tell %s their summary was given up: %r", payload["user"], exc)
 
-    async def _one(self, payload: dict[str, Any]) -> None:
+    async def _check_and_queue(self, payload: dict[str, Any]) -> None:
+        """A thread of another channel is checked (may the person read it?), then the summary
+        queued (not when refused); the check's answer is told."""
         team, user, channel = payload["team"], payload["user"], payload["channel"]
         command, elsewhere = payload["command"], channel != payload["here"]
         refusal = None
@@ -219,7 +244,7 @@ class SlackSummaries:
                 raise SlackCannotSay(f"who is {user} of {team}, in {channel}?")
         if refusal is None:
             try:  # a check's "Summarizing…" takes one of the response_url's 5 posts
-                await self.adapter._queue_summary(
+                await self.adapter.queue_summary(
                     team, channel, payload["thread_ts"], user, command, notify=False,
                     responded=int(elsewhere), event_id=f"{SUMMARIZE}:{payload['id']}",
                 )  # fmt: skip

@@ -4,18 +4,14 @@ The memory page keeps the workspace's public memory from guests and people of an
 organisation (adapters/memory_page/access.py); the bot keeps it from them too. A scope is
 walled (`memory.scope.Scope.walled`) when the person is of another organisation (the event's
 `user_team` is not the workspace, or users.info says `is_stranger`, and Slack does not say they
-are of the workspace's own Enterprise Grid organisation: `same_organisation`), a guest
-(`is_restricted`, `is_ultra_restricted`), or when the channel is shared with another
+are of the workspace's own Enterprise Grid organisation: slack_org.py `same_organisation`), a
+guest (`is_restricted`, `is_ultra_restricted`), or when the channel is shared with another
 organisation (Slack Connect: conversations.info `is_ext_shared`, or about to be, or `is_shared`
 beyond the organisation), where every answer is read by the other organisation too.
 
-An organisation is an Enterprise Grid org: a member of a sister workspace of the same org
-(in an org-shared channel, their `user_team` is their own workspace) is of it, as users.info's
-`enterprise_user.enterprise_id` is the workspace's own (auth.test's `enterprise_id` with the
-bot's token: the installation's). Slack Connect people of another org carry another one, or
-none; a workspace in no Grid has none: whoever is named of another workspace stays walled. When
-Slack cannot say the workspace's org (auth.test failing), nothing is cached of it: the person
-is walled without Slack's word (`Person.said` False), and asked again.
+An organisation is an Enterprise Grid org (its rules: adapters/slack_org.py). When Slack cannot
+say the workspace's org (auth.test failing), nothing is cached of it: the person is walled
+without Slack's word (`Person.said` False), and asked again.
 
 Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
 channels a person is in) are cached for `CACHE_SECONDS`, per process: a channel converted to
@@ -44,6 +40,15 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack_delivery import retry_after
+from adapters.slack_org import (
+    OrganisationUnknown,
+    enterprise_of,
+    names_another_team,
+    outsider,
+    same_organisation,
+    shared_outside,
+    workspace_organisation,
+)
 from memory.scope import Visibility
 
 log = logging.getLogger(__name__)
@@ -57,8 +62,6 @@ FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered
 # channel shared or made private meanwhile, a person who left a channel, are not trusted for
 # longer on an old word
 STALE_SECONDS = 900.0
-GUEST_FLAGS = ("is_restricted", "is_ultra_restricted")  # users.info: a guest of the workspace
-ADMIN_FLAGS = ("is_admin", "is_owner", "is_primary_owner")  # users.info: manages the workspace
 UNKNOWN_PERSON = ("user_not_found", "users_not_found")  # a definite answer: not of the team
 CHANNEL_TYPES = "public_channel,private_channel,mpim"
 PAGE_SIZE = 200  # users.conversations (Slack suggests at most 200)
@@ -130,10 +133,10 @@ class Answers(Generic[K, V]):
         if pending is None:
             pending = asyncio.create_task(self._ask(key, ask))
             self._pending[key] = pending
-            pending.add_done_callback(lambda done: self._forget(key, done))
+            pending.add_done_callback(lambda done: self._unpend(key, done))
         return await asyncio.shield(pending)  # one asker's cancellation leaves it to the others
 
-    def _forget(self, key: K, done: asyncio.Task[V | None]) -> None:
+    def _unpend(self, key: K, done: asyncio.Task[V | None]) -> None:
         if self._pending.get(key) is done:
             del self._pending[key]
 
@@ -187,76 +190,6 @@ class Person:
 
 DM_PLACE = Place(Visibility.DM)
 UNKNOWN_PLACE = Place(Visibility.PRIVATE, shared=True)
-
-
-def shared_outside(info: dict[str, Any]) -> bool:
-    """conversations.info says the channel is (or is being) shared with another organisation.
-    `is_org_shared` alone is a channel of several workspaces of one Enterprise Grid org."""
-    if info.get("is_ext_shared") or info.get("is_pending_ext_shared"):
-        return True
-    return bool(info.get("is_shared")) and not info.get("is_org_shared")
-
-
-def names_another_team(team: str, event: dict[str, Any]) -> bool:
-    """The event (or command) names its person's workspace (`user_team`, `source_team`), and
-    it is not this one: a sister workspace's member, or someone of another organisation."""
-    teams = {event.get("user_team"), event.get("source_team")} - {None, ""}
-    return any(t != team for t in teams)
-
-
-def enterprise_of(user: dict[str, Any]) -> str:
-    """users.info's Enterprise Grid org of a person (`enterprise_user.enterprise_id`), or ""."""
-    return str((user.get("enterprise_user") or {}).get("enterprise_id") or "")
-
-
-def same_organisation(enterprise: str, organisation: str | None) -> bool:
-    """A person of another workspace is of the workspace's own organisation only when both are
-    of one Enterprise Grid org, and Slack says so: the person's `enterprise` (users.info) is
-    the workspace's `organisation` (`workspace_organisation`). Either unknown ("", or None:
-    Slack could not say) is not."""
-    return bool(organisation) and enterprise == organisation
-
-
-class OrganisationUnknown(Exception):
-    """Slack could not say which Enterprise Grid org the workspace is of: whether a person of
-    another workspace is of it is not known (walled for now, asked again later)."""
-
-
-async def outsider(user: dict[str, Any], organisation: Callable[[], Awaitable[str | None]]) -> bool:
-    """users.info's person is walled off the workspace's public memory: a guest, or of another
-    workspace (`is_stranger`) not of the workspace's own organisation (`organisation`, asked
-    only then; None, Slack cannot say: OrganisationUnknown). The bot (`SlackWalls`) and the
-    memory page decide by this one rule."""
-    if any(user.get(k) for k in GUEST_FLAGS):
-        return True
-    if not user.get("is_stranger"):
-        return False
-    found = await organisation()
-    if found is None:
-        raise OrganisationUnknown("Slack could not say the workspace's organisation")
-    return not same_organisation(enterprise_of(user), found)
-
-
-async def workspace_admin(
-    user: dict[str, Any], organisation: Callable[[], Awaitable[str | None]]
-) -> bool:
-    """users.info's person manages the workspace (an admin or owner of it), by the rule of the
-    bot's `/watch` and of the memory page alike: never someone walled (`outsider`: Slack flags
-    a Slack Connect person an admin of their own organisation, a guest may carry the flag),
-    nor a deactivated account. `organisation` is asked only for a flagged stranger."""
-    if user.get("deleted") or not any(user.get(k) for k in ADMIN_FLAGS):
-        return False
-    return not await outsider(user, organisation)
-
-
-async def workspace_organisation(client: AsyncWebClient, team: str) -> str:
-    """The workspace's Enterprise Grid org: auth.test's `enterprise_id` when the bot's token is
-    this workspace's installation (its `team_id`; or an org-wide install, whose workspaces are
-    all of its org); "" for a workspace in no Grid, or a token of another workspace."""
-    found = await client.auth_test()
-    if found.get("team_id") == team or found.get("is_enterprise_install"):
-        return str(found.get("enterprise_id") or "")
-    return ""
 
 
 async def _nothing() -> None:

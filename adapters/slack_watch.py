@@ -45,14 +45,14 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, slack_team, tenant_kind
 from adapters.slack_home import esc
-from adapters.slack_walls import (
+from adapters.slack_org import (
     OrganisationUnknown,
-    SlackWalls,
     enterprise_of,
     outsider,
     same_organisation,
     workspace_admin,
 )
+from adapters.slack_walls import SlackWalls
 from bot.watch_commands import AdminUnknown
 from bot.watches import (
     NOT_QUEUED,
@@ -88,7 +88,7 @@ CANNOT_TELL = (
 # when the running `/watch` must be answered (loop time): Slack is asked nothing past it
 _ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
-NOT_OURS = (  # `can_post` with a tenant: the watch's channel is another workspace's
+NOT_OURS = (  # `can_post`: the watch's channel is another workspace's
     "<#{channel}> is not a channel of this workspace, so I will not post this watch's digests "
     "there: make the watch again in one of this workspace's channels (and `/watch remove` this "
     "one)."
@@ -219,7 +219,7 @@ class SlackWatches:
 
     async def is_admin(self, team: str, user: str) -> bool:
         """A workspace admin or owner, or named in ARXIVSCOUT_ADMINS, by the memory page's rule
-        (adapters/slack_walls.py `workspace_admin`: never a guest or someone of another
+        (adapters/slack_org.py `workspace_admin`: never a guest or someone of another
         organisation, whatever Slack flags them): manages every channel's watches. users.info
         (and, for a flagged person of another workspace, the workspace's organisation), within
         ADMIN_CHECK_SECONDS and the command's answer time (Slack's 3 s); AdminUnknown when
@@ -266,11 +266,7 @@ class SlackWatches:
                 unfurl_links=False, unfurl_media=False,
             )  # fmt: skip
         except SlackApiError as exc:
-            error = exc.response.get("error", "")
-            if error in UNDELIVERABLE:
-                raise Undeliverable(
-                    f"Slack refused the digest in {watch.channel}: {error}"
-                ) from exc
+            _raise_if_undeliverable(exc, watch)
             raise
         return str(response["ts"])
 
@@ -287,10 +283,9 @@ class SlackWatches:
         async with asyncio.timeout_at(_ANSWER_BY.get()):
             return (await self.client.conversations_info(channel=channel))["channel"]
 
-    async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
-        """ "" if digests may be posted in the channel: the bot is in it, and (with `tenant`)
-        it is of the tenant's workspace (`foreign_reason`: an imported watch may name any
-        channel). `tenant` None: only whether the bot is in it."""
+    async def can_post(self, place: WatchPlace, tenant: str) -> str:
+        """ "" if digests may be posted in the channel: the bot is in it, and it is of the
+        tenant's workspace (`foreign_reason`: an imported watch may name any channel)."""
         try:
             info = await self._channel_info(place.channel)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -299,7 +294,7 @@ class SlackWatches:
         except SlackApiError as exc:
             error = exc.response.get("error", "")
             return f"I cannot see this conversation ({error}), so I could not post digests here."
-        if tenant is not None and (why := foreign_reason(info, tenant)):
+        if why := foreign_reason(info, tenant):
             log.warning("refused a watch of %s in %s: %s", tenant, place.channel, why)
             return NOT_OURS.format(channel=place.channel)
         if info.get("is_im") or info.get("is_mpim") or info.get("is_member"):
@@ -315,11 +310,7 @@ class SlackWatches:
         try:
             info = await self._channel_info(watch.channel)
         except SlackApiError as exc:
-            error = exc.response.get("error", "")
-            if error in UNDELIVERABLE:
-                raise Undeliverable(
-                    f"Slack refused the digest in {watch.channel}: {error}"
-                ) from exc
+            _raise_if_undeliverable(exc, watch)
             raise
         if why := foreign_reason(info, watch.tenant):
             raise ForeignPlace(f"Slack channel {watch.channel} {why}: not posted there")
@@ -340,7 +331,7 @@ class SlackWatches:
     async def _member(self, tenant: str, user: str) -> bool:
         """`user` is a person of the workspace `tenant` (users.info: their workspace, or one of
         their Enterprise Grid workspaces), not deleted, not a bot, not walled by the bot's own
-        rule (adapters/slack_walls.py `outsider`: a sister workspace's member of the same
+        rule (adapters/slack_org.py `outsider`: a sister workspace's member of the same
         Grid org is of it); when Slack cannot say, no."""
         if not_a_workspace(tenant):
             return False
@@ -394,3 +385,11 @@ class SlackWatches:
             await self.client.chat_postEphemeral(
                 channel=reply["channel"], user=reply["user"], text=text
             )
+
+
+def _raise_if_undeliverable(exc: SlackApiError, watch: Watch) -> None:
+    """Raise Undeliverable when Slack's error says it will never take the watch's digests in
+    its channel (the watch is paused); any other error is the caller's to raise (retried)."""
+    error = exc.response.get("error", "")
+    if error in UNDELIVERABLE:
+        raise Undeliverable(f"Slack refused the digest in {watch.channel}: {error}") from exc

@@ -23,6 +23,7 @@ from app.commands import (
 )
 from bot.errors import ConfigError
 from memory.connection import RedisCapabilityError
+from memory.dead_letters import UnknownDeadLetter
 from memory.embeddings import EmbeddingError
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
@@ -34,7 +35,6 @@ from memory.stores.conversation import InvalidMessage
 from memory.stores.summary import UnknownSummary
 from memory.stores.tool_log import UnknownToolLog
 from memory.stores.watches import InvalidWatch
-from memory.tasks import UnknownDeadLetter
 
 # The errors a user can cause or meet: printed as one line instead of a trace.
 USER_ERRORS: tuple[type[BaseException], ...] = (

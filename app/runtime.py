@@ -103,13 +103,21 @@ class AgentRuntime:
     def turns(self) -> TurnHandler:
         return TurnHandler(self.agent, watches=self.watches, files=self.files)
 
-    async def close(self) -> None:
-        """Every part's background work hands back its unstarted tasks first, so none waits
-        for another part's running batches (and the platform's kill) before it does."""
-        parts = [p for p in (self.watches, self.files) if p is not None]
-        for part in [*parts, self.harness]:
+    def _parts(self) -> list[WatchService | SharedFiles | Harness]:
+        """The parts with background workers, in the order they are closed."""
+        return [p for p in (self.watches, self.files) if p is not None] + [self.harness]
+
+    async def stop_reading(self) -> None:
+        """Close's first half: every part's background work stops reading and hands back its
+        unstarted tasks, so none waits for another part's running batches (and the platform's
+        kill) before it does. A process with more workers (an adapter's) calls this with
+        theirs before closing any."""
+        for part in self._parts():
             await part.stop_reading()
-        for part in [*parts, self.harness]:
+
+    async def close(self) -> None:
+        await self.stop_reading()
+        for part in self._parts():
             await part.close()
         await self.llm.aclose()
         await self.memory.close()

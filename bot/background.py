@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 
 from memory.tasks import Task, TaskStream
@@ -40,16 +40,12 @@ log = logging.getLogger(__name__)
 _DELIVERY: ContextVar[tuple[int, int]] = ContextVar("delivery", default=(1, 0))
 
 
-def deliveries() -> int:
-    """How many times the batch a handler is running was delivered (its least delivered task;
-    a task that used up its deliveries gets a last run alone): a handler that must say
-    something before its task is dead-lettered knows its last run by it, whatever happened to
-    the runs before (one that failed before the handler counted it)."""
-    return _DELIVERY.get()[0]
-
-
 def last_delivery() -> bool:
-    """Whether a failure of the running batch dead-letters it (no run comes after this one)."""
+    """Whether a failure of the running batch dead-letters it (no run comes after this one):
+    its least delivered task's count has reached the work's `max_deliveries` (a task that used
+    up its deliveries gets a last run alone). A handler that must say something before its task
+    is dead-lettered knows its last run by it, whatever happened to the runs before (one that
+    failed before the handler counted it)."""
     count, most = _DELIVERY.get()
     return 0 < most <= count
 
@@ -470,3 +466,19 @@ class BackgroundWork:
         finally:
             for wait in waits:
                 wait.cancel()
+
+
+async def stop_reading_all(works: Iterable[BackgroundWork]) -> None:
+    """Close's first half for several workers: each stops reading and hands back what it has
+    not started."""
+    for work in works:
+        await work.stop_reading()
+
+
+async def close_all(works: Iterable[BackgroundWork]) -> None:
+    """Close several workers: every hand-back first (`stop_reading` on all), so none waits for
+    another's running batches (and the platform's kill), then each finishes its batches."""
+    works = list(works)
+    await stop_reading_all(works)
+    for work in works:
+        await work.close()

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bot.llm import DeltaCallback
+from memory.links import web_link
 from memory.stores.knowledge_base import Passage, base_arxiv_id, is_arxiv_id
 from memory.stores.stopwords import STOPWORDS
 
@@ -89,11 +90,13 @@ def content_words(text: str) -> set[str]:
 
 def passage_link(passage: Passage) -> str:
     """A paper from arXiv: its abs page. A PDF with an address: that address, at the page.
-    Never a `file://` one (a server path, stored for local PDFs before they had no link)."""
+    Only a web address (`web_link`): never a `file://` one (a server path, stored for local
+    PDFs before they had no link)."""
     url = passage.url
     if is_arxiv_id(passage.arxiv_id) and (not url or "arxiv.org/" in url):
         return f"https://arxiv.org/abs/{base_arxiv_id(passage.arxiv_id)}"
-    if not url or url.lower().startswith("file:"):
+    url = web_link(url)
+    if not url:
         return ""
     url = url.split("#", 1)[0]
     return f"{url}#page={passage.page}" if passage.page else url

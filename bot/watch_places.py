@@ -62,9 +62,9 @@ class Poster(Protocol):
         """Say `text` where a Save button was pressed (`reply`: the adapter's own address)."""
         ...
 
-    async def can_post(self, place: WatchPlace, tenant: str | None = None) -> str:
-        """ "" if digests can be posted there, else why not (and what to do); with `tenant`,
-        also refused when the place is not of that tenant (another server or workspace)."""
+    async def can_post(self, place: WatchPlace, tenant: str) -> str:
+        """ "" if digests can be posted there, else why not (and what to do): refused too when
+        the place is not of `tenant` (another server or workspace)."""
         ...
 
     async def tell(self, watch: Watch, text: str) -> None:

@@ -24,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from bot.background import BackgroundWork
+from bot.background import BackgroundWork, close_all, stop_reading_all
 from bot.watch_commands import WatchCommands
 from bot.watch_digest import (
     DIGEST,
@@ -141,13 +141,9 @@ class WatchService:
         return await self.scheduler.queue_due()
 
     async def stop_reading(self) -> None:
-        """Close's first half: every worker stops reading and hands back what it has not
-        started (a process closing several parts does this for all of them first)."""
-        for work in self.workers.values():
-            await work.stop_reading()
+        """Close's first half (a process closing several parts does this for all first)."""
+        await stop_reading_all(self.workers.values())
 
     async def close(self) -> None:
-        await self.stop_reading()  # every hand-back first: none waits for another's batches
-        for work in self.workers.values():
-            await work.close()
+        await close_all(self.workers.values())
         self.workers.clear()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
 
 from memory.browse_reader import Audiences, Reads, sees
 from memory.keys import papers_key
+from memory.links import web_link
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import decode
 from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv, is_shared_pdf, paper_label
@@ -25,14 +25,6 @@ def _split_ids(value: Any) -> list[str]:
         except ValueError:
             pass
     return [v.strip() for v in text.split(",") if v.strip()]
-
-
-def web_link(url: str, fallback: str = "") -> str:
-    """`url` when it is a web address (http or https), else `fallback`: the page makes it a
-    link, and a remembered URL (an import's) may be anything, `javascript:` too."""
-    url = url.strip()
-    parts = urlsplit(url)
-    return url if parts.scheme.lower() in ("http", "https") and parts.netloc else fallback
 
 
 @dataclass

@@ -329,6 +329,12 @@ def task_runs_key(stream: str) -> str:
     return f"{stream}:started"
 
 
+def dead_letters_key(stream: str) -> str:
+    """The stream of a task stream's dead letters (memory/dead_letters.py): in its slot (the
+    stream's hash tag), written in one MULTI with the task's ack."""
+    return f"{stream}:dead"
+
+
 def dead_letters_pattern() -> str:
     """Matches the dead letters (`<stream>:dead`) of every `task_stream`: where an operator
     finds what was given up (`arxivscout tasks dead`)."""
@@ -443,4 +449,4 @@ def tagged_key(legacy: str) -> str | None:
 
 def legacy_renames() -> dict[str, str]:
     """The process-wide keys renamed for hash tags: old name -> new name."""
-    return {f"{ROOT}:tasks": task_stream(), f"{ROOT}:tasks:dead": f"{task_stream()}:dead"}
+    return {f"{ROOT}:tasks": task_stream(), f"{ROOT}:tasks:dead": dead_letters_key(task_stream())}

@@ -59,7 +59,7 @@ def impossible_place(tenant: str, platform: str, channel: str) -> str:
     if platform == "discord" and not (discord_tenant and channel.isdigit()):
         return f"Discord channel {channel!r} cannot be of tenant {tenant}"
     if platform == "slack" and kind is not TenantKind.SLACK:
-        return f"a Slack channel cannot be of the Discord tenant {tenant}"
+        return f"a Slack channel cannot be of tenant {tenant}: not a Slack workspace's"
     return ""
 
 

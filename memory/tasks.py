@@ -6,12 +6,13 @@ entries with XREADGROUP; an entry stays in the group's pending list until XACK, 
 process takes over a dead consumer's entries with XAUTOCLAIM. Delivery is at least once, so
 handlers must be idempotent. Acknowledged entries are deleted at once (XACK + XDEL), which
 keeps the stream small and makes its length the number of unfinished tasks; this assumes one
-consumer group per stream. Tasks given up on go to `<stream>:dead`, from where `requeue` puts
-them back (`arxivscout tasks`); a process shutting down gives back what it read but never ran
-(`give_back`), so a deploy spends no delivery. When a handler starts, the delivery its run
-began on is written to `<stream>:started` (`mark_started`, one write per batch; cleared with
-the ack or the dead letter): a task claimed past its last delivery is buried unrun only if
-that run really began (a delivery spent without a run, a SIGKILL before it started, is not).
+consumer group per stream. Tasks given up on go to `<stream>:dead`, from where
+memory/dead_letters.py's `requeue` puts them back (`arxivscout tasks`); a process shutting
+down gives back what it read but never ran (`give_back`), so a deploy spends no delivery.
+When a handler starts, the delivery its run began on is written to `<stream>:started`
+(`mark_started`, one write per batch; cleared with the ack or the dead letter): a task claimed
+past its last delivery is buried unrun only if that run really began (a delivery spent
+without a run, a SIGKILL before it started, is not).
 A requeued task's payload says `requeued` (its dead letter's id): a kind that keeps progress of
 its own across runs starts it afresh.
 """
@@ -31,7 +32,7 @@ import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from memory.keys import dead_letters_pattern, task_runs_key
+from memory.keys import dead_letters_key, task_runs_key
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
 
@@ -68,21 +69,6 @@ end
 return given
 """
 
-# Put the dead letter ARGV[1] of KEYS[2] (`<stream>:dead`) back on its stream KEYS[1] as a new
-# task, marked `requeued` (with the dead letter's id, which its handler sees in the payload):
-# added and removed in one atomic step, so it is never lost nor doubled (of two
-# requeues at once, one finds it gone). Returns the new task's id, or nil.
-_REQUEUE_SCRIPT = """
-local entry = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])[1]
-if not entry then return false end
-local fields = {}
-for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
-local id = redis.call('XADD', KEYS[1], '*', 'kind', fields['kind'] or 'invalid',
-                      'payload', fields['payload'] or '{}', 'requeued', ARGV[1])
-redis.call('XDEL', KEYS[2], ARGV[1])
-return id
-"""
-
 
 @dataclass(frozen=True)
 class Task:
@@ -92,27 +78,10 @@ class Task:
     deliveries: int = 1
 
 
-class UnknownDeadLetter(LookupError):
-    """A dead letter asked for that is not (or no longer) there."""
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A task given up on, as `dead_letter` wrote it to `<stream>:dead` (entry `id`)."""
-
-    stream: str  # the task stream's key
-    id: str
-    task_id: str
-    kind: str
-    payload: Any  # as queued: JSON-decoded if it decodes
-    deliveries: int
-    error: str
-    consumer: str
-
-    @property
-    def dead_at(self) -> float:
-        """When it was dead-lettered (seconds since the epoch): its entry id's time."""
-        return int(self.id.split("-", 1)[0]) / 1000
+def requeued(payload: dict) -> str | None:
+    """The dead letter a task was requeued from (`arxivscout tasks requeue`), if it was."""
+    value = payload.get("requeued")
+    return str(value) if value else None
 
 
 def _text(value: Any) -> str:
@@ -137,11 +106,10 @@ class TaskStream:
         self.stream = stream
         self.group = group
         self.consumer = consumer or default_consumer()
-        self.dead_stream = f"{stream}:dead"
+        self.dead_stream = dead_letters_key(stream)
         self.runs = task_runs_key(stream)  # task id -> the delivery its last started run began
         self._keep_alive: AsyncScript | None = None  # registered on first use
         self._give_back: AsyncScript | None = None
-        self._requeue: AsyncScript | None = None
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; from id 0, so tasks added before the
@@ -244,7 +212,7 @@ class TaskStream:
     async def destroy(self) -> None:
         """Delete the stream and its dead letters (a throwaway stream, e.g. an eval run's)."""
         await self.redis.delete(self.stream)
-        await self.redis.delete(f"{self.stream}:dead")
+        await self.redis.delete(self.dead_stream)
         await self.redis.delete(self.runs)
 
     async def pending_count(self) -> int:
@@ -273,19 +241,6 @@ class TaskStream:
             pipe.hdel(self.runs, task.id)
             await pipe.execute()
 
-    async def dead_letters(self) -> list[DeadLetter]:
-        """The tasks given up on, oldest first (at most DEAD_MAXLEN, roughly)."""
-        entries = await self.redis.xrange(self.dead_stream)
-        return [_dead_letter(self.stream, _text(i), fields) for i, fields in entries]
-
-    async def requeue(self, dead_id: str) -> str | None:
-        """Queue a dead letter again as a fresh task (its deliveries from 0), removing it from
-        the dead letters in the same atomic step. Its new id; None if it was not there."""
-        if self._requeue is None:
-            self._requeue = self.redis.register_script(_REQUEUE_SCRIPT)
-        new_id = await self._requeue(keys=[self.stream, self.dead_stream], args=[dead_id])
-        return None if new_id is None else _text(new_id)
-
     async def _delivery_counts(self, ids: list[str], consumer: str | None) -> dict[str, int]:
         """XPENDING (extended form) per id, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -313,32 +268,6 @@ class TaskStream:
         return await command()
 
 
-async def dead_letter_streams(redis: aredis.Redis, group: str = "workers") -> list[TaskStream]:
-    """Every task stream of the deployment that has dead letters, found by their keys (the
-    streams are named in several places, some per platform), in name order."""
-    found = {
-        _text(key)
-        async for key in redis.scan_iter(match=dead_letters_pattern(), count=1000, _type="stream")
-    }
-    return [TaskStream(redis, key.removesuffix(":dead"), group) for key in sorted(found)]
-
-
-def _dead_letter(stream: str, dead_id: str, raw: dict[Any, Any]) -> DeadLetter:
-    fields = {_text(k): _text(v) for k, v in raw.items()}
-    try:
-        payload: Any = json.loads(fields.get("payload", ""))
-    except ValueError:
-        payload = fields.get("payload", "")
-    try:
-        deliveries = int(fields.get("deliveries", 0))
-    except ValueError:
-        deliveries = 0
-    return DeadLetter(
-        stream, dead_id, fields.get("id", ""), fields.get("kind", ""), payload, deliveries,
-        fields.get("error", ""), fields.get("consumer", ""),
-    )  # fmt: skip
-
-
 def _streams(reply: Any) -> list[Any]:
     """XREADGROUP's entries per stream, whichever shape the client returns (list or dict)."""
     if not reply:
@@ -355,12 +284,6 @@ def _tasks(entries: Any) -> list[Task]:
             continue  # an entry deleted while pending
         tasks.append(_task(_text(entry[0]), {_text(k): v for k, v in entry[1].items()}))
     return tasks
-
-
-def requeued(payload: dict) -> str | None:
-    """The dead letter a task was requeued from (`arxivscout tasks requeue`), if it was."""
-    value = payload.get("requeued")
-    return str(value) if value else None
 
 
 def _task(task_id: str, fields: dict[str, Any]) -> Task:

@@ -1,14 +1,17 @@
 """A batch of several tasks is never its tasks' last delivery (bot/background.py
 `last_delivery`): when it fails, those that used up their deliveries each get a run alone, and
 that run is their last. A handler that says something before its task is dead-lettered is told
-so on that run, and never on the batch's. Through the real stream consumer and Redis."""
+so on that run, and never on the batch's. Through the real stream consumer and Redis (each
+run's delivery count is the stream's own, XPENDING's)."""
 
 from __future__ import annotations
 
 import json
 
-from bot.background import deliveries, last_delivery
+from bot.background import last_delivery
+from memory.tasks import TaskStream
 from tests import test_background
+from tests.support.task_deliveries import payload_deliveries
 from tests.test_background import drain, work
 
 client = test_background.client  # its fixtures: a Redis client, a stream of the test's own
@@ -22,12 +25,15 @@ class Told:
     bad, saying so first when it is told this is their last delivery."""
 
     def __init__(self) -> None:
+        self.stream: TaskStream | None = None  # the work's, once it exists
         self.runs: list[tuple[list[int], int, bool]] = []  # (tasks, deliveries, last)
         self.said: list[int] = []  # tasks whose failure was said before they were given up
 
     async def __call__(self, payloads: list[dict]) -> None:
         tasks = [p["i"] for p in payloads]
-        self.runs.append((tasks, deliveries(), last_delivery()))
+        assert self.stream is not None
+        counts = [await payload_deliveries(self.stream, p) for p in payloads]
+        self.runs.append((tasks, min(counts), last_delivery()))  # its least delivered task's
         if len(payloads) > 1:
             raise ValueError(f"the batch {tasks} failed")
         [payload] = payloads
@@ -40,6 +46,7 @@ class Told:
 async def test_a_spent_batch_is_not_the_last_delivery_its_tasks_run_alone(client, name):
     handler = Told()
     bg = work(client, name, {"a": handler}, max_deliveries=MAX_DELIVERIES)
+    handler.stream = bg.stream
     with bg.foreground():  # one read takes them all: they fail, and are claimed, together
         for payload in ({"i": 0}, {"i": 1, "bad": True}, {"i": 2}):
             await bg.submit("a", payload)

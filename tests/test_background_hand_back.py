@@ -9,10 +9,12 @@ import uuid
 
 import pytest
 
-from bot.background import BackgroundWork, deliveries
+from bot.background import BackgroundWork
 from memory.connection import connect
+from memory.dead_letters import dead_letters
 from memory.keys import task_stream
 from memory.tasks import TaskStream
+from tests.support.task_deliveries import payload_deliveries
 
 
 @pytest.fixture
@@ -76,7 +78,7 @@ async def test_a_graceful_close_hands_back_unstarted_tasks_with_their_count(clie
     seen: list[tuple[dict, int]] = []
 
     async def later_elsewhere(payloads: list[dict]) -> None:
-        seen.extend((payload, deliveries()) for payload in payloads)
+        seen.extend([(payload, await payload_deliveries(stream, payload)) for payload in payloads])
 
     # another process, which claims only what was idle for a minute: it takes it at once
     other = BackgroundWork(
@@ -125,7 +127,7 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
     told: list[dict] = []
 
     async def last(payloads: list[dict]) -> None:
-        ran.extend((p, deliveries()) for p in payloads)
+        ran.extend([(p, await payload_deliveries(stream, p)) for p in payloads])
 
     async def hook(payload: dict) -> None:
         told.append(payload)
@@ -145,5 +147,5 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
     await b.close()
     assert "last" not in started
     assert ran == [({"n": "last"}, 2)] and told == []  # its last delivery, run once
-    assert await stream.dead_letters() == []
+    assert await dead_letters(stream) == []
     assert await delivered(stream, dead) is None

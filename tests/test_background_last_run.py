@@ -12,6 +12,7 @@ import pytest
 
 from bot.background import HOOK_DELIVERIES, BackgroundWork, last_delivery
 from memory.connection import connect
+from memory.dead_letters import dead_letters
 from memory.keys import task_stream
 from memory.tasks import Task, TaskStream
 
@@ -69,7 +70,7 @@ async def test_a_task_past_its_limit_whose_last_run_never_began_is_run(stream):
 
     await run_until_settled(stream, handler, hook)
     assert ran == [({"n": 1}, True)] and told == []
-    assert await stream.dead_letters() == []
+    assert await dead_letters(stream) == []
     assert await stream.redis.hlen(stream.runs) == 0  # cleared with the ack
 
 
@@ -86,7 +87,7 @@ async def test_a_task_whose_last_run_began_and_never_ended_is_buried_and_told(st
 
     await run_until_settled(stream, handler, hook)
     assert ran == [] and told == [{"n": 1}]
-    [letter] = await stream.dead_letters()
+    [letter] = await dead_letters(stream)
     assert letter.task_id == task_id and letter.error.startswith("not run: delivered 3 times")
     assert await stream.redis.hlen(stream.runs) == 0  # cleared with the dead letter
 
@@ -104,6 +105,6 @@ async def test_a_failing_hook_is_tried_again_then_its_error_goes_with_the_dead_l
 
     await run_until_settled(stream, handler, hook)
     assert len(told) == HOOK_DELIVERIES  # one try per claim past the last delivery
-    [letter] = await stream.dead_letters()
+    [letter] = await dead_letters(stream)
     assert letter.deliveries == MAX + HOOK_DELIVERIES
     assert "its hook failed: ConnectionError('Slack away')" in letter.error

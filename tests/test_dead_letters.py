@@ -11,10 +11,13 @@ import uuid
 import pytest
 from redis.crc import key_slot
 
-from bot.background import BackgroundWork, deliveries
+from app import cli
+from bot.background import BackgroundWork
 from memory.connection import connect
+from memory.dead_letters import dead_letters, requeue
 from memory.keys import task_stream, task_stream_name
 from memory.tasks import TaskStream
+from tests.support.task_deliveries import payload_deliveries
 from tests.test_cli_memory import arxivscout
 
 RESPONSE_URL = "https://hooks.slack.com/commands/T0001/1234/s3cr3tToken"
@@ -89,14 +92,14 @@ async def test_dead_letters_are_listed_redacted_and_requeued_one_or_all_of_a_kin
     )
     assert code == 0 and "2 requeued." in out
     assert await stream.pending_count() == 3
-    [left] = await stream.dead_letters()  # the dead stream emptied only of those
+    [left] = await dead_letters(stream)  # the dead stream emptied only of those
     assert left.kind == "summary" and left.payload == {"n": 4}
 
     # a consumer runs them afresh (deliveries from 0: this run is their first) and acks them
     ran: list[tuple[dict, int]] = []
 
     async def index(payloads: list[dict]) -> None:
-        ran.extend((payload, deliveries()) for payload in payloads)
+        ran.extend([(payload, await payload_deliveries(stream, payload)) for payload in payloads])
 
     work = BackgroundWork(
         TaskStream(client, stream.stream, consumer="fixed"), {"index": index},
@@ -111,15 +114,15 @@ async def test_dead_letters_are_listed_redacted_and_requeued_one_or_all_of_a_kin
     assert any(p.get("reply") == {"response_url": RESPONSE_URL} for p, _ in ran)
     assert await stream.pending_count() == 0
     assert (await client.xpending(stream.stream, "workers"))["pending"] == 0
-    assert [d.kind for d in await stream.dead_letters()] == ["summary"]
+    assert [d.kind for d in await dead_letters(stream)] == ["summary"]
 
 
 async def test_a_requeue_moves_its_dead_letter_in_one_atomic_step(client, stream):
     await dead_lettered(stream, [("index", {"n": 1})])
-    [letter] = await stream.dead_letters()
+    [letter] = await dead_letters(stream)
     assert key_slot(stream.stream.encode()) == key_slot(stream.dead_stream.encode())
     async with client.monitor() as monitor:
-        requeued = await stream.requeue(letter.id)
+        requeued = await requeue(stream, letter.id)
         seen = []
         while not any(c["command"].startswith("XDEL") for c in seen):
             seen.append(await monitor.next_command())
@@ -127,13 +130,23 @@ async def test_a_requeue_moves_its_dead_letter_in_one_atomic_step(client, stream
     # added and removed inside one script: nothing can run between them, nor stop after one
     assert [c["command"].split(" ", 1)[0] for c in moves] == ["XADD", "XDEL"]
     assert all(c["client_type"] == "lua" for c in moves)
-    assert requeued and await stream.pending_count() == 1 and await stream.dead_letters() == []
+    assert requeued and await stream.pending_count() == 1 and await dead_letters(stream) == []
 
 
 async def test_two_requeues_of_one_dead_letter_at_once_queue_it_once(client, stream):
     await dead_lettered(stream, [("index", {"n": 1})])
-    [letter] = await stream.dead_letters()
+    [letter] = await dead_letters(stream)
     twice = [TaskStream(client, stream.stream) for _ in range(2)]
-    results = await asyncio.gather(*(s.requeue(letter.id) for s in twice))
+    results = await asyncio.gather(*(requeue(s, letter.id) for s in twice))
     assert sorted(r is None for r in results) == [False, True]
-    assert await stream.pending_count() == 1 and await stream.dead_letters() == []
+    assert await stream.pending_count() == 1 and await dead_letters(stream) == []
+
+
+def test_requeue_with_neither_ids_nor_all_is_a_usage_error(capsys):
+    """Said as argparse says a usage error (the usage, exit status 2), Redis never reached."""
+    for args in (["tasks", "requeue"], ["tasks", "requeue", "tasks/1-1", "--all"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(args)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.startswith("usage: arxivscout tasks requeue")
+        assert "error: give dead letters' ids (STREAM/ID, as `tasks dead` lists) or --all" in err

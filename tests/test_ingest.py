@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from memory.embeddings import CachedEmbedder
 from memory.ingest.arxiv_source import ArxivSource, RateLimiter
-from memory.ingest.chunking import chunk_paragraphs, clean_text
+from memory.ingest.chunking import chunk_paragraphs
+from memory.ingest.clean import clean_extracted_text
 from memory.ingest.errors import IngestError
 from memory.ingest.pdf import pdf_paragraphs, read_pdf
 from memory.ingest.pipeline import fetch_and_save, ingest
@@ -128,7 +129,7 @@ def test_chunking_edge_cases(enc):
         chunk.text.encode("utf-8")
         chunk.section.encode("utf-8")
         assert "\x00" not in chunk.text and "\ufffd" not in chunk.text
-    assert clean_text("a\ud83db\x07c") == "abc"
+    assert clean_extracted_text("a\ud83db\x07c") == "abc"
 
 
 def test_chunking_is_fast_on_a_large_text(enc):
@@ -292,21 +293,21 @@ async def test_fetch_and_save(source, kb, enc, scope):
 async def test_ingest_pdf_files(tmp_path, kb, enc, scope):
     local = tmp_path / "notes.pdf"
     local.write_bytes(make_pdf(title="My Notes"))
-    named = tmp_path / "2401.00001v2.pdf"
-    named.write_bytes(make_pdf(title=""))
+    untitled = tmp_path / "untitled.pdf"
+    untitled.write_bytes(make_pdf(title=""))
     locked = tmp_path / "locked.pdf"
     locked.write_bytes(make_encrypted_pdf())
     missing = str(tmp_path / "missing.pdf")
-    sources = [str(local), str(named), str(locked), missing, str(local)]
+    sources = [str(local), str(untitled), str(locked), missing, str(local)]
     report = await ingest(sources, scope, kb, kb.embedder, enc, None, progress=False)
     ingested = {i: t for i, t, _ in report.ingested}
     local_id = next(i for i, title in ingested.items() if title == "My Notes")
     assert len(local_id) == len("local-") + 12 and local_id.startswith("local-")
-    # A file named like an arXiv id is no arXiv paper: a local one (no PDF title: the file name)
-    [named_id] = [i for i, title in ingested.items() if title == "2401.00001v2"]
-    assert named_id.startswith("local-") and named_id != local_id
+    # no PDF title: the file name (one named like an arXiv id: tests/test_local_pdf_ids.py)
+    [untitled_id] = [i for i, title in ingested.items() if title == "untitled"]
+    assert untitled_id.startswith("local-") and untitled_id != local_id
     papers = {p["arxiv_id"]: p for p in await kb.papers(scope)}
-    assert set(papers) == {local_id, named_id}
+    assert set(papers) == {local_id, untitled_id}
     assert all(p["url"] == "" for p in papers.values())  # no file:// link to the server's files
     failed = dict(report.failed)
     assert "encrypted" in failed[str(locked)] and "no such file" in failed[missing]

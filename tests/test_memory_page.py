@@ -21,8 +21,8 @@ from yarl import URL
 
 from adapters.memory_page.auth import Links, LinkSigner
 from adapters.memory_page.pages import counted, erased, page_routes, safe_back
-from adapters.memory_page.server import SESSION_COOKIE, Flashed, memory_page
-from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
+from adapters.memory_page.server import IMPORT_PATH, SESSION_COOKIE, Flashed, memory_page
+from adapters.memory_page.viewer import CSRF, IMPORT_FORM, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Erasure
 from memory.scope import PUBLIC, Scope, Visibility
@@ -99,6 +99,8 @@ async def page_client(memory, tenant: str):
     async def as_viewer(request: web.Request, handler):
         request[VIEWER] = people[request.headers.get("X-Test-Viewer", "alice")]
         request[CSRF] = "test-csrf"
+        if request.method == "POST" and request.path == IMPORT_PATH:  # as the guard hands it on
+            request[IMPORT_FORM] = await request.multipart()
         try:
             return await handler(request)
         except Flashed as redirect:  # what the real guard would keep in the session

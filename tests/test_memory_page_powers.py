@@ -26,7 +26,7 @@ from adapters.memory_page.pages import counted, listed
 from adapters.memory_page.server import MAX_IMPORT_BYTES, memory_page
 from adapters.memory_page.viewer import Viewer
 from adapters.web import build_web_app
-from memory.browse_knowledge import web_link
+from memory.links import web_link
 from memory.portability import dumps
 from memory.scope import PUBLIC, Scope
 from memory.stores.knowledge_base import Chunk, Paper

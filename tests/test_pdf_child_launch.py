@@ -12,21 +12,26 @@ import os
 import pytest
 
 from memory.ingest.errors import IngestError
-from memory.ingest.pdf_child import CHILD_MODULE_ENV, CHILDREN, _child_env, read_pdf_in_child
+from memory.ingest.pdf_child import CHILDREN, _child_env, read_pdf_in_child
+from tests.support.pdf_children import STAND_IN
 from tests.test_shared_pdfs import shared_pdf
 
 
-async def test_a_child_that_cannot_import_is_a_retryable_error(monkeypatch):
-    monkeypatch.setenv(CHILD_MODULE_ENV, "memory.ingest.no_such_reader")
+async def test_a_child_that_cannot_import_is_a_retryable_error():
     with pytest.raises(RuntimeError, match=r"could not start .*No module named") as failed:
-        await read_pdf_in_child(shared_pdf("Fine"), "fine.pdf")
+        await read_pdf_in_child(shared_pdf("Fine"), "fine.pdf", module="memory.ingest.no_such")
     assert not isinstance(failed.value, IngestError)
 
 
-async def test_the_child_asks_to_be_killed_first_when_memory_runs_out(monkeypatch):
-    monkeypatch.setenv(CHILD_MODULE_ENV, "tests.support.pdf_children")  # says its score
+async def test_a_child_that_exits_0_with_a_malformed_reply_is_a_retryable_error():
+    with pytest.raises(RuntimeError, match=r"reply is malformed") as failed:
+        await read_pdf_in_child(b"%PDF", "malformed.pdf", module=STAND_IN)
+    assert not isinstance(failed.value, IngestError)
+
+
+async def test_the_child_asks_to_be_killed_first_when_memory_runs_out():
     with pytest.raises(IngestError, match=r"^oom_score_adj 1000$"):
-        await read_pdf_in_child(shared_pdf("Fine"), "fine.pdf")
+        await read_pdf_in_child(shared_pdf("Fine"), "fine.pdf", module=STAND_IN)  # its score
 
 
 def test_the_child_keeps_what_python_needs_and_no_secrets(monkeypatch):
@@ -49,17 +54,17 @@ def reader_children() -> int:
             with open(f"/proc/{pid}/stat") as stat:
                 parent = int(stat.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                mine = b"tests.support.pdf_children" in cmdline.read()
+                mine = STAND_IN.encode() in cmdline.read()
         except (OSError, ValueError, IndexError):
             continue
         count += parent == os.getpid() and mine
     return count
 
 
-async def test_a_process_runs_at_most_two_reader_children_at_once(monkeypatch):
-    monkeypatch.setenv(CHILD_MODULE_ENV, "tests.support.pdf_children")  # hang.pdf: never ends
-    reads = [
-        asyncio.create_task(read_pdf_in_child(b"%PDF", "hang.pdf", timeout=60)) for _ in range(3)
+async def test_a_process_runs_at_most_two_reader_children_at_once():
+    reads = [  # hang.pdf: the stand-in never ends
+        asyncio.create_task(read_pdf_in_child(b"%PDF", "hang.pdf", timeout=60, module=STAND_IN))
+        for _ in range(3)
     ]
     try:
         async with asyncio.timeout(20):

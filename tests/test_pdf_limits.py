@@ -15,12 +15,13 @@ from adapters.shared_files import MAX_DELIVERIES, SHARED_FILES
 from bot.background import BackgroundWork
 from memory.ingest.errors import IngestError
 from memory.ingest.pdf import read_pdf
-from memory.ingest.pdf_child import CHILD_MODULE_ENV, read_pdf_in_child
+from memory.ingest.pdf_child import read_pdf_in_child
 from memory.ingest.shared_pdf import SharedFile, save_shared_pdf
 from memory.keys import task_stream
 from memory.scope import Scope, Visibility
 from memory.tasks import Task, TaskStream
 from memory.tokens import encoding_for
+from tests.support.pdf_children import STAND_IN
 from tests.test_shared_files_last_delivery import WENT_WRONG, queued_turns
 from tests.test_shared_pdfs import StubEnd, share_payload, shared_pdf, stub_files
 
@@ -105,7 +106,7 @@ async def test_a_pdf_of_too_many_passages_for_its_pages_is_refused(memory, tenan
     assert await memory.knowledge_base.papers(Scope(tenant)) == []
 
 
-async def test_a_parse_over_the_memory_limit_or_the_time_limit_is_refused(monkeypatch):
+async def test_a_parse_over_the_memory_limit_or_the_time_limit_is_refused():
     """One page of 1.6 million characters, in a 6 KB file: pdfium needs about 230 MB for it."""
     data = one_stream_pdf(1, [LINE] * 20_000)
     with pytest.raises(IngestError, match=r"bomb\.pdf: the PDF reader failed on it \(it may be "
@@ -116,11 +117,9 @@ async def test_a_parse_over_the_memory_limit_or_the_time_limit_is_refused(monkey
     given_room = await read_pdf_in_child(data, "bomb.pdf", memory_mb=1024)
     assert given_room.pages == 1  # the same file reads with the memory it needs
     # a child that never finishes (its stand-in, through the module seam): killed, and said
-    monkeypatch.setenv(CHILD_MODULE_ENV, "tests.support.pdf_children")
     with pytest.raises(IngestError, match=r"^hang\.pdf: reading it took longer than I allow "
                        r"for one PDF \(2 s\)\.$"):  # fmt: skip
-        await read_pdf_in_child(data, "hang.pdf", timeout=2)
-    monkeypatch.delenv(CHILD_MODULE_ENV)
+        await read_pdf_in_child(data, "hang.pdf", timeout=2, module=STAND_IN)
     text = await read_pdf_in_child(shared_pdf("Fine"), "fine.pdf", max_pages=300)
     assert text.title == "Fine" and text.pages == 2  # a paper reads, in the child as in-process
     assert text.paragraphs == read_pdf(shared_pdf("Fine")).paragraphs

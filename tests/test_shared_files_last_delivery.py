@@ -13,7 +13,7 @@ import redis.exceptions
 
 from adapters.shared_files import MAX_DELIVERIES, SHARED_FILES, FetchError
 from adapters.slack_files import SlackFileEnd
-from bot.background import BackgroundWork, deliveries
+from bot.background import BackgroundWork
 from memory.keys import busy_tenants_key, busy_threads_key, turn_queue_key
 from memory.scope import Scope, Visibility
 from tests.support.slack_api import MockSlackApi
@@ -134,7 +134,8 @@ async def test_the_streams_last_delivery_says_it_though_earlier_ones_never_ran(m
     assert await files.progress.lock(tenant, share, "another-copy", 60)
 
     async def run(payloads: list[dict]) -> None:
-        if deliveries() >= MAX_DELIVERIES - 1:  # the other copy ends: runs 4 and 5 read
+        # the other copy ends on the stream's fourth delivery: runs 4 and 5 read
+        if await stream.deliveries(task_id) >= MAX_DELIVERIES - 1:
             await files.progress.unlock(tenant, share, "another-copy")
         await files.run(payloads)  # before that, each run finds the lock held: ShareBusy
 
@@ -143,7 +144,7 @@ async def test_the_streams_last_delivery_says_it_though_earlier_ones_never_ran(m
                           block_ms=50, max_deliveries=MAX_DELIVERIES)  # fmt: skip
     work.start()
     try:
-        await stream.add(SHARED_FILES, payload)
+        task_id = await stream.add(SHARED_FILES, payload)
         async with asyncio.timeout(60):
             while not end.posts and not end.edits:
                 await asyncio.sleep(0.05)

@@ -9,6 +9,7 @@ import time
 
 from adapters.shared_files import MAX_DELIVERIES, SHARED_FILES
 from bot.background import BackgroundWork
+from memory.dead_letters import dead_letters, requeue
 from memory.scope import Scope, Visibility
 from tests.test_pdf_limits import HangingEnd, redeliver
 from tests.test_shared_files_last_delivery import WENT_WRONG
@@ -44,12 +45,12 @@ async def test_a_requeued_share_reads_its_file_again_and_says_the_new_outcome(me
     try:
         await settle(files, stream)  # claimed past its last delivery: buried, said
         assert end.edits == [("1", WENT_WRONG)]
-        [letter] = await stream.dead_letters()
+        [letter] = await dead_letters(stream)
 
         # the cause fixed (the file downloads now): requeued, it runs and reads the file
-        assert await stream.requeue(letter.id)
+        assert await requeue(stream, letter.id)
         await settle(files, stream)
-        assert await stream.dead_letters() == []
+        assert await dead_letters(stream) == []
         [paper] = await memory.knowledge_base.papers(scope)
         assert paper["title"] == "Requeued"
         assert end.edits[-1][0] == "1" and end.edits[-1][1].startswith("Saved *Requeued*")

@@ -65,7 +65,7 @@ async def slack_process(world, api, stream: str, started: bool = True) -> AsyncI
     `started=False`: one that answers commands but dies before it runs any check."""
     handler = world.runtime.turns()
     adapter = SlackAdapter(handler, "xoxb-test", SECRET, api_url=api.base_url, cache_seconds=0,
-                           summarize_stream=stream, summarize_retry_ms=RETRY_MS)  # fmt: skip
+                           summarize_stream=stream, summarize_claim_idle_ms=RETRY_MS)  # fmt: skip
     if started:
         await adapter.check_token()
     runner = web.AppRunner(build_web_app(handler.memory, adapter.app))

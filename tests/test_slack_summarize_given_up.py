@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from adapters.slack_summarize import GIVEN_UP, MAX_DELIVERIES, SUMMARIZE
+from memory.dead_letters import dead_letters
 from memory.keys import task_stream
 from memory.tasks import TaskStream
 from tests.test_slack_summarize_checks import (  # noqa: F401  (the fixtures)
@@ -36,7 +37,7 @@ async def test_a_check_whose_last_run_never_ended_tells_its_person_it_was_given_
     async with slack_process(world, api, stream) as (alive, _):
         await alive.wait_idle()  # claimed past its last delivery: dead-lettered, unrun
     assert told(api, "ada") == [GIVEN_UP]
-    assert [d.task_id for d in await dead.dead_letters()] == [task.id]
+    assert [d.task_id for d in await dead_letters(dead)] == [task.id]
 
 
 async def test_a_task_failing_on_every_delivery_tells_its_person_once_on_the_last(world, api):  # noqa: F811
@@ -49,5 +50,5 @@ async def test_a_task_failing_on_every_delivery_tells_its_person_once_on_the_las
     async with slack_process(world, api, stream) as (alive, _):
         for _ in range(MAX_DELIVERIES + 1):
             await alive.wait_idle()
-        assert len(await queue.dead_letters()) == 1
+        assert len(await dead_letters(queue)) == 1
     assert told(api, "ada") == [GIVEN_UP]

@@ -41,7 +41,7 @@ def test_a_tenant_s_kind_is_read_from_its_shape():
 def old_dm_record(user: str) -> dict:
     """What the viewer cache (or a session) kept of a Discord DM's owner before: an admin."""
     record = viewer_record(Viewer(f"dm-{user}", user, "discord", admin=True, name=user))
-    record.pop("rules")
+    record.pop("version")
     return record
 
 
@@ -52,7 +52,7 @@ def test_a_dm_owner_s_record_from_before_makes_no_admin():
     someone_else = viewer_of({**old_dm_record(user), "user": "999"})
     assert not someone_else.owner and not someone_else.admin
     named = Viewer(f"dm-{user}", user, "discord", admin=True, owner=True)  # ARXIVSCOUT_ADMINS
-    assert viewer_of(viewer_record(named)).admin  # a record of today's rules is read as is
+    assert viewer_of(viewer_record(named)).admin  # a record of today's version is read as is
     slack_admin = viewer_of({**old_dm_record(user), "tenant": "T1", "platform": "slack"})
     assert slack_admin.admin  # only Discord DM tenants are derived again
 

@@ -38,6 +38,11 @@ def place(channel: Any) -> WatchPlace:
     return WatchPlace("discord", str(channel.id))
 
 
+async def can_post(poster: DiscordWatches, channel: Any) -> str:
+    """Asked as a watch of the channel's own server asks it (its tenant)."""
+    return await poster.can_post(place(channel), tenant=str(channel.guild.id))
+
+
 def refused_in(channel: Any, permission: str) -> str:
     return (
         f"I cannot send messages in <#{channel.id}>, so Discord would refuse this watch's "
@@ -51,11 +56,11 @@ async def test_a_thread_needs_send_messages_in_threads_and_a_channel_send_messag
     thread = fake.thread(fake.guild(), fake.bot.id)  # its permissions are its parent's
     channel = thread.parent
     channel.permissions_for.side_effect = granting(send_messages=True)
-    assert await poster.can_post(place(channel)) == ""
-    assert await poster.can_post(place(thread)) == refused_in(thread, "Send Messages in Threads")
+    assert await can_post(poster, channel) == ""
+    assert await can_post(poster, thread) == refused_in(thread, "Send Messages in Threads")
     channel.permissions_for.side_effect = granting(send_messages_in_threads=True)
-    assert await poster.can_post(place(thread)) == ""
-    assert await poster.can_post(place(channel)) == refused_in(channel, "Send Messages")
+    assert await can_post(poster, thread) == ""
+    assert await can_post(poster, channel) == refused_in(channel, "Send Messages")
 
 
 async def test_a_thread_whose_parent_is_not_cached_is_checked_in_the_fetched_parent(discord_side):
@@ -64,25 +69,26 @@ async def test_a_thread_whose_parent_is_not_cached_is_checked_in_the_fetched_par
     guild = fake.guild()
     thread = fake.thread(guild, fake.bot.id, parent_id=fake.text_channel(guild, muted=True).id)
     thread.permissions_for.side_effect = discord.ClientException("Parent channel not found")
-    assert await poster.can_post(place(thread)) == refused_in(thread, "Send Messages in Threads")
+    assert await can_post(poster, thread) == refused_in(thread, "Send Messages in Threads")
     poster.client.fetch_channel.assert_awaited_with(thread.parent_id)
     thread.parent.permissions_for.side_effect = lambda target, /: discord.Permissions(
         send_messages_in_threads=True
     )  # hidden from the bot: nothing in its threads either
-    assert await poster.can_post(place(thread)) == refused_in(thread, "Send Messages in Threads")
+    assert await can_post(poster, thread) == refused_in(thread, "Send Messages in Threads")
     thread.parent.permissions_for.side_effect = granting(send_messages_in_threads=True)
-    assert await poster.can_post(place(thread)) == ""
+    assert await can_post(poster, thread) == ""
 
     poster.client.fetch_channel.side_effect = UNAVAILABLE  # Discord cannot say: the post will
-    assert await poster.can_post(place(thread)) == ""
+    assert await can_post(poster, thread) == ""
 
 
 async def test_a_channel_gone_or_hidden_cannot_be_seen_and_an_http_error_is_left_to_the_post(
     discord_side,
 ):
     fake, poster = discord_side
+    tenant = str(fake.guild().id)
     gone = WatchPlace("discord", str(fake.snowflake()))  # fetching it: NotFound
-    assert await poster.can_post(gone) == CANNOT_SEE
-    assert await poster.can_post(WatchPlace("discord", "not-a-snowflake")) == CANNOT_SEE
+    assert await poster.can_post(gone, tenant) == CANNOT_SEE
+    assert await poster.can_post(WatchPlace("discord", "not-a-snowflake"), tenant) == CANNOT_SEE
     poster.client.fetch_channel.side_effect = UNAVAILABLE
-    assert await poster.can_post(gone) == ""
+    assert await poster.can_post(gone, tenant) == ""

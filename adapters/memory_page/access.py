@@ -9,7 +9,7 @@ memory's audience (`memory.scope.Scope.audience`):
   with the bot (users.conversations) and their own DM with the bot (conversations.open), and
   in the public channels they are in what guests and other organisations' people said there
   (stored as the channel's private memory). Guests and other organisations' people see their
-  own places only (`adapters.slack_walls.outsider`, the bot's own rule: a sister workspace's
+  own places only (`adapters.slack_org.outsider`, the bot's own rule: a sister workspace's
   member of the same Enterprise Grid org is not of another organisation).
 - Discord: members with Manage Server or Administrator manage the whole server. Everyone sees
   what was said in channels @everyone can view, in the channels hidden from @everyone that
@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any, Protocol
 
@@ -42,7 +42,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.memory_page.viewer import Viewer
-from adapters.slack_walls import outsider, workspace_admin, workspace_organisation
+from adapters.slack_org import flagged_admin, outsider, workspace_organisation
 from memory.scope import PUBLIC, Scope, TenantKind, Visibility, tenant_kind
 from memory.web_sessions import ViewerCache
 
@@ -72,18 +72,21 @@ class Directory(Protocol):
     async def viewer(self, tenant: str, user: str, platform: str) -> Viewer: ...
 
 
-# a record's rules (`viewer_record`): 2, a Discord DM's owner is no admin (unless
-# ARXIVSCOUT_ADMINS names them); a record with none was stored before, when they were
-VIEWER_RULES = 2
+# the version of a record's shape and meaning (`viewer_record`): 2, a Discord DM's owner is no
+# admin (unless ARXIVSCOUT_ADMINS names them); a record with none was stored before, when they were
+VIEWER_RECORD_VERSION = 2
 
 
 def viewer_record(viewer: Viewer) -> dict[str, Any]:
-    return {**asdict(viewer), "audiences": sorted(viewer.audiences), "rules": VIEWER_RULES}
+    return {
+        **asdict(viewer), "audiences": sorted(viewer.audiences),
+        "version": VIEWER_RECORD_VERSION,
+    }  # fmt: skip
 
 
 def viewer_of(record: dict[str, Any]) -> Viewer:
     """The viewer a cached or session record names. A Discord DM tenant's owner is derived
-    again from the tenant and person; its `admin` is read only from a record of today's rules
+    again from the tenant and person; its `admin` is read only from a record of today's version
     (then only ARXIVSCOUT_ADMINS made it): an older record's says every DM owner was one."""
     viewer = Viewer(
         tenant=record["tenant"], user=record["user"], platform=record["platform"],
@@ -91,7 +94,7 @@ def viewer_of(record: dict[str, Any]) -> Viewer:
         name=record.get("name") or "", owner=bool(record.get("owner")),
     )  # fmt: skip
     if viewer.platform == "discord" and tenant_kind(viewer.tenant) is TenantKind.DISCORD_DM:
-        admin = viewer.admin and record.get("rules", 0) >= VIEWER_RULES
+        admin = viewer.admin and record.get("version", 0) >= VIEWER_RECORD_VERSION
         return replace(viewer, admin=admin, owner=viewer.tenant == f"dm-{viewer.user}")
     return viewer
 
@@ -113,18 +116,6 @@ def _place(tenant: str, channel: str, visibility: Visibility) -> str:
     return Scope(tenant, channel=channel, visibility=visibility).audience
 
 
-def _once(ask: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[str]]:
-    """`ask`, asked of Slack at most once (however many rules want its answer)."""
-    answers: list[str] = []
-
-    async def asked() -> str:
-        if not answers:
-            answers.append(await ask())
-        return answers[0]
-
-    return asked
-
-
 class SlackDirectory:
     """Asks Slack (users.info, users.conversations, conversations.open) with the bot's token:
     private channels are listed only where the bot is a member too, as its memory is."""
@@ -139,15 +130,14 @@ class SlackDirectory:
                 places = await self._places(tenant, user)
                 # as the bot walls them: guests, and people of another workspace who are not of
                 # the workspace's own Enterprise Grid org (auth.test, asked only for them)
-                organisation = _once(lambda: workspace_organisation(self.client, tenant))
-                walled = await outsider(found, organisation)
-                # the bot's `/watch` rule: never a walled person (Slack may flag someone of
-                # another organisation, Slack Connect, an admin of their own), nor deactivated
-                admin = await workspace_admin(found, organisation)
+                walled = await outsider(found, lambda: workspace_organisation(self.client, tenant))
         except SlackApiError as exc:
             raise self._error(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError):
             raise DirectoryError("Slack could not be reached: try again in a minute.") from None
+        # the bot's `/watch` rule (adapters/slack_org.py `workspace_admin`): never a walled person
+        # (Slack may flag someone of another organisation an admin of their own), nor deactivated
+        admin = not walled and flagged_admin(found)
         if found.get("deleted"):
             raise DirectoryError("This Slack account is deactivated.", status=403)
         profile = found.get("profile") or {}
@@ -264,10 +254,13 @@ class DiscordDirectory:
         self._owned = client is None
 
     async def viewer(self, tenant: str, user: str, platform: str = "discord") -> Viewer:
-        if tenant.startswith("dm-"):  # a person's DMs are a tenant of their own
+        kind = tenant_kind(tenant)
+        if kind is TenantKind.DISCORD_DM:  # a person's DMs are a tenant of their own
             if tenant != f"dm-{user}":
                 raise DirectoryError("This link is for someone else's direct messages.", 403)
             return Viewer(tenant, user, "discord", name=user, owner=True)
+        if kind is not TenantKind.DISCORD_SERVER:
+            raise DirectoryError("This link is for no Discord server or direct messages.", 403)
         import discord
 
         try:

@@ -3,7 +3,8 @@
 Each handler reads the `Viewer` and the CSRF token that the access middleware put on the
 request (`server.py`), asks `memory.browse` for what that person may see, and shows it; forms
 call `memory.governance` and `memory.portability`, then redirect back with a message that the
-guard keeps in the session for the next page (`server.Flashed`), never in the address.
+guard keeps in the session for the next page (`server.Flashed`), never in the address. An
+export's stream and an import's upload are transfer.py's; who may is checked here.
 A Forget button leads to a page that shows what would be forgotten (`GET /memory/forget/confirm`),
 whose form posts the erasure: nothing is erased by one stray click, and no script is needed.
 Who may do what: anyone sees what `Viewer.can_see` allows and may export a thread they see
@@ -22,33 +23,37 @@ import functools
 import logging
 import math
 import re
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote
 
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 from jinja2 import Environment, FileSystemLoader
 from yarl import URL
 
-from adapters.memory_page.server import FLASH, MAX_IMPORT_BYTES, MB, Flashed
-from adapters.memory_page.viewer import CSRF, IMPORT_FORM, VIEWER, Viewer
+from adapters.memory_page.server import FLASH, IMPORT_PATH, Flashed
+from adapters.memory_page.transfer import (
+    ImportFailed,
+    filename,
+    import_upload,
+    stream_export,
+    visible,
+)
+from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
-from memory.portability import dumps
-from memory.scope import PUBLIC, legacy_audience
+from memory.scope import PUBLIC
 
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).with_name("templates")
 THREADS_PER_PAGE = 50
 TURNS_SHOWN = 100  # of a thread's turns, newest first, in its usage table
-UPLOAD_CHUNK_BYTES = 65_536  # an import's file is written to a temporary file by these
 SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("entity", "workflow")
@@ -67,12 +72,6 @@ NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, 
     "dropped_watch_imports": ("watch left out (not a channel of this team)",
                               "watches left out (not channels of this team)"),
 }  # fmt: skip
-TOO_LARGE_IMPORT = f"The file is too large: an import takes {MAX_IMPORT_BYTES // MB} MB at most."
-UNREADABLE_IMPORT = "The upload could not be read: choose the file and import it again."
-
-
-class UploadTooLarge(Exception):
-    """An import's file is over MAX_IMPORT_BYTES."""
 
 
 class Missing(Exception):
@@ -198,54 +197,6 @@ def safe_back(value: str | None, default: str) -> str:
     return default
 
 
-def filename(*parts: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))[:120] + ".jsonl"
-
-
-async def ndjson(records: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """An export's records as JSON Lines, in chunks of about 64 kB."""
-    buffer: list[bytes] = []
-    size = 0
-    async for record in records:
-        line = (dumps(record) + "\n").encode()
-        buffer.append(line)
-        size += len(line)
-        if size >= 65_536:
-            yield b"".join(buffer)
-            buffer, size = [], 0
-    if buffer:
-        yield b"".join(buffer)
-
-
-async def receive_import(request: web.Request, form: dict[str, str], into: IO[bytes]) -> bool:
-    """The import form, streamed as it arrives: its small fields into `form` (each at most the
-    request's form size: 413), its file into `into` (at most MAX_IMPORT_BYTES: UploadTooLarge);
-    whether a file was sent. The guard read its CSRF field first (`IMPORT_FORM`); without the
-    guard the form is read from its start. ValueError: not a multipart form, or a broken one."""
-    reader = request.get(IMPORT_FORM)
-    if reader is None:
-        if request.content_type != "multipart/form-data":
-            raise ValueError("not a multipart form")
-        reader = await request.multipart()
-    sent, size = False, 0
-    while (part := await reader.next()) is not None:
-        if not isinstance(part, BodyPartReader):
-            await part.release()  # a multipart inside: no field of this form
-        elif part.name == "file" and part.filename and not sent:
-            sent = True
-            while chunk := await part.read_chunk(UPLOAD_CHUNK_BYTES):
-                data = part.decode(chunk)
-                size += len(data)
-                if size > MAX_IMPORT_BYTES:
-                    raise UploadTooLarge
-                into.write(data)
-        else:
-            value = await part.text()
-            if part.name == "back":
-                form["back"] = value
-    return sent
-
-
 @dataclass
 class Target:
     """What a forget names, checked: it exists in the viewer's tenant, they may see it and
@@ -256,30 +207,6 @@ class Target:
     thread: str
     item: Any
     after: str
-
-
-async def visible(records: AsyncIterator[dict], viewer: Viewer) -> AsyncIterator[dict]:
-    """A thread's export as the viewer may see it: each message, summary, tool log and turn is
-    checked by its own audience (the thread's first message decides only whether it is listed),
-    and a turn's feedback is only what the thread's page shows (`own_feedback`)."""
-    async for record in records:
-        item = record.get(record.get("kind", ""))
-        if not isinstance(item, dict) or "audience" not in item:
-            yield record  # the header, the thread's own line
-        elif viewer.can_see(item["audience"] or legacy_audience(record.get("thread", ""))):
-            if record.get("kind") == "turn" and not viewer.manages:
-                record = {**record, "turn": own_feedback(item, viewer.user)}
-            yield record
-
-
-def own_feedback(turn: dict[str, Any], user: str) -> dict[str, Any]:
-    """A turn's record as someone who does not manage the tenant may export it: the rating (the
-    votes summed, as its thread's page shows it) and their own vote and comment, not who else
-    voted nor what they wrote."""
-    votes = [v for v in turn.get("feedback") or [] if isinstance(v, dict)]
-    rating = sum(v["rating"] for v in votes if isinstance(v.get("rating"), int))
-    mine = [v for v in votes if v.get("user") == user]
-    return {**turn, "rating": rating, "feedback": mine}
 
 
 class Pages:
@@ -531,26 +458,7 @@ class Pages:
             raise Refused
         else:
             records, name = self.memory.portability.export_tenant(v.tenant), filename(v.tenant)
-        chunks = ndjson(records)
-        first = await anext(chunks, b"")  # a failure this early is still an error page
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "application/x-ndjson",
-                "Content-Disposition": f'attachment; filename="{name}"',
-            }
-        )
-        await response.prepare(request)
-        try:
-            await response.write(first)
-            async for chunk in chunks:
-                await response.write(chunk)
-        except Exception:  # too late for a page: cut the body, so the download shows failed
-            log.exception("memory page: the export of %s failed midway", name)
-            if request.transport is not None:
-                request.transport.abort()
-            return response
-        await response.write_eof()
-        return response
+        return await stream_export(request, records, name)
 
     @page
     async def import_file(self, request: web.Request) -> web.StreamResponse:
@@ -560,26 +468,10 @@ class Pages:
         if not v.admin:
             raise Refused
         form: dict[str, str] = {}
-        with tempfile.TemporaryFile() as upload:
-            try:
-                sent = await receive_import(request, form, upload)
-            except (UploadTooLarge, web.HTTPRequestEntityTooLarge):
-                raise self.back(form, "/memory", error=TOO_LARGE_IMPORT) from None
-            except ValueError:  # not a multipart form, or a broken one
-                raise self.back(form, "/memory", error=UNREADABLE_IMPORT) from None
-            if not sent:
-                raise self.back(form, "/memory", error="Choose a JSON Lines file to import.")
-
-            def lines() -> Iterable[str]:  # read afresh for each of the import's two passes
-                upload.seek(0)
-                return (raw.decode("utf-8") for raw in upload)
-
-            try:
-                counts = await self.memory.portability.import_lines(v.tenant, lines)
-            except UnicodeDecodeError:
-                raise self.back(form, "/memory", error="The file is not UTF-8 text.") from None
-            except ValueError as exc:  # not an export, a bad line, or the tenant is not empty
-                raise self.back(form, "/memory", error=str(exc)) from None
+        try:
+            counts = await import_upload(request, form, self.memory.portability, v.tenant)
+        except ImportFailed as exc:
+            raise self.back(form, "/memory", error=str(exc)) from None
         made = listed(counts.items()) or "nothing"
         raise self.back(form, "/memory", done=f"Imported {made}.")
 
@@ -642,7 +534,7 @@ def page_routes(memory: MemoryManager) -> list[web.RouteDef]:
         web.post("/memory/forget", p.forget),
         web.post("/memory/entities/edit", p.edit_entity),
         web.post("/memory/workflows/edit", p.edit_workflow),
-        web.post("/memory/import", p.import_file),
+        web.post(IMPORT_PATH, p.import_file),
         web.post("/memory/retention", p.retention),
         web.post("/memory/people/forget", p.forget_person),
     ]

@@ -12,7 +12,7 @@ from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.web_cmd import page_wiring
-from app.runtime import open_agent
+from app.runtime import AgentRuntime, open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
 
@@ -43,6 +43,15 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
         ) from None
     except Exception as exc:
         raise ConfigError(f"Could not reach Slack to check SLACK_BOT_TOKEN: {exc}") from None
+
+
+async def stop_reading(adapter: SlackAdapter, runtime: AgentRuntime) -> None:
+    """Every background worker of the process (`/summarize`'s, and the runtime's parts, as
+    app/runtime.py `close` takes them) stops reading and hands back the tasks it has not
+    started before any running batch is awaited (`adapter.close`, `runtime.close`): no
+    hand-back waits for another worker's batches, and the platform's kill."""
+    await adapter.summaries.stop_reading()
+    await runtime.stop_reading()
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -77,6 +86,7 @@ async def run(args: argparse.Namespace) -> int:
         adapter.pipeline.start()  # take over the threads of processes that died
         await stop_on_signals().wait()
         await adapter.pipeline.shutdown()  # what cannot finish in time goes back to the queue
+        await stop_reading(adapter, runtime)  # then every worker's hand-back, before any waits
         await adapter.close()
     finally:
         if runner:

@@ -4,7 +4,8 @@ A task that keeps failing (or whose run took its process down) is dead-lettered 
 stream's `<stream>:dead`; once its cause is fixed, `requeue` queues it again as a fresh task
 (its deliveries from 0), moved off the dead letters in one atomic step: never lost, never
 doubled. It is marked requeued (its payload's `requeued`, the dead letter's id), so a kind that
-keeps its own progress across runs starts afresh (a shared file is read again). Payloads are shown with their credentials redacted (a Slack response_url, a token).
+keeps its own progress across runs starts afresh (a shared file is read again). Payloads are
+shown with their credentials redacted (a Slack response_url, a token).
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ from app.commands.common import add_json, print_json
 from app.runtime import redis_url
 from app.settings import Settings
 from memory.connection import connect
+from memory.dead_letters import (
+    DeadLetter,
+    UnknownDeadLetter,
+    dead_letter_streams,
+    dead_letters,
+    requeue,
+)
 from memory.keys import task_stream, task_stream_name
-from memory.tasks import DeadLetter, TaskStream, UnknownDeadLetter, dead_letter_streams
+from memory.tasks import TaskStream
 
 REDACTED = "[redacted]"
 # payload keys whose values are credentials (a response_url posts as the bot, for 30 minutes)
@@ -38,19 +46,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("tasks", help="background tasks given up on: list them, requeue them")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     dead = verbs.add_parser("dead", help="list the dead letters of every task stream")
-    requeue = verbs.add_parser("requeue", help="queue dead letters again as fresh tasks")
-    requeue.add_argument(
-        "ids", metavar="ID", nargs="*", help="a dead letter, as listed (STREAM/ID)"
-    )
-    requeue.add_argument(
-        "--all", action="store_true", help="every dead letter (of --stream, --kind)"
-    )
-    for verb in (dead, requeue):
+    again = verbs.add_parser("requeue", help="queue dead letters again as fresh tasks")
+    again.add_argument("ids", metavar="ID", nargs="*", help="a dead letter, as listed (STREAM/ID)")
+    again.add_argument("--all", action="store_true", help="every dead letter (of --stream, --kind)")
+    for verb in (dead, again):
         verb.add_argument("--stream", help="only this stream (e.g. tasks, shared-files-slack)")
         verb.add_argument("--kind", help="only tasks of this kind")
         add_json(verb)
     dead.set_defaults(handler=run_dead)
-    requeue.set_defaults(handler=run_requeue)
+    again.set_defaults(handler=run_requeue, parser=again)  # its parser: to say a usage error
 
 
 async def run_dead(args: argparse.Namespace) -> int:
@@ -59,25 +63,27 @@ async def run_dead(args: argparse.Namespace) -> int:
         letters = await _dead_letters(client, args.stream, args.kind)
     finally:
         await client.aclose()
+    records = [_record(letter) for letter in letters]
     if args.json:
-        print_json([_record(letter) for letter in letters])
-    elif not letters:
+        print_json(records)
+        return 0
+    if not records:
         print("No dead letters.")
-    for letter in [] if args.json else letters:
-        record = _record(letter)
+    for record in records:
+        deliveries = record["deliveries"]
+        payload = json.dumps(record["payload"], ensure_ascii=False)
         print(
-            f"{record['id']}  {record['dead_at']}  {letter.kind}  "
-            f"{letter.deliveries} deliver{'y' if letter.deliveries == 1 else 'ies'}  {_one_line(record['error'], ERROR_CHARS)}\n"
-            f"    {_one_line(json.dumps(record['payload'], ensure_ascii=False), PREVIEW_CHARS)}"
+            f"{record['id']}  {record['dead_at']}  {record['kind']}  "
+            f"{deliveries} deliver{'y' if deliveries == 1 else 'ies'}  "
+            f"{_one_line(record['error'], ERROR_CHARS)}\n"
+            f"    {_one_line(payload, PREVIEW_CHARS)}"
         )
     return 0
 
 
 async def run_requeue(args: argparse.Namespace) -> int:
-    if bool(args.ids) == args.all:
-        raise UnknownDeadLetter(
-            "Give dead letters' ids (STREAM/ID, as `tasks dead` lists) or --all."
-        )
+    if bool(args.ids) == args.all:  # a usage error: said with the usage, exit status 2
+        args.parser.error("give dead letters' ids (STREAM/ID, as `tasks dead` lists) or --all")
     client = await connect(redis_url(Settings.from_env()))
     try:
         if args.all:
@@ -87,7 +93,7 @@ async def run_requeue(args: argparse.Namespace) -> int:
             wanted = [_parse_id(client, text) for text in args.ids]
         requeued = []
         for stream, dead_id in wanted:
-            new_id = await stream.requeue(dead_id)
+            new_id = await requeue(stream, dead_id)
             name = task_stream_name(stream.stream)
             if new_id is None and not args.all:
                 raise UnknownDeadLetter(f"No dead letter {name}/{dead_id} (requeued already?).")
@@ -108,7 +114,7 @@ async def _dead_letters(client: Any, stream: str | None, kind: str | None) -> li
     streams = await dead_letter_streams(client)
     if stream:
         streams = [s for s in streams if task_stream_name(s.stream) == stream]
-    letters = [letter for s in streams for letter in await s.dead_letters()]
+    letters = [letter for s in streams for letter in await dead_letters(s)]
     return [letter for letter in letters if not kind or letter.kind == kind]
 
 

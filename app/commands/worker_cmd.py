@@ -18,7 +18,7 @@ from adapters.spine import Pipeline
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
-from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token
+from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token, stop_reading
 from app.commands.web_cmd import page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
@@ -101,6 +101,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             cleanup.insert(0, runner.cleanup)
         waiters = [asyncio.create_task(stop_on_signals().wait())]
         pipelines: list[Pipeline] = []
+        slack = None
         if use_slack:
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
@@ -128,6 +129,8 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         # stop taking jobs; what cannot finish in time goes back to the queue for another process
         await asyncio.gather(*(pipeline.shutdown() for pipeline in pipelines))
+        # then every worker's hand-back, before any running batch is awaited (the cleanup)
+        await (stop_reading(slack, runtime) if slack is not None else runtime.stop_reading())
         for task in pending:
             task.cancel()
         for task in done:

@@ -31,7 +31,7 @@ from typing import Any
 import arxiv
 import requests
 
-from memory.ingest.chunking import clean_text
+from memory.ingest.clean import clean_extracted_text
 from memory.ingest.errors import IngestError
 from memory.stores.knowledge_base import Paper, base_arxiv_id, is_arxiv_id
 
@@ -119,7 +119,7 @@ class ArxivHit:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(clean_text(text or "").split())
+    return " ".join(clean_extracted_text(text or "").split())
 
 
 def result_to_paper(result: arxiv.Result) -> Paper:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import groupby
 
-from memory.ingest.clean import clean_text
+from memory.ingest.clean import clean_extracted_text
 from memory.stores.knowledge_base import Chunk
 
-__all__ = ["Paragraph", "chunk_paragraphs", "clean_text"]  # clean_text: where it was
+__all__ = ["Paragraph", "chunk_paragraphs"]
 
 
 def _encode_all(encoding, texts: list[str]) -> list[list[int]]:
@@ -42,8 +42,8 @@ def chunk_paragraphs(
         raise ValueError("need max_tokens > 0 and 0 <= overlap < max_tokens")
     kept = [
         (
-            clean_text(p[0] or "").strip(),
-            clean_text(p[1] or "").strip(),
+            clean_extracted_text(p[0] or "").strip(),
+            clean_extracted_text(p[1] or "").strip(),
             p[2] if len(p) > 2 else None,
         )
         for p in paragraphs

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pypdfium2 as pdfium
 
-from memory.ingest.clean import clean_text
+from memory.ingest.clean import clean_extracted_text
 from memory.ingest.errors import IngestError
 
 # Text budget per page a PDF may have (max_pages): a dense two-column page of a paper holds
@@ -105,7 +105,7 @@ def read_pdf(
         count = len(doc)
         if max_pages is not None and count > max_pages:
             raise IngestError(f"{name}: it has {count} pages, and I read up to {max_pages}.")
-        title = clean_text(doc.get_metadata_value("Title") or "").strip()
+        title = clean_extracted_text(doc.get_metadata_value("Title") or "").strip()
         pages: list[str] = []
         read = 0
         for index in range(count):
@@ -178,7 +178,7 @@ def _paragraphs(pages: list[str]) -> list[tuple[str, str, int]]:
             current.clear()
 
     for number, raw in enumerate(pages, start=1):
-        text = clean_text(raw.replace("\r\n", "\n").replace("\r", "\n"))
+        text = clean_extracted_text(raw.replace("\r\n", "\n").replace("\r", "\n"))
         text = _SOFT_HYPHENS.sub("", text)
         lines = [line.strip() for line in text.split("\n")]
         lengths = sorted(len(line) for line in lines if line)

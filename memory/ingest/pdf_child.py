@@ -13,9 +13,9 @@ asks the kernel to kill it first when memory runs out (oom_score_adj 1000), and 
 at most CHILDREN of them at once.
 
 Every way the read can end badly (over the memory limit, a crash, too slow) is an IngestError,
-said to the person as it is; a child that could not start or import (our deployment's fault,
-not the file's) is a RuntimeError, which a task retries. The cost is a process start, 0.1-0.2 s
-on top of the read.
+said to the person as it is; a child that could not start or import, or that exited 0 with a
+reply we cannot read (our deployment's fault, not the file's), is a RuntimeError, which a task
+retries. The cost is a process start, 0.1-0.2 s on top of the read.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ READ_SECONDS = 120.0  # a 300-page paper reads in a few seconds, one built to be
 _PROJECT = Path(__file__).resolve().parents[2]  # where `memory` is, for the child's sys.path
 # what the child keeps of the environment: what Python needs to start, no tokens
 _ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHOME")
-CHILD_MODULE_ENV = "ARXIVSCOUT_PDF_CHILD_MODULE"  # the module run as the child (tests: a seam)
-_CHILD_MODULE = "memory.ingest.pdf_child"
+CHILD_MODULE = "memory.ingest.pdf_child"  # the module run as the child
 CHILDREN = 2  # readers one process runs at once (each may take READ_MEMORY_MB more)
 # what a child that never got to the PDF says: it could not import, or load a library
 _LAUNCH_FAILED = re.compile(
@@ -52,29 +51,29 @@ log = logging.getLogger(__name__)
 
 async def read_pdf_in_child(
     data: bytes, name: str, max_pages: int | None = None, max_chars: int | None = None,
-    memory_mb: int = READ_MEMORY_MB, timeout: float = READ_SECONDS,
+    memory_mb: int = READ_MEMORY_MB, timeout: float = READ_SECONDS, module: str = CHILD_MODULE,
 ) -> PdfText:  # fmt: skip
     """`read_pdf(data, name, max_pages, max_chars)` in a child process that may use
     `memory_mb` more memory than it starts with, for up to `timeout` seconds; IngestError
-    (with a message for the person) when it refuses the PDF or does not finish."""
+    (with a message for the person) when it refuses the PDF or does not finish. `module` is
+    what the child runs: tests alone give another (a stand-in), never from configuration."""
     import asyncio  # here: the child, which runs this module, starts 40 ms faster without it
 
     loop = asyncio.get_running_loop()
     if loop not in _children:
         _children[loop] = asyncio.Semaphore(CHILDREN)
     async with _children[loop]:
-        return await _read_in_child(data, name, max_pages, max_chars, memory_mb, timeout)
+        return await _read_in_child(data, name, max_pages, max_chars, memory_mb, timeout, module)
 
 
 async def _read_in_child(
     data: bytes, name: str, max_pages: int | None, max_chars: int | None, memory_mb: int,
-    timeout: float,
+    timeout: float, module: str,
 ) -> PdfText:  # fmt: skip
     import asyncio
 
     limits = json.dumps({"name": name, "max_pages": max_pages, "max_chars": max_chars,
                          "memory_mb": memory_mb})  # fmt: skip
-    module = os.environ.get(CHILD_MODULE_ENV) or _CHILD_MODULE
     try:
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", module, limits,
@@ -133,12 +132,16 @@ def _too_big(name: str, memory_mb: int) -> str:
 
 
 def _pdf_text(reply: dict[str, Any]) -> PdfText:
-    """The child's text, checked: its output is data from a process that parsed the file."""
-    paragraphs = [(str(s), str(t)) for s, t in reply["paragraphs"]]
-    pages = [int(p) for p in reply["paragraph_pages"]]
-    if len(pages) != len(paragraphs):
-        raise ValueError("pdf reader child: paragraphs and pages differ in number")
-    return PdfText(str(reply["title"]), int(reply["pages"]), paragraphs, pages)
+    """The child's text, checked: its output is data from a process that parsed the file.
+    A reply of the wrong shape is a RuntimeError (retried): our child wrote it, not the file."""
+    try:
+        paragraphs = [(str(s), str(t)) for s, t in reply["paragraphs"]]
+        pages = [int(p) for p in reply["paragraph_pages"]]
+        if len(pages) != len(paragraphs):
+            raise ValueError("paragraphs and pages differ in number")
+        return PdfText(str(reply["title"]), int(reply["pages"]), paragraphs, pages)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise RuntimeError(f"the PDF reader's reply is malformed: {exc!r}") from exc
 
 
 def _limit_memory(extra_mb: int) -> None:

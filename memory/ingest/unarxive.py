@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Any
 
-from memory.ingest.chunking import clean_text
+from memory.ingest.clean import clean_extracted_text
 from memory.ingest.errors import IngestError
 from memory.stores.knowledge_base import Paper
 
@@ -31,7 +31,7 @@ def is_unarxive_path(path: str | Path) -> bool:
 
 
 def _text(value: Any) -> str:
-    text = clean_text(value if isinstance(value, str) else "")
+    text = clean_extracted_text(value if isinstance(value, str) else "")
     return _SPACES.sub(" ", _PLACEHOLDER.sub("", text)).strip()
 
 
@@ -72,7 +72,7 @@ def parse_record(record: Any, where: str) -> tuple[Paper, Paragraphs]:
     abstract_text = _text(abstract.get("text") if isinstance(abstract, dict) else abstract)
     abstract_text = abstract_text or _text(meta.get("abstract"))
     paper = Paper(
-        arxiv_id=clean_text(paper_id.strip()),
+        arxiv_id=clean_extracted_text(paper_id.strip()),
         title=_text(meta.get("title")) or paper_id,
         authors=_authors(meta),
         published=_published(meta),

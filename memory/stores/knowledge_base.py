@@ -23,6 +23,7 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.token_escaper import TokenEscaper
 
 from memory.keys import KB_INDEX, KB_PREFIX, papers_key
+from memory.links import web_link
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import Segment, VectorStore, decode
 from memory.stores.stopwords import STOPWORDS
@@ -368,7 +369,7 @@ class KnowledgeBase(VectorStore):
             year = f" ({p.year})" if p.year else ""
             page = f" — page {p.page}" if p.page else ""
             label = "PDF" if is_shared_pdf(p.arxiv_id) else "arXiv"
-            link = "" if p.url.startswith("file:") else p.url  # an old local PDF's server path
+            link = web_link(p.url)  # never an old local PDF's `file:` server path
             items.append(
                 f"[{number}] [{label}:{p.arxiv_id}] {p.title}{year}{where}{page} — chunk "
                 f"{p.chunk_index}\nLink: {link}\n{p.content}"
