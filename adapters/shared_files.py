@@ -38,13 +38,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol
 
-from bot.background import (
-    MAX_RUN_MS,
-    BackgroundWork,
-    close_all,
-    last_delivery,
-    stop_reading_all,
-)
+from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
+from bot.spent_tasks import last_delivery
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream

@@ -40,7 +40,8 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from adapters.platform_ids import slack_team
 from adapters.slack_walls import SlackWalls
 from adapters.spine import NOT_TAKEN, MemoryUnavailable
-from bot.background import BackgroundWork, last_delivery
+from bot.background import BackgroundWork
+from bot.spent_tasks import last_delivery
 from bot.turns import TurnHandler
 from memory.coordination import ThreadPresence
 from memory.errors import memory_unavailable

@@ -6,9 +6,8 @@
   anywhere, as the memory page decides who is an admin). A mention "watch … weekly" does the
   same, through the turn handler (bot/watch_texts.py `chat_command`; there, only from the
   watch's channel).
-- A digest is one message (Block Kit): per paper its title linked, authors, why it matters,
-  and a "Save to team knowledge base" button (action `digest_save`, value the arXiv id). The
-  message carries metadata naming its watch and period, so a digest task run again after a
+- A digest is one message (Block Kit, adapters/slack_digest.py) with a Save button per paper.
+  The message carries metadata naming its watch and period, so a digest task run again after a
   crash finds it in the channel's history instead of posting it twice.
 - A pressed Save is queued as a durable task and answered where it was pressed, only to the
   person (response_url): "Saving …", then "Saved … (N passages)".
@@ -44,7 +43,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, slack_team, tenant_kind
-from adapters.slack_home import esc
+from adapters.slack_digest import SAVE_ACTION, digest_blocks, digest_fallback
 from adapters.slack_org import (
     OrganisationUnknown,
     enterprise_of,
@@ -61,10 +60,9 @@ from bot.watches import (
     Undeliverable,
     WatchPlace,
     WatchService,
-    describe,
     saving_text,
 )
-from memory.digest import Digest, short_authors, when
+from memory.digest import Digest
 from memory.ingest.arxiv_source import check_arxiv_id
 from memory.ingest.errors import IngestError
 from memory.scope import Scope
@@ -72,8 +70,6 @@ from memory.stores.watches import Watch
 
 log = logging.getLogger(__name__)
 
-SAVE_ACTION = "digest_save"
-SAVE_LABEL = "Save to team knowledge base"
 METADATA_EVENT = "arxivscout_digest"
 ADMIN_CHECK_SECONDS = 2.0  # of Slack's 3 s to answer a slash command
 ADMIN_UNKNOWN = "Slack did not say in time whether you are an admin here: try again in a minute."
@@ -126,37 +122,6 @@ def foreign_reason(info: dict[str, Any], tenant: str) -> str:
     if teams and tenant not in teams:
         return "is of another workspace"
     return ""
-
-
-def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
-    watch = digest.watch
-    topic = esc(watch.query or ", ".join(watch.categories + watch.authors))
-    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": (
-        f"*New on “{topic}”*: {len(digest.items)} of {digest.found} papers submitted since "
-        f"{when(digest.since)}"
-    )}}]  # fmt: skip
-    for item in digest.items:
-        paper = item.paper
-        link = paper.url or f"https://arxiv.org/abs/{paper.arxiv_id}"
-        text = (
-            f"*<{link}|{esc(paper.title)}>*\n{esc(short_authors(paper.authors))} · "
-            f"arXiv:{paper.arxiv_id}\n{esc(item.why)}"
-        )[:3000]
-        blocks.append({
-            "type": "section", "block_id": f"paper-{paper.arxiv_id}",
-            "text": {"type": "mrkdwn", "text": text},
-            "accessory": {"type": "button", "action_id": SAVE_ACTION, "value": paper.arxiv_id,
-                          "text": {"type": "plain_text", "text": SAVE_LABEL}},
-        })  # fmt: skip
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"Watch `{watch.id}`: {esc(describe(watch))}. `/watch remove {watch.id}` stops it."
-    )}]})  # fmt: skip
-    return blocks
-
-
-def digest_fallback(digest: Digest) -> str:
-    titles = "; ".join(item.paper.title for item in digest.items)
-    return f"New papers on “{digest.watch.query}”: {titles}"[:3000]
 
 
 class SlackWatches:

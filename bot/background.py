@@ -3,19 +3,11 @@
 Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before it returns, and a
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
-`claim_idle_ms`, and dead-lettered after `max_deliveries`. The same claiming hands the tasks of
-a crashed process to a live one. Delivery is at least once: handlers must be idempotent. A task
-claimed once more after its last delivery is run if no run began on that delivery or after (it
-was claimed and never started: a SIGKILL, a lapse); if one began and never ended (it took its
-process down, say), it is dead-lettered without being run, or it would take down one process
-after another, and its kind's `on_dead_letter` hook, if any, is told (to say so, and pass on
-what must not be lost; a hook that fails is tried again on the next claims). Which run began
-is kept in Redis (`TaskStream.mark_started`). From
-the moment they are read until they are acknowledged, a process keeps its tasks alive (their
-idle time restarted every third of `claim_idle_ms`), so a long task, or one waiting for a free
-worker, is not taken over and run twice; `max_run_ms` after its handler started that stops, and
-a hung handler's tasks go to whoever claims them. (Tasks waiting for a worker are kept while
-some batch in hand is within its max run; when all are past it, the waiting ones go too.)
+`claim_idle_ms`, and dead-lettered after `max_deliveries` (bot/spent_tasks.py: a task's last
+delivery, and what is done with a task past it). The same claiming hands the tasks of a crashed
+process to a live one. Delivery is at least once: handlers must be idempotent. The tasks read
+and not yet acknowledged are kept alive, so nobody else claims them meanwhile, and those left
+unstarted by close() are handed back (bot/held_tasks.py).
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -29,35 +21,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import traceback
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextvars import ContextVar
 
+from bot.held_tasks import HeldTasks
+from bot.spent_tasks import DeadLetterHook, SpentTasks, running_delivery
 from memory.tasks import Task, TaskStream
 
 log = logging.getLogger(__name__)
 
-_DELIVERY: ContextVar[tuple[int, int]] = ContextVar("delivery", default=(1, 0))
-
-
-def last_delivery() -> bool:
-    """Whether a failure of the running batch dead-letters it (no run comes after this one):
-    its least delivered task's count has reached the work's `max_deliveries` (a task that used
-    up its deliveries gets a last run alone). A handler that must say something before its task
-    is dead-lettered knows its last run by it, whatever happened to the runs before (one that
-    failed before the handler counted it)."""
-    count, most = _DELIVERY.get()
-    return 0 < most <= count
-
-
 Handler = Callable[[list[dict]], Awaitable[None]]
-DeadLetterHook = Callable[[dict], Awaitable[None]]  # a task's payload, dead-lettered unrun
 
 MAX_BACKOFF = 5.0  # seconds between retries while Redis is unreachable
 MAX_RUN_MS = 1_800_000  # a batch running longer than this is taken for hung: others may claim it
 DRAIN_POLL = 0.05  # seconds between pending-count checks in drain()
-HOOK_DELIVERIES = 3  # claims of a spent task that still run its hook (one may die, or fail)
-GIVE_BACK_IDLE_MS = 86_400_000  # how idle a task handed back on close looks: claimable at once
 
 
 class BackgroundWork:
@@ -96,9 +72,8 @@ class BackgroundWork:
         self._beating: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self._tickers: set[asyncio.Task] = set()
-        # Read, not yet acknowledged: since when its handler runs (None: waiting for a worker).
-        self._held: dict[str, tuple[Task, float | None]] = {}
-        self._unstarted: list[Task] = []  # read, left unrun by close(): handed back
+        self._held = HeldTasks(stream, claim_idle_ms, max_run_ms)
+        self._spent = SpentTasks(stream, max_deliveries, self.on_dead_letter, self._held)
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -161,7 +136,9 @@ class BackgroundWork:
             self._next_claim = 0.0  # claim what crashed consumers left, first thing
             self._consumer = asyncio.create_task(self._consume(), name="background-consumer")
         if self._beating is None or self._beating.done():
-            self._beating = asyncio.create_task(self._keep_alive(), name="background-keep-alive")
+            self._beating = asyncio.create_task(
+                self._held.keep_alive(), name="background-keep-alive"
+            )
 
     async def drain(self) -> None:
         """Wait until every task on the stream (submitted by anyone) is done and acknowledged.
@@ -191,7 +168,7 @@ class BackgroundWork:
         await asyncio.sleep(0)  # batches waiting for a turn see the stop: unstarted
         # Handed back before the running batches are waited for (which may take up to
         # max_run_ms): kept alive until then, so nobody claims them (a delivery spent).
-        await self._hand_back()
+        await self._held.hand_back()
 
     async def close(self) -> None:
         """Stop reading, hand back the tasks read but not started (kept alive until then, so
@@ -201,7 +178,7 @@ class BackgroundWork:
         try:
             await self.stop_reading()
             await asyncio.gather(*self._running, return_exceptions=True)
-            await self._hand_back()  # any batch that saw the stop only now
+            await self._held.hand_back()  # any batch that saw the stop only now
         finally:  # the batches in hand are done (or close was cancelled): nothing left to hold
             if self._beating is not None:
                 self._beating.cancel()
@@ -239,11 +216,11 @@ class BackgroundWork:
             self._slots.release()
             raise
         tasks = [t for t in tasks if t.id not in self._held]  # reclaimed from ourselves
-        self._held.update((t.id, (t, None)) for t in tasks)  # kept alive while hooks run
+        self._held.hold(tasks)  # kept alive while hooks run
         try:
-            tasks = await self._without_buried(tasks)
+            tasks = await self._spent.without_buried(tasks)
         except BaseException:
-            self._release(tasks)
+            self._held.release(tasks)
             self._slots.release()
             raise
         if not tasks:
@@ -264,9 +241,9 @@ class BackgroundWork:
         finally:  # stopped while waiting for a worker: held until close() hands them back
             for _, group in list(by_kind.items())[started:]:
                 if self._stop.is_set():
-                    self._unstarted += group
+                    self._held.leave_unstarted(group)
                 else:
-                    self._release(group)
+                    self._held.release(group)
 
     async def _free_worker(self) -> bool:
         """Wait for a worker; False (none taken) once close() began: it waits no longer."""
@@ -281,27 +258,6 @@ class BackgroundWork:
             if not acquiring.done():
                 acquiring.cancel()
         return acquiring.done() and not acquiring.cancelled()
-
-    async def _without_buried(self, tasks: list[Task]) -> list[Task]:
-        """The tasks to run: those past their last delivery whose run on it (or after) began
-        and never ended are buried (`_bury`); those whose run never began get it now. Redis
-        failing leaves the ones past it pending (claimed again later), the others run."""
-        over = [t for t in tasks if t.deliveries > self.max_deliveries]
-        if not over:
-            return tasks
-        try:
-            began = await self.stream.started_on(over)
-        except Exception:
-            log.exception("background: could not tell whether %d tasks ran", len(over))
-            self._release(over)
-            return [t for t in tasks if t not in over]
-        spent = [t for t in over if began.get(t.id, 0) >= self.max_deliveries]
-        if spent:
-            try:
-                await self._bury(spent)
-            except Exception:
-                log.exception("background: could not dead-letter %d tasks", len(spent))
-        return [t for t in tasks if t not in spent]
 
     async def _fetch(self) -> list[Task]:
         now = asyncio.get_running_loop().time()
@@ -321,18 +277,18 @@ class BackgroundWork:
         try:
             await self._yield_to_turns(deadline)
             if self._stop.is_set():  # closing: not started, held until close() hands it back
-                self._unstarted += tasks
+                self._held.leave_unstarted(tasks)
                 unstarted = True
                 return
             handler = self.handlers.get(kind)
             if handler is not None:  # Redis failing here: left pending, no run began
-                await self._started(tasks)
+                await self._held.started(tasks)
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
                 # several tasks: never the last run (`_failed` runs the spent ones alone)
                 most = self.max_deliveries + (len(tasks) > 1)
-                _DELIVERY.set((min(t.deliveries for t in tasks), most))
+                running_delivery(min(t.deliveries for t in tasks), most)
                 await handler([t.payload for t in tasks])
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
@@ -342,58 +298,8 @@ class BackgroundWork:
             log.exception("background %s: could not record the start or the outcome", kind)
         finally:
             if not unstarted:
-                self._release(tasks)
+                self._held.release(tasks)
             self._slots.release()
-
-    async def _hand_back(self) -> None:
-        """Give back what close() left unrun: their read's delivery taken back, claimable by
-        any process at once. Redis failing leaves them pending, claimed later as they were."""
-        tasks, self._unstarted = self._unstarted, []
-        if not tasks:
-            return
-        try:
-            given = await self.stream.give_back(tasks, max(GIVE_BACK_IDLE_MS, self.claim_idle_ms))
-        except Exception:
-            log.warning("background: could not hand back %d unstarted tasks", len(tasks))
-        else:
-            if given:
-                log.info("background: handed back %d unstarted tasks", given)
-        finally:  # no longer ours to keep alive
-            self._release(tasks)
-
-    async def _started(self, tasks: list[Task]) -> None:
-        """Their handler starts now: recorded in Redis (a claim past the last delivery knows
-        a run began), and max_run_ms counts from here, not from when they were read (a batch
-        that waited long for a worker gets its full run)."""
-        await self.stream.mark_started(tasks)
-        now = asyncio.get_running_loop().time()
-        self._held.update((t.id, (t, now)) for t in tasks if t.id in self._held)
-
-    def _release(self, tasks: list[Task]) -> None:
-        for task in tasks:
-            self._held.pop(task.id, None)
-
-    async def _keep_alive(self) -> None:
-        """Every third of claim_idle_ms, restart the idle time of the tasks this process holds
-        (read, not yet acknowledged: waiting for a worker, or run for less than max_run_ms):
-        nobody claims them meanwhile."""
-        beat, limit = self.claim_idle_ms / 3000, self.max_run_ms / 1000
-        while True:
-            await asyncio.sleep(beat)
-            now = asyncio.get_running_loop().time()
-            running = [now - since for _, since in self._held.values() if since is not None]
-            # Waiting tasks wait for a worker to come free: not when every batch that holds
-            # one is past its max run (hung): then they go to whoever claims them too.
-            waiting_kept = not running or min(running) < limit
-            held = [
-                t
-                for t, since in self._held.values()
-                if (since is None and waiting_kept) or (since is not None and now - since < limit)
-            ]
-            try:
-                await self.stream.keep_alive(held)
-            except Exception:  # Redis away: they may be claimed elsewhere, and run twice
-                log.warning("background: could not keep %d tasks alive", len(held))
 
     async def _failed(
         self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception
@@ -406,51 +312,16 @@ class BackgroundWork:
             # the others down with it.
             for task in spent:
                 try:
-                    await self._started([task])  # a run of its own: max_run_ms afresh
-                    _DELIVERY.set((task.deliveries, self.max_deliveries))
+                    await self._held.started([task])  # a run of its own: max_run_ms afresh
+                    running_delivery(task.deliveries, self.max_deliveries)
                     await handler([task.payload])
                 except Exception as alone:
-                    await self._give_up(task, alone)
+                    await self._spent.give_up(task, alone)
                 else:
                     await self.stream.ack([task])
             return
         for task in spent:
-            await self._give_up(task, exc)
-
-    async def _bury(self, tasks: list[Task]) -> None:
-        """Dead-letter tasks whose last run began and never ended, unrun, telling their kind's
-        hook first, on their first HOOK_DELIVERIES claims past their last delivery (a hook that
-        takes its process down too is not run for ever). A failing hook leaves its task pending
-        for another claim while it has one; on its last, the hook's error goes with the dead
-        letter. Redis failing leaves them pending."""
-        now = asyncio.get_running_loop().time()
-        self._held.update((t.id, (t, now)) for t in tasks)  # kept alive while hooks run
-        hook_claims = self.max_deliveries + HOOK_DELIVERIES
-        try:
-            for task in tasks:
-                error = f"not run: delivered {task.deliveries} times, its last run never ended"
-                hook = self.on_dead_letter.get(task.kind)
-                if hook is not None and task.deliveries > hook_claims:
-                    error += f"; its hook not run again (tried on {HOOK_DELIVERIES} claims)"
-                elif hook is not None:
-                    try:
-                        await hook(task.payload)
-                    except Exception as exc:
-                        log.exception("background %s %s: its dead-letter hook failed",
-                                      task.kind, task.id)  # fmt: skip
-                        if task.deliveries < hook_claims:
-                            continue  # pending: claimed again, the hook with it
-                        error += f"; its hook failed: {exc!r}"
-                log.error("background %s %s dead-lettered unrun: %s", task.kind, task.id, error)
-                await self.stream.dead_letter(task, error)
-        finally:
-            self._release(tasks)
-
-    async def _give_up(self, task: Task, exc: Exception) -> None:
-        log.error("background %s %s dead-lettered after %d deliveries: %r",
-                  task.kind, task.id, task.deliveries, exc)  # fmt: skip
-        error = "".join(traceback.format_exception(exc))[-4000:]
-        await self.stream.dead_letter(task, error)
+            await self._spent.give_up(task, exc)
 
     async def _yield_to_turns(self, deadline: float) -> None:
         """Wait while a turn is being prepared, until `deadline` or close()."""

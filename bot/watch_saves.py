@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.background import last_delivery
+from bot.spent_tasks import last_delivery
 from bot.watch_places import Poster
 from memory.embeddings import background_embedding
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id

@@ -1,4 +1,4 @@
-"""A batch of several tasks is never its tasks' last delivery (bot/background.py
+"""A batch of several tasks is never its tasks' last delivery (bot/spent_tasks.py
 `last_delivery`): when it fails, those that used up their deliveries each get a run alone, and
 that run is their last. A handler that says something before its task is dead-lettered is told
 so on that run, and never on the batch's. Through the real stream consumer and Redis (each
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from bot.background import last_delivery
+from bot.spent_tasks import last_delivery
 from memory.tasks import TaskStream
 from tests import test_background
 from tests.support.task_deliveries import payload_deliveries

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from bot.background import HOOK_DELIVERIES, BackgroundWork, last_delivery
+from bot.background import BackgroundWork
+from bot.spent_tasks import HOOK_DELIVERIES, last_delivery
 from memory.connection import connect
 from memory.dead_letters import dead_letters
 from memory.keys import task_stream

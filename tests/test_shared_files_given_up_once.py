@@ -1,5 +1,5 @@
 """A share given up unrun (adapters/shared_files.py `given_up`, the dead-letter hook) whose file
-had no message yet says its outcome once: the hook tried again (bot/background.py
+had no message yet says its outcome once: the hook tried again (bot/spent_tasks.py
 HOOK_DELIVERIES) edits the message it posted, never posts a second one."""
 
 from __future__ import annotations

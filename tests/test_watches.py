@@ -15,7 +15,8 @@ import uuid
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack_watch import SAVE_ACTION, SlackWatches
+from adapters.slack_digest import SAVE_ACTION
+from adapters.slack_watch import SlackWatches
 from bot.watches import DigestBusy, WatchPlace, WatchService, parse_watch
 from memory.governance import NotFound
 from memory.ingest.arxiv_pace import SharedPace

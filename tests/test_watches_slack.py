@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from urllib.parse import urlencode
 
-from adapters.slack_watch import SAVE_ACTION, SAVE_LABEL
+from adapters.slack_digest import SAVE_ACTION, SAVE_LABEL
 from memory.scope import Scope
 from tests.support.arxiv_replay import MEMGPT_ID, MEMGPT_TITLE, memgpt_entry
 from tests.support.slack_api import mention
