@@ -76,6 +76,14 @@ async def memory(redis_url: str, local_embedder: LocalEmbedder):
 
 
 @pytest.fixture
+async def client(redis_url: str):
+    """A Redis connection of the test's own (no pool warmed), closed afterwards."""
+    client = await connect(redis_url, warm=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
 def tenant() -> str:
     """A fresh tenant per test, so tests never see each other's memory."""
     return f"t-{uuid.uuid4().hex[:10]}"

@@ -9,15 +9,6 @@ import pytest
 from redis.exceptions import ResponseError
 
 from memory.autopipeline import AutoPipelineRedis
-from memory.connection import connect
-
-
-@pytest.fixture
-async def client(redis_url):
-    """A fresh client with no pooled connections opened ahead."""
-    client = await connect(redis_url, warm=0)
-    yield client
-    await client.aclose()
 
 
 async def connections_received(client) -> int:

@@ -11,15 +11,7 @@ import pytest
 import redis.asyncio as aredis
 
 from bot.background import BackgroundWork
-from memory.connection import connect
 from memory.tasks import TaskStream
-
-
-@pytest.fixture
-async def client(redis_url):
-    client = await connect(redis_url, warm=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from tests import test_background
 from tests.support.task_deliveries import payload_deliveries
 from tests.test_background import drain, work
 
-client = test_background.client  # its fixtures: a Redis client, a stream of the test's own
-name = test_background.name
+name = test_background.name  # its fixture: a stream of the test's own
 
 MAX_DELIVERIES = 3
 

@@ -10,18 +10,10 @@ import uuid
 import pytest
 
 from bot.background import BackgroundWork
-from memory.connection import connect
 from memory.dead_letters import dead_letters
 from memory.keys import task_stream
 from memory.tasks import TaskStream
 from tests.support.task_deliveries import payload_deliveries
-
-
-@pytest.fixture
-async def client(redis_url):
-    client = await connect(redis_url, warm=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -12,19 +12,11 @@ import pytest
 
 from bot.background import BackgroundWork
 from bot.spent_tasks import HOOK_DELIVERIES, last_delivery
-from memory.connection import connect
 from memory.dead_letters import dead_letters
 from memory.keys import task_stream
 from memory.tasks import Task, TaskStream
 
 MAX = 2
-
-
-@pytest.fixture
-async def client(redis_url):
-    client = await connect(redis_url, warm=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

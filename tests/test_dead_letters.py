@@ -13,7 +13,6 @@ from redis.crc import key_slot
 
 from app import cli
 from bot.background import BackgroundWork
-from memory.connection import connect
 from memory.dead_letters import dead_letters, requeue
 from memory.keys import task_stream, task_stream_name
 from memory.tasks import TaskStream
@@ -21,13 +20,6 @@ from tests.support.task_deliveries import payload_deliveries
 from tests.test_cli_memory import arxivscout
 
 RESPONSE_URL = "https://hooks.slack.com/commands/T0001/1234/s3cr3tToken"
-
-
-@pytest.fixture
-async def client(redis_url):
-    client = await connect(redis_url, warm=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture
