@@ -192,7 +192,8 @@ class SlackAdapter:
         self.pipeline = Pipeline(SlackPlatform(self.client), handler)
         self.files = SlackFiles(self)  # PDFs shared where the bot takes part
         self.bot_user_id = ""
-        self.walls = SlackWalls(self.client, cache_seconds)  # channels' and people's walls
+        # channels' and people's walls
+        self.walls = SlackWalls(self.client, cache_seconds, redis=handler.memory.redis)
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self.home = SlackHome(handler.memory, self.client, links, directory, self.walls)
         self.summaries = SlackSummaries(self, summarize_stream, summarize_claim_idle_ms)

@@ -15,9 +15,11 @@ without Slack's word (`Person.said` False), and asked again.
 
 Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
 channels a person is in) are cached for `CACHE_SECONDS`, per process: a channel converted to
-private, or a member made a guest, is followed within minutes, not at the next restart; Slack's
-`channel_shared` empties the receiving process's cache at once, the others' within minutes
-(a digest asks afresh: `fresh_place`). One question per
+private, or a member made a guest, is followed within minutes, not at the next restart. Slack's
+`channel_shared` (sent to one process) empties every process's cache of that channel at once:
+the receiving process leaves a new token for it in Redis (`sharing_changed_key`), and each
+process compares it with the one it last saw before it trusts its cache (a digest also asks
+afresh: `fresh_place`). One question per
 channel or person is asked at a time; whoever needs the answer meanwhile waits for that one.
 When Slack cannot say (unreachable, slow, rate limited), the last answer stands for up to
 `STALE_SECONDS`; with none, it fails closed: a channel is private and shared, a person walled, a
@@ -31,11 +33,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import aiohttp
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -49,6 +54,7 @@ from adapters.slack_org import (
     shared_outside,
     workspace_organisation,
 )
+from memory.keys import sharing_changed_key
 from memory.scope import Visibility
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,7 @@ ASK_SECONDS = 2.0  # Slack wants its events and commands answered within 3 s
 FRESH_SECONDS = 10.0  # a digest's channel, asked afresh: no event waits for it
 MEMBERSHIP_SECONDS = 10.0  # users.conversations' pages, asked after the command's answer
 FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered this long
+SHARING_TOKENS_SECONDS = 86_400  # a channel's sharing token outlives any process's cache of it
 # while Slack cannot say, its last answer stands in this long, then the scope fails closed: a
 # channel shared or made private meanwhile, a person who left a channel, are not trusted for
 # longer on an old word
@@ -202,9 +209,13 @@ class SlackWalls:
 
     def __init__(
         self, client: AsyncWebClient, cache_seconds: float = CACHE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, redis: Redis | None = None,
     ) -> None:  # fmt: skip
+        """`redis`: where sharing changes are told to the other processes (none: this
+        process's own events only)."""
         self.client = client
+        self.redis = redis
+        self._sharing_seen: dict[str, bytes] = {}  # channel -> the last sharing token seen
         self._places: Answers[tuple[str, str], Place] = Answers(cache_seconds, clock=clock)
         self._people: Answers[tuple[str, str], Person] = Answers(cache_seconds, clock=clock)
         self._channels: Answers[tuple[str, str], frozenset[str]] = Answers(
@@ -217,6 +228,7 @@ class SlackWalls:
         and whether it is shared with another organisation. A DM is neither."""
         if kind == "im" or channel.startswith("D"):
             return DM_PLACE
+        await self._follow_sharing(channel)
         found = await self._places.get((team, channel), lambda: self._describe(channel))
         found = found or UNKNOWN_PLACE
         if kind in ("group", "mpim") and found.visibility is Visibility.PUBLIC:
@@ -226,11 +238,34 @@ class SlackWalls:
     async def on_sharing_changed(self, event: dict) -> None:
         """Slack's `channel_shared` or `channel_unshared` (another organisation joined or
         left the channel): what this process cached of it goes at once, whichever workspace
-        asked. Slack sends the event to one process: another one's cache follows within
-        `CACHE_SECONDS` (its digests ask Slack afresh: `fresh_place`)."""
+        asked, and a new sharing token tells the other processes to do the same."""
         channel = event.get("channel")
-        if channel and isinstance(channel, str):
+        if not channel or not isinstance(channel, str):
+            return
+        self._places.forget(lambda key: key[1] == channel)
+        if self.redis is None:
+            return
+        token = uuid.uuid4().hex.encode()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(sharing_changed_key(), channel, token)
+            pipe.expire(sharing_changed_key(), SHARING_TOKENS_SECONDS)
+            await pipe.execute()
+        self._sharing_seen[channel] = token
+
+    async def _follow_sharing(self, channel: str) -> None:
+        """Forget this process's walls of a channel whose sharing changed since it last looked
+        (another process received the event). Redis unreachable: the cache stands (the turn
+        cannot read or store memory then either)."""
+        if self.redis is None:
+            return
+        try:
+            token = await self.redis.hget(sharing_changed_key(), channel)
+        except (RedisError, OSError) as exc:
+            log.info("could not read %s's sharing token (%r): cached walls kept", channel, exc)
+            return
+        if token is not None and self._sharing_seen.get(channel) != token:
             self._places.forget(lambda key: key[1] == channel)
+            self._sharing_seen[channel] = token
 
     async def person(self, team: str, user: str) -> Person:
         """A person's display name and whether they are a guest or of another organisation;

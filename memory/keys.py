@@ -292,6 +292,13 @@ def busy_tenants_key() -> str:
     return f"{ROOT}:busy-tenants"
 
 
+def sharing_changed_key() -> str:
+    """Hash channel -> a token new at each of Slack's `channel_shared`/`channel_unshared` for
+    it: every process's cached walls of that channel go when the token is not the one it saw
+    (adapters/slack_walls.py). Slack sends the event to one process only."""
+    return f"{ROOT}:slack:sharing-changed"
+
+
 def embedding_cache_key(model: str, digest: str) -> str:
     """A cached vector. The model is the hash tag: the cache's entries for a model share a slot,
     so one MGET reads a batch's vectors on a sharded Redis too."""

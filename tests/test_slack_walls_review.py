@@ -22,6 +22,7 @@ import json
 import time
 
 import pytest
+from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack_walls import ASK_SECONDS, SlackWalls
@@ -141,25 +142,35 @@ async def test_a_slack_connect_person_s_mention_waits_for_one_slack_answer_not_t
 # -- 3. a digest asks Slack afresh ---------------------------------------------------------------
 
 
-async def test_a_digest_of_another_process_is_walled_once_slack_shares_its_channel(api):
-    """Slack's `channel_shared` reaches one process; the other's cache still says the channel
-    is the workspace's alone, but its digest asks Slack."""
-    team = "T1"
-    receiving, other = SlackWalls(client(api)), SlackWalls(client(api))
+async def test_another_process_s_cache_and_digest_follow_slack_sharing_its_channel(api, redis_url):
+    """Slack's `channel_shared` reaches one process; the other's cache said the channel is the
+    workspace's alone, and drops that at once (the sharing token in Redis); its digest asks
+    Slack anyway."""
+    team, channel = "T1", f"C5{time.time_ns()}"
+    redis = Redis.from_url(redis_url)
+    receiving = SlackWalls(client(api), redis=redis)
+    other = SlackWalls(client(api), redis=redis)
     digests = SlackWatches(None, client(api), walls=other)
     watch = Watch(id="w1", tenant=team, query="quokka sleep", period=WEEK, platform="slack",
-                  channel="C5")  # fmt: skip
-    for walls in (receiving, other):  # both processes have seen C5, unshared
-        assert not (await walls.place(team, "C5", "channel")).shared
+                  channel=channel)  # fmt: skip
+    for walls in (receiving, other):  # both processes have seen the channel, unshared
+        assert not (await walls.place(team, channel, "channel")).shared
     assert not await digests.walled(watch)
-    api.shared_channels.add("C5")  # another organisation joins C5
-    await receiving.on_sharing_changed({"type": "channel_shared", "channel": "C5"})
-    assert (await receiving.place(team, "C5", "channel")).shared  # the event's process
-    assert not (await other.place(team, "C5", "channel")).shared  # its events: within 5 min
-    assert await digests.walled(watch)  # its digest: at once
+    api.shared_channels.add(channel)  # another organisation joins
+    await receiving.on_sharing_changed({"type": "channel_shared", "channel": channel})
+    assert (await receiving.place(team, channel, "channel")).shared  # the event's process
+    assert (await other.place(team, channel, "channel")).shared  # and the other, at once
+    assert await digests.walled(watch)
+    asked = len(api.of("conversations.info"))
+    assert (await other.place(team, channel, "channel")).shared  # cached again: not re-asked
+    assert len(api.of("conversations.info")) == asked
+    api.shared_channels.discard(channel)  # and leaves: the other process follows too
+    await receiving.on_sharing_changed({"type": "channel_unshared", "channel": channel})
+    assert not (await other.place(team, channel, "channel")).shared
     api.fail("conversations.info", "internal_error")
-    api.shared_channels.discard("C5")
+    api.shared_channels.add(channel)
     assert await digests.walled(watch)  # Slack cannot say: walled
+    await redis.aclose()
 
 
 # -- 5. Slack unable to say the organisation -----------------------------------------------------
