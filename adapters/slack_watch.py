@@ -238,8 +238,8 @@ class SlackWatches:
     async def walled(self, watch: Watch) -> bool:
         """The watch's channel is shared with another organisation now, or Slack cannot say
         (fails closed): its digest is read as a walled place's. Asked of Slack afresh, not of
-        the cache: Slack's `channel_shared` empties only the cache of the process it reached,
-        and a digest is posted for the whole channel (digests are rare)."""
+        the cache: a digest is posted for the whole channel, and is rare enough to ask (the
+        cache follows `channel_shared` only if Slack's event reached some process)."""
         return (await self.walls.fresh_place(watch.tenant, watch.channel)).shared
 
     async def _channel_info(self, channel: str) -> dict[str, Any]:
