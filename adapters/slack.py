@@ -193,7 +193,7 @@ class SlackAdapter:
         self.files = SlackFiles(self)  # PDFs shared where the bot takes part
         self.bot_user_id = ""
         # channels' and people's walls
-        self.walls = SlackWalls(self.client, cache_seconds, redis=handler.memory.redis)
+        self.walls = SlackWalls(self.client, cache_seconds, sharing=handler.memory.sharing)
         self._lazy: set[asyncio.Task] = set()  # bolt's lazy listeners, waited for on close
         self.home = SlackHome(handler.memory, self.client, links, directory, self.walls)
         self.summaries = SlackSummaries(self, summarize_stream, summarize_claim_idle_ms)

@@ -33,14 +33,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import aiohttp
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -54,8 +51,8 @@ from adapters.slack_org import (
     shared_outside,
     workspace_organisation,
 )
-from memory.keys import sharing_changed_key
 from memory.scope import Visibility
+from memory.sharing import SharingChanges
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +61,6 @@ ASK_SECONDS = 2.0  # Slack wants its events and commands answered within 3 s
 FRESH_SECONDS = 10.0  # a digest's channel, asked afresh: no event waits for it
 MEMBERSHIP_SECONDS = 10.0  # users.conversations' pages, asked after the command's answer
 FAILED_SECONDS = 10.0  # a failure (not a 429: that says how long) is remembered this long
-SHARING_TOKENS_SECONDS = 86_400  # a channel's sharing token outlives any process's cache of it
 # while Slack cannot say, its last answer stands in this long, then the scope fails closed: a
 # channel shared or made private meanwhile, a person who left a channel, are not trusted for
 # longer on an old word
@@ -209,13 +205,12 @@ class SlackWalls:
 
     def __init__(
         self, client: AsyncWebClient, cache_seconds: float = CACHE_SECONDS,
-        clock: Callable[[], float] = time.monotonic, redis: Redis | None = None,
+        clock: Callable[[], float] = time.monotonic, sharing: SharingChanges | None = None,
     ) -> None:  # fmt: skip
-        """`redis`: where sharing changes are told to the other processes (none: this
+        """`sharing`: where sharing changes are told to the other processes (none: this
         process's own events only)."""
         self.client = client
-        self.redis = redis
-        self._sharing_seen: dict[str, bytes] = {}  # channel -> the last sharing token seen
+        self.sharing = sharing
         self._places: Answers[tuple[str, str], Place] = Answers(cache_seconds, clock=clock)
         self._people: Answers[tuple[str, str], Person] = Answers(cache_seconds, clock=clock)
         self._channels: Answers[tuple[str, str], frozenset[str]] = Answers(
@@ -243,29 +238,14 @@ class SlackWalls:
         if not channel or not isinstance(channel, str):
             return
         self._places.forget(lambda key: key[1] == channel)
-        if self.redis is None:
-            return
-        token = uuid.uuid4().hex.encode()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(sharing_changed_key(), channel, token)
-            pipe.expire(sharing_changed_key(), SHARING_TOKENS_SECONDS)
-            await pipe.execute()
-        self._sharing_seen[channel] = token
+        if self.sharing is not None:
+            await self.sharing.changed(channel)
 
     async def _follow_sharing(self, channel: str) -> None:
         """Forget this process's walls of a channel whose sharing changed since it last looked
-        (another process received the event). Redis unreachable: the cache stands (the turn
-        cannot read or store memory then either)."""
-        if self.redis is None:
-            return
-        try:
-            token = await self.redis.hget(sharing_changed_key(), channel)
-        except (RedisError, OSError) as exc:
-            log.info("could not read %s's sharing token (%r): cached walls kept", channel, exc)
-            return
-        if token is not None and self._sharing_seen.get(channel) != token:
+        (another process received Slack's event)."""
+        if self.sharing is not None and await self.sharing.changed_since_seen(channel):
             self._places.forget(lambda key: key[1] == channel)
-            self._sharing_seen[channel] = token
 
     async def person(self, team: str, user: str) -> Person:
         """A person's display name and whether they are a guest or of another organisation;

@@ -16,6 +16,7 @@ from memory.keys import tenant_key
 from memory.migrate import migrate_to_hash_tags
 from memory.portability import Portability
 from memory.retention import Retention
+from memory.sharing import SharingChanges
 from memory.stores.base import VectorStore, delete_matching
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
@@ -49,6 +50,7 @@ class MemoryManager:
         self.events = EventLog(redis)
         self.turns = TurnQueue(redis)
         self.presence = ThreadPresence(redis)
+        self.sharing = SharingChanges(redis)  # Slack channels' sharing changes, for every process
         self.upgrades = Upgrades(redis)
         self.portability = Portability(self)  # export and import as JSON Lines
         self.retention = Retention(self)  # its default and sweep interval: app/runtime.py

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack_walls import ASK_SECONDS, SlackWalls
 from adapters.slack_watch import SlackWatches
+from memory.sharing import SharingChanges
 from memory.stores.watches import Watch, WatchStore
 from tests.support.scripted_openai import text
 from tests.support.slack_api import MockSlackApi, mention, message
@@ -148,8 +149,8 @@ async def test_another_process_s_cache_and_digest_follow_slack_sharing_its_chann
     Slack anyway."""
     team, channel = "T1", f"C5{time.time_ns()}"
     redis = Redis.from_url(redis_url)
-    receiving = SlackWalls(client(api), redis=redis)
-    other = SlackWalls(client(api), redis=redis)
+    receiving = SlackWalls(client(api), sharing=SharingChanges(redis))
+    other = SlackWalls(client(api), sharing=SharingChanges(redis))
     digests = SlackWatches(None, client(api), walls=other)
     watch = Watch(id="w1", tenant=team, query="quokka sleep", period=WEEK, platform="slack",
                   channel=channel)  # fmt: skip
