@@ -10,4 +10,6 @@ COPY adapters adapters
 RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
  && pip install --no-cache-dir '.[local]'
 ENV PORT=8080
+# what the bot prints reaches `fly logs` when printed, not when a buffer fills
+ENV PYTHONUNBUFFERED=1
 CMD ["arxivscout", "slack"]

@@ -1,5 +1,6 @@
 """The Discord adapter (discord.py): gateway events in, `Job`s out; typing, a step status and
-messages back. Everything between is the spine's (`adapters/spine.py`).
+messages back (adapters/discord_platform.py). Everything between is the spine's
+(`adapters/spine.py`).
 
 - A mention of the bot in a server text channel opens a thread from that message and answers
   there. Later messages in that thread need no mention; nor do messages in any thread where
@@ -8,9 +9,9 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
 - Scope: thread `discord:<guild>:<thread>` and tenant = the server (guild id); a channel that
   `@everyone` cannot view (and its threads) is private, and so is a private thread anywhere
   (audience `private:<thread>`: its members' and Manage Threads holders'). A thread whose
-  parent is not cached has its parent fetched first; what Discord cannot tell is private. In
-  DMs thread `discord:dm:<channel>` and tenant `dm-<user>`, so a user's DMs are their own
-  memory, never a server's.
+  parent is not cached has its parent fetched first; what Discord cannot tell is private
+  (adapters/discord_platform.py `resolve_visibility`). In DMs thread `discord:dm:<channel>`
+  and tenant `dm-<user>`, so a user's DMs are their own memory, never a server's.
 - Changes people make on Discord are followed (adapters/discord_changes.py): a message
   deleted is forgotten, one edited gets its new text in memory (the edit is not answered), a
   channel or thread deleted is forgotten whole, with the threads the bot took part in under it
@@ -19,9 +20,17 @@ messages back. Everything between is the spine's (`adapters/spine.py`).
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
   objects: the channel is looked up when the job runs.
+- A message is taken again by this process while the memory is unreachable (Discord sends it
+  once); its job is named by the message id and its thread (which has the message's id) is
+  reused, so a retry after a try that got further than it knew answers once. At each new
+  session (READY), what was posted meanwhile is read (adapters/discord_catchup.py).
+- The bot removed from a server (`on_guild_remove`): the server's memory is erased
+  ARXIVSCOUT_UNINSTALLED_KEEP_DAYS later, unless it joins again (`on_guild_join`, or the
+  server is among its guilds at connect): memory/governance_tenants.py.
 - Slash commands `/summarize` (in a thread the bot answers in, or a DM), `/expand
   <summary_id>` (anywhere in the server or a DM) and `/memory` (an ephemeral signed link to the
-  memory page, for that person in that server, or for their DMs' memory in a DM).
+  memory page, for that person in that server, or for their DMs' memory in a DM):
+  adapters/discord_commands.py.
 - Replies are split under 2,000 characters at paragraph or code-block boundaries; a typing
   indicator shows while a turn runs, and a status message lists the tool steps.
 
@@ -39,48 +48,35 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import discord
 from discord import app_commands
 
+from adapters.discord_catchup import DiscordCatchUp, turn_job_id
 from adapters.discord_changes import DiscordChanges
-from adapters.discord_feedback import DiscordFeedback, send_options
+from adapters.discord_commands import DiscordCommands
+from adapters.discord_feedback import DiscordFeedback
 from adapters.discord_files import DiscordFiles, shared_attachments
+from adapters.discord_platform import DiscordPlatform, resolve_visibility
 from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.access import Admins
-from adapters.memory_page.auth import NOT_SERVED, Links
-from adapters.platform_ids import discord_source, discord_tenant
-from adapters.spine import (
-    NOT_TAKEN,
-    Job,
-    Pipeline,
-    Platform,
-    Status,
-    feedback_turn,
-    not_queued_for_now,
-)
-from adapters.text import link_arxiv, split_for_delivery
-from bot.agent import AgentEvent
+from adapters.memory_page.auth import Links
+from adapters.platform_ids import discord_source
+from adapters.spine import NOT_TAKEN, SUBMIT_TIMEOUT_SECONDS, Job, Pipeline, not_queued_for_now
 from bot.errors import ConfigError
 from bot.feedback import FeedbackService
-from bot.tools import TOOL_ACTIVITY
 from bot.turns import TurnHandler
-from memory.scope import Scope, Visibility
+from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
-DISCORD_LIMIT = 2000
 THREAD_NAME_LIMIT = 100
 RESUBMIT_EVERY_SECONDS = 5.0
 RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
-ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-NOT_IN_THREAD = (
-    "Use /summarize inside a thread where I have answered (mention me in a channel to start "
-    "one) or in a direct message with me."
-)
+Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
@@ -113,96 +109,6 @@ class Route:
     open_thread: bool = False  # a mention in a channel: open a thread from the message first
 
 
-def visibility(channel: discord.abc.Messageable) -> Visibility:
-    """A DM; a private thread (its members' and Manage Threads holders', whatever its parent);
-    a channel (or a thread's parent) that @everyone cannot view; or public. What the cache
-    cannot settle (a thread whose parent is not cached, a server whose roles are not) is
-    private: memory never crosses a privacy line because of a cache miss. `resolve_visibility`
-    fetches the parent first."""
-    if isinstance(channel, discord.DMChannel):
-        return Visibility.DM
-    if isinstance(channel, discord.Thread) and channel.type is discord.ChannelType.private_thread:
-        return Visibility.PRIVATE
-    parent = channel.parent if isinstance(channel, discord.Thread) else channel
-    guild = getattr(parent, "guild", None)
-    everyone = getattr(guild, "default_role", None)
-    if parent is None or everyone is None or not hasattr(parent, "permissions_for"):
-        return Visibility.PRIVATE
-    seen = parent.permissions_for(everyone).view_channel
-    return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
-
-
-async def resolve_visibility(
-    client: discord.Client, channel: discord.abc.Messageable | None, channel_id: int | None
-) -> Visibility:
-    """`visibility`, after fetching from Discord what the cache lacks: the channel itself (a
-    command's channel may come uncached, built from the interaction's partial data, which
-    need not carry its permission overwrites) or a thread's parent. When Discord cannot tell
-    (no access, an error, no answer), the place is private."""
-    try:  # bounded: a command must be answered within 3 s
-        async with asyncio.timeout(ASK_DISCORD_SECONDS):
-            if channel is None or _not_cached(client, channel):
-                if channel_id is None:
-                    return Visibility.PRIVATE
-                channel = await client.fetch_channel(channel_id)
-            if (
-                isinstance(channel, discord.Thread)
-                and channel.parent is None
-                and channel.type is not discord.ChannelType.private_thread
-            ):
-                return visibility(await client.fetch_channel(channel.parent_id))
-    except Exception as exc:  # an HTTP error, the network, no answer in time
-        log.warning("Discord could not say who sees channel %s (%r): private", channel_id, exc)
-        return Visibility.PRIVATE
-    return visibility(channel)
-
-
-def _not_cached(client: discord.Client, channel: discord.abc.Messageable) -> bool:
-    """A server channel this client does not hold: its overwrites may be missing."""
-    if isinstance(channel, discord.PartialMessageable):
-        return True
-    if isinstance(channel, discord.DMChannel) or getattr(channel, "guild", None) is None:
-        return False
-    return client.get_channel(channel.id) is None
-
-
-class DiscordPlatform(Platform):
-    name = "discord"
-    limit = DISCORD_LIMIT
-
-    def __init__(self, client: discord.Client) -> None:
-        self.client = client
-
-    def render(self, text: str) -> str:
-        return link_arxiv(text)
-
-    @contextlib.asynccontextmanager
-    async def working(self, job: Job) -> AsyncIterator[Status]:
-        channel = await self.channel(job.reply["channel_id"])
-        if channel is None:
-            raise LookupError(f"channel {job.reply['channel_id']} is gone")
-        async with channel.typing():
-            yield StepStatus(channel)
-
-    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
-        assert isinstance(status, StepStatus)
-        await status.channel.send(part, **send_options(feedback_turn(job, index)))
-
-    async def notice(self, job: Job, text: str) -> None:
-        channel = await self.channel(job.reply["channel_id"])
-        if channel is not None:
-            await channel.send(text)
-
-    async def channel(self, channel_id: int) -> discord.abc.Messageable | None:
-        channel = self.client.get_channel(channel_id)
-        if channel is None:
-            try:
-                channel = await self.client.fetch_channel(channel_id)
-            except (discord.NotFound, discord.Forbidden):
-                return None
-        return channel if isinstance(channel, discord.abc.Messageable) else None
-
-
 class _Client(discord.Client):
     """A discord.Client whose events go to the adapter."""
 
@@ -212,10 +118,18 @@ class _Client(discord.Client):
 
     async def setup_hook(self) -> None:
         self.adapter.pipeline.start()  # take over the threads of processes that died
-        await self.adapter.sync_commands()
+        await self.adapter.commands.sync()
 
     async def on_ready(self) -> None:
         log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
+        self.adapter.catchup.start()  # a new session: what was posted meanwhile never arrives
+        await self.adapter.guilds_back(self.guilds)  # joined again while this was offline
+
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        await self.adapter.guild_removed(guild)
+
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        await self.adapter.guilds_back([guild])
 
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.handle_message(message)
@@ -255,11 +169,12 @@ class DiscordAdapter:
         self.feedback = DiscordFeedback(FeedbackService(handler.memory), self.client)  # 👍/👎
         self.files = DiscordFiles(self)  # PDFs attached where the bot answers
         self.changes = DiscordChanges(self)  # deletions and edits made on Discord
-        self._waiting: set[asyncio.Task] = set()  # messages waiting for the memory to be back
-        self._register_commands()
+        self._waiting: dict[asyncio.Task, tuple[str, Take]] = {}  # for the memory to be back
+        self.catchup = DiscordCatchUp(self)  # messages posted while no session was up
+        self.commands = DiscordCommands(self)  # /summarize, /expand and /memory
         DiscordWatches(
             handler.watches, self.client, self.pipeline.platform.channel, admins
-        ).register(self.tree, self._command_scope)  # /watch, digests and their Save buttons
+        ).register(self.tree, self.commands.scope)  # /watch, digests and their Save buttons
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -279,43 +194,28 @@ class DiscordAdapter:
                 "it under Developer Portal → your app → Bot → Privileged Gateway Intents."
             ) from None
 
-    async def sync_commands(self) -> None:
-        """Register the slash commands: globally (shown within the hour), or in one server
-        (shown at once)."""
-        if not self.sync:
-            return
-        try:
-            if self.sync_guild is None:
-                await self.tree.sync()
-            else:  # one server only: synced globally too, every command would show twice there
-                guild = discord.Object(id=self.sync_guild)
-                self.tree.copy_global_to(guild=guild)
-                await self.tree.sync(guild=guild)
-        except discord.HTTPException as exc:
-            log.warning("could not sync slash commands: %s", exc)
+    # -- the bot removed from a server, or back ---------------------------------------------
 
-    def _register_commands(self) -> None:
-        @self.tree.command(name="summarize", description="Summarize this thread into memory.")
-        async def summarize(interaction: discord.Interaction) -> None:
-            await self.summarize_command(interaction)
+    async def guild_removed(self, guild: discord.Guild) -> None:
+        """Kicked, banned, or the server deleted: its memory is erased
+        ARXIVSCOUT_UNINSTALLED_KEEP_DAYS later (memory/governance_tenants.py), unless the bot
+        joins it again. People's DMs with the bot are theirs: never erased so."""
+        upkeep = self.handler.agent.harness.upkeep
+        await self.now_or_later("a server's removal", lambda: upkeep.bot_removed(str(guild.id)))
 
-        @self.tree.command(name="expand", description="Show a summary and the messages it covers.")
-        @app_commands.describe(summary_id="the id shown as [Summary ID: ...]")
-        async def expand(interaction: discord.Interaction, summary_id: str) -> None:
-            await self.expand_command(interaction, summary_id)
-
-        @self.tree.command(
-            name="memory", description="Your link to what I remember (only you see it)."
-        )
-        async def memory(interaction: discord.Interaction) -> None:
-            await self.memory_command(interaction)
+    async def guilds_back(self, guilds: Sequence[discord.Guild]) -> None:
+        """Servers the bot is in (joined, or found at connect): their erasures are off."""
+        upkeep, tenants = self.handler.agent.harness.upkeep, [str(g.id) for g in guilds]
+        await self.now_or_later("a server's return", lambda: upkeep.bot_returned(*tenants))
 
     # -- messages: filter, de-duplicate, queue ---------------------------------------------
 
     async def handle_message(self, message: discord.Message) -> None:
         """Queue a turn for a message the bot should answer; ignore everything else. Discord
         does not redeliver: while the memory is unreachable, the message is kept here and
-        tried again (the person is told once)."""
+        tried again (the person is told once). Every step is safe to repeat: a retry after
+        a try that got further than it knew (a push that timed out after Redis ran it, a
+        thread opened before Redis failed) queues the message once, in its thread."""
         delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
         try:
             await self._take(message, delivery)
@@ -326,46 +226,54 @@ class DiscordAdapter:
             self._retry_later(f"message {message.id}", lambda: self._take(message, delivery))
 
     async def _take(self, message: discord.Message, delivery: str) -> None:
+        route = await self._queue(message, delivery)
+        await self.catchup.seen(message, route.scope.tenant if route else None)
+
+    async def _queue(self, message: discord.Message, delivery: str) -> Route | None:
+        """Queue the message's turn; its route, or None when the bot stays quiet."""
         me = self.client.user
         if me is None or message.author.bot or message.author.id == me.id:
-            return
+            return None
         if message.type not in ANSWERED_TYPES:
-            return
+            return None
         mentioned = self.mentions_me(message, me.id)
         route = await self.route(message, mentioned)
         if route is None:
-            return
+            return None
         if not await self.handler.memory.events.first_time(
             route.scope.tenant, f"discord:{message.id}", taker=delivery
         ):
-            return
+            return route
         text = self.question_text(message, me.id)
         addressed = mentioned or isinstance(message.channel, discord.DMChannel)
         pdfs = shared_attachments(message, addressed)  # adapters/discord_files.py
         if not text and not pdfs:  # a bare mention; or, without Message Content, any follow-up
             if mentioned:
                 await self._reply_quietly(message, EMPTY_MENTION)
-            return
+            return route
         if route.open_thread:
-            route = await self._open_thread(message, route, text or pdfs[0].filename)
-            if route is None:
-                return
+            opened = await self._open_thread(message, route, text or pdfs[0].filename)
+            if opened is None:
+                return route
+            route = opened
         elif isinstance(message.channel, discord.Thread):  # found if its channel is deleted
             await self.places.note_thread(
                 route.scope.tenant, str(message.channel.parent_id), str(message.channel.id)
             )
         if pdfs and await self.files.submit(message, pdfs, route.scope, route.channel_id, text):
             pass  # read first; the text then runs as a turn (it sees them)
-        elif text:  # the message id was de-duplicated above; the job goes in as a new one
+        elif text:  # queued once per message id, however often this is retried
             job = Job(
-                "turn", route.scope, text, reply={"channel_id": route.channel_id},
+                "turn", route.scope, text, event_id=f"discord-job:{message.id}",
+                reply={"channel_id": route.channel_id}, id=turn_job_id(message.id),
                 source=discord_source(message.id),
             )  # fmt: skip
             await self.pipeline.submit(job, notify=False)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
+        return route
 
-    async def now_or_later(self, what: str, take: Callable[[], Awaitable[object]]) -> None:
+    async def now_or_later(self, what: str, take: Take) -> None:
         """Queue a platform event's work (`take`). Discord sends an event once: while the
         memory is unreachable, it is kept here and tried again (`_retry_later`)."""
         try:
@@ -375,7 +283,7 @@ class DiscordAdapter:
                 raise
             self._retry_later(what, take)
 
-    def _retry_later(self, what: str, take: Callable[[], Awaitable[object]]) -> None:
+    def _retry_later(self, what: str, take: Take) -> None:
         """Call `take` again every few seconds, for an hour, until the memory is back."""
 
         async def retry() -> None:
@@ -391,8 +299,32 @@ class DiscordAdapter:
             log.error("memory stayed unavailable; %s not taken", what)
 
         task = asyncio.create_task(retry())
-        self._waiting.add(task)
-        task.add_done_callback(self._waiting.discard)
+        self._waiting[task] = (what, take)
+        task.add_done_callback(lambda done: self._waiting.pop(done, None))
+
+    async def stop(self) -> None:
+        """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
+        finish or go back to the queue (their progress kept); what waits for the memory gets
+        one last try, and what still cannot be queued is logged (the person was told)."""
+        await self.catchup.stop()
+        await self.pipeline.shutdown()
+        waiting = list(self._waiting.items())
+        for task, _ in waiting:
+            task.cancel()
+        await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
+        lost: list[str] = []
+        for _, (what, take) in waiting:
+            if lost:  # the memory is still unreachable: no more waits
+                lost.append(what)
+                continue
+            try:
+                async with asyncio.timeout(SUBMIT_TIMEOUT_SECONDS):
+                    await take()
+            except Exception as exc:
+                log.warning("%s could not be queued before stopping: %r", what, exc)
+                lost.append(what)
+        if lost:
+            log.error("stopped with the memory unreachable; not taken: %s", ", ".join(lost))
 
     async def route(self, message: discord.Message, mentioned: bool) -> Route | None:
         """Which conversation a message belongs to, or None if the bot should stay quiet."""
@@ -423,23 +355,39 @@ class DiscordAdapter:
         return Route(scope, channel.id)
 
     async def _open_thread(self, message: discord.Message, route: Route, text: str) -> Route | None:
-        try:
-            thread = await message.create_thread(name=thread_name(text))
-        except discord.HTTPException as exc:
-            log.warning("could not open a thread in channel %s: %s", route.channel_id, exc)
-            await self._reply_quietly(
-                message,
-                "I could not open a thread for this (I need the Create Public Threads and Send "
-                "Messages in Threads permissions here).",
-            )
-            return None
+        thread = await self._thread_of(message)  # opened by an earlier try of this message
+        if thread is None:
+            try:
+                thread = await message.create_thread(name=thread_name(text))
+            except discord.HTTPException as exc:
+                thread = await self._thread_of(message, ask_discord=True)  # it has one already
+                if thread is None:
+                    log.warning("could not open a thread in channel %s: %s", route.channel_id, exc)
+                    await self._reply_quietly(
+                        message,
+                        "I could not open a thread for this (I need the Create Public Threads "
+                        "and Send Messages in Threads permissions here).",
+                    )
+                    return None
         # the thread is the place from now on: its follow-ups arrive with its own channel id
         scope = replace(
             route.scope, thread=f"discord:{route.scope.tenant}:{thread.id}", channel=str(thread.id)
         )
         await self.presence.join(scope)
         await self.places.note_thread(route.scope.tenant, str(route.channel_id), str(thread.id))
+        await self.catchup.opened(route.scope.tenant, thread.id, message.id)
         return Route(scope, thread.id)
+
+    async def _thread_of(
+        self, message: discord.Message, ask_discord: bool = False
+    ) -> discord.Thread | None:
+        """The thread opened from `message` (it has the message's id), if any: cached, or
+        asked of Discord."""
+        found = self.client.get_channel(message.id)
+        if found is None and ask_discord:
+            with contextlib.suppress(discord.HTTPException):
+                found = await self.client.fetch_channel(message.id)
+        return found if isinstance(found, discord.Thread) else None
 
     @staticmethod
     def _my_roles(message: discord.Message, my_id: int) -> list[int]:
@@ -469,85 +417,3 @@ class DiscordAdapter:
         if me is not None and owner_id == me.id:
             return True
         return await self.presence.joined(scope)
-
-    # -- slash commands --------------------------------------------------------------------
-
-    async def summarize_command(self, interaction: discord.Interaction) -> None:
-        scope = await self._command_scope(interaction)
-        channel = interaction.channel
-        owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
-        known = interaction.guild_id is None or await self.knows_thread(scope, owner_id)
-        if interaction.channel_id is None or not known:
-            await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
-            return
-        await interaction.response.defer(thinking=True)
-        await self._followup(interaction, await self.handler.summarize(scope))
-
-    async def expand_command(self, interaction: discord.Interaction, summary_id: str) -> None:
-        await interaction.response.defer(thinking=True)
-        scope = await self._command_scope(interaction)
-        await self._followup(interaction, await self.handler.expand(scope, summary_id))
-
-    async def memory_command(self, interaction: discord.Interaction) -> None:
-        await interaction.response.send_message(self.memory_link(interaction), ephemeral=True)
-
-    def memory_link(self, interaction: discord.Interaction) -> str:
-        """The answer to `/memory`: a link for this person in this server (the tenant, as for
-        their messages), or for their DMs' memory when used in a DM."""
-        if self.links is None:
-            return NOT_SERVED
-        tenant, _, user = self._command_place(interaction)
-        url = self.links.login(tenant, str(user.id), "discord")
-        minutes = self.links.ttl // 60
-        return (
-            f"[Open your ArxivScout memory page](<{url}>): what I remember that you may see. "
-            f"The link is yours alone and works for {minutes} minutes."
-        )
-
-    async def _command_scope(self, interaction: discord.Interaction) -> Scope:
-        """The conversation a command was used in (its channel is the thread's id part)."""
-        tenant, thread, user = self._command_place(interaction)
-        seen = await resolve_visibility(self.client, interaction.channel, interaction.channel_id)
-        return Scope(
-            tenant, thread, str(interaction.channel_id), seen, str(user.id), user.display_name
-        )
-
-    @staticmethod
-    def _command_place(interaction: discord.Interaction) -> tuple[str, str, discord.abc.User]:
-        """A command's tenant, thread and user: all a memory link needs."""
-        tenant = discord_tenant(interaction)
-        if interaction.guild_id is None:
-            return tenant, f"discord:dm:{interaction.channel_id}", interaction.user
-        return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
-
-    @staticmethod
-    async def _followup(interaction: discord.Interaction, text: str) -> None:
-        for part in split_for_delivery(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
-            await interaction.followup.send(part)
-
-
-class StepStatus(Status):
-    """One status message per turn, edited as tools start and finish."""
-
-    def __init__(self, channel: discord.abc.Messageable) -> None:
-        self.channel = channel
-        self.lines: list[str] = []
-        self.message: discord.Message | None = None
-
-    async def event(self, event: AgentEvent) -> None:
-        label = TOOL_ACTIVITY.get(event.name, event.name)
-        if event.kind == "tool_start":
-            self.lines.append(f"⏳ {label}…")
-        elif event.kind == "tool_end" and self.lines:
-            mark = "✅" if event.detail == "success" else "⚠️"
-            self.lines[-1] = f"{mark} {label} ({event.detail})"
-        elif event.kind == "compacted":
-            self.lines.append(f"🗜️ older messages compacted (context was {event.detail} full)")
-        text = "\n".join(self.lines)[-DISCORD_LIMIT:]
-        if not text:
-            return
-        with contextlib.suppress(discord.HTTPException):
-            if self.message is None:
-                self.message = await self.channel.send(text)
-            else:
-                await self.message.edit(content=text)

@@ -396,8 +396,9 @@ class DiscordWatches:
         """The bot's permissions in `thread`, which are its parent channel's. discord.py
         resolves them from the cached parent and raises ClientException when the parent is
         not cached: then the parent is fetched (a forum too, which `channel_of` leaves out as
-        not messageable), as adapters/discord.py `visibility` does, rather than letting the
-        post decide: a real answer now beats a watch resumed only to be paused again."""
+        not messageable), as adapters/discord_platform.py `visibility` does, rather than
+        letting the post decide: a real answer now beats a watch resumed only to be paused
+        again."""
         try:
             return thread.permissions_for(me)
         except discord.ClientException:  # the parent is not cached

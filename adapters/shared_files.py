@@ -26,6 +26,12 @@ runs again, and becomes the outcome, in words, on the last delivery: there every
 said, and the message's text is queued as a turn all the same (only Redis failing as that is
 kept or queued makes the task run again, while it can). A last delivery that never ends (its
 process died) is not run again: `given_up` says it and queues the turn the same way.
+
+A share whose message was deleted on the platform is not read (the deletion's note lasts a
+day), nor one queued before its sharer was erased (`forget_person`'s note). A requeued share,
+or one queued more than LATE_SECONDS ago, may run after a deletion's note lapsed: one whose
+turn was queued already then runs only if its message is still stored (not a tombstone); one
+first run late (the bot down overnight) is read as usual.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import PurePath
@@ -40,6 +47,8 @@ from typing import Any, Protocol
 
 from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
 from bot.spent_tasks import last_delivery
+from memory.erased_people import ErasedPeople
+from memory.governance_purge import DELETED_NOTE_SECONDS
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import task_stream
@@ -54,6 +63,7 @@ CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the 
 # lasts as long unless renewed (a live process renews it, and keeps its tasks alive, however long
 # a read runs, up to MAX_RUN_MS: bot/background.py)
 MAX_DELIVERIES = 5
+LATE_SECONDS = DELETED_NOTE_SECONDS / 2  # a share older may outlive its deletion's note
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
 
@@ -189,7 +199,8 @@ class SharedFiles:
             self.workers[platform].start()
 
     async def submit(self, platform: str, payload: dict[str, Any]) -> str:
-        """Queue a share on its platform's stream (in Redis before this returns)."""
+        """Queue a share on its platform's stream (in Redis before this returns), with when."""
+        payload = {**payload, "queued_at": time.time()}
         task_id = await self.stream(platform).add(SHARED_FILES, payload)
         if platform in self.workers:
             self.workers[platform].start()
@@ -220,10 +231,10 @@ class SharedFiles:
         scope = Scope.from_dict(payload["scope"])
         tenant, share = scope.tenant, payload["share"]
         async with self._locked(tenant, share):
-            # a share is named as its message is (adapters/platform_ids.py): deleted on the
-            # platform before its files were read, neither they nor its text are taken
-            if await self.memory.governance.was_deleted(tenant, share):
-                log.info("share %s not read: its message was deleted", share)
+            # deleted on the platform before its files were read (or, late, forgotten):
+            # neither they nor its text are taken
+            if why := await self.withdrawn(scope, payload):
+                log.info("share %s not read: %s", share, why)
                 return
             if (requeue := requeued(payload)) is not None:  # its cause fixed: read afresh
                 await self.progress.restart(tenant, share, len(payload["files"]), requeue)
@@ -256,7 +267,8 @@ class SharedFiles:
         tenant, share = scope.tenant, payload["share"]
         try:
             async with self._locked(tenant, share):
-                if await self.memory.governance.was_deleted(tenant, share):
+                if why := await self.withdrawn(scope, payload):
+                    log.info("share %s given up, not said: %s", share, why)
                     return
                 for share_id, file in _file_ids(share, payload["files"]):
                     progress = await self.progress.get(tenant, share_id)
@@ -268,13 +280,43 @@ class SharedFiles:
         except ShareBusy:  # another copy runs: it says the outcome and queues the turn
             log.info("share %s given up while another copy of it runs", share)
 
+    async def withdrawn(self, scope: Scope, payload: dict[str, Any]) -> str | None:
+        """Why a share must not be read any more, if it must not. A share is named as its
+        message is (adapters/platform_ids.py): one deleted on the platform is noted for a day
+        (`was_deleted`). A share whose sharer was erased after it was queued takes nothing of
+        theirs (memory/erased_people.py). A requeued or late share may run after a deletion's
+        note lapsed: one whose turn was queued (its message stored once the turn ran) is read
+        only while that message is stored, not a tombstone (deleted, forgotten, expired), as
+        other tasks check theirs (`still_holds`); one whose turn never was is read as usual."""
+        tenant, share = scope.tenant, payload["share"]
+        if await self.memory.governance.was_deleted(tenant, share):
+            return "its message was deleted"
+        queued_at = float(payload.get("queued_at") or 0)
+        people = (str(payload.get("sharer") or ""), str(scope.user or ""))
+        erased = await ErasedPeople(self.memory.redis).erased_at(tenant, people)
+        if erased is not None and (not queued_at or erased >= queued_at):
+            return "the person who shared it was erased since"
+        late = requeued(payload) is not None or (
+            queued_at and time.time() - queued_at > LATE_SECONDS
+        )
+        if not late or not payload.get("turn"):
+            return None  # a share without text stores no message: its note is all there is
+        if "turn_queued" not in await self.progress.get(tenant, share):
+            return None  # its message was never stored: nothing to find gone
+        stored = await self.memory.conversation.all(scope)  # tombstones keep no source
+        if any(m.role == "user" and m.metadata.get("source") == share for m in stored):
+            return None
+        return "its message is no longer stored (deleted, forgotten or expired)"
+
     async def _queue_turn(self, scope: Scope, payload: dict[str, Any]) -> None:
         """The message's text as a turn, now that its files are read (or given up): under
-        the message's event id, so never twice."""
+        the message's event id, so never twice. Noted in the share's progress: from then on
+        its message is stored once the turn runs (`withdrawn`)."""
         if payload.get("turn"):
             await self.memory.turns.push(
                 scope, payload["turn"], payload["turn_event"], watch=payload["platform"]
             )
+            await self.progress.set(scope.tenant, payload["share"], turn_queued=time.time())
 
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:

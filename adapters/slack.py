@@ -18,6 +18,10 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   message gets the new text (bot/upkeep.py `message_edited`); the edit is not answered.
 - A channel deleted in Slack (`channel_deleted`, `group_deleted`) is forgotten: every thread
   of it, and its watches (memory/governance_places.py).
+- The app uninstalled (`app_uninstalled`, or `tokens_revoked` naming the bot): the team's
+  memory is erased ARXIVSCOUT_UNINSTALLED_KEEP_DAYS later (memory/governance_tenants.py);
+  any later command, or event other than noise and the bot's own, from the team cancels that
+  (`note_team_back`, best effort: memory down does not refuse the event).
 - A channel another organisation joined or left (`channel_shared`, `channel_unshared`): the
   process that receives the event forgets what it cached of the channel, and asks Slack again
   at its next event there. Slack sends the event to one process only: another process's
@@ -94,6 +98,8 @@ IGNORED_SUBTYPES = {
     "channel_join",
     "channel_leave",
 }
+# never the app coming back (Slack may send the first two in either order)
+REMOVAL_EVENTS = ("app_uninstalled", "tokens_revoked", "team_access_revoked")
 NO_THREAD = (
     "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
     "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
@@ -145,6 +151,14 @@ def edited_message(event: dict) -> dict | None:
         return None
     previous = event.get("previous_message") or {}
     return {**now, "previous_text": previous.get("text")}
+
+
+def slack_retry(request: AsyncBoltRequest) -> bool:
+    """A redelivery of an event: its retry number above 0. Socket Mode sends `retry_attempt`
+    0 with a first delivery, and bolt turns that into the header too."""
+    value = request.headers.get("x-slack-retry-num") or ["0"]
+    number = value[0] if isinstance(value, list | tuple) else value
+    return str(number).strip().isdigit() and int(number) > 0
 
 
 def parse_thread_link(text: str) -> tuple[str, str] | None:
@@ -213,10 +227,14 @@ class SlackAdapter:
     def _register(self) -> None:
         self.app.error(self.on_error)
         self.app.middleware(self.skip_noise)
+        self.app.middleware(self.note_team_back)  # every command and event that is not noise
         self.app.event("app_mention")(self.on_mention)
         self.app.event("message")(self.on_message)
         self.app.event("channel_deleted")(self.on_channel_deleted)
         self.app.event("group_deleted")(self.on_channel_deleted)  # a private channel
+        self.app.event("app_uninstalled")(self.on_removed)  # the team's memory: erased later
+        self.app.event("tokens_revoked")(self.on_removed)
+        self.app.event("team_access_revoked")(self.on_removed)  # an org app's workspaces
         # another organisation joined or left a channel: its walls are asked of Slack again
         self.app.event("channel_shared")(self.walls.on_sharing_changed)
         self.app.event("channel_unshared")(self.walls.on_sharing_changed)
@@ -316,6 +334,47 @@ class SlackAdapter:
             return
         with unavailable_raised():
             await self.handler.place_deleted(place)
+
+    async def note_team_back(self, body: dict, next) -> BoltResponse | None:
+        """Any event or command from a team whose memory's erasure is scheduled (it removed
+        the app): the app is back, the erasure is off. One ZMSCORE per request; not for the
+        removal's own events, nor the bot's own (its posts, each update of a streamed answer),
+        nor noise (`skip_noise` runs first). Best effort: memory down is logged, and the
+        request goes on (the team's next event cancels it; one due meanwhile is erased)."""
+        event = body.get("event") if body.get("type") == "event_callback" else None
+        removal = isinstance(event, dict) and event.get("type") in REMOVAL_EVENTS
+        if not removal and not self._from_bot(event) and (team := slack_team(body)):
+            try:
+                await self.handler.agent.harness.upkeep.bot_returned(team)
+            except Exception:  # Redis away: not worth a 503 and Slack's retry of the event
+                log.warning("could not cancel the scheduled erasure of team %s", team,
+                            exc_info=True)  # fmt: skip
+        await next()
+        return None
+
+    def _from_bot(self, event: Any) -> bool:
+        """An event about the bot's own message: posted, updated, deleted."""
+        if not isinstance(event, dict):
+            return False
+        said = [event, event.get("message") or {}, event.get("previous_message") or {}]
+        return any(m.get("bot_id") or m.get("user") == self.bot_user_id for m in said
+                   if isinstance(m, dict))  # fmt: skip
+
+    async def on_removed(self, body: dict, event: dict) -> None:
+        """The app uninstalled (`app_uninstalled`), its bot's token revoked (a
+        `tokens_revoked` naming the bot; a person's token alone is not the app leaving), or an
+        org app's access to workspaces revoked (`team_access_revoked`, naming them): schedule
+        the erasure of the team's memory (ARXIVSCOUT_UNINSTALLED_KEEP_DAYS later,
+        memory/governance_tenants.py). Memory down answers 503, so Slack sends it again."""
+        bots = (event.get("tokens") or {}).get("bot") or []
+        if event.get("type") == "tokens_revoked" and self.bot_user_id not in bots:
+            return
+        teams = event.get("team_ids") if event.get("type") == "team_access_revoked" else None
+        upkeep = self.handler.agent.harness.upkeep
+        with unavailable_raised():
+            for team in teams if isinstance(teams, list) else [slack_team(body)]:
+                if team and isinstance(team, str):
+                    await upkeep.bot_removed(team)
 
     async def on_edited(self, body: dict, event: dict, edited: dict) -> None:
         """A message edited in Slack: queue the following of its new text in memory; edited
@@ -450,8 +509,7 @@ class SlackAdapter:
                    "user_team": event.get("user_team") or team},
             source=slack_source(event["channel"], event["ts"]),
         )  # fmt: skip
-        retried = bool(request.headers.get("x-slack-retry-num"))
-        if await self.pipeline.submit(job, notify=not retried):
+        if await self.pipeline.submit(job, notify=not slack_retry(request)):
             await self.presence.join(scope, reference=thread_ts)  # a follow-up needs no mention
 
     async def queue_summary(

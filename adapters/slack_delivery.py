@@ -4,6 +4,11 @@
   workspace has them, else a placeholder is edited at most once a second; a 429 skips updates
   until its Retry-After, and the final answer waits it out.
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
+- Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
+  the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
+  error (MAYBE_POSTED) carries the job and part in its metadata and is looked for in the thread
+  first, so a re-run does not post it twice. Blocks Slack refuses are sent once more as
+  mrkdwn sections (the 👍/👎 buttons kept), then as plain text.
 - Where the bot may not post, a command's or shortcut's response_url carries the answer (5 posts
   at most).
 """
@@ -47,6 +52,16 @@ RESPONSE_URL_POSTS = 5  # Slack takes at most 5 posts to one response_url (in 30
 RESPONSE_URL_PARTS = RESPONSE_URL_POSTS - 1  # the last post says what was left out
 NOT_THERE = {"not_in_channel", "channel_not_found"}  # the bot may not post in the channel
 GONE = {"message_not_found", "cant_update_message", "edit_window_closed"}
+# Slack's own passing failures: the job stays queued and runs again
+PASSING = {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
+# errors after which Slack may have done the call anyway ("some aspect of the operation
+# succeeded"): a post is looked for before it is made again
+MAYBE_POSTED = {"internal_error", "fatal_error"}
+REPLY_EVENT = "arxivscout_reply"  # the metadata of a reply's posts: its job and part
+SECTION_LIMIT = 3000  # characters in a section block's text
+# a body whose blocks Slack refuses: sent once more as sections, then as plain text
+UNSHOWABLE = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long"}
+NETWORK = (aiohttp.ClientError, TimeoutError)  # no answer from Slack at all
 
 
 def markdown(text: str) -> dict[str, Any]:
@@ -55,12 +70,22 @@ def markdown(text: str) -> dict[str, Any]:
 
 
 def slack_error(exc: SlackApiError) -> str:
-    return str(exc.response.get("error") or "")
+    """Slack's error code; "" for an answer that was not JSON (slack_sdk then leaves aiohttp's
+    response in the error, which has no `get`)."""
+    data = getattr(exc.response, "data", exc.response)
+    return str(data.get("error") or "") if isinstance(data, dict) else ""
+
+
+def http_status(exc: SlackApiError) -> int:
+    """The HTTP status of Slack's answer: `status_code` of slack_sdk's response, `status` of
+    aiohttp's (an answer that was not JSON)."""
+    response = exc.response
+    return int(getattr(response, "status_code", None) or getattr(response, "status", 0) or 0)
 
 
 def retry_after(exc: SlackApiError) -> float | None:
     """Seconds Slack asks to wait (a 429's `Retry-After`), or None if `exc` is no rate limit."""
-    if exc.response.status_code != 429:
+    if http_status(exc) != 429:
         return None
     headers = {key.lower(): value for key, value in (exc.response.headers or {}).items()}
     value = headers.get("retry-after", 1)
@@ -81,6 +106,46 @@ async def until_delivered(call: Callable[..., Awaitable[Any]], **kwargs: Any) ->
             log.info("rate limited on a final delivery; retrying in %.1f s", wait)
             await asyncio.sleep(wait)
     return None
+
+
+def sections(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with its markdown block as mrkdwn sections (a section takes 3,000 characters),
+    its other blocks (the 👍/👎 buttons) kept."""
+    kept = [b for b in body["blocks"] if b.get("type") != "markdown"]
+    texts = split_message(body["text"], SECTION_LIMIT) or ["…"]
+    cut = [{"type": "section", "text": {"type": "mrkdwn", "text": t}} for t in texts]
+    return {**body, "blocks": [*cut, *kept]}
+
+
+async def delivered_or_plain(
+    call: Callable[..., Awaitable[Any]], body: dict[str, Any], **where: Any
+) -> Any:
+    """An answer's message (`until_delivered`); if Slack refuses its blocks, as mrkdwn
+    sections with the buttons, then the text alone (an edit drops the placeholder's blocks),
+    rather than no answer at all."""
+    try:
+        return await until_delivered(call, **where, **body)
+    except SlackApiError as exc:
+        if slack_error(exc) not in UNSHOWABLE or "blocks" not in body:
+            raise
+        log.warning("Slack refused a message's blocks (%s); sent as sections", slack_error(exc))
+    try:
+        return await until_delivered(call, **where, **sections(body))
+    except SlackApiError as exc:
+        if slack_error(exc) not in UNSHOWABLE:
+            raise
+        buttons = " and its 👍/👎 buttons left out" if len(body["blocks"]) > 1 else ""
+        log.warning("Slack refused sections too (%s); sent as text%s", slack_error(exc), buttons)
+    plain = {"blocks": []} if "ts" in where else {}
+    return await until_delivered(call, **where, text=body["text"], **plain)
+
+
+def maybe_posted(exc: BaseException) -> bool:
+    """Slack may have made the post despite `exc`: its own error (MAYBE_POSTED, or a 5xx
+    answer), or no answer at all after the request went out."""
+    if isinstance(exc, SlackApiError):
+        return slack_error(exc) in MAYBE_POSTED or http_status(exc) >= 500
+    return isinstance(exc, NETWORK)
 
 
 def left_out(shown: int, total: int, how: str) -> str:
@@ -149,9 +214,12 @@ class SlackStatus(Status):
                 channel_id=self.channel, thread_ts=self.thread_ts, status=text
             )
         except SlackApiError as exc:
-            if retry_after(exc) is None:
+            if retry_after(exc) is None and slack_error(exc) not in PASSING:
                 self.platform.no_status.add(team)
                 log.info("no assistant status in %s (%s)", team, slack_error(exc))
+            return False
+        except NETWORK as exc:
+            log.info("status not shown in %s: %r", self.channel, exc)
             return False
         self._status_shown = bool(text)
         return True
@@ -162,21 +230,20 @@ class SlackStatus(Status):
         `turn`: the answer's turn id, for its feedback buttons (when this is its last part)."""
         body = with_feedback(markdown(text), turn)
         if self.streaming:
-            with contextlib.suppress(SlackApiError):
+            with contextlib.suppress(SlackApiError, *NETWORK):
                 await until_delivered(self.client.chat_stopStream, channel=self.channel, ts=self.ts)
             self.streaming = self.job.progress["stream"] = False
         if self._status_shown:
-            with contextlib.suppress(SlackApiError, aiohttp.ClientError):
-                await self.set_status("")
+            await self.set_status("")
         try:
-            await until_delivered(self.client.chat_update, channel=self.channel, ts=self.ts, **body)
+            await delivered_or_plain(
+                self.client.chat_update, body, channel=self.channel, ts=self.ts
+            )
         except SlackApiError as exc:
             if slack_error(exc) not in GONE:
                 raise
             log.info("placeholder %s gone (%s); posting anew", self.ts, slack_error(exc))
-            posted = await until_delivered(
-                self.client.chat_postMessage, **self.platform.where(self.job), **body
-            )
+            posted = await self.platform.post(self.job, 0, body)
             self.ts = self.job.progress["placeholder"] = posted["ts"]
 
     async def _quietly(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> bool:
@@ -231,7 +298,7 @@ class SlackPlatform(Platform):
         if progress.get("placeholder"):  # a re-run: the same message says it goes on
             status = SlackStatus(self, job, progress["placeholder"])
             if progress.get("stream"):  # left open by the run that died
-                with contextlib.suppress(SlackApiError):
+                with contextlib.suppress(SlackApiError, *NETWORK):
                     await self.client.chat_stopStream(channel=status.channel, ts=status.ts)
                 progress["stream"] = False
             if not progress.get("sent"):
@@ -265,16 +332,54 @@ class SlackPlatform(Platform):
         except SlackApiError as exc:
             if slack_error(exc) in NOT_THERE:
                 raise
-            if retry_after(exc) is None and slack_error(exc) != "invalid_thread_ts":
+            passing = retry_after(exc) is not None or slack_error(exc) in PASSING
+            if not passing and slack_error(exc) != "invalid_thread_ts":
                 self.no_streaming.add(team)
             log.info("no streaming in %s (%s); editing a placeholder", *self._why(job, exc))
+            return None
+        except NETWORK as exc:
+            log.info("no stream in %s (%r); editing a placeholder", job.reply.get("channel"), exc)
             return None
         return SlackStatus(self, job, started["ts"], streaming=True)
 
     async def _placeholder(self, job: Job) -> SlackStatus:
         first = THINKING if job.kind == "turn" else SUMMARIZING
-        posted = await until_delivered(self.client.chat_postMessage, **self.where(job), text=first)
+        posted = await self.post(job, 0, {"text": first})
         return SlackStatus(self, job, posted["ts"])
+
+    async def post(self, job: Job, part: int, body: dict[str, Any]) -> Any:
+        """Post part `part` of `job`'s reply (0: its placeholder), marked in its metadata: after
+        an error Slack may have posted it despite (MAYBE_POSTED), it is looked for in the
+        thread, and found, taken as posted, rather than posted again by a re-run."""
+        marker, since = f"{job.id}:{part}", time.time()
+        metadata = {"event_type": REPLY_EVENT, "event_payload": {"reply": marker}}
+        where = {**self.where(job), "metadata": metadata}
+        try:
+            return await delivered_or_plain(self.client.chat_postMessage, body, **where)
+        except (SlackApiError, *NETWORK) as exc:
+            if not maybe_posted(exc) or (ts := await self._posted(job, marker, since)) is None:
+                raise
+            log.info("part %d of %s was posted despite %r", part, job.id, exc)
+            return {"ts": ts}
+
+    async def _posted(self, job: Job, marker: str, since: float) -> str | None:
+        """The ts of the post marked `marker` in the job's thread (or DM), if Slack has it."""
+        where = self.where(job)
+        options = {"channel": where["channel"], "oldest": f"{since - 60:.6f}",
+                   "include_all_metadata": True, "limit": 200}  # fmt: skip
+        try:
+            if "thread_ts" in where:
+                found = await self.client.conversations_replies(ts=where["thread_ts"], **options)
+            else:
+                found = await self.client.conversations_history(**options)
+        except (SlackApiError, *NETWORK) as exc:
+            log.info("could not look for a post in %s: %r", where["channel"], exc)
+            return None
+        for message in found.get("messages") or []:
+            payload = (message.get("metadata") or {}).get("event_payload") or {}
+            if payload.get("reply") == marker:
+                return str(message["ts"])
+        return None
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, SlackStatus)
@@ -284,8 +389,13 @@ class SlackPlatform(Platform):
         elif index == 0:
             await status.finish(part, turn)
         else:
-            body = with_feedback(markdown(part), turn)
-            await until_delivered(self.client.chat_postMessage, **self.where(job), **body)
+            await self.post(job, index, with_feedback(markdown(part), turn))
+
+    def passing(self, exc: BaseException) -> bool:
+        if isinstance(exc, SlackApiError):
+            status = http_status(exc)
+            return slack_error(exc) in PASSING or status == 429 or status >= 500
+        return super().passing(exc)
 
     async def notice(self, job: Job, text: str) -> None:
         try:
@@ -309,7 +419,7 @@ class SlackPlatform(Platform):
         """Post `text` only the person sees, to the response_url of their command/shortcut."""
         sent = job.progress.get("responded", 0)
         if sent >= RESPONSE_URL_POSTS:
-            log.warning("response_url used up in %s; not posted: %s", job.scope.thread, text[:60])
+            log.warning("response_url used up in %s: %d chars unsent", job.scope.thread, len(text))
             return
         webhook = AsyncWebhookClient(job.reply["response_url"], session=self.client.session)
         response = await webhook.send(**markdown(text), response_type="ephemeral")

@@ -26,11 +26,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import aiohttp
+
 from adapters.text import split_for_delivery
 from bot.agent import AgentEvent
 from bot.turns import TurnHandler
 from memory.coordination import Taken
-from memory.errors import memory_unavailable
+from memory.errors import memory_full, memory_unavailable
 from memory.governance_edits import Change
 from memory.scope import Scope
 from memory.text import clean_text
@@ -41,7 +43,10 @@ LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
 RECOVER_EVERY_SECONDS = 5.0  # how often a process looks for threads whose lease lapsed
 SHUTDOWN_GRACE_SECONDS = 25.0  # what a stopping process gives running turns to finish
 SUBMIT_TIMEOUT_SECONDS = 4.0  # an unreachable memory is reported within 5 s
-MAX_ATTEMPTS = 3  # a job that keeps killing its process is given up after this many runs
+RETRY_PAUSE_SECONDS = 2.0  # a job the platform failed in passing runs again after this pause
+# a job that keeps killing its process (or failing to show) is given up after this many runs;
+# runs ended by a shutdown, a lost lease or memory down are not counted (progress "spared")
+MAX_ATTEMPTS = 3
 
 FAILURE = (
     "Sorry, something went wrong on my side and I could not answer this. Your message is "
@@ -59,6 +64,10 @@ GAVE_UP = (
     "Sorry, I tried to answer this several times and failed each time. Your message is "
     "saved; please rephrase it or try again later."
 )
+REST_UNSENT = (
+    "Sorry, I could not send the rest of this answer. Your message is saved; please ask "
+    "again to see the answer in full."
+)
 
 JobKind = Literal["turn", "summarize"]
 Save = Callable[[], Awaitable[object]]
@@ -66,6 +75,11 @@ Save = Callable[[], Awaitable[object]]
 
 class MemoryUnavailable(RuntimeError):
     """A job could not be queued because Redis is unreachable (the person was told)."""
+
+
+class LeaseLost(RuntimeError):
+    """The thread's lease lapsed while a job ran (memory restarted, or was out longer than the
+    lease): another run may hold the job now, so this one stops and leaves it to that one."""
 
 
 def not_queued_for_now(exc: BaseException) -> bool:
@@ -158,6 +172,22 @@ class Platform(ABC):
     async def notice(self, job: Job, text: str) -> None:
         """Tell the person something outside a turn (their message could not be queued)."""
 
+    def passing(self, exc: BaseException) -> bool:
+        """True when `exc` is a passing failure of the platform (the network, a timeout, its
+        server's own error): the job stays queued and runs again, up to MAX_ATTEMPTS runs."""
+        return isinstance(exc, (TimeoutError, ConnectionError, aiohttp.ClientError))
+
+
+@contextlib.asynccontextmanager
+async def if_shown(indicator: contextlib.AbstractAsyncContextManager[Any]) -> AsyncIterator[None]:
+    """A typing indicator or the like: one that fails to show does not stop the turn."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(indicator)
+        except Exception as exc:
+            log.info("an indicator could not be shown (%s); the turn goes on", exc)
+        yield
+
 
 class Pipeline:
     """De-duplication, per-thread ordering, the turn, splitting, sending, failure replies,
@@ -169,9 +199,13 @@ class Pipeline:
         self.memory = handler.memory
         self.lease_ms = lease_ms
         self.recover_every = RECOVER_EVERY_SECONDS
+        self.retry_pause = RETRY_PAUSE_SECONDS
         self._draining: set[asyncio.Task] = set()
         self._recovering: asyncio.Task | None = None
         self._stopping = False
+        # job id -> its run that outside causes ended (memory down, a lost lease), not yet
+        # marked spared in Redis: the next run here marks it, if that was the run saved last
+        self._spared: dict[str, int] = {}
 
     # -- taking jobs -----------------------------------------------------------------------
 
@@ -231,16 +265,18 @@ class Pipeline:
     async def _drain(self, scope: Scope) -> None:
         """Run the thread's jobs while holding its lease; jobs pushed by other processes
         meanwhile are run too, since it takes until the queue is empty."""
-        turns = self.memory.turns
+        turns, drain = self.memory.turns, asyncio.current_task()
         while not self._stopping:
             token = uuid.uuid4().hex
             if not await turns.lease(scope, token, self.lease_ms):
                 return
-            keeper = asyncio.create_task(self._keep(scope, token))
+            slot = _Slot()
+            keeper = asyncio.create_task(self._keep(scope, token, slot, drain))
             try:
                 while not self._stopping and (taken := await turns.take(scope, token)):
-                    await self._run_taken(scope, token, taken)
-            except asyncio.CancelledError:  # shutdown: another process runs it from here
+                    if not await self._run_taken(scope, token, taken, slot):
+                        await asyncio.sleep(self.retry_pause)  # still running: taken again
+            except asyncio.CancelledError:  # shutdown (or the lease lost): run again from here
                 await asyncio.shield(turns.hand_back(scope, token))
                 raise
             finally:
@@ -248,34 +284,92 @@ class Pipeline:
             if not await turns.release(scope, token):
                 return
 
-    async def _keep(self, scope: Scope, token: str) -> None:
-        """Renew the lease while a long turn runs, so no other process takes the thread."""
+    async def _keep(
+        self, scope: Scope, token: str, slot: _Slot, drain: asyncio.Task | None
+    ) -> None:
+        """Renew the lease while a long turn runs, so no other process takes the thread. A
+        renewal refused (another run took the thread over while memory was out) stops the
+        drain: the job is still in Redis, run again from there. A lease gone with the
+        memory's data is taken again (memory/coordination.py `TurnQueue.keep`): no other run has the job."""
         with contextlib.suppress(asyncio.CancelledError):
             while True:
                 await asyncio.sleep(self.lease_ms / 3000)
-                with contextlib.suppress(Exception):  # a blip: the next renewal may work
-                    await self.memory.turns.renew(scope, token, self.lease_ms)
+                try:
+                    renewed = await self.memory.turns.keep(
+                        scope, token, self.lease_ms, slot.job_id, slot.written
+                    )
+                except Exception:  # a blip: the next renewal may work
+                    continue
+                if not renewed:
+                    log.warning("the lease on %s was lost; its run stops", scope.thread)
+                    if drain is not None:
+                        drain.cancel()
+                    return
 
-    async def _run_taken(self, scope: Scope, token: str, taken: Taken) -> None:
+    async def _run_taken(self, scope: Scope, token: str, taken: Taken, slot: _Slot) -> bool:
+        """Run a taken job and complete it; False when the platform failed in passing (the
+        job stays in the running slot, to run again after a pause)."""
         turns, job = self.memory.turns, Job.from_json(taken.job)
+        slot.job_id, slot.written = job.id, taken.job
+
+        async def save() -> bool:
+            progress = job.to_json()
+            kept = await turns.keep(scope, token, self.lease_ms, job.id, slot.written, progress)
+            if kept:
+                slot.written = progress
+            return kept
+
         # only a job taken over from another run can have been delivered already
         if not (taken.resumed and await turns.delivered(scope, job.id)):
-            await self.run(job, save=lambda: turns.save(scope, token, job.to_json()))
+            try:
+                await self.run(job, save=save)
+            except LeaseLost:  # not completed: the run holding the lease now finishes it
+                log.warning("the lease on %s was lost; %s left to its holder", scope.thread, job.id)
+                return True
+            except Exception as exc:
+                if memory_unavailable(exc) or not self.platform.passing(exc):
+                    raise  # memory down: the lease lapses, a process takes the job when it is back
+                return False
         await turns.complete(scope, job.id)
+        slot.job_id = slot.written = ""
+        self._spared.pop(job.id, None)  # a run of it stopped here may have left its mark
+        return True
 
     async def run(self, job: Job, save: Save | None = None) -> None:
         """Run one job now and deliver its outcome: an answer, or a reply saying what went
-        wrong. `save` keeps `job.progress` (the queue's running slot). Raises only when the
-        memory is unreachable (said when the turn met it): the job stays queued, runs again."""
-        job.progress["attempts"] = job.progress.get("attempts", 0) + 1
+        wrong. `save` keeps `job.progress` (the queue's running slot). Raises when the memory
+        is unreachable (said when the turn met it), when a queued job's platform failed in
+        passing (`Platform.passing`, up to MAX_ATTEMPTS runs), or its lease was lost: the
+        job stays queued and runs again from its saved progress."""
+        progress = job.progress
+        progress["attempts"] = attempts = progress.get("attempts", 0) + 1
+        if self._spared.pop(job.id, None) == attempts - 1:  # the run saved last: not its fault
+            progress["spared"] = progress.get("spared", 0) + 1
+        again = save is not None and _counted(job) <= MAX_ATTEMPTS
         save = save or _nothing
         try:
-            await self._run(job, save)
+            await self._run(job, save, again)
+        except asyncio.CancelledError:  # a shutdown hands it back: this run is not counted
+            progress["spared"] = progress.get("spared", 0) + 1
+            if not await asyncio.shield(_quietly_saved(save)):
+                self._spared[job.id] = attempts
+            raise
+        except LeaseLost:
+            self._spared[job.id] = attempts
+            raise
         except Exception as exc:
             if memory_unavailable(exc):
+                if not memory_full(exc):  # a full Redis still reads: its runs must end
+                    self._spared[job.id] = attempts
+                raise
+            if again and self.platform.passing(exc):
+                log.warning("%s in %s runs again: %r", job.kind, job.scope.thread, exc)
+                await save()  # this run counted, and what it posted or answered
                 raise
             # the platform failed around the turn (the channel is gone, the bot was removed)
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
+            if self.platform.passing(exc):  # runs enough: the person is told, if it can be
+                await self._notice(job, GAVE_UP)
         try:  # whatever the platform did: the turn (or a run before it) may have stored it
             await self._caught_up(job, save)
         except Exception as exc:
@@ -283,7 +377,7 @@ class Pipeline:
                 raise
             log.exception("what the platform changed of %s's message was not caught up", job.id)
 
-    async def _run(self, job: Job, save: Save) -> None:
+    async def _run(self, job: Job, save: Save, again: bool = False) -> None:
         change = await self._platform_change(job)
         if change.deleted:
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
@@ -292,25 +386,27 @@ class Pipeline:
         if (edited := change.edited_from(job.text)) is not None:  # runs with the latest text
             job.progress.setdefault("first_text", job.text)  # its vectors go at the end
             job.text = edited
-        attempts = job.progress["attempts"]
         async with self.platform.working(job) as status:
-            await save()
+            await _saved(save)
             text = job.progress.get("answer")
             if text is None:
-                if attempts > MAX_ATTEMPTS:
+                if _counted(job) > MAX_ATTEMPTS:
                     text = GAVE_UP
                     await self._first_text_uncached(job)
                 else:
                     text = await self._outcome(job, status)
-                job.progress["answer"] = text  # saved with the first part sent
+                job.progress["answer"] = text  # saved before the first part is sent
             parts = split_for_delivery(self.platform.render(text), self.platform.limit) or ["…"]
             job.progress["parts"] = len(parts)  # the last one carries the feedback buttons
             for index, part in enumerate(parts):
                 if index < job.progress.get("sent", 0):
                     continue  # delivered by an earlier run
-                await self._deliver(job, status, index, part)
+                await _saved(save)  # still this run's job: else another run delivers it
+                if not await self._deliver(job, status, index, part, again):
+                    job.progress["sent"] = len(parts)  # the person was told: none sent again
+                    break
                 job.progress["sent"] = index + 1
-                await save()
+            await save()  # all sent (the job completes next; a lost lease changes nothing)
 
     async def _caught_up(self, job: Job, save: Save) -> None:
         """A turn's message deleted or edited on the platform while the turn ran (or before a
@@ -368,13 +464,21 @@ class Pipeline:
             log.exception("%s failed in thread %s", job.kind, job.scope.thread)
             return FAILURE
 
-    async def _deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+    async def _deliver(
+        self, job: Job, status: Status, index: int, part: str, again: bool = False
+    ) -> bool:
+        """A part that fails in passing is raised while the job may run `again` (a re-run
+        sends it and the rest from its saved answer); else the person is told, once, and
+        False: the parts after it are not sent (an answer with a hole would mislead)."""
         try:
             await self.platform.deliver(job, status, index, part)
-        except Exception:
+        except Exception as exc:
+            if again and self.platform.passing(exc):
+                raise
             log.exception("could not deliver part %d in %s", index, job.scope.thread)
-            if index == 0:
-                await self._notice(job, FAILURE)
+            await self._notice(job, FAILURE if index == 0 else REST_UNSENT)
+            return False
+        return True
 
     async def _notice(self, job: Job, text: str) -> None:
         try:
@@ -418,5 +522,33 @@ def feedback_turn(job: Job, index: int) -> str:
     return str(job.progress.get("turn") or "") if last else ""
 
 
+@dataclass
+class _Slot:
+    """The job a drain runs and what it last wrote to the thread's running slot: a lease
+    gone with the memory's data is taken again only while the slot still holds that."""
+
+    job_id: str = ""
+    written: str = ""
+
+
 async def _nothing() -> None:
     return None
+
+
+def _counted(job: Job) -> int:
+    """The runs of `job` that count towards MAX_ATTEMPTS: those not ended by outside causes."""
+    return int(job.progress["attempts"]) - int(job.progress.get("spared", 0))
+
+
+async def _quietly_saved(save: Save) -> bool:
+    """Save while the run is being stopped: False if it could not be (no lease, no memory)."""
+    try:
+        return await save() is not False
+    except Exception:
+        return False
+
+
+async def _saved(save: Save) -> None:
+    """Save a running job's progress; LeaseLost if its lease lapsed meanwhile."""
+    if await save() is False:
+        raise LeaseLost("the lease lapsed while the job ran")

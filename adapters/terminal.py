@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
-from typing import TextIO
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TextIO, TypeVar
 
-from adapters.spine import Job, Pipeline, Platform, Status
+from adapters.spine import MEMORY_DOWN, Job, Pipeline, Platform, Status
 from bot.agent import AgentEvent
 from bot.turns import TurnHandler
 from memory.errors import memory_unavailable
@@ -25,6 +26,45 @@ Commands:
   /context [TEXT]   show the memory segments the agent would see for TEXT
   /help             this help
   /quit             leave (Ctrl-D works too)"""
+
+# The terminal keeps no queue and nothing runs a message again: the person sends it again.
+MEMORY_DOWN_HERE = (
+    "My memory (Redis) is unreachable right now, so I cannot answer this. Please send it again "
+    "once Redis is back."
+)
+COMMAND_MEMORY_DOWN = (
+    "My memory (Redis) is unreachable right now, so {command} could not run. Try it again once "
+    "Redis is back."
+)
+
+
+T = TypeVar("T")
+
+
+async def in_daemon_thread(read: Callable[..., T], *args: object) -> T:
+    """`read(*args)` in a daemon thread. asyncio's executor (asyncio.to_thread) is joined when
+    asyncio.run ends, so Ctrl-C at the prompt would wait for Enter; a daemon thread is not."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: Any, failed: bool) -> None:
+        if future.done():  # cancelled: Ctrl-C
+            return
+        if failed:
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        try:
+            value, failed = read(*args), False
+        except BaseException as exc:  # EOFError at the end of input, said to the reader
+            value, failed = exc, True
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, failed)
+
+    threading.Thread(target=work, name="terminal-input", daemon=True).start()
+    return await future
 
 
 def decode_line(raw: bytes | str) -> str:
@@ -73,6 +113,9 @@ class TerminalPlatform(Platform):
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, TerminalStatus)
+        self.chat.replied = True
+        if part == MEMORY_DOWN:  # the platforms' wording promises a re-run this chat has not
+            part = MEMORY_DOWN_HERE
         shown = "".join(status.streamed) if index == 0 else ""
         if not self.chat.interactive:
             self.chat.say(part + "\n")
@@ -93,6 +136,7 @@ class TerminalChat:
         self.interactive = sys.stdin.isatty()
         self.last_question = ""
         self.lines_read = 0
+        self.replied = False  # whether the running message's reply was shown
         self.pipeline = Pipeline(TerminalPlatform(self), handler)
 
     def say(self, text: str = "", end: str = "\n") -> None:
@@ -116,11 +160,11 @@ class TerminalChat:
     async def _read_raw(self) -> bytes | str | None:
         if self.interactive:
             try:
-                return await asyncio.to_thread(input, "you> ")
+                return await in_daemon_thread(input, "you> ")
             except EOFError:
                 return None
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: we decide what is valid
-        line = await asyncio.to_thread(stdin.readline)
+        line = await in_daemon_thread(stdin.readline)
         return line or None
 
     async def run(self) -> int:
@@ -142,17 +186,30 @@ class TerminalChat:
 
     async def turn(self, text: str) -> None:
         self.last_question = text
+        self.replied = False
         try:
             await self.pipeline.run(Job("turn", self.scope, text))
-        except Exception as exc:  # the reply said so; the chat goes on
+        except Exception as exc:  # the chat goes on
             if not memory_unavailable(exc):
                 raise
+            if not self.replied:  # unreachable before the turn could say so
+                self.say(MEMORY_DOWN_HERE)
 
     async def command(self, line: str) -> bool:
-        """Run a slash command; False means leave."""
+        """Run a slash command; False means leave. Redis unreachable is said, and the chat
+        goes on."""
         name, _, arg = line.partition(" ")
         if name in ("/quit", "/exit"):
             return False
+        try:
+            await self._command(name, arg)
+        except Exception as exc:
+            if not memory_unavailable(exc):
+                raise
+            self.say(COMMAND_MEMORY_DOWN.format(command=name))
+        return True
+
+    async def _command(self, name: str, arg: str) -> None:
         if name == "/summarize":
             self.say(await self.handler.summarize(self.scope))
         elif name == "/expand":
@@ -168,4 +225,3 @@ class TerminalChat:
             self.say(HELP)
         else:
             self.say(f"Unknown command {name}. {HELP}")
-        return True

@@ -18,7 +18,7 @@ from bot.harness import ARTIFACTS, Harness
 from bot.llm import LLMClient, RetryPolicy, openai_client
 from bot.tools import toolbox
 from bot.turns import TurnHandler
-from bot.upkeep import Upkeep
+from bot.upkeep import UNINSTALLED_CHECK_SECONDS, Upkeep
 from bot.watches import WatchService
 from memory.connection import connect
 from memory.context import ContextLimits
@@ -43,8 +43,12 @@ def embedded_redis(settings: Settings) -> EmbeddedRedis:
 
 
 def redis_url(settings: Settings) -> str:
-    """REDIS_URL, or the embedded Redis (started on first use)."""
-    return settings.redis_url or embedded_redis(settings).ensure_running()
+    """REDIS_URL (or REDISCLOUD_URL), or the embedded Redis (started on first use; refused on
+    a platform whose disk is lost, unless ARXIVSCOUT_DATA_DIR names a volume)."""
+    if settings.redis_url:
+        return settings.redis_url
+    settings.embedded_redis_allowed()
+    return embedded_redis(settings).ensure_running()
 
 
 def make_embedder(settings: Settings):
@@ -72,7 +76,7 @@ def arxiv_source(settings: Settings) -> ArxivSource:
 
 async def open_memory(settings: Settings, check_indexes: bool = True) -> MemoryManager:
     """Connect, check the server, and open (or create) every store."""
-    client = await connect(redis_url(settings))
+    client = await connect(redis_url(settings), max_connections=settings.redis_max_connections)
     embedder = CachedEmbedder(make_embedder(settings), client)
     memory = MemoryManager(client, embedder, model=settings.openai_model)
     memory.retention.default_days = settings.retention_days
@@ -133,7 +137,8 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
         background = BackgroundWork(TaskStream(memory.redis, task_stream()))
         watches = watch_service(settings, memory)
         upkeep = Upkeep(memory, consolidator, background, ContextLimits(settings.memory_tokens),
-                        removing=watches.removing)  # fmt: skip
+                        removing=watches.removing,
+                        uninstalled_keep_days=settings.uninstalled_keep_days)  # fmt: skip
         harness = Harness(
             memory, llm, toolbox, consolidator, arxiv_source(settings),
             encoding_for(settings.openai_model), background, upkeep,
@@ -149,6 +154,7 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
         await upkeep.backfill()  # once per Redis: messages stored before episodic memory
         agent = Agent(harness, timeout_seconds=settings.turn_timeout_seconds)
         background.every(settings.watch_check_seconds, watches.check)  # due digests, claimed
+        background.every(UNINSTALLED_CHECK_SECONDS, upkeep.erase_uninstalled)  # removed teams
     except BaseException:
         await memory.close()
         await llm.aclose()

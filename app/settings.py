@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
+from memory.connection import MAX_CONNECTIONS
 from memory.context import DEFAULT_MEMORY_TOKENS
 
 DEFAULT_ARXIV_API_URL = "https://export.arxiv.org/api/query"
@@ -33,7 +34,14 @@ class Settings(BaseSettings):
     )  # fmt: skip
 
     # memory
-    redis_url: str | None = Field(None, validation_alias=env("REDIS_URL", "redis_url"))
+    # REDISCLOUD_URL: what Heroku's Redis Cloud add-on sets
+    redis_url: str | None = Field(
+        None, validation_alias=env("REDIS_URL", "REDISCLOUD_URL", "redis_url")
+    )
+    redis_max_connections: int = Field(
+        MAX_CONNECTIONS, ge=1, le=100_000,
+        validation_alias=env("ARXIVSCOUT_REDIS_MAX_CONNECTIONS", "redis_max_connections"),
+    )  # fmt: skip
     data_dir: Path = Field(
         default_factory=lambda: Path(user_data_dir("arxivscout")),
         validation_alias=env("ARXIVSCOUT_DATA_DIR", "data_dir"),
@@ -125,10 +133,19 @@ class Settings(BaseSettings):
         3600.0, gt=0,
         validation_alias=env("ARXIVSCOUT_RETENTION_SWEEP_SECONDS", "retention_sweep_seconds"),
     )  # fmt: skip
+    # a workspace or server that removed the bot: its whole memory is erased this many days
+    # later unless the bot comes back (0: at the next tick; memory/governance_tenants.py)
+    uninstalled_keep_days: float = Field(
+        30.0, ge=0, le=36_500,
+        validation_alias=env("ARXIVSCOUT_UNINSTALLED_KEEP_DAYS", "uninstalled_keep_days"),
+    )  # fmt: skip
     # topic watches (bot/watches.py)
     watch_check_seconds: float = Field(
         60.0, gt=0, validation_alias=env("ARXIVSCOUT_WATCH_CHECK_SECONDS", "watch_check_seconds")
     )
+    # set by the platform: where this process runs (a dyno's disk and a Fly machine's are lost)
+    dyno: str | None = Field(None, validation_alias=env("DYNO", "dyno"))
+    fly_app_name: str | None = Field(None, validation_alias=env("FLY_APP_NAME", "fly_app_name"))
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -141,6 +158,36 @@ class Settings(BaseSettings):
                 for error in exc.errors()
             )
             raise ConfigError(f"Invalid configuration: {problems}") from None
+
+    @property
+    def platform(self) -> str | None:
+        """The hosting platform this process runs on, if one whose disk does not last."""
+        return "Heroku" if self.dyno else "Fly" if self.fly_app_name else None
+
+    def embedded_redis_allowed(self) -> None:
+        """Refuse the embedded Redis on a dyno or Fly machine: its disk is lost on restart and
+        each process would get its own memory. ARXIVSCOUT_DATA_DIR set (a volume) allows it."""
+        if self.platform and "data_dir" not in self.model_fields_set:
+            raise ConfigError(
+                f"REDIS_URL is not set: on {self.platform} the embedded Redis would keep memory on "
+                "a disk that is lost on restart, apart for each process. Set REDIS_URL (or add "
+                "Heroku's Redis Cloud add-on), or ARXIVSCOUT_DATA_DIR to a mounted volume."
+            )
+
+    def links_url(self) -> str | None:
+        """Where memory-page links point: ARXIVSCOUT_PUBLIC_URL, else the Fly app's address;
+        None (the serving process's own address) elsewhere. A Heroku web dyno must be told:
+        its own address is not one people can open."""
+        if self.public_url:
+            return self.public_url
+        if self.fly_app_name:
+            return f"https://{self.fly_app_name}.fly.dev"
+        if (self.dyno or "").startswith("web."):
+            raise ConfigError(
+                "ARXIVSCOUT_PUBLIC_URL is not set: on Heroku set it to the app's Web URL (`heroku "
+                "apps:info` shows it), or memory-page links would point to this dyno's localhost."
+            )
+        return None
 
     def require(self, field: str, why: str, prefix: str = "") -> str:
         """A setting that this command needs, checked before anything slow starts."""

@@ -4,20 +4,40 @@ iteration cap or the wall-clock timeout. Every ending gives the user a useful re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bot.citations import CitationStream, Source, cite
-from bot.harness import Harness, Step
-from bot.llm import DeltaCallback, LLMError
+from bot.harness import Harness, Prepared, Step
+from bot.llm import ChatReply, DeltaCallback, LLMContextTooLong, LLMError
 from bot.metering import metered
+from memory.context import ContextSegment
 from memory.scope import Scope
+from memory.tokens import context_window
 
 log = logging.getLogger(__name__)
 
-StopReason = Literal["final", "error", "max_iterations", "timeout"]
+# "length": the answer stopped at the model's output limit (kept, with a note saying so);
+# "filtered": the provider's content filter withheld it.
+StopReason = Literal["final", "error", "max_iterations", "timeout", "length", "filtered"]
+
+CUT_AT_OUTPUT_LIMIT = (
+    "\n\n(The answer was cut here: it reached the model's output limit. Ask me to continue, "
+    "or to answer more briefly.)"
+)
+NOTHING_BEFORE_OUTPUT_LIMIT = (
+    "The model reached its output limit before it wrote an answer. Try a narrower question."
+)
+FILTERED = (
+    "The model's provider withheld this answer: its content filter flagged it. Your message "
+    "is saved; rephrasing the question may help."
+)
+TRIMMED = "[... cut to fit the model's context window]"
+MIN_CHARS_TO_CUT = 200  # shorter texts are kept whole: halving them saves little
+TOOL_RESULT_DROPPED = "[tool result dropped to fit the model's context window; its log keeps it]"
 
 
 @dataclass
@@ -103,9 +123,15 @@ class Agent:
         messages = prepared.messages
         for iteration in range(1, self.max_iterations + 1):
             state["iterations"] = iteration
-            reply = await self.harness.llm.chat(messages, prepared.tools, on_delta=stream)
+            reply = await self._ask(prepared, messages, state, stream)
             if stream is not None:
                 await stream.flush()  # the reply's held-back end; the next one starts afresh
+            if reply.finish_reason == "content_filter":
+                return FILTERED, "filtered"
+            if reply.finish_reason == "length":  # any tool call in it is cut too: not run
+                text = reply.content.strip()
+                ending = text + CUT_AT_OUTPUT_LIMIT if text else NOTHING_BEFORE_OUTPUT_LIMIT
+                return ending + self._done_so_far(steps), "length"
             if reply.is_final:
                 return reply.content.strip() or "(the model returned an empty answer)", "final"
             messages.append(reply.assistant_message())
@@ -116,6 +142,20 @@ class Agent:
                 await _emit(on_event, AgentEvent("tool_end", call.name, step.status))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         return self._out_of_iterations(steps), "max_iterations"
+
+    async def _ask(self, prepared, messages, state, stream) -> ChatReply:
+        """One model call. A request the server finds longer than the model's window is sent
+        once more with half the memory and the older tool results left out (the harness
+        sized it for the window it assumes, which an unknown local model may not have)."""
+        try:
+            return await self.harness.llm.chat(messages, prepared.tools, on_delta=stream)
+        except LLMContextTooLong as exc:
+            if state.get("shrunk"):
+                raise
+            log.warning("context too long for the model, retrying it shrunk: %s", exc)
+            state["shrunk"] = True
+            shrink(prepared, messages)
+            return await self.harness.llm.chat(messages, prepared.tools, on_delta=stream)
 
     def _done_so_far(self, steps: list[Step]) -> str:
         if not steps:
@@ -136,10 +176,66 @@ class Agent:
         )
 
     def _model_failed(self, exc: LLMError, steps: list[Step]) -> str:
-        return (
-            f"I could not get an answer from the language model: {exc} Your message is saved; "
-            "please try again in a moment." + self._done_so_far(steps)
+        if isinstance(exc, LLMContextTooLong):
+            window = context_window(self.harness.memory.model, self.harness.window)
+            return (
+                "This conversation does not fit the language model's context window, even "
+                f"with my memory of it cut by half: {exc} Your message is saved. If the "
+                f"model's window is smaller than the {window:,} tokens I assume, set "
+                "ARXIVSCOUT_CONTEXT_WINDOW to it." + self._done_so_far(steps)
+            )
+        # A refused request (a 4xx other than 429) is refused again: no "try again" for it.
+        after = (
+            "; please try again in a moment."
+            if exc.transient
+            else ", but asking again will not help until this is fixed."
         )
+        return (
+            f"I could not get an answer from the language model: {exc} Your message is saved"
+            f"{after}" + self._done_so_far(steps)
+        )
+
+
+def shrink(prepared: Prepared, messages: list[dict[str, Any]]) -> None:
+    """`messages` with half of each memory segment (the newest half of the conversation, the
+    first of the others) and only the latest tool results, themselves halved. The prepared
+    context itself is left as assembled: the turn's record and upkeep count what it holds."""
+    context = prepared.context
+    halves = [
+        ContextSegment(s.name, (_newer_half if s.name == "Conversation" else _first_half)(s.text),
+                       s.tokens)
+        for s in context.segments
+    ]  # fmt: skip
+    messages[1] = {**messages[1], "content": dataclasses.replace(context, segments=halves).render()}
+    last_assistant = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=len(messages)
+    )
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            text = str(message.get("content") or "")
+            shorter = _first_half(text) if index > last_assistant else TOOL_RESULT_DROPPED
+            messages[index] = {**message, "content": shorter}
+
+
+def _first_half(text: str) -> str:
+    """The first half of `text`, ended at a line break when one is near."""
+    if len(text) < MIN_CHARS_TO_CUT:
+        return text
+    kept = text[: len(text) // 2]
+    line_end = kept.rfind("\n")
+    return f"{kept[:line_end] if line_end > len(kept) // 2 else kept}\n{TRIMMED}"
+
+
+def _newer_half(text: str) -> str:
+    """The segment's heading line, then the second half of the rest (the newer messages)."""
+    heading, _, body = text.partition("\n")
+    if len(body) < MIN_CHARS_TO_CUT:
+        return text
+    kept = body[len(body) // 2 :]
+    line_start = kept.find("\n")
+    if 0 <= line_start < len(kept) // 2:
+        kept = kept[line_start + 1 :]
+    return f"{heading}\n{TRIMMED}\n{kept}"
 
 
 async def _emit(callback: EventCallback | None, event: AgentEvent) -> None:

@@ -27,6 +27,7 @@ from bot.toolbox import Toolbox, ToolResult
 from bot.tools import MEMORY_TOOLS, ToolContext
 from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a turn taught
 from memory.context import AssembledContext, ContextLimits, assemble_context
+from memory.governance_erasure import Busy, NotFound
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
 from memory.scope import NOWHERE, Scope
@@ -118,6 +119,7 @@ def _version(task: dict[str, Any]) -> str:
 
 
 ASKED, EDITED, FORGOTTEN = "asked", "edited", "forgotten"  # a task's question, as stored now
+ERASED = "erased"  # a turn's question gone with its whole thread (`Harness._kept`)
 
 
 @dataclass
@@ -245,7 +247,7 @@ class Harness:
                 thread_id=scope.thread, tool_name=call.name, tool_input=tool_input,
                 output=result.output, status=result.status, error=result.error or "",
                 duration_ms=result.duration_ms, iteration=iteration, author=scope.user,
-                audience=audience,
+                audience=audience, message_ids=sorted(context.shown_messages),
             ),
         )  # fmt: skip
         output = result.output
@@ -267,9 +269,10 @@ class Harness:
         **meta: Any,
     ) -> None:  # fmt: skip
         """Store the answer and the turn's record (with its `usage` and the sources it `cited`);
-        queue what the turn
-        taught: its messages for episodic recall, a rolling summary if the recent window grew
-        past its share, the workflow and entities."""
+        queue what the turn taught: its messages for episodic recall, a rolling summary if the
+        recent window grew past its share, the workflow and entities. A question forgotten while
+        the turn ran teaches nothing, and leaves no record (`_kept`); a failed turn (the model's
+        error, a timeout, the iteration cap, a cut or filtered answer) no workflow or entity."""
         once = f"{prepared.turn_id}:answer" if prepared.turn_id else ""
         answered = await self.memory.conversation.append(
             scope, "assistant", answer, once=once, **meta
@@ -278,14 +281,21 @@ class Harness:
             scope, prepared, steps, answer, answered, usage or Meter(), citations_removed,
             str(meta.get("stop_reason", "final")), cited,
         )  # fmt: skip
+        state = await self._kept(scope, prepared, answered)
+        if state == ERASED:
+            return
         context, question = prepared.context, prepared.context.question
-        said = [m for m in (prepared.question, answered) if m is not None]
+        asked = prepared.question if state == ASKED else None  # a tombstone is not indexed
+        said = [m for m in (asked, answered) if m is not None]
         window = context.segment("Conversation").tokens + count_tokens(
             f"{question}\n{answer}", self.memory.model
         )
         await self.upkeep.after_messages(scope, said, window)
+        if state != ASKED:
+            return  # nothing is learned from a forgotten question
+        if meta.get("stop_reason", "final") != "final":
+            return  # nor from a failed turn: its steps are no procedure, its error no fact
         if steps or mentions_names(f"{question}\n{answer}"):  # else nothing to learn: "thanks"
-            asked = prepared.question
             await self.background.submit(
                 ARTIFACTS,
                 {"scope": scope.to_dict(), "question": question, "answer": answer,
@@ -293,6 +303,33 @@ class Harness:
                  "asked": {"id": asked.id, "seq": asked.seq, "text": asked.content}
                  if asked else None},
             )  # fmt: skip
+
+    async def _kept(self, scope: Scope, prepared: Prepared, answered: Message) -> str:
+        """Whether the turn's question is still stored, read once its record is saved: an
+        erasure that ran before the record (the memory page, a person's erasure, a deletion
+        on the platform) did not find it. ASKED; FORGOTTEN, a tombstone: its record goes (the
+        answer stays, as others' answers to a forgotten message do); ERASED, its thread gone
+        whole: the answer stored since brought the thread back, and it goes whole again
+        (its record with it), now, or by a queued task when another erasure holds the lock
+        (a person's, a long one). An erasure after this read finds the record itself."""
+        asked = prepared.question
+        if asked is None or asked.seq < 0:
+            return ASKED
+        now = (await self.memory.conversation.at(scope, [asked.seq])).get(asked.seq)
+        if now is not None and now.id == asked.id and not now.forgotten:
+            return ASKED
+        await self.memory.turn_records.forget(scope.tenant, [prepared.record_id])
+        if now is not None and now.id == asked.id:
+            return FORGOTTEN
+        try:
+            await self.memory.governance.forget_thread(scope.tenant, scope.thread)
+        except NotFound:  # an erasure took it again meanwhile
+            pass
+        except Busy:  # the answer is given: failing the turn would not take it out either
+            log.warning("thread %s, erased while its turn ran: its answer's erasure is queued",
+                        scope.thread)  # fmt: skip
+            await self.upkeep.answer_erased(scope, answered.id)
+        return ERASED
 
     async def record_turn(
         self, scope: Scope, prepared: Prepared, steps: list[Step], answer: str,

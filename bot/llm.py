@@ -37,6 +37,8 @@ DeltaCallback = Callable[[str], Awaitable[None] | None]
 class LLMError(RuntimeError):
     """Any failure to get an answer from the model; `str(err)` is fit to show a user."""
 
+    transient = True  # asking again in a moment may work (not so for a refused request)
+
     def __init__(
         self, message: str, *, status: int | None = None, code: str | None = None, attempts: int = 1
     ) -> None:
@@ -49,21 +51,37 @@ class LLMError(RuntimeError):
 class LLMConfigError(LLMError, ConfigError):
     """The client cannot be built from the settings (e.g. no OPENAI_API_KEY)."""
 
+    transient = False
+
 
 class LLMTimeout(LLMError):
     """The model did not answer within the per-request timeout, on every attempt."""
 
 
 class LLMUnavailable(LLMError):
-    """The server is unreachable, overloaded (429/5xx) or out of quota, after the retries."""
+    """The server is unreachable, overloaded (429/5xx) or out of quota, after the retries; or
+    its answer was cut off (the stream ended before the model said it was done)."""
+
+    @property
+    def transient(self) -> bool:
+        return self.code != "insufficient_quota"  # a quota is not back in a moment
 
 
 class LLMAuthError(LLMError):
     """The server rejected the credentials (401/403): OPENAI_API_KEY is wrong or lacks access."""
 
+    transient = False
+
 
 class LLMBadRequest(LLMError):
     """The server refused the request itself (400/404/422): unknown model, context too long..."""
+
+    transient = False
+
+
+class LLMContextTooLong(LLMBadRequest):
+    """The request is longer than the model's context window: the same request fails again,
+    a shorter one may not (the agent loop shrinks the context and asks once more)."""
 
 
 class LLMResponseError(LLMError):
@@ -330,6 +348,12 @@ class LLMClient:
             if isinstance(error, _Retryable):
                 error.streamed = bool(parts)
             raise error from exc
+        if finish is None:  # the stream ended cleanly, but before the model said it was done
+            cut = _Retryable(
+                LLMUnavailable("The model's answer was cut off: its stream ended unfinished.")
+            )
+            cut.streamed = bool(parts)
+            raise cut
         tool_calls = tuple(
             ToolCall(
                 id=slot["id"] or f"call_{index}", name=slot["name"], arguments="".join(slot["args"])
@@ -386,6 +410,14 @@ class LLMClient:
                 ),
                 retry_after=_retry_after(exc),
             )
+        if status in (400, 413, 422) and (
+            code == "context_length_exceeded" or _TOO_LONG.search(detail)
+        ):
+            return LLMContextTooLong(
+                f"The request is longer than the model's context window (HTTP {status}: {detail}).",
+                status=status,
+                code=code,
+            )
         hint = " Check OPENAI_MODEL." if status == 404 else ""
         return LLMBadRequest(
             f"The model server refused the request (HTTP {status}: {detail}).{hint}",
@@ -396,6 +428,12 @@ class LLMClient:
 
 # -- helpers -------------------------------------------------------------------------------
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+# How OpenAI-compatible servers word a too-long request: OpenAI and vLLM ("maximum context
+# length"), llama.cpp ("exceeds the available context size"), others ("prompt is too long").
+_TOO_LONG = re.compile(
+    r"context[ _](length|size|window)|maximum context|prompt is too long|too many (input )?tokens",
+    re.IGNORECASE,
+)
 
 
 def _refused(exc: BaseException) -> bool:
@@ -475,6 +513,7 @@ __all__ = [
     "LLMBadRequest",
     "LLMClient",
     "LLMConfigError",
+    "LLMContextTooLong",
     "LLMError",
     "LLMResponseError",
     "LLMTimeout",

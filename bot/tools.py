@@ -46,6 +46,9 @@ class ToolContext:
     # the audiences of the memory the call showed: its tool log is stored for the narrowest
     # (memory/stores/tool_log.py `log_audience`)
     shown_audiences: set[str] = field(default_factory=set)
+    # the ids of the stored messages the call showed: forgetting one deletes its tool log
+    # (memory/stores/tool_log.py `forget_showing`)
+    shown_messages: set[str] = field(default_factory=set)
 
 
 toolbox: Toolbox[ToolContext] = Toolbox(ToolContext)
@@ -148,7 +151,10 @@ async def expand_summary(ctx: ToolContext, summary_id: str) -> str:
     Args:
         summary_id: the id shown as [Summary ID: ...] in Summary Memory.
     """
-    return await ctx.consolidator.expand_summary(ctx.scope, summary_id, ctx.shown_audiences)
+    covered = (await ctx.memory.summaries.get(ctx.scope, summary_id)).message_ids
+    expanded = await ctx.consolidator.expand_summary(ctx.scope, summary_id, ctx.shown_audiences)
+    ctx.shown_messages.update(covered)  # what its text and detail were written from
+    return expanded
 
 
 @toolbox.register_tool
@@ -161,6 +167,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     """
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
     ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
+    ctx.shown_messages.update(entry.message_ids)
     text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
 
@@ -196,6 +203,7 @@ async def search_conversations(
     if not episodes:
         return "No matching messages."
     ctx.shown_audiences.update(e.audience for e in episodes)
+    ctx.shown_messages.update(e.id for e in episodes)
     return memory.episodes.render(episodes)
 
 

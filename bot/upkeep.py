@@ -1,7 +1,8 @@
 """Memory upkeep after messages are stored: index them for episodic recall, and roll the
 thread's recent window into summaries when it grows past its share of the context; and forget
-a message its author deleted on Slack or Discord (`message_deleted`), and every thread of a
-channel or thread deleted there (`place_deleted`).
+a message its author deleted on Slack or Discord (`message_deleted`), every thread of a
+channel or thread deleted there (`place_deleted`), and an answer stored in a thread erased
+while its turn ran, when the erasure lock was busy then (`answer_erased`).
 
 Each runs as a durable background task (bot/background.py). The bot's turns and `arxivscout
 eval locomo` queue indexing and rolls the same way, after the reply, through `after_messages`.
@@ -26,8 +27,10 @@ from bot.consolidation import Consolidator, SummaryInProgress
 from bot.metering import metered
 from memory.context import ContextLimits
 from memory.embeddings import background_embedding
+from memory.governance_erasure import NotFound
 from memory.governance_places import DeletedPlace
 from memory.governance_purge import message_texts
+from memory.governance_tenants import DEFAULT_KEEP_DAYS, TenantErasures
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience, scope_of
 from memory.stores.conversation import Message, still_holds
@@ -39,10 +42,12 @@ EPISODES = "episodes"  # task: index messages for episodic recall
 ROLL = "roll"  # task: summarize what left a thread's recent window
 DELETED = "deleted-message"  # task: forget a message its author deleted on the platform
 DELETED_PLACE = "deleted-place"  # task: forget a channel's or thread's threads, deleted there
+ERASED_ANSWER = "forget-thread"  # task: forget an answer stored in a thread erased meanwhile
 EDITED = "edited-message"  # task: give a stored message the text its author edited it to
 ARTIFACTS = "artifacts"  # task: write a turn's workflow and entities (bot/harness.py)
 BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
 BACKFILL_BATCH = 64
+UNINSTALLED_CHECK_SECONDS = 60.0  # how often a process erases the tenants due (one ZRANGE)
 
 
 class Upkeep:
@@ -53,12 +58,15 @@ class Upkeep:
         background: BackgroundWork,
         limits: ContextLimits | None = None,
         removing: Callable[[list[Watch], DeletedPlace], Awaitable[None]] | None = None,
+        uninstalled_keep_days: float = DEFAULT_KEEP_DAYS,
     ) -> None:
         self.memory = memory
         self.consolidator = consolidator
         self.background = background
         self.limits = limits or ContextLimits()
         self.removing = removing  # queues the notices of a deleted place's watches
+        # tenants that removed the bot, erased days later (memory/governance_tenants.py)
+        self.tenants = TenantErasures(memory, uninstalled_keep_days)
 
     def handlers(self) -> dict[str, Any]:
         return {
@@ -66,6 +74,7 @@ class Upkeep:
             ROLL: self.roll_summaries,
             DELETED: self.forget_deleted,
             DELETED_PLACE: self.forget_deleted_places,
+            ERASED_ANSWER: self.forget_erased_answers,
             EDITED: self.follow_edits,
         }
 
@@ -110,6 +119,47 @@ class Upkeep:
             place = DeletedPlace.from_dict(task)
             tell = None if self.removing is None else partial(self.removing, place=place)
             await self.memory.governance.forget_place(place, tell)
+
+    async def answer_erased(self, scope: Scope, answer_id: str) -> None:
+        """Queue the erasure of an answer stored in a thread erased whole while its turn ran,
+        when the tenant's erasure lock was too busy to erase it then (bot/harness.py `_kept`):
+        in Redis before this returns, so whichever process runs it, the answer goes."""
+        await self.background.submit(
+            ERASED_ANSWER,
+            {"tenant": scope.tenant, "thread": scope.thread, "messages": [answer_id]},
+        )
+
+    async def forget_erased_answers(self, tasks: list[dict[str, Any]]) -> None:
+        """Forget answers stored in threads erased meanwhile: the thread whole again when it
+        holds nothing else; else (its person spoke there since) only the answers. Run twice,
+        the second finds them gone; `Busy` leaves the task for a retry."""
+        governance = self.memory.governance
+        for task in tasks:
+            tenant, thread, ids = task["tenant"], task["thread"], set(task["messages"])
+            stored = await self.memory.conversation.all(Scope(tenant, thread), forgotten=True)
+            answers = [m.id for m in stored if m.id in ids and not m.forgotten]
+            if not answers:
+                continue  # erased since
+            with contextlib.suppress(NotFound):  # an erasure took them meanwhile
+                if all(m.id in ids or m.forgotten for m in stored):
+                    await governance.forget_thread(tenant, thread)
+                else:
+                    for answer in answers:
+                        await governance.forget_message(tenant, thread, answer)
+
+    async def bot_removed(self, tenant: str) -> float | None:
+        """The workspace or server removed the bot: schedule its memory's erasure (when due;
+        None for a Discord person's DMs, never erased so)."""
+        return await self.tenants.schedule(tenant)
+
+    async def bot_returned(self, *tenants: str) -> list[str]:
+        """An event from these tenants: the bot is back, their scheduled erasures are off."""
+        return await self.tenants.cancel(tenants)
+
+    async def erase_uninstalled(self) -> list[str]:
+        """The tick (every UNINSTALLED_CHECK_SECONDS, in every bot process): erase the tenants
+        whose erasure is due; returns them."""
+        return await self.tenants.erase_due()
 
     async def message_edited(
         self, tenant: str, places: dict[str, str], source: str, text: str, at: float

@@ -7,6 +7,8 @@ state in Redis, so it holds across processes and restarts.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from dataclasses import dataclass
 
@@ -15,6 +17,8 @@ from redis.asyncio import Redis
 from memory.keys import (
     busy_tenants_key,
     busy_threads_key,
+    discord_cursor_tenants_key,
+    discord_cursors_key,
     joined_key,
     last_thread_key,
     seen_event_key,
@@ -27,6 +31,8 @@ from memory.keys import (
 from memory.locks import OwnedLocks
 from memory.scope import Scope
 from memory.stores.base import decode
+
+log = logging.getLogger(__name__)
 
 SEEN_TTL_SECONDS = 3600
 JOINED_TTL_SECONDS = 90 * 24 * 3600
@@ -75,6 +81,44 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """
+
+# Keep the lease ARGV[1] (renew it; with a job's progress, ARGV[3], save that too): 0 when
+# another run holds it. A lease gone altogether is taken again, unless another run had the
+# job meanwhile: the running slot no longer holds what this run wrote last (sha1 ARGV[4]), or
+# the job (ARGV[5]) was delivered or is queued. 2: taken again (the thread is marked busy
+# again, so recovery finds it should this process die). A lease another run took while the
+# memory had forgotten the job (it holds another job, or none) gets the job at the head of
+# its queue, with this run's progress, rather than lose it.
+_KEEP = """
+local function elsewhere()
+  if redis.call('EXISTS', KEYS[3]) == 1 then return true end
+  local running = redis.call('GET', KEYS[2])
+  if running and cjson.decode(running)['id'] == ARGV[5] then return true end
+  for _, queued in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+    if cjson.decode(queued)['id'] == ARGV[5] then return true end
+  end
+  return false
+end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then
+    if ARGV[3] ~= '' and ARGV[5] ~= '' and not elsewhere() then
+      redis.call('LPUSH', KEYS[4], ARGV[3])
+      redis.call('ZADD', KEYS[5], 'NX', ARGV[6], ARGV[7])
+    end
+    return 0
+  end
+  local running = redis.call('GET', KEYS[2])
+  if running and redis.sha1hex(running) ~= ARGV[4] then return 0 end
+  if ARGV[5] ~= '' and not running and elsewhere() then return 0 end
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[6], ARGV[7])
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3]) end
+if holder then return 1 end
+return 2
+"""
+
 
 # The job was delivered: remember it, and clear it from the running slot if it is still there.
 _COMPLETE = """
@@ -130,6 +174,7 @@ class TurnQueue:
         self._push = redis.register_script(_PUSH)
         self._take = redis.register_script(_TAKE)
         self._save = redis.register_script(_SAVE)
+        self._keep = redis.register_script(_KEEP)
         self._complete = redis.register_script(_COMPLETE)
         self._hand_back = redis.register_script(_HAND_BACK)
         self._release = redis.register_script(_RELEASE)
@@ -157,8 +202,29 @@ class TurnQueue:
     async def lease(self, scope: Scope, token: str, ttl_ms: int) -> bool:
         return await self._locks.acquire(turn_lock_key(scope.tenant, scope.thread), token, ttl_ms)
 
-    async def renew(self, scope: Scope, token: str, ttl_ms: int) -> bool:
-        return await self._locks.renew(turn_lock_key(scope.tenant, scope.thread), token, ttl_ms)
+    async def keep(
+        self, scope: Scope, token: str, ttl_ms: int, job_id: str = "", last: str = "",
+        job: str = "",
+    ) -> bool:  # fmt: skip
+        """Renew the lease `token`, and save `job` (the running job's progress) if given; False
+        when another run holds the lease or had the job meanwhile. A lease the memory forgot
+        (a Redis restarted without persistence, a failover to an empty replica) is taken again
+        rather than drop an answer no other run knows of. `last` is what this run last wrote to
+        the running slot (the job as taken, then as saved), `job_id` the job it runs."""
+        tenant, thread = scope.tenant, scope.thread
+        keys = [
+            turn_lock_key(tenant, thread),
+            turn_running_key(tenant, thread),
+            turn_done_key(tenant, job_id or "-"),
+            turn_queue_key(tenant, thread),
+            busy_threads_key(tenant),
+        ]  # all in the tenant's slot
+        digest = hashlib.sha1(last.encode()).hexdigest() if last else ""
+        args = [token, ttl_ms, job, digest, job_id, time.time(), thread]
+        kept = int(await self._keep(keys=keys, args=args))
+        if kept == 2:
+            log.warning("the lease on %s was gone (memory lost its data?): taken again", thread)
+        return kept > 0
 
     async def leased(self, scope: Scope) -> bool:
         return bool(await self.redis.exists(turn_lock_key(scope.tenant, scope.thread)))
@@ -232,6 +298,73 @@ class ThreadPresence:
         return decode(
             await self.redis.hget(last_thread_key(scope.tenant, scope.channel), scope.user)
         )
+
+
+# A place's cursor moves forward only (a slower process, or an older message caught up late,
+# never moves it back). Ids compare as numbers without floats: longer is later, then by digits.
+_ADVANCE = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local later = not old or #ARGV[2] > #old or (#ARGV[2] == #old and ARGV[2] > old)
+if later then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return later and 1 or 0
+"""
+
+CURSOR_TTL_SECONDS = 7 * 24 * 3600
+
+
+class PlaceCursors:
+    """The last message seen in each Discord place (channel, thread, DM) the bot answers in,
+    per tenant: a new gateway session reads what was posted after it (Discord replays missed
+    events only to a session that resumes)."""
+
+    def __init__(self, redis: Redis, ttl: int = CURSOR_TTL_SECONDS) -> None:
+        self.redis = redis
+        self.ttl = ttl
+        self._advance = redis.register_script(_ADVANCE)
+
+    async def advance(self, tenant: str, place: str, message_id: str) -> None:
+        """One round trip; the tenant listed each time (`places` may have just unlisted it)."""
+        pipe = self.redis.pipeline(transaction=False)
+        cursors = discord_cursors_key(tenant)
+        await self._advance(keys=[cursors], args=[place, message_id, self.ttl], client=pipe)
+        pipe.sadd(discord_cursor_tenants_key(), tenant)
+        await pipe.execute()
+
+    async def tenants(self) -> list[str]:
+        return sorted(decode(t) for t in await self.redis.smembers(discord_cursor_tenants_key()))
+
+    async def places(self, tenant: str) -> dict[str, str]:
+        """Place -> its cursor; a tenant with none left (expired, erased) is unlisted."""
+        return (await self.places_of([tenant]))[tenant]
+
+    async def places_of(self, tenants: list[str]) -> dict[str, dict[str, str]]:
+        """`places` of each tenant, in one round trip (a READY reads every tenant's)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.hgetall(discord_cursors_key(tenant))
+        found = dict(zip(tenants, await pipe.execute() if tenants else [], strict=True))
+        if gone := [tenant for tenant, cursors in found.items() if not cursors]:
+            await self.redis.srem(discord_cursor_tenants_key(), *gone)
+        return {
+            tenant: {decode(place): decode(cursor) for place, cursor in cursors.items()}
+            for tenant, cursors in found.items()
+        }
+
+    async def drop(self, tenant: str, *places: str) -> None:
+        """Places not to catch up again (gone, or not seen for longer than the TTL)."""
+        if places:
+            await self.redis.hdel(discord_cursors_key(tenant), *places)
+
+    async def answered(self, tenant: str, job_ids: list[str]) -> set[str]:
+        """Which of `job_ids` were delivered (`TurnQueue.complete`, kept DONE_TTL_SECONDS):
+        a message read again after its de-duplication (SEEN_TTL_SECONDS) lapsed is not
+        answered twice."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.exists(turn_done_key(tenant, job_id))
+        found = await pipe.execute() if job_ids else []
+        return {job_id for job_id, done in zip(job_ids, found, strict=True) if done}
 
 
 class Upgrades:

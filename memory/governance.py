@@ -22,7 +22,8 @@ Where each part is:
 - memory/governance_erasure.py: `Erasure`, `NotFound`, `Busy`.
 
 Erasures of a tenant run one at a time (a lock): two never rewrite a summary from different
-states. When one ends, the episodic documents it hid are purged in the background.
+states. When one ends, the episodic documents it hid are purged in the background; what a
+stopped process left, by any live process within the hour (`purge_leftovers`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from redisvl.query.filter import Tag
 
+from memory.erased_people import ErasedPeople
 from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
 from memory.governance_learned import Learned
@@ -43,7 +47,15 @@ from memory.governance_places import DeletedPlace, Places
 from memory.governance_purge import DELETED_NOTE, Purge, queue_deleted_note
 from memory.governance_sweeps import Sweeps, delete_where
 from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
-from memory.keys import deleted_message_key, forgetting_key, papers_key, threads_key
+from memory.keys import (
+    busy_threads_key,
+    deleted_message_key,
+    forgetting_key,
+    papers_key,
+    threads_key,
+    turn_queue_key,
+    turn_running_key,
+)
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
@@ -53,8 +65,18 @@ from memory.stores.watches import Watch, WatchStore
 
 __all__ = ["Busy", "Erasure", "Governance", "NotFound"]
 
+log = logging.getLogger(__name__)
+
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
+
+
+@dataclass
+class PersonErasure(Erasure):
+    """A person's erasure: also the topic watches that named them (those made in their DMs
+    removed, their id taken off the others)."""
+
+    watches: int = 0
 
 
 class Governance:
@@ -309,22 +331,59 @@ class Governance:
 
     # -- across the tenant ----------------------------------------------------------------------
 
-    async def forget_person(self, tenant: str, user: str) -> Erasure:
+    async def forget_person(self, tenant: str, user: str) -> PersonErasure:
         """Erase one person (a platform user id) from every store of the tenant; what goes and
-        what stays: `Sweeps.person`. `NotFound` when nothing is theirs."""
+        what stays: `Sweeps.person`. Their turns still queued or running are closed as a
+        platform deletion is (`_close_queued`). Their turn records go after their messages: a
+        turn that saves its record meanwhile has it taken here, or finds its question forgotten
+        and drops it itself (bot/harness.py `after`). Their shares queued before and run after
+        are not read (a note, memory/erased_people.py). `NotFound` when nothing is theirs
+        (no watch either: one made before their messages expired counts)."""
         if not user:
             raise NotFound("person", user)
         async with self._exclusive(tenant):
-            await WatchStore(self.memory.redis).forget_creator(tenant, user)  # watches stay
-            turns = await self._turns(tenant, asker=user)  # their turns, and their votes
+            await ErasedPeople(self.redis).note(tenant, user)  # first: a share starting now stops
+            # their id leaves the watches they made; those in their DMs go
+            watches = await WatchStore(self.memory.redis).forget_creator(tenant, user)
             # what they shared privately
-            turns += await self._private_pdfs(tenant, lambda pdf: pdf.get("sharer") == user)
+            erasure = await self._private_pdfs(tenant, lambda pdf: pdf.get("sharer") == user)
             try:
-                return await self._sweeps.person(tenant, user) + turns
+                erasure += await self._sweeps.person(tenant, user)
+                spoke = True
             except NotFound:
-                if turns.total:
-                    return turns
-                raise
+                spoke = False
+            await self._close_queued(tenant, user)
+            erasure += await self._turns(tenant, asker=user)  # their turns, and their votes
+            if not spoke and not erasure.total and not watches:
+                raise NotFound("person", user)
+            return PersonErasure(**asdict(erasure), watches=watches)
+
+    async def _close_queued(self, tenant: str, user: str) -> None:
+        """Note the messages of `user`'s turns queued or running in the tenant as deleted on
+        the platform (a day), as a platform deletion is: a queued one is then not run
+        (adapters/spine.py) and stores nothing of theirs, and one running queues the erasure
+        of what it stored when it ends (bot/turns.py `changed_meanwhile`)."""
+        threads = [decode(t) for t in await self.redis.zrange(busy_threads_key(tenant), 0, -1)]
+        if not threads:
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:  # the tenant's slot
+            for thread in threads:
+                pipe.lrange(turn_queue_key(tenant, thread), 0, -1)
+                pipe.get(turn_running_key(tenant, thread))
+            replies = await pipe.execute()
+        jobs = [job for queued in replies[::2] for job in queued]
+        jobs += [job for job in replies[1::2] if job is not None]
+        sources: set[str] = set()
+        for raw in jobs:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                job = json.loads(decode(raw) or "")
+                if (job.get("scope") or {}).get("user") == user and job.get("source"):
+                    sources.add(str(job["source"]))
+        if sources:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for source in sorted(sources):
+                    queue_deleted_note(pipe, tenant, source)
+                await pipe.execute()
 
     async def forget_older_than(self, tenant: str, cutoff: float) -> Erasure:
         """Retention: conversation memory said before `cutoff` (seconds since the epoch), and
@@ -356,6 +415,28 @@ class Governance:
         """Delete the episodic documents of forgotten messages now (`Purge.purge`)."""
         return await self._purge.purge(tenant)
 
+    async def purge_leftovers(self) -> dict[str, int]:
+        """Finish the purges stopped processes left (a crash, or a Redis error, mid-purge: the
+        documents stay hidden, with their full text, until purged), for each tenant that no
+        erasure holds (its lock, taken to check: one running purges when it ends) and no purge
+        marked for PURGING_SECONDS (memory/governance_purge.py). Any live process runs this on
+        its retention tick (memory/retention.py). Returns {tenant: messages purged}."""
+        purged: dict[str, int] = {}
+        for tenant in await self._purge.leftovers():
+            key, token = forgetting_key(tenant), uuid.uuid4().hex
+            if not await self._locks.acquire(key, token, LOCK_TTL_MS):
+                continue
+            try:
+                claimed = await self._purge.claim(tenant)
+            finally:
+                await self._locks.release(key, token)
+            if claimed:  # outside the lock, as an erasure's own purge runs
+                try:
+                    purged[tenant] = await self._purge.purge(tenant)
+                except Exception:  # its mark lapses: the next tick tries again
+                    log.exception("purging what an erasure of %s left failed", tenant)
+        return purged
+
     async def settle(self) -> None:
         """Wait for this process's purges (before it exits; benchmarks; tests)."""
         await self._purge.settle()
@@ -374,7 +455,10 @@ class Governance:
                 raise Busy("Another erasure of this workspace's memory is running; try again.")
             await asyncio.sleep(0.05)
         try:
-            async with self._locks.kept(key, token, LOCK_TTL_MS):
+            async with (
+                self._locks.kept(key, token, LOCK_TTL_MS),
+                self._threads.dead_letters_once(tenant),  # one pass over them, at the end
+            ):
                 yield
         finally:
             self._purge.schedule(tenant)

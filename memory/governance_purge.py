@@ -5,8 +5,11 @@ A forgotten message's episodic entries (the message and its parts) are hidden fr
 at once (`hide`: the tenant's erasing hash, which `EpisodicStore._fetch` consults in the same
 round trip) and deleted in the background (`purge`): deleting a vector-index document repairs
 the HNSW graph around it, about half a millisecond each, too slow to wait for when a person's
-ten thousand messages go. What a stopped process left is purged by the tenant's next erasure;
-`settle` waits for this process's purges (`MemoryManager.close` does).
+ten thousand messages go. A purge marks the tenant (`purging_key`, expiring in a few minutes);
+what a stopped process (or a Redis error) left is purged by the tenant's next erasure, or by any
+live process's leftover purge (memory/governance.py `purge_leftovers`, on the retention tick)
+once no purge has marked it for PURGING_SECONDS; `settle` waits for this process's purges
+(`MemoryManager.close` does).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from memory.keys import (
     edited_message_key,
     embedding_cache_key,
     erasing_key,
+    erasing_pattern,
+    purging_key,
+    tenant_of_key,
 )
 from memory.stores.base import decode, delete_keys
 from memory.stores.conversation import Message
@@ -33,6 +39,7 @@ SCAN_COUNT = 10_000  # messages marked hidden per HSET
 DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
 DELETED_NOTE = "deleted"  # the note's member that says so (the others: ids of messages found)
 PURGE_BATCH = 500  # episodic documents deleted per round (a few hundred ms of Redis time)
+PURGING_SECONDS = 300  # a purge's mark lives this long, renewed each round: then it stopped
 
 log = logging.getLogger(__name__)
 
@@ -106,16 +113,22 @@ class Purge:
 
     async def close_sources(self, tenant: str, messages: Iterable[Message]) -> None:
         """Messages being forgotten: the platform's messages they were stored from are noted
-        as deleted for a day, as a platform deletion is (a later edit of one keeps nothing, a
-        turn for it still queued is not run: a tombstone keeps no source to find it by), and
+        as deleted for a day, with their ids, as a platform deletion is (a later edit of one
+        keeps nothing, a turn for it still queued is not run, and one running finds its record
+        by the ids when it ends: a tombstone keeps no source to find it by), and
         the notes of their edits go (memory/governance_edits.py: their latest text, and old
         texts of an edit under way)."""
-        sources = {m.metadata.get("source") for m in messages} - {None, ""}
-        if not sources:
+        ids_of: dict[str, list[str]] = {}  # source -> the ids of the messages stored from it
+        for message in messages:
+            if source := message.metadata.get("source"):
+                ids_of.setdefault(source, []).append(message.id)
+        if not ids_of:
             return
         async with self.redis.pipeline(transaction=True) as pipe:  # the tenant's slot
-            for source in sources:  # noted first: an edit noted meanwhile sees it
-                queue_deleted_note(pipe, tenant, source)
+            for source, ids in ids_of.items():  # noted first: an edit noted meanwhile sees it
+                # with the ids: a turn that saves its record after this (bot/turns.py
+                # `changed_meanwhile`) queues `forget_deleted`, which finds them here
+                queue_deleted_note(pipe, tenant, source, ids)
                 pipe.delete(edited_message_key(tenant, source))
             await pipe.execute()
 
@@ -125,6 +138,7 @@ class Purge:
         Also finishes what a stopped process left."""
         store, key, done = self.memory.episodes, erasing_key(tenant), 0
         while rows := await self.redis.hrandfield(key, PURGE_BATCH, withvalues=True):
+            await self.redis.set(purging_key(tenant), 1, ex=PURGING_SECONDS)  # at it
             pairs = rows if isinstance(rows[0], list) else zip(rows[::2], rows[1::2], strict=True)
             parts = {decode(i): int(n) for i, n in pairs}  # RESP3 pairs, or RESP2 flat
             keys = [store.key(tenant, i) for i in parts]
@@ -135,6 +149,17 @@ class Purge:
             await self.redis.hdel(key, *parts)
             done += len(parts)
         return done
+
+    async def leftovers(self) -> list[str]:
+        """The tenants with forgotten messages' documents still to purge (a scan: for the
+        hourly leftover purge, not for turns)."""
+        found = [decode(k) async for k in self.redis.scan_iter(match=erasing_pattern(), count=1000)]
+        return sorted({tenant for tenant in map(tenant_of_key, found) if tenant})
+
+    async def claim(self, tenant: str) -> bool:
+        """Mark the tenant as being purged, unless a purge marked it in the last
+        PURGING_SECONDS (it is at it, or stopped only just)."""
+        return bool(await self.redis.set(purging_key(tenant), 1, nx=True, ex=PURGING_SECONDS))
 
     def schedule(self, tenant: str) -> None:
         """Purge the tenant in the background (once more, if a purge of it is running)."""
@@ -153,6 +178,6 @@ class Purge:
             self._dirty.discard(tenant)
             try:
                 await self.purge(tenant)
-            except Exception:  # hidden meanwhile; the tenant's next erasure purges them
+            except Exception:  # hidden meanwhile; purged by the next erasure or leftover purge
                 log.exception("purging the forgotten episodic entries of %s failed", tenant)
                 return

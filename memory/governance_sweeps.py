@@ -11,6 +11,7 @@ from typing import Any
 from redisvl.query import FilterQuery
 from redisvl.query.filter import FilterExpression, Tag
 
+from memory.dead_letters import Forgotten
 from memory.governance_erasure import Erasure, NotFound
 from memory.governance_learned import mark_forgotten
 from memory.governance_purge import Purge
@@ -20,6 +21,7 @@ from memory.scope import legacy_audience
 from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
+from memory.stores.watches import WatchStore
 
 PAGE = 1000  # records found (and deleted) per search
 SCAN_COUNT = 10_000
@@ -68,8 +70,10 @@ class Sweeps:
         before authors were kept belongs to the turn of the latest question said before it),
         episodic entries, the entities and workflows whose authors include them or that were
         learned in their DMs (the whole record: a merged description cannot be taken apart),
-        and the cached vectors of all those texts. Not what others said about them, nor the
-        assistant's answers to them outside their DMs. `NotFound` when nothing is theirs."""
+        the watches made in their DMs (which would keep posting to them), the dead letters of
+        tasks that name them, and the cached vectors of all those texts. Not what others said
+        about them, nor the assistant's answers to them outside their DMs. `NotFound` when
+        nothing is theirs."""
         threads = [t for t, _ in await self.memory.conversation.threads(tenant)]
         lists = await self.threads.read(tenant, threads)
 
@@ -88,6 +92,9 @@ class Sweeps:
         erasure += await self._forget_learned(tenant, user, {place[t] for t in dms})
         await mark_forgotten(self.redis, tenant, asked)  # what they taught went above
         await self._forget_last_threads(tenant, user)
+        watches = WatchStore(self.redis)
+        await watches.remove_in(tenant, {place[t] for t in dms})
+        await self.threads.drop_dead_letters(Forgotten(tenant, people=frozenset({user})))
         if not erasure.total and not spoke:
             raise NotFound("person", user)
         return erasure
@@ -96,7 +103,8 @@ class Sweeps:
         """What a retention sweep finds: every thread, read; which go whole and which in part.
         `expire` then forgets what was said before `cutoff` (seconds since the epoch): messages
         (tombstones), summaries over them (rewritten), tool logs, episodic entries, cached
-        vectors; a thread whose every message is older goes whole."""
+        vectors, the dead letters of tasks queued before it (or carrying older messages); a
+        thread whose every message is older goes whole."""
         listed = await self.redis.zrange(threads_key(tenant), 0, -1, withscores=True)
         lists = await self.threads.read(tenant, [decode(t) for t, _ in listed])
         last = {decode(t): score for t, score in listed}
@@ -135,6 +143,7 @@ class Sweeps:
         store = self.memory.tool_logs
         logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
         expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
+        await self.threads.drop_dead_letters(Forgotten(tenant, before=cutoff))
         return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
 
     # -- a person's other traces -----------------------------------------------------------------

@@ -14,6 +14,13 @@ over them rewritten, a thread's keys deleted.
   message with what it read, and a merge each child's text (memory/stores/summary.py).
 - A Discord thread that goes whole leaves its channel's record of threads too
   (memory/governance_places.py `unlist`), whichever erasure took it.
+- The tool logs that showed a forgotten message go too, in any thread (memory/stores/tool_log.py
+  `forget_showing`): another turn's search, an expanded summary, a log read back.
+- The dead letters of tasks that carried what went (a thread's, a message's: its id, platform
+  id or text) are deleted too (memory/dead_letters.py `forget_dead_letters`), once the
+  messages are hidden from search: each pass reads every dead letter of the deployment, so an
+  erasure under the lock collects what it took and makes one pass at its end
+  (`dead_letters_once`).
 - A thread goes whole only as it was read: an append takes no erasure lock, so one script
   checks the thread did not change, hides its messages' episodic entries and deletes its keys
   at once. A thread that changed is left whole: retention then forgets only its old messages,
@@ -25,11 +32,13 @@ few round trips whatever the number of threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from memory.dead_letters import Forgotten, forget_dead_letters
 from memory.governance_erasure import Busy, Erasure
 from memory.governance_places import Places
 from memory.governance_purge import Purge, erasing_parts, message_texts
@@ -135,6 +144,32 @@ class ThreadEraser:
         # a Discord thread's channel's record of it (the governance's own, when given)
         self.places = places or Places(memory.redis)
         self._delete = memory.redis.register_script(_DELETE_UNCHANGED_SCRIPT)
+        self._collecting: dict[str, Forgotten] = {}  # per tenant, its erasure's (one at a time)
+
+    # -- dead letters ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def dead_letters_once(self, tenant: str) -> AsyncIterator[None]:
+        """Collect what the erasure in the body takes, and drop the dead letters carrying any
+        of it in one pass at its end (however it ends: what went is gone)."""
+        if tenant in self._collecting:  # an outer erasure of the tenant makes the pass
+            yield
+            return
+        self._collecting[tenant] = Forgotten(tenant)
+        try:
+            yield
+        finally:
+            forgotten = self._collecting.pop(tenant, None)
+            if forgotten is not None:
+                await forget_dead_letters(self.redis, forgotten)
+
+    async def drop_dead_letters(self, forgotten: Forgotten) -> None:
+        """The dead letters carrying what `forgotten` names: at the end of the erasure that
+        collects them (`dead_letters_once`), else now."""
+        if forgotten.tenant in self._collecting:
+            self._collecting[forgotten.tenant] |= forgotten
+        else:
+            await forget_dead_letters(self.redis, forgotten)
 
     async def read(self, tenant: str, threads: list[str]) -> Threads:
         lists: dict[str, list[str]] = {}
@@ -182,9 +217,12 @@ class ThreadEraser:
         said = {m.id: message_texts(m) for _, m in chosen.values() if not m.forgotten}
         texts = [text for each in said.values() for text in each]
         episodes = await self.purge.hide(tenant, list(chosen), said)
+        shown = await self.memory.tool_logs.forget_showing(tenant, chosen)  # logs that showed them
+        await self.drop_dead_letters(_forgotten_messages(tenant, chosen.values()))
         level0 = {lists.messages(t)[m.seq].summary_id for t, m in chosen.values()}
         summaries = await self.rewrite_summaries(tenant, lists, level0 - {""})
         return Erasure(messages=tombstoned, summaries=summaries, episodes=episodes,
+                       tool_logs=shown,
                        cached_embeddings=await self.purge.uncache(texts))  # fmt: skip
 
     async def relabel(self, tenant: str, old: Summary, new_id: str) -> None:
@@ -262,6 +300,8 @@ class ThreadEraser:
             return Erasure(), []
         summaries, logs = self.memory.summaries, self.memory.tool_logs
         everything = [m for t in lists for m in lists.messages(t)]
+        # the logs that showed them, before the threads' own logs are listed for the script
+        shown = await logs.forget_showing(tenant, [m.id for m in everything])
         said = {m.id: message_texts(m) for m in everything if not m.forgotten}
         indexed = await self.purge.indexed(tenant, [m.id for m in everything])
         tops = await summaries.listed(tenant, lists)
@@ -297,11 +337,12 @@ class ThreadEraser:
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
         await self._drop_idle_queues(tenant, deleted)
+        await self.drop_dead_letters(Forgotten(tenant, threads=frozenset(deleted)))
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
         erasure = Erasure(
             messages=sum(m.id in said for m in went), threads=len(deleted),
             summaries=sum(s.thread_id in set(deleted) for s in found.values()),
-            tool_logs=sum(len(tool_logs[t]) for t in deleted),
+            tool_logs=sum(len(tool_logs[t]) for t in deleted) + shown,
             episodes=sum(m.id in indexed for m in went),
             cached_embeddings=await self.purge.uncache(texts),
         )  # fmt: skip
@@ -322,3 +363,15 @@ class ThreadEraser:
         idle = [t for t, busy in zip(threads, await pipe.execute(), strict=True) if not busy]
         if idle:
             await self.redis.zrem(busy_threads_key(tenant), *idle)
+
+
+def _forgotten_messages(tenant: str, chosen: Iterable[tuple[str, Message]]) -> Forgotten:
+    """The messages as they were before their tombstones: ids, platform ids and texts, by
+    which a dead letter carrying one is found."""
+    messages = [m for _, m in chosen]
+    sources = {str(m.metadata.get("source") or "") for m in messages} - {""}
+    texts = {m.content for m in messages if not m.forgotten}
+    return Forgotten(
+        tenant, messages=frozenset(m.id for m in messages), sources=frozenset(sources),
+        texts=frozenset(texts - {""}),
+    )  # fmt: skip

@@ -292,6 +292,26 @@ def busy_tenants_key() -> str:
     return f"{ROOT}:busy-tenants"
 
 
+def discord_cursors_key(tenant: str) -> str:
+    """Hash place -> the id of the last message seen there, for each Discord channel, thread
+    or DM the bot answers in (forward only; expires a week after the last): where a new
+    gateway session catches up on what was posted while none was up
+    (adapters/discord_catchup.py)."""
+    return tenant_key(tenant, "discord-cursors")
+
+
+def discord_cursor_tenants_key() -> str:
+    """Set of the tenants that have a `discord_cursors_key` (DMs' tenants cannot be listed
+    from the gateway's servers)."""
+    return f"{ROOT}:discord-cursor-tenants"
+
+
+def uninstalled_key() -> str:
+    """Sorted set tenant -> when its whole memory is erased: the workspaces and servers that
+    removed the bot (memory/governance_tenants.py); every process's tick erases the due ones."""
+    return f"{ROOT}:uninstalled"
+
+
 def sharing_changed_key() -> str:
     """Hash channel -> a token new at each of Slack's `channel_shared`/`channel_unshared` for
     it: every process's cached walls of that channel go when the token is not the one it saw
@@ -342,6 +362,12 @@ def dead_letters_key(stream: str) -> str:
     return f"{stream}:dead"
 
 
+def dead_letter_streams_key() -> str:
+    """Set of the task streams that ever had a dead letter: where erasures and `arxivscout
+    tasks` look, instead of scanning every key (memory/dead_letters.py)."""
+    return f"{ROOT}:dead-letter-streams"
+
+
 def dead_letters_pattern() -> str:
     """Matches the dead letters (`<stream>:dead`) of every `task_stream`: where an operator
     finds what was given up (`arxivscout tasks dead`)."""
@@ -374,11 +400,29 @@ def erasing_key(tenant: str) -> str:
     return tenant_key(tenant, "erasing")
 
 
+def erasing_pattern() -> str:
+    """Matches each tenant's erasing hash (`erasing_key`), to find purges left unfinished."""
+    return f"{ROOT}:t:{{*}}:erasing"
+
+
+def purging_key(tenant: str) -> str:
+    """Set (expiring in a few minutes, renewed each batch) while a process purges the tenant's
+    erasing hash: a leftover purge (memory/governance.py `purge_leftovers`) leaves it to it."""
+    return tenant_key(tenant, "purging")
+
+
 def deleted_message_key(tenant: str, source: str) -> str:
     """Set for a day when a person deleted their message on the platform (`source`: Slack's
     channel and ts, Discord's message id): a turn for it that is still queued is not run, and
     one that stored it meanwhile forgets it (memory/governance.py `forget_deleted`)."""
     return tenant_key(tenant, "deleted-message", source)
+
+
+def erased_people_key(tenant: str) -> str:
+    """Hash: a digest of each person erased from the tenant (memory/governance.py
+    `forget_person`) -> when, kept for weeks (memory/erased_people.py): a share of theirs
+    queued before and run after is not read."""
+    return tenant_key(tenant, "erased-people")
 
 
 def deleted_thread_key(tenant: str, thread_id: str) -> str:
@@ -417,6 +461,13 @@ def learned_key(tenant: str, question_id: str) -> str:
     """Set of the entity and workflow keys that the stored question `question_id` taught
     (memory/governance_learned.py): forgetting or editing the question finds them here."""
     return tenant_key(tenant, "learned", question_id)
+
+
+def shown_in_logs_key(tenant: str, message_id: str) -> str:
+    """Set of the tool logs whose output showed the stored message `message_id`
+    (memory/stores/tool_log.py): forgetting the message deletes them, so its text does not
+    live on in another turn's log."""
+    return tenant_key(tenant, "shown-in-logs", message_id)
 
 
 def web_secret_key() -> str:

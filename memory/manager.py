@@ -12,12 +12,12 @@ from memory.browse import Browse
 from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
 from memory.governance import Governance
-from memory.keys import tenant_key
+from memory.keys import forgetting_key, tenant_key
 from memory.migrate import migrate_to_hash_tags
 from memory.portability import Portability
 from memory.retention import Retention
 from memory.sharing import SharingChanges
-from memory.stores.base import VectorStore, delete_matching
+from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import ConversationStore
 from memory.stores.entity import EntityStore
 from memory.stores.episodic import EpisodicStore
@@ -28,6 +28,8 @@ from memory.stores.toolbox import ToolboxStore
 from memory.stores.turn_records import TurnRecords
 from memory.stores.watches import WatchStore
 from memory.stores.workflow import WorkflowStore
+
+DROP_BATCH = 500  # keys deleted per round trip when a tenant is dropped
 
 
 class MemoryManager:
@@ -72,12 +74,21 @@ class MemoryManager:
 
     async def drop_tenant(self, tenant: str) -> None:
         """Erase everything a tenant's memory holds (temporary tenants of evaluations, what a
-        failed import wrote), its watches off the due index every tenant shares too."""
+        failed import wrote), its watches off the due index every tenant shares too. Not its
+        erasure lock: the erasure that holds it (memory/governance_tenants.py) keeps it to the
+        end, and releases it; a lock nobody renews lapses on its own."""
         await WatchStore(self.redis).unschedule_all(tenant)
         for store in self.vector_stores:
             if store.TENANT_SCOPED:
                 await store.drop_tenant(tenant)
-        await delete_matching(self.redis, tenant_key(tenant, "*"))
+        lock, batch = forgetting_key(tenant), []
+        async for key in self.redis.scan_iter(match=tenant_key(tenant, "*"), count=1000):
+            if decode(key) != lock:
+                batch.append(key)
+            if len(batch) >= DROP_BATCH:
+                await delete_keys(self.redis, batch)
+                batch = []
+        await delete_keys(self.redis, batch)
 
     async def ping(self, timeout: float = 5.0) -> bool:
         """True when Redis answers in time (health checks). Only a yes or no: the error's text

@@ -28,6 +28,7 @@ from memory.keys import (
     learned_key,
     messages_key,
     papers_key,
+    shown_in_logs_key,
     summarized_count_key,
     threads_key,
 )
@@ -118,6 +119,9 @@ class Writer:
             if record.get("listed") is not None:
                 index = store.thread_index(Scope(self.tenant, record["thread"]))
                 self.pipe.zadd(index, {item["id"]: record["listed"]})
+            if kind == "tool_log":  # found again when a message it showed is forgotten
+                for message_id in item.get("message_ids") or []:
+                    self.pipe.sadd(shown_in_logs_key(self.tenant, message_id), item["id"])
         elif kind == "turn":  # written at once: indexes and usage through the store
             await self.memory.turn_records.restore(
                 record_of(record["turn"], self.tenant, record["thread"])

@@ -11,13 +11,17 @@ claim (SET NX, with a TTL) queues one `sweep_retention` task per tenant with a p
 task stream (memory/tasks.py), and the stream's consumer group gives each task to one process,
 or to another when that one dies before it acknowledges the task. A sweep reads the period again
 when it runs, so one turned off meanwhile removes nothing. It forgets conversation memory
-(messages, summaries over them, tool logs, episodic entries) said before now minus the period,
-through `Governance.forget_older_than`, and the PDFs shared privately in a thread that went
-whole; papers from arXiv, the team's PDFs, entities and workflows are kept.
+(messages, summaries over them, tool logs, episodic entries, dead letters) said or queued
+before now minus the period, through `Governance.forget_older_than`, and the PDFs shared
+privately in a thread that went whole; papers from arXiv, the team's PDFs, entities and
+workflows are kept. The process that takes the interval's claim also finishes the purges of
+forgotten messages' episodic documents that stopped processes left
+(`Governance.purge_leftovers`), for every tenant.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +36,8 @@ MAX_DAYS = 36_500
 OFF = "off"
 SWEEP = "sweep_retention"  # the background task: sweep one tenant
 DEFAULT_SWEEP_SECONDS = 3600.0
+
+log = logging.getLogger(__name__)
 
 Submit = Callable[[str, dict], Awaitable[Any]]  # e.g. BackgroundWork.submit
 
@@ -104,8 +110,9 @@ class Retention:
     # -- the sweep ------------------------------------------------------------------------------
 
     async def schedule(self, submit: Submit, now: float | None = None) -> list[str]:
-        """Queue this interval's sweeps, if no process did yet: returns the tenants queued
-        (none when another process holds the interval's claim)."""
+        """Queue this interval's sweeps, if no process did yet, and finish the purges stopped
+        processes left: returns the tenants queued (none when another process holds the
+        interval's claim)."""
         now = time.time() if now is None else now
         bucket = int(now // self.sweep_seconds)
         ttl = max(1, math.ceil(self.sweep_seconds * 2))
@@ -116,6 +123,10 @@ class Retention:
             if await self.period(tenant) is not None:
                 await submit(SWEEP, {"tenant": tenant})
                 queued.append(tenant)
+        try:  # after the sweeps are queued: a failure here does not keep them back
+            await self.memory.governance.purge_leftovers()
+        except Exception:  # Redis away: the next interval's claim tries again
+            log.exception("the purges stopped processes left could not be finished")
         return queued
 
     async def sweep(self, tenant: str, now: float | None = None) -> Any:

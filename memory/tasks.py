@@ -32,7 +32,7 @@ import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from memory.keys import dead_letters_key, task_runs_key
+from memory.keys import dead_letter_streams_key, dead_letters_key, task_runs_key
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
 
@@ -214,6 +214,7 @@ class TaskStream:
         await self.redis.delete(self.stream)
         await self.redis.delete(self.dead_stream)
         await self.redis.delete(self.runs)
+        await self.redis.srem(dead_letter_streams_key(), self.stream)
 
     async def pending_count(self) -> int:
         """Tasks not yet acknowledged, delivered or not (the stream's length, see above)."""
@@ -234,6 +235,7 @@ class TaskStream:
             "error": error,
             "consumer": self.consumer,
         }
+        await self.redis.sadd(dead_letter_streams_key(), self.stream)  # before: a superset
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(self.dead_stream, fields, maxlen=DEAD_MAXLEN, approximate=True)
             pipe.xack(self.stream, self.group, task.id)

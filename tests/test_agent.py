@@ -81,6 +81,31 @@ async def test_model_failure_gives_a_useful_reply_and_keeps_the_message(world, t
     assert messages[1].metadata == {"stop_reason": "error"}
 
 
+async def test_a_failed_turn_teaches_no_workflow_and_no_entity(world, tenant):
+    """A turn ended by the model's error (after a tool step, naming a system) or by the
+    iteration cap: its steps are no procedure to offer again, its error text no fact."""
+    world.entities = [{"name": "MemGPT", "type": "system", "description": "Pages memory."}]
+    world.model.script(
+        tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"})), error(500), error(503)
+    )
+    result = await world.agent.run_turn(Scope(tenant, "t"), "Find MemGPT")
+    assert result.stop_reason == "error" and result.steps
+    capped = Agent(world.runtime.harness, max_iterations=1)
+    world.model.script(tool_calls(call("search_knowledge_base", {"query": "MemGPT"})))
+    assert (await capped.run_turn(Scope(tenant, "t"), "Find MemGPT again")).stop_reason == (
+        "max_iterations"
+    )
+    await world.runtime.harness.drain()
+    memory = world.runtime.memory
+    assert await memory.workflows.all(Scope(tenant)) == []
+    assert await memory.entities.all(Scope(tenant)) == []
+    world.model.script(tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"})),
+                       text("Found MemGPT."))  # fmt: skip
+    await world.agent.run_turn(Scope(tenant, "t"), "Find MemGPT")  # one that ends: it teaches
+    await world.runtime.harness.drain()
+    assert len(await memory.workflows.all(Scope(tenant))) == 1
+
+
 async def test_iteration_cap(world, tenant):
     agent = Agent(world.runtime.harness, max_iterations=3)
     world.model.script(

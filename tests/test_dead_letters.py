@@ -13,8 +13,8 @@ from redis.crc import key_slot
 
 from app import cli
 from bot.background import BackgroundWork
-from memory.dead_letters import dead_letters, requeue
-from memory.keys import task_stream, task_stream_name
+from memory.dead_letters import REGISTRY_UPGRADE, dead_letter_streams, dead_letters, requeue
+from memory.keys import task_stream, task_stream_name, upgrade_key
 from memory.tasks import TaskStream
 from tests.support.task_deliveries import payload_deliveries
 from tests.test_cli_memory import arxivscout
@@ -142,3 +142,26 @@ def test_requeue_with_neither_ids_nor_all_is_a_usage_error(capsys):
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.startswith("usage: arxivscout tasks requeue")
         assert "error: give dead letters' ids (STREAM/ID, as `tasks dead` lists) or --all" in err
+
+
+async def test_streams_with_dead_letters_are_noted_not_scanned_for_and_older_ones_found_once(
+    client, stream
+):
+    """Erasures look for dead letters at every step (memory/dead_letters.py): the streams that
+    have some are noted when a task is given up, not found by scanning every key; those of
+    before the note are found once."""
+    older = TaskStream(client, task_stream(f"dlq-old-{uuid.uuid4().hex[:10]}"))
+    await client.xadd(older.dead_stream, {"id": "0-1", "kind": "index", "payload": "{}"})
+    await client.delete(upgrade_key(REGISTRY_UPGRADE))  # as before this version
+    try:
+        assert older.stream in {s.stream for s in await dead_letter_streams(client)}
+        unnoted = TaskStream(client, task_stream(f"dlq-unnoted-{uuid.uuid4().hex[:10]}"))
+        await client.xadd(unnoted.dead_stream, {"id": "0-1", "kind": "index", "payload": "{}"})
+        await dead_lettered(stream, [("index", {"n": 1})])
+        found = {s.stream for s in await dead_letter_streams(client)}
+        assert stream.stream in found and older.stream in found
+        assert unnoted.stream not in found  # not scanned for again
+        await unnoted.destroy()
+    finally:
+        await older.destroy()
+    assert older.stream not in {s.stream for s in await dead_letter_streams(client)}

@@ -11,14 +11,8 @@ from typing import Any
 import discord
 import pytest
 
-from adapters.discord import (
-    DISCORD_LIMIT,
-    EMPTY_MENTION,
-    DiscordAdapter,
-    intents,
-    thread_name,
-    visibility,
-)
+from adapters.discord import EMPTY_MENTION, DiscordAdapter, intents, thread_name
+from adapters.discord_platform import DISCORD_LIMIT, visibility
 from adapters.spine import NOT_TAKEN
 from adapters.text import split_message
 from app import cli
@@ -256,7 +250,7 @@ async def test_a_thread_whose_parent_is_not_cached_is_asked_of_discord(world, fa
     for name, thread in threads.items():
         interaction = fake.interaction(thread, user)
         interaction.channel = None
-        scope = await adapter._command_scope(interaction)
+        scope = await adapter.commands.scope(interaction)
         assert scope.audience == expected[name], name
 
     # a command's channel built from the interaction's partial data (not in the cache) may
@@ -267,13 +261,13 @@ async def test_a_thread_whose_parent_is_not_cached_is_asked_of_discord(world, fa
     adapter.client.get_channel.side_effect = lambda channel_id: None  # nothing cached
     interaction = fake.interaction(hidden, user)
     interaction.channel = partial
-    assert (await adapter._command_scope(interaction)).audience == f"private:{hidden.id}"
+    assert (await adapter.commands.scope(interaction)).audience == f"private:{hidden.id}"
 
     # the network failing (not an HTTP answer) is "cannot tell" too: private, no exception
     adapter.client.fetch_channel.side_effect = ConnectionResetError("gone")
     interaction = fake.interaction(threads["public"], user)
     interaction.channel = None
-    scope = await adapter._command_scope(interaction)
+    scope = await adapter.commands.scope(interaction)
     assert scope.audience == f"private:{threads['public'].id}"
 
 
@@ -307,7 +301,7 @@ async def test_summarize_outside_a_known_thread_explains_itself(world, fake, ada
     guild = fake.guild()
     channel = fake.text_channel(guild)
     interaction = fake.interaction(channel, fake.user())
-    await adapter.summarize_command(interaction)
+    await adapter.commands.summarize(interaction)
     interaction.response.defer.assert_not_awaited()
     interaction.response.send_message.assert_awaited_once()
     args, kwargs = interaction.response.send_message.await_args

@@ -13,7 +13,7 @@ import discord
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.discord import visibility
+from adapters.discord_platform import visibility
 from adapters.memory_page.access import DirectoryError, DiscordDirectory
 from adapters.memory_page.server import SESSION_COOKIE
 from adapters.web import build_web_app

@@ -570,7 +570,7 @@ async def test_discord_memory_command_answers_with_a_link_only_its_caller_sees(w
     for channel, tenant in ((fake.text_channel(guild), str(guild.id)),
                             (fake.dm_channel(user), f"dm-{user.id}")):  # fmt: skip
         interaction = fake.interaction(channel, user)
-        await adapter.memory_command(interaction)
+        await adapter.commands.memory(interaction)
         args, kwargs = interaction.response.send_message.call_args
         assert kwargs == {"ephemeral": True}
         url = re.search(r"\(<(https://[^>]+)>\)", args[0]).group(1)
@@ -578,7 +578,7 @@ async def test_discord_memory_command_answers_with_a_link_only_its_caller_sees(w
         assert (claims.tenant, claims.user, claims.platform) == (tenant, str(user.id), "discord")
     unserved = DiscordAdapter(world.runtime.turns(), sync=False)
     interaction = fake.interaction(fake.text_channel(guild), user)
-    await unserved.memory_command(interaction)
+    await unserved.commands.memory(interaction)
     assert "not served" in interaction.response.send_message.call_args.args[0]
 
 

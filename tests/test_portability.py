@@ -25,7 +25,7 @@ from memory.scope import Scope, Visibility
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
 from memory.stores.summary import Summary
-from memory.stores.tool_log import ToolLogEntry
+from memory.stores.tool_log import ToolLogEntry, UnknownToolLog
 from memory.stores.turn_records import TurnRecord, TurnUsage, Vote
 from memory.tasks import TaskStream
 from tests.test_memory_stores import add_memgpt
@@ -393,3 +393,19 @@ async def test_a_crashed_import_is_redone_unless_the_tenant_was_used_since(memor
     await memory.portability.import_records(unused, records)  # cleared, then imported whole
     assert not await memory.redis.exists(import_partial_key(unused))
     assert comparable(await export(memory, unused)) == comparable(records)
+
+
+async def test_an_imported_log_goes_when_a_message_it_showed_is_forgotten(memory, tenant, other):
+    """A tool log keeps the messages its output showed; an imported one is indexed by them too."""
+    said = await populate(memory, tenant)
+    public, _ = places(tenant)
+    shown = ToolLogEntry(public.thread, "search_conversations", {"query": "authors"},
+                         f"- {said[3].content}", "success", message_ids=[said[3].id])  # fmt: skip
+    await memory.tool_logs.write(public, shown)
+    await memory.portability.import_records(other, await export(memory, tenant))
+    public_b, _ = places(other)
+    assert await memory.tool_logs.get(public_b, shown.id)
+    erasure = await memory.governance.forget_message(other, public_b.thread, said[3].id)
+    assert erasure.tool_logs >= 1
+    with pytest.raises(UnknownToolLog):
+        await memory.tool_logs.get(public_b, shown.id)

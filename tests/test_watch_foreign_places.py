@@ -19,7 +19,7 @@ from unittest import mock
 
 import discord
 
-from adapters.discord import DiscordPlatform
+from adapters.discord_platform import DiscordPlatform
 from adapters.discord_watch import DiscordWatches
 from bot.watch_commands import WatchCommands
 from bot.watches import WatchPlace, WatchService

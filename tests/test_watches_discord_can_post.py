@@ -13,7 +13,7 @@ from unittest import mock
 import discord
 import pytest
 
-from adapters.discord import DiscordPlatform
+from adapters.discord_platform import DiscordPlatform
 from adapters.discord_watch import CANNOT_SEE, DiscordWatches
 from bot.watch_places import WatchPlace
 from tests.support.discord_fakes import FakeDiscord

@@ -198,7 +198,7 @@ class SlackDirectory:
 
 def hidden_channels(channels: Iterable[Any], member: Any) -> set[int]:
     """The channels @everyone cannot view that `member` can (discord.py objects)."""
-    from adapters.discord import visibility  # discord.py loads only where Discord is asked
+    from adapters.discord_platform import visibility  # discord.py loads where Discord is asked
 
     return {
         channel.id

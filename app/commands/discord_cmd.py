@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+from typing import TYPE_CHECKING
 
+from app.commands.common import stop_on_signals
 from app.commands.web_cmd import page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 
+if TYPE_CHECKING:
+    from adapters.discord import DiscordAdapter
+
+CLOSE_SECONDS = 10.0  # for the gateway to close after a stop
 TOKEN_WHY = (
     "create a bot at https://discord.com/developers/applications (your app → Bot → Reset "
     "Token) and set DISCORD_TOKEN in the environment or a .env file."
@@ -45,7 +52,26 @@ async def run(args: argparse.Namespace) -> int:
             links=wiring.links,
             admins=wiring.directories.admins,
         )
-        await adapter.start(token)  # until Ctrl-C / SIGTERM; queued turns stay in Redis
+        await serve_until_stopped(adapter, token)
     finally:
         await runtime.close()
     return 0
+
+
+async def serve_until_stopped(adapter: DiscordAdapter, token: str) -> None:
+    """Serve until SIGTERM/SIGINT (as the worker does): running turns then finish or go back
+    to the queue, and messages kept while the memory was unreachable get a last try, before
+    the gateway closes. A rejected token is raised (ConfigError)."""
+    stop = asyncio.create_task(stop_on_signals().wait())
+    serving = asyncio.create_task(adapter.start(token))
+    await asyncio.wait([stop, serving], return_when=asyncio.FIRST_COMPLETED)
+    await adapter.stop()
+    stop.cancel()
+    if serving.done():
+        serving.result()  # a rejected token or intent: its ConfigError
+        return
+    await adapter.client.close()  # `start` returns once the gateway is closed
+    _, late = await asyncio.wait([serving], timeout=CLOSE_SECONDS)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(serving, return_exceptions=True)

@@ -15,6 +15,8 @@ from app.commands.common import add_json, add_tenant, memory_session, print_json
 from app.commands.turns_cmd import add_usage_parser
 from app.runtime import open_memory
 from app.settings import Settings
+from memory.governance_tenants import TenantErasures
+from memory.keys import validate_tenant
 from memory.portability import dumps
 
 
@@ -169,21 +171,27 @@ async def run_reindex(args: argparse.Namespace) -> int:
 
 # -- forget, export, import, retention ---------------------------------------------------------
 
-FORGET_KINDS = ("message", "thread", "summary", "tool-log", "paper", "entity", "workflow", "person")
+FORGET_KINDS = (
+    "message", "thread", "summary", "tool-log", "paper", "entity", "workflow", "person", "tenant",
+)  # fmt: skip
 ERASED = {  # Erasure field -> how it is printed
     "threads": "threads", "messages": "messages", "summaries": "summaries (deleted or rewritten)",
     "tool_logs": "tool logs", "episodes": "episodic entries", "entities": "entities",
     "workflows": "workflows", "papers": "papers", "chunks": "passages",
     "cached_embeddings": "cached embeddings", "turn_records": "turn records",
+    "watches": "topic watches", "dead_letters": "dead letters",
 }  # fmt: skip
 
 
 def add_governance(views: argparse._SubParsersAction) -> None:
     forget = views.add_parser(
-        "forget", help="forget an item, or everything about a person, in every store"
+        "forget",
+        help="forget an item, everything about a person, or a whole tenant (`tenant ID`)",
     )
     forget.add_argument("kind", choices=FORGET_KINDS)
-    forget.add_argument("item_id", metavar="ID", help="its id (a thread id, a user id, ...)")
+    forget.add_argument(
+        "item_id", metavar="ID", help="its id (a thread id, a user id, the tenant for `tenant`)"
+    )
     forget.add_argument("--thread", help="the message's thread (for `message`)")
     forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     export = views.add_parser("export", help="export the tenant (or one thread) as JSON Lines")
@@ -230,6 +238,8 @@ async def run_forget(args: argparse.Namespace) -> int:
     if args.kind == "message" and not args.thread:
         print("arxivscout: error: forgetting a message needs its --thread.", file=sys.stderr)
         return 2
+    if args.kind == "tenant":
+        return await run_forget_tenant(args)
     what = f"the {args.kind.replace('-', ' ')} {args.item_id!r}"
     what += f" of thread {args.thread!r}" if args.kind == "message" else ""
     if not confirmed(f"Forget {what} in tenant {args.tenant!r}? This cannot be undone.", args.yes):
@@ -252,6 +262,28 @@ async def run_forget(args: argparse.Namespace) -> int:
         print_json(counts)
     else:
         print(f"Forgot {what}. Removed: {erased_text(counts)}.")
+    return 0
+
+
+async def run_forget_tenant(args: argparse.Namespace) -> int:
+    """`forget tenant ID`: the whole tenant (its ID; `--tenant` is not read), as when its team
+    removed the bot (memory/governance_tenants.py)."""
+    tenant = validate_tenant(args.item_id)
+    question = f"Erase everything tenant {tenant!r} holds, in every store? This cannot be undone."
+    if not confirmed(question, args.yes):
+        print("Nothing was forgotten.")
+        return 1
+    async with memory_session() as memory:
+        erasure = await TenantErasures(memory).erase(tenant)
+    if not erasure.total:  # a typo, or erased before: say so, as for an unknown id
+        print(f"arxivscout: error: tenant {tenant!r} holds no memory: nothing was erased.",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    counts = asdict(erasure)
+    if args.json:
+        print_json(counts)
+    else:
+        print(f"Forgot tenant {tenant!r}. Removed: {erased_text(counts)}.")
     return 0
 
 

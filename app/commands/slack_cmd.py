@@ -63,6 +63,7 @@ async def run(args: argparse.Namespace) -> int:
         return await serve(settings, use_slack=True, use_discord=False, port=port)
     bot_token = settings.require("slack_bot_token", BOT_TOKEN_WHY, prefix="xoxb-")
     secret = settings.require("slack_signing_secret", "from Basic Information → App Credentials.")
+    settings.links_url()  # a Heroku web dyno without ARXIVSCOUT_PUBLIC_URL stops here
     identity = await check_bot_token(bot_token, settings.slack_api_url)  # before anything slow
     runtime = await open_agent(settings)
     runner = None

@@ -53,7 +53,7 @@ class PageWiring:
     links: Links
     directories: Directories
     discord: DiscordDirectory | None = None
-    configured: bool = True  # ARXIVSCOUT_PUBLIC_URL is set
+    configured: bool = True  # links point to a chosen address (ARXIVSCOUT_PUBLIC_URL, Fly's)
 
     def announce(self) -> None:
         """Say where links point when nobody chose it (the address people open may differ)."""
@@ -72,10 +72,12 @@ class PageWiring:
 async def page_wiring(
     settings: Settings, memory: MemoryManager, own_url: str | None = None, announce: bool = True
 ) -> PageWiring:
-    """Links to ARXIVSCOUT_PUBLIC_URL (else `own_url`, the address this process serves, else
-    where `arxivscout web` listens by default), signed with the shared secret. Also points
-    discord.py at DISCORD_API_URL, for the whole process (the bot's client too)."""
-    public_url = settings.public_url or own_url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+    """Links to ARXIVSCOUT_PUBLIC_URL or the Fly app's address (else `own_url`, the address
+    this process serves, else where `arxivscout web` listens by default; a Heroku web dyno
+    refuses), signed with the shared secret. Also points discord.py at DISCORD_API_URL, for
+    the whole process (the bot's client too)."""
+    chosen_url = settings.links_url()
+    public_url = chosen_url or own_url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
     state = WebState(memory.redis)
     secret = await link_secret(settings.secret, state.secrets)
     links = Links(LinkSigner(secret, settings.link_ttl_seconds), public_url)
@@ -87,7 +89,7 @@ async def page_wiring(
         use_discord_api(settings.discord_api_url)
     discord = DiscordDirectory(settings.discord_token) if settings.discord_token else None
     directories = Directories(state.viewers, Admins(settings.admins), slack=slack, discord=discord)
-    wiring = PageWiring(links, directories, discord, configured=bool(settings.public_url))
+    wiring = PageWiring(links, directories, discord, configured=chosen_url is not None)
     if announce:
         wiring.announce()
     return wiring
@@ -109,7 +111,7 @@ async def run(args: argparse.Namespace) -> int:
             if not port:  # --port 0: the port the system chose
                 port = site._server.sockets[0].getsockname()[1]
                 site_url = f"http://{args.host}:{port}"
-                if not settings.public_url:
+                if not wiring.configured:
                     wiring.links.public_url = site_url
             wiring.announce()
             link = wiring.links.login(args.tenant, LOCAL_USER, "local")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from adapters.spine import Pipeline
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
@@ -89,6 +89,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         )
         await check_bot_token(bot_token, settings.slack_api_url)
     token = settings.require("discord_token", TOKEN_WHY) if use_discord else ""
+    settings.links_url()  # a web dyno without its public URL: refused before anything slow
     runtime = await open_agent(settings)
     handler = runtime.turns()
     cleanup = [runtime.close]
@@ -100,7 +101,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             await web.TCPSite(runner, "0.0.0.0", port).start()
             cleanup.insert(0, runner.cleanup)
         waiters = [asyncio.create_task(stop_on_signals().wait())]
-        pipelines: list[Pipeline] = []
+        stoppers: list[Callable[[], Awaitable[None]]] = []  # each platform's stop taking jobs
         slack = None
         if use_slack:
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -115,7 +116,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             socket = AsyncSocketModeHandler(slack.app, app_token)
             await socket.connect_async()
             cleanup[:0] = [socket.close_async, slack.close]
-            pipelines.append(slack.pipeline)
+            stoppers.append(slack.pipeline.shutdown)
             slack.pipeline.start()  # take over the threads of processes that died
             print("Slack Socket Mode connected")
         if use_discord:
@@ -124,11 +125,12 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             discord_adapter = DiscordAdapter(
                 handler, links=wiring.links, admins=wiring.directories.admins
             )
-            pipelines.append(discord_adapter.pipeline)  # started once connected
+            # its pipeline starts once connected; its stop also queues what waits for Redis
+            stoppers.append(discord_adapter.stop)
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         # stop taking jobs; what cannot finish in time goes back to the queue for another process
-        await asyncio.gather(*(pipeline.shutdown() for pipeline in pipelines))
+        await asyncio.gather(*(stop() for stop in stoppers))
         # then every worker's hand-back, before any running batch is awaited (the cleanup)
         await (stop_reading(slack, runtime) if slack is not None else runtime.stop_reading())
         for task in pending:

@@ -13,9 +13,11 @@ asks the kernel to kill it first when memory runs out (oom_score_adj 1000), and 
 at most CHILDREN of them at once.
 
 Every way the read can end badly (over the memory limit, a crash, too slow) is an IngestError,
-said to the person as it is; a child that could not start or import, or that exited 0 with a
-reply we cannot read (our deployment's fault, not the file's), is a RuntimeError, which a task
-retries. The cost is a process start, 0.1-0.2 s on top of the read.
+said to the person as it is; a child that could not start or import, that exited 0 with a
+reply we cannot read (our deployment's fault, not the file's), or that was stopped by a signal
+sent from outside (Heroku sends SIGTERM to every process of a stopping dyno), is a RuntimeError,
+which a task retries. The child ignores SIGTERM from its start: the bot kills it itself (SIGKILL)
+on a timeout or a cancel, and a stopping bot's running reads should finish in its grace time. The cost is a process start, 0.1-0.2 s on top of the read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import weakref
 from pathlib import Path
@@ -44,6 +47,8 @@ _LAUNCH_FAILED = re.compile(
     r"ImportError|ModuleNotFoundError|No module named|error while loading shared librar"
     r"|Could not find platform (in)?dependent libraries|Fatal Python error: init"
 )
+# signals that stop a process from outside (the platform, a terminal): never the file's doing
+_STOPPED_FROM_OUTSIDE = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP}
 _children: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per loop
 
 log = logging.getLogger(__name__)
@@ -114,8 +119,11 @@ def _outcome(name: str, code: int, out: bytes, err: bytes, memory_mb: int) -> Pd
         if reply.get("memory"):
             raise IngestError(_too_big(name, memory_mb))
         return _pdf_text(reply)
-    # Killed by a signal (a crash: pdfium aborts when an allocation fails, too) or broken.
     tail = err.decode("utf-8", "replace").strip()[-500:]
+    if code in _STOPPED_FROM_OUTSIDE:  # not by us (we SIGKILL), not a crash: the task retries
+        log.warning("the PDF reader was stopped by signal %s while reading %s", -code, name)
+        raise RuntimeError(f"the PDF reader was stopped by signal {-code} from outside")
+    # Killed by a signal (a crash: pdfium aborts when an allocation fails, too) or broken.
     if code > 0 and _LAUNCH_FAILED.search(err.decode("utf-8", "replace")):
         # it never got to the file: our deployment is broken, the task tries again
         log.error("the PDF reader could not start for %s (exit %s): %s", name, code, tail)
@@ -170,7 +178,13 @@ def prepare(memory_mb: int) -> None:
     _limit_memory(memory_mb)
 
 
+def ignore_platform_stop() -> None:
+    """The platform's SIGTERM to every process is for the bot, which ends this child itself."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _main() -> None:
+    ignore_platform_stop()  # first thing (one that came earlier is retried, see _outcome)
     limits = json.loads(sys.argv[1])
     data = sys.stdin.buffer.read()
     prepare(int(limits["memory_mb"]))

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -15,16 +16,21 @@ import numpy as np
 from redis.asyncio import Redis
 from redis.commands.search.query import Query
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
 from memory.embeddings import Embedder
-from memory.keys import INDEX_META_KEY, index_name, index_prefix
+from memory.keys import INDEX_META_KEY, index_name, index_prefix, upgrade_key
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
+
+# One process rebuilds a family's indexes for a new layout; others starting meanwhile wait.
+REBUILD_CLAIM_SECONDS = 600  # a process that died while rebuilding frees the claim after this
+REBUILD_POLL_SECONDS = 0.2
 
 
 class IndexModelMismatch(RuntimeError):
@@ -136,29 +142,44 @@ class VectorStore:
 
     async def open(self) -> None:
         """Refuse indexes built with another embedding model; rebuild those of an older layout
-        (dropping only the index: the records stay, and are indexed again)."""
-        names = await self.existing_indexes()
-        recorded = decode(await self.redis.hget(INDEX_META_KEY, self.family())) or ""
-        model, _, layout = recorded.partition("#")
-        if names and model and model != self.signature:
-            model_name, dims = model.split("|")
-            raise IndexModelMismatch(
-                f"The index {self.family()} was built with {model_name} ({dims} dimensions), "
-                f"but the configured embeddings are {self.embedder.model_name} "
-                f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
-                "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
-            )
-        if names and layout != self.layout():
-            log.warning("rebuilding the %s indexes for their new layout", self.family())
-            await self._drop(names)
-            await self._fill_defaults()
-            tenants = {name.partition(":")[2] for name in names if name != self.family()}
-            if self.family() in names and self.TENANT_SCOPED:  # one shared index, from before
-                tenants |= {self.tenant_of(decode(key)) async for key in self._keys()}
-            for tenant in sorted(tenants, key=str):
-                await self._index(tenant)  # Redis indexes the existing records in the background
+        (dropping only the index: the records stay, and are indexed again). Processes starting
+        together rebuild once: one claims it, the others wait and look again."""
+        while True:
+            names = await self.existing_indexes()
+            recorded = decode(await self.redis.hget(INDEX_META_KEY, self.family())) or ""
+            model, _, layout = recorded.partition("#")
+            if names and model and model != self.signature:
+                model_name, dims = model.split("|")
+                raise IndexModelMismatch(
+                    f"The index {self.family()} was built with {model_name} ({dims} dimensions), "
+                    f"but the configured embeddings are {self.embedder.model_name} "
+                    f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
+                    "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
+                )
+            if not names or layout == self.layout():
+                break
+            claim = upgrade_key(f"index-layout:{self.family()}")
+            if await self.redis.set(claim, self.layout(), nx=True, ex=REBUILD_CLAIM_SECONDS):
+                try:
+                    await self._rebuild(names)
+                finally:  # done (recorded) or failed: the next process looks again
+                    await self.redis.delete(claim)
+                break
+            await asyncio.sleep(REBUILD_POLL_SECONDS)
         if not self.TENANT_SCOPED:
             await self._index(None)
+        await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
+
+    async def _rebuild(self, names: list[str]) -> None:
+        """Index the records again under the current layout, and record it as built."""
+        log.warning("rebuilding the %s indexes for their new layout", self.family())
+        await self._drop(names)
+        await self._fill_defaults()
+        tenants = {name.partition(":")[2] for name in names if name != self.family()}
+        if self.family() in names and self.TENANT_SCOPED:  # one shared index, from before
+            tenants |= {self.tenant_of(decode(key)) async for key in self._keys()}
+        for tenant in sorted(tenants, key=str):
+            await self._index(tenant)  # Redis indexes the existing records in the background
         await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
 
     def _recorded(self) -> str:
@@ -187,7 +208,11 @@ class VectorStore:
 
     async def _drop(self, names: list[str]) -> None:
         for name in names:
-            await self.redis.execute_command("FT.DROPINDEX", name)  # keeps the records
+            try:
+                await self.redis.execute_command("FT.DROPINDEX", name)  # keeps the records
+            except ResponseError as exc:  # gone already (another process dropped it): fine
+                if not re.search(r"unknown index name|no such index", str(exc), re.IGNORECASE):
+                    raise
             self._known.discard(name)
 
     async def _index(self, tenant: str | None) -> str:

@@ -3,7 +3,9 @@
 The model gets a truncated result that names the log id; `read_tool_log` brings the rest back.
 Each log keeps who asked the turn that made the call (`author`), so erasing a person takes the
 logs of their turns too (memory/governance.py), and is stored for who may see what the call
-showed (`log_audience`), not only for who asked.
+showed (`log_audience`), not only for who asked. It keeps the ids of the stored messages its
+output showed too (`message_ids`, indexed per message): forgetting a message deletes every log
+that showed it (`forget_showing`), wherever that call was made. A log from before has none.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory.keys import shown_in_logs_key
 from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
-from memory.stores.base import decode
+from memory.stores.base import decode, delete_keys
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 
@@ -54,16 +57,45 @@ class ToolLogEntry:
     created_at: float = field(default_factory=time.time)
     audience: str = ""
     author: str = ""  # who asked the turn that made the call (empty in logs from before)
+    message_ids: list[str] = field(default_factory=list)  # the stored messages its output showed
 
 
 class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     KIND, PLURAL = "toollog", "toollogs"
     RECORD = ToolLogEntry
-    JSON_FIELDS = ("tool_input",)
+    JSON_FIELDS = ("tool_input", "message_ids")
     MISSING = UnknownToolLog
 
     async def write(self, scope: Scope, entry: ToolLogEntry) -> str:
+        """Store the log, indexed first under each message it showed: a crash in between
+        leaves an index entry of no log, never a log its messages' erasure cannot find."""
+        if entry.message_ids:
+            pipe = self.redis.pipeline(transaction=False)
+            for message_id in set(entry.message_ids):
+                pipe.sadd(shown_in_logs_key(scope.tenant, message_id), entry.id)
+            await pipe.execute()
         return (await self.save(scope, entry)).id
+
+    async def forget_showing(self, tenant: str, message_ids: Iterable[str]) -> int:
+        """Delete every log whose output showed one of these messages (they are being
+        forgotten: their text must not live on in another turn's log, or in a log read from
+        it), then their index entries; how many logs went. Run again, it finds what is left."""
+        keys = [shown_in_logs_key(tenant, i) for i in dict.fromkeys(message_ids)]
+        if not keys:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.smembers(key)
+        logs = sorted({decode(i) for found in await pipe.execute() for i in found})
+        for log_id in logs:
+            pipe.hget(self.key(tenant, log_id), "thread_id")
+        by_thread: dict[str, list[str]] = {}
+        for log_id, thread in zip(logs, await pipe.execute(), strict=True):
+            if thread is not None:  # else gone already (its thread's erasure, retention)
+                by_thread.setdefault(decode(thread), []).append(log_id)
+        removed = await self.remove(tenant, by_thread)
+        await delete_keys(self.redis, keys)
+        return removed
 
     async def authors(self, tenant: str, ids: Iterable[str]) -> dict[str, str]:
         """Who asked the turn of each log (empty for logs from before it was kept)."""

@@ -34,7 +34,7 @@ from memory.keys import (
     watches_due_key,
     watches_key,
 )
-from memory.scope import PUBLIC, Scope
+from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.base import decode
 
 DAY = 86_400
@@ -306,13 +306,23 @@ class WatchStore:
 
     async def forget_creator(self, tenant: str, user: str) -> int:
         """A person is erased: their id leaves the watches they made (the watches stay, they
-        belong to their places). Returns how many."""
-        cleared = 0
-        for watch in await self.all(tenant):
-            if user and watch.created_by == user:
+        belong to their places), and those made in a DM go (`remove_in`: the DM is theirs, its
+        digests would keep their query and keep posting to them). Returns how many."""
+        mine = [w for w in await self.all(tenant) if user and w.created_by == user]
+        removed = await self.remove_in(tenant, {w.audience for w in mine if _in_dm(w)})
+        for watch in mine:
+            if watch.audience not in removed:
                 await self.redis.hset(watch_key(tenant, watch.id), "created_by", "")
-                cleared += 1
-        return cleared
+        return len(mine)
+
+    async def remove_in(self, tenant: str, audiences: set[str]) -> set[str]:
+        """Remove every watch posting to one of these audiences (a person's DMs, erased), off
+        the schedule too (`remove`). Returns the audiences that had one."""
+        removed = set()
+        for watch in await self.all(tenant) if audiences else []:
+            if watch.audience in audiences and await self.remove(tenant, watch.id):
+                removed.add(watch.audience)
+        return removed
 
     # -- the schedule ----------------------------------------------------------------------
 
@@ -428,6 +438,10 @@ class WatchStore:
             return set()
         scores = await self.redis.zmscore(watch_posted_key(watch.tenant, watch.id), arxiv_ids)
         return {a for a, s in zip(arxiv_ids, scores, strict=True) if s is not None}
+
+
+def _in_dm(watch: Watch) -> bool:
+    return watch.audience.startswith(f"{Visibility.DM.value}:")
 
 
 def _member(watch: Watch) -> str:

@@ -16,7 +16,7 @@ so every call is real HTTP, recorded for assertions. What it models, as Discord 
 - Every answer carries `X-RateLimit-*` headers and `Via` (Discord answers through Google's
   front end; discord.py treats a 429 without `Via` as a Cloudflare ban). `rate_limit` makes
   a route answer 429 with `retry_after` in the body, `Retry-After`, `X-RateLimit-Scope` and,
-  for a global limit, `X-RateLimit-Global`.
+  for a global limit, `X-RateLimit-Global`; `fail` makes it answer a server error (e.g. 503).
 
 Buckets never run dry here (`X-RateLimit-Remaining` stays above 0), so nothing sleeps unless
 a test asks for a 429.
@@ -173,6 +173,7 @@ class MockDiscordApi(ThreadedServer):
     followups: list[dict[str, Any]] = field(default_factory=list)  # interaction follow-ups
     base_url: str = ""
     _limits: dict[str, list[Any]] = field(default_factory=dict)  # route -> [times, wait, global]
+    _failures: dict[str, list[int]] = field(default_factory=dict)  # route -> [times, status]
     posted: dict[int, Posted] = field(default_factory=dict)  # the bot's messages, by id
     attachments: dict[str, bytes] = field(default_factory=dict)  # CDN path -> bytes
     dms: dict[int, int] = field(default_factory=dict)  # person -> the bot's DM channel
@@ -250,6 +251,10 @@ class MockDiscordApi(ThreadedServer):
         """Answer the next `times` calls of `route` (a name above, e.g. "member") with 429."""
         self._limits[route] = [times, retry_after, is_global]
 
+    def fail(self, route: str, status: int = 503, times: int = 1) -> None:
+        """Answer the next `times` calls of `route` with a server error (Discord's 5xx)."""
+        self._failures[route] = [times, status]
+
     def attachment(self, channel: int, name: str, data: bytes) -> str:
         """An attached file served by the CDN (no token needed): its URL."""
         path = f"{channel}/{snowflake()}/{name}"
@@ -282,6 +287,10 @@ class MockDiscordApi(ThreadedServer):
         if limit and limit[0] > 0:
             limit[0] -= 1
             return self._limited(limit[1], limit[2], bucket)
+        failure = self._failures.get(route)
+        if failure and failure[0] > 0:
+            failure[0] -= 1
+            return self._error(failure[1], 0, f"{failure[1]}: Server Error", bucket)
         try:
             response = await handler(request)
         except DiscordError as exc:

@@ -60,11 +60,12 @@ class Call:
 
 @dataclass(frozen=True)
 class TextReply:
-    """A final text answer."""
+    """A final text answer; `finish_reason` None: a stream that ends cleanly but unfinished
+    (no finish_reason, no [DONE])."""
 
     content: str
     delay: float = 0.0
-    finish_reason: str = "stop"
+    finish_reason: str | None = "stop"
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,10 @@ Reply = TextReply | ToolCallsReply | ErrorReply
 Responder = Callable[[dict[str, Any]], "Reply | str | Awaitable[Reply | str]"]
 
 
-def text(content: str, *, delay: float = 0.0) -> TextReply:
-    """A final answer with `content`, sent after `delay` seconds."""
-    return TextReply(content=content, delay=delay)
+def text(content: str, *, delay: float = 0.0, finish_reason: str | None = "stop") -> TextReply:
+    """A final answer with `content`, sent after `delay` seconds (`finish_reason` e.g. "length",
+    "content_filter")."""
+    return TextReply(content=content, delay=delay, finish_reason=finish_reason)
 
 
 def call(
@@ -321,7 +323,7 @@ class ScriptedOpenAI(ThreadedServer):
         step = max(1, self.stream_chunk_chars)
         for i in range(0, len(content), step):
             await send({"content": content[i : i + step]})
-        finish = "stop"
+        finish = "stop" if isinstance(reply, ToolCallsReply) else reply.finish_reason
         if isinstance(reply, ToolCallsReply):
             finish = "tool_calls"
             for index, tc in enumerate(reply.calls):
@@ -346,6 +348,9 @@ class ScriptedOpenAI(ThreadedServer):
                             ]
                         }
                     )
+        if finish is None:  # cut: the stream just ends
+            await response.write_eof()
+            return response
         await send({}, finish=finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({}, usage=_usage(body, reply), choices=False)

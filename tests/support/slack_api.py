@@ -7,6 +7,7 @@ Like slack-bolt's own tests, the real `AsyncWebClient` is pointed at a local ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -108,6 +109,8 @@ class MockSlackApi(ThreadedServer):
     modals: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     _limits: dict[str, list[int]] = field(default_factory=dict)  # method -> [times, after]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # method -> [times, error]
+    _drops: dict[str, int] = field(default_factory=dict)  # method -> calls left unanswered
+    _garbled: dict[str, int] = field(default_factory=dict)  # method -> calls answered not JSON
     _held: dict[str, asyncio.Event] = field(default_factory=dict)  # method -> its release
     _ts = itertools.count(1)
 
@@ -146,6 +149,15 @@ class MockSlackApi(ThreadedServer):
             await held.wait()
         if token == INVALID_TOKEN:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        if self._drops.get(method, 0) > 0:
+            self._drops[method] -= 1
+            assert request.transport is not None
+            request.transport.close()  # the client sees the connection drop, no answer
+            return web.Response()
+        if self._garbled.get(method, 0) > 0:
+            self._garbled[method] -= 1
+            return web.Response(status=502, text="<html>Bad Gateway</html>",
+                                content_type="application/json")  # fmt: skip
         limit = self._limits.get(method)
         if limit and limit[0] > 0:
             limit[0] -= 1
@@ -154,6 +166,9 @@ class MockSlackApi(ThreadedServer):
         failure = self._failures.get(method)
         if failure and failure[0] > 0:
             failure[0] -= 1
+            if failure[2]:  # done before the error, as Slack's internal_error may have
+                with contextlib.suppress(SlackError):
+                    self._answer(method, params)
             return web.json_response({"ok": False, "error": failure[1]})
         try:
             return web.json_response({"ok": True, **self._answer(method, params)})
@@ -315,10 +330,21 @@ class MockSlackApi(ThreadedServer):
             held.set()
         self._held.clear()
 
-    def fail(self, method: str, error: str, times: int = 1) -> None:
+    def fail(self, method: str, error: str, times: int = 1, done: bool = False) -> None:
         """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`
-        (e.g. "invalid_auth", "missing_scope")."""
-        self._failures[method] = [times, error]
+        (e.g. "invalid_auth", "missing_scope"); `done`: the call is done first all the same
+        (Slack's internal_error: "some aspect of the operation succeeded")."""
+        self._failures[method] = [times, error, done]
+
+    def garble(self, method: str, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with a 502 whose body is not JSON (a
+        proxy's error page)."""
+        self._garbled[method] = times
+
+    def drop(self, method: str, times: int = 1) -> None:
+        """Close the connection of the next `times` calls of `method` without an answer (a
+        network failure). slack_sdk retries a dropped connection once by itself."""
+        self._drops[method] = times
 
     def add_file(self, name: str, data: bytes, mimetype: str = "application/pdf",
                  filetype: str = "pdf", pretty_type: str = "PDF", user: str = "U1",

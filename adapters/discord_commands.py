@@ -1,0 +1,131 @@
+"""The Discord slash commands (the adapter's `commands`), on the adapter's command tree:
+
+- `/summarize`: in a thread the bot answers in (it opened it, or was mentioned there) or a DM,
+  the conversation is summarized into memory; elsewhere, an ephemeral word on where it works.
+- `/expand <summary_id>`: a summary and the messages it covers, anywhere in the server or a DM.
+- `/memory`: an ephemeral signed link to the memory page, for that person in that server (the
+  tenant, as for their messages), or for their DMs' memory in a DM.
+
+A command's scope is its channel's, with who may see it asked of Discord where the cache cannot
+tell (`scope`, used by the watch commands too). Memory is reached only through the adapter
+(`knows_thread`) and its turn handler (`summarize`, `expand`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import discord
+from discord import app_commands
+
+from adapters.discord_platform import DISCORD_LIMIT, resolve_visibility
+from adapters.memory_page.auth import NOT_SERVED
+from adapters.platform_ids import discord_tenant
+from adapters.text import link_arxiv, split_for_delivery
+from memory.scope import Scope
+
+if TYPE_CHECKING:
+    from adapters.discord import DiscordAdapter
+
+log = logging.getLogger(__name__)
+
+NOT_IN_THREAD = (
+    "Use /summarize inside a thread where I have answered (mention me in a channel to start "
+    "one) or in a direct message with me."
+)
+
+
+class DiscordCommands:
+    """`/summarize`, `/expand` and `/memory`, registered on the adapter's tree when made."""
+
+    def __init__(self, adapter: DiscordAdapter) -> None:
+        self.adapter = adapter
+        self.client = adapter.client
+        self.tree = adapter.tree
+        self._register()
+
+    async def sync(self) -> None:
+        """Register the slash commands: globally (shown within the hour), or in one server
+        (shown at once)."""
+        if not self.adapter.sync:
+            return
+        try:
+            if self.adapter.sync_guild is None:
+                await self.tree.sync()
+            else:  # one server only: synced globally too, every command would show twice there
+                guild = discord.Object(id=self.adapter.sync_guild)
+                self.tree.copy_global_to(guild=guild)
+                await self.tree.sync(guild=guild)
+        except discord.HTTPException as exc:
+            log.warning("could not sync slash commands: %s", exc)
+
+    def _register(self) -> None:
+        @self.tree.command(name="summarize", description="Summarize this thread into memory.")
+        async def summarize(interaction: discord.Interaction) -> None:
+            await self.summarize(interaction)
+
+        @self.tree.command(name="expand", description="Show a summary and the messages it covers.")
+        @app_commands.describe(summary_id="the id shown as [Summary ID: ...]")
+        async def expand(interaction: discord.Interaction, summary_id: str) -> None:
+            await self.expand(interaction, summary_id)
+
+        @self.tree.command(
+            name="memory", description="Your link to what I remember (only you see it)."
+        )
+        async def memory(interaction: discord.Interaction) -> None:
+            await self.memory(interaction)
+
+    async def summarize(self, interaction: discord.Interaction) -> None:
+        scope = await self.scope(interaction)
+        channel = interaction.channel
+        owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
+        known = interaction.guild_id is None or await self.adapter.knows_thread(scope, owner_id)
+        if interaction.channel_id is None or not known:
+            await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True)
+        await self._followup(interaction, await self.adapter.handler.summarize(scope))
+
+    async def expand(self, interaction: discord.Interaction, summary_id: str) -> None:
+        await interaction.response.defer(thinking=True)
+        scope = await self.scope(interaction)
+        await self._followup(interaction, await self.adapter.handler.expand(scope, summary_id))
+
+    async def memory(self, interaction: discord.Interaction) -> None:
+        await interaction.response.send_message(self.memory_link(interaction), ephemeral=True)
+
+    def memory_link(self, interaction: discord.Interaction) -> str:
+        """The answer to `/memory`: a link for this person in this server (the tenant, as for
+        their messages), or for their DMs' memory when used in a DM."""
+        links = self.adapter.links
+        if links is None:
+            return NOT_SERVED
+        tenant, _, user = self._place(interaction)
+        url = links.login(tenant, str(user.id), "discord")
+        minutes = links.ttl // 60
+        return (
+            f"[Open your ArxivScout memory page](<{url}>): what I remember that you may see. "
+            f"The link is yours alone and works for {minutes} minutes."
+        )
+
+    async def scope(self, interaction: discord.Interaction) -> Scope:
+        """The conversation a command was used in (its channel is the thread's id part)."""
+        tenant, thread, user = self._place(interaction)
+        seen = await resolve_visibility(self.client, interaction.channel, interaction.channel_id)
+        return Scope(
+            tenant, thread, str(interaction.channel_id), seen, str(user.id), user.display_name
+        )
+
+    @staticmethod
+    def _place(interaction: discord.Interaction) -> tuple[str, str, discord.abc.User]:
+        """A command's tenant, thread and user: all a memory link needs."""
+        tenant = discord_tenant(interaction)
+        if interaction.guild_id is None:
+            return tenant, f"discord:dm:{interaction.channel_id}", interaction.user
+        return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
+
+    @staticmethod
+    async def _followup(interaction: discord.Interaction, text: str) -> None:
+        for part in split_for_delivery(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
+            await interaction.followup.send(part)

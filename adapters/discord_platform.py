@@ -1,0 +1,152 @@
+"""Discord as the spine's platform (adapters/spine.py `Platform`): where a job's answer goes
+(typing, a step status message, the reply's parts), which errors of Discord's pass (the job runs
+again), and who may see a channel (`visibility`, `resolve_visibility`: the adapter and its
+commands put it in every scope). Reads Discord, never memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import discord
+
+from adapters.discord_feedback import send_options
+from adapters.spine import Job, Platform, Status, feedback_turn, if_shown
+from adapters.text import link_arxiv
+from bot.agent import AgentEvent
+from bot.tools import TOOL_ACTIVITY
+from memory.scope import Visibility
+
+log = logging.getLogger(__name__)
+
+DISCORD_LIMIT = 2000
+ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
+
+
+def visibility(channel: discord.abc.Messageable) -> Visibility:
+    """A DM; a private thread (its members' and Manage Threads holders', whatever its parent);
+    a channel (or a thread's parent) that @everyone cannot view; or public. What the cache
+    cannot settle (a thread whose parent is not cached, a server whose roles are not) is
+    private: memory never crosses a privacy line because of a cache miss. `resolve_visibility`
+    fetches the parent first."""
+    if isinstance(channel, discord.DMChannel):
+        return Visibility.DM
+    if isinstance(channel, discord.Thread) and channel.type is discord.ChannelType.private_thread:
+        return Visibility.PRIVATE
+    parent = channel.parent if isinstance(channel, discord.Thread) else channel
+    guild = getattr(parent, "guild", None)
+    everyone = getattr(guild, "default_role", None)
+    if parent is None or everyone is None or not hasattr(parent, "permissions_for"):
+        return Visibility.PRIVATE
+    seen = parent.permissions_for(everyone).view_channel
+    return Visibility.PUBLIC if seen is not False else Visibility.PRIVATE
+
+
+async def resolve_visibility(
+    client: discord.Client, channel: discord.abc.Messageable | None, channel_id: int | None
+) -> Visibility:
+    """`visibility`, after fetching from Discord what the cache lacks: the channel itself (a
+    command's channel may come uncached, built from the interaction's partial data, which
+    need not carry its permission overwrites) or a thread's parent. When Discord cannot tell
+    (no access, an error, no answer), the place is private."""
+    try:  # bounded: a command must be answered within 3 s
+        async with asyncio.timeout(ASK_DISCORD_SECONDS):
+            if channel is None or _not_cached(client, channel):
+                if channel_id is None:
+                    return Visibility.PRIVATE
+                channel = await client.fetch_channel(channel_id)
+            if (
+                isinstance(channel, discord.Thread)
+                and channel.parent is None
+                and channel.type is not discord.ChannelType.private_thread
+            ):
+                return visibility(await client.fetch_channel(channel.parent_id))
+    except Exception as exc:  # an HTTP error, the network, no answer in time
+        log.warning("Discord could not say who sees channel %s (%r): private", channel_id, exc)
+        return Visibility.PRIVATE
+    return visibility(channel)
+
+
+def _not_cached(client: discord.Client, channel: discord.abc.Messageable) -> bool:
+    """A server channel this client does not hold: its overwrites may be missing."""
+    if isinstance(channel, discord.PartialMessageable):
+        return True
+    if isinstance(channel, discord.DMChannel) or getattr(channel, "guild", None) is None:
+        return False
+    return client.get_channel(channel.id) is None
+
+
+class DiscordPlatform(Platform):
+    name = "discord"
+    limit = DISCORD_LIMIT
+
+    def __init__(self, client: discord.Client) -> None:
+        self.client = client
+
+    def render(self, text: str) -> str:
+        return link_arxiv(text)
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        channel = await self.channel(job.reply["channel_id"])
+        if channel is None:
+            raise LookupError(f"channel {job.reply['channel_id']} is gone")
+        async with if_shown(channel.typing()):  # the answer matters, not the indicator
+            yield StepStatus(channel)
+
+    async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
+        assert isinstance(status, StepStatus)
+        await status.channel.send(part, **send_options(feedback_turn(job, index)))
+
+    async def notice(self, job: Job, text: str) -> None:
+        channel = await self.channel(job.reply["channel_id"])
+        if channel is not None:
+            await channel.send(text)
+
+    def passing(self, exc: BaseException) -> bool:
+        """Discord's server errors (a 503 at once; 500, 502 and 504 after discord.py's own
+        retries) and a rate limit it did not wait out pass: the job runs again."""
+        if isinstance(exc, discord.DiscordServerError):
+            return True
+        if isinstance(exc, discord.HTTPException) and exc.status == 429:
+            return True
+        return super().passing(exc)
+
+    async def channel(self, channel_id: int) -> discord.abc.Messageable | None:
+        channel = self.client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await self.client.fetch_channel(channel_id)
+            except (discord.NotFound, discord.Forbidden):
+                return None
+        return channel if isinstance(channel, discord.abc.Messageable) else None
+
+
+class StepStatus(Status):
+    """One status message per turn, edited as tools start and finish."""
+
+    def __init__(self, channel: discord.abc.Messageable) -> None:
+        self.channel = channel
+        self.lines: list[str] = []
+        self.message: discord.Message | None = None
+
+    async def event(self, event: AgentEvent) -> None:
+        label = TOOL_ACTIVITY.get(event.name, event.name)
+        if event.kind == "tool_start":
+            self.lines.append(f"⏳ {label}…")
+        elif event.kind == "tool_end" and self.lines:
+            mark = "✅" if event.detail == "success" else "⚠️"
+            self.lines[-1] = f"{mark} {label} ({event.detail})"
+        elif event.kind == "compacted":
+            self.lines.append(f"🗜️ older messages compacted (context was {event.detail} full)")
+        text = "\n".join(self.lines)[-DISCORD_LIMIT:]
+        if not text:
+            return
+        with contextlib.suppress(discord.HTTPException):
+            if self.message is None:
+                self.message = await self.channel.send(text)
+            else:
+                await self.message.edit(content=text)
