@@ -13,7 +13,10 @@ to a new one (READY). So:
   messages are not answered that late), oldest first and at most `MAX_MESSAGES`, and hands
   every message to the adapter's `handle_message`, as if the gateway had delivered it: message
   ids are de-duplicated there, and one whose answer was delivered is skipped here (the de-dup
-  lasts an hour, the record of a delivered answer a week).
+  lasts an hour, the record of a delivered answer a week). Places known to hold something new
+  (cached channels) come before DMs (never cached). A place Discord fails to give (an error, a
+  timeout) is logged and the others are read; until a place is read its cursor stays, so the
+  next READY reads it from there.
 - A place the bot never saw a message in (a first DM, a first mention in a channel) has no
   cursor: what is posted there while no session is up is not read.
 """
@@ -54,6 +57,7 @@ class DiscordCatchUp:
         self.adapter = adapter
         self.cursors = PlaceCursors(adapter.handler.memory.redis)
         self.known: dict[int, str] = {}  # place -> tenant: every message there moves its cursor
+        self.unread: set[int] = set()  # places this catch-up has not read (yet): cursors kept
         self._running: asyncio.Task | None = None
 
     async def seen(self, message: discord.Message, tenant: str | None) -> None:
@@ -61,7 +65,7 @@ class DiscordCatchUp:
         Best effort: a cursor not moved only means a message read twice at the next READY."""
         place = message.channel.id
         tenant = tenant or self.known.get(place)
-        if tenant is None:
+        if tenant is None or place in self.unread:  # kept for the next READY to read from
             return
         try:
             await self.opened(tenant, place, message.id)
@@ -104,7 +108,7 @@ class DiscordCatchUp:
         expired = discord.utils.time_snowflake(now - datetime.timedelta(seconds=self.cursors.ttl))
         guilds = {str(guild.id) for guild in self.adapter.client.guilds}
         tenants = [t for t in await self.cursors.tenants() if t.startswith("dm-") or t in guilds]
-        places: list[tuple[int, int, str]] = []  # (read after, place, tenant)
+        places: list[tuple[bool, int, int, str]] = []  # (known new, read after, place, tenant)
         dropped = unchanged = 0
         for tenant, cursors in (await self.cursors.places_of(tenants)).items():
             old = [place for place, cursor in cursors.items() if int(cursor) < expired]
@@ -113,16 +117,27 @@ class DiscordCatchUp:
             for place, cursor in cursors.items():
                 if place in old:
                     continue
-                self.known[int(place)] = tenant
                 after = max(int(cursor), window_start)
-                if self._nothing_after(int(place), after):
+                last = self._last_message(int(place))
+                if last is not None and last <= after:
                     unchanged += 1
+                    self.known[int(place)] = tenant
                 else:
-                    places.append((after, int(place), tenant))
+                    places.append((last is not None, after, int(place), tenant))
+        # places known to hold something new (cached channels) first, then the most recent
+        # (DMs are not cached: a mention in a channel must not rank below a hundred of them)
         places.sort(reverse=True)
+        for _, _, place, tenant in places[MAX_PLACES:]:  # left out: followed from now on
+            self.known[place] = tenant
+        self.unread = {place for _, _, place, _ in places[:MAX_PLACES]}
         handed = 0
-        for after, place, tenant in places[:MAX_PLACES]:
-            handed += await self._place(tenant, place, after)
+        for _, after, place, tenant in places[:MAX_PLACES]:
+            try:  # one place failing leaves the others to read
+                handed += await self._place(tenant, place, after)
+            except Exception as exc:
+                if not_queued_for_now(exc):
+                    raise
+                log.warning("could not read what was posted in %s meanwhile: %r", place, exc)
         log.info(
             "caught up on Discord: %d messages in %d places (%d with nothing new; %d more left "
             "out; %d not seen for %d days, no longer followed)", handed,
@@ -131,27 +146,35 @@ class DiscordCatchUp:
         )  # fmt: skip
         return handed
 
-    def _nothing_after(self, place: int, after: int) -> bool:
-        """The cached channel's last message is not after `after`: no history call needed
+    def _last_message(self, place: int) -> int | None:
+        """The id of the cached channel's last message: whether a history call is needed
         (discord.py keeps `last_message_id` for the channels and threads it holds; not DMs)."""
         last = getattr(self.adapter.client.get_channel(place), "last_message_id", None)
-        return isinstance(last, int) and last <= after
+        return last if isinstance(last, int) else None
 
     async def _place(self, tenant: str, place: int, after: int) -> int:
+        """Hand on what was posted in `place` after `after`. Until all of it is read, its
+        cursor stays (`unread`): a Discord error leaves it for the next READY to read."""
         channel = await self.adapter.pipeline.platform.channel(place)
         if channel is None:  # deleted, or no longer visible to the bot
             await self.cursors.drop(tenant, str(place))
             self.known.pop(place, None)
+            self.unread.discard(place)
             return 0
         messages: list[discord.Message] = []
         try:  # discord.py pages on (100 a call) until the present or the limit
             history = channel.history(
                 limit=MAX_MESSAGES + 1, after=discord.Object(id=after), oldest_first=True
             )
-            async for message in history:  # what was read before an error is kept
+            async for message in history:  # what was read before an error is handed on
                 messages.append(message)
-        except discord.HTTPException as exc:
-            log.warning("could not read what was posted in %s meanwhile: %s", place, exc)
+        except Exception as exc:  # Discord's error, the network's, a timeout: read again later
+            if not_queued_for_now(exc):
+                raise
+            log.warning("could not read what was posted in %s meanwhile: %r", place, exc)
+        else:
+            self.unread.discard(place)
+            self.known[place] = tenant
         if len(messages) > MAX_MESSAGES:
             log.warning(
                 "over %d messages posted in %s meanwhile: the first %d read, the rest not",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -79,6 +80,14 @@ def _not_cached(client: discord.Client, channel: discord.abc.Messageable) -> boo
     return client.get_channel(channel.id) is None
 
 
+def part_nonce(job: Job, index: int, part: str) -> str:
+    """The same for a part sent again (a re-run sends its saved answer): Discord then returns
+    the message a failed or unanswered send may have created instead of posting it twice
+    (discord.py sets `enforce_nonce`; 25 characters at most). The text is in it so a notice
+    sent as part 0 (the memory down) is not mistaken for the answer's first part."""
+    return hashlib.sha1(f"{job.id}:{index}:{part}".encode()).hexdigest()[:25]
+
+
 class DiscordPlatform(Platform):
     name = "discord"
     limit = DISCORD_LIMIT
@@ -99,7 +108,8 @@ class DiscordPlatform(Platform):
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, StepStatus)
-        await status.channel.send(part, **send_options(feedback_turn(job, index)))
+        nonce = part_nonce(job, index, part)
+        await status.channel.send(part, nonce=nonce, **send_options(feedback_turn(job, index)))
 
     async def notice(self, job: Job, text: str) -> None:
         channel = await self.channel(job.reply["channel_id"])

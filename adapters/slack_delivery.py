@@ -6,9 +6,10 @@
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
 - Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
   the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
-  error (MAYBE_POSTED) carries the job and part in its metadata and is looked for in the thread
-  first, so a re-run does not post it twice. Blocks Slack refuses are sent once more as
-  mrkdwn sections (the 👍/👎 buttons kept), then as plain text.
+  error (MAYBE_POSTED) carries the job and part (or placeholder) in its metadata and is looked
+  for in the thread, or, if Slack cannot say, by the re-run before it posts: never posted
+  twice. Blocks Slack refuses are sent once more as mrkdwn sections (the 👍/👎 buttons
+  kept), then as plain text.
 - Where the bot may not post, a command's or shortcut's response_url carries the answer (5 posts
   at most).
 """
@@ -57,6 +58,8 @@ PASSING = {"internal_error", "fatal_error", "service_unavailable", "request_time
 # errors after which Slack may have done the call anyway ("some aspect of the operation
 # succeeded"): a post is looked for before it is made again
 MAYBE_POSTED = {"internal_error", "fatal_error"}
+PLACEHOLDER = "placeholder"  # the placeholder's marker (a part's is its index): never part 0's
+UNSURE = "maybe_posted"  # job.progress: marker -> when a post Slack may have made was first tried
 REPLY_EVENT = "arxivscout_reply"  # the metadata of a reply's posts: its job and part
 SECTION_LIMIT = 3000  # characters in a section block's text
 # a body whose blocks Slack refuses: sent once more as sections, then as plain text
@@ -148,6 +151,11 @@ def maybe_posted(exc: BaseException) -> bool:
     return isinstance(exc, NETWORK)
 
 
+def marker(job: Job, part: int | str) -> str:
+    """What a post of `job` carries in its metadata, to be found again: its part or PLACEHOLDER."""
+    return f"{job.id}:{part}"
+
+
 def left_out(shown: int, total: int, how: str) -> str:
     """The last post a response_url takes: how much of the answer it could not carry."""
     return (
@@ -214,7 +222,7 @@ class SlackStatus(Status):
                 channel_id=self.channel, thread_ts=self.thread_ts, status=text
             )
         except SlackApiError as exc:
-            if retry_after(exc) is None and slack_error(exc) not in PASSING:
+            if not self.platform.passing(exc):  # a 429, a 5xx, a proxy's page: not for good
                 self.platform.no_status.add(team)
                 log.info("no assistant status in %s (%s)", team, slack_error(exc))
             return False
@@ -325,6 +333,8 @@ class SlackPlatform(Platform):
         where, team = self.where(job), job.reply.get("user_team") or job.scope.tenant
         if job.kind != "turn" or "thread_ts" not in where or team in self.no_streaming:
             return None
+        if marker(job, PLACEHOLDER) in job.progress.get(UNSURE, {}):
+            return None  # a placeholder a run before may have posted: looked for first
         try:
             started = await self.client.chat_startStream(
                 **where, recipient_team_id=team, recipient_user_id=job.scope.user or None
@@ -332,8 +342,7 @@ class SlackPlatform(Platform):
         except SlackApiError as exc:
             if slack_error(exc) in NOT_THERE:
                 raise
-            passing = retry_after(exc) is not None or slack_error(exc) in PASSING
-            if not passing and slack_error(exc) != "invalid_thread_ts":
+            if not self.passing(exc) and slack_error(exc) != "invalid_thread_ts":
                 self.no_streaming.add(team)
             log.info("no streaming in %s (%s); editing a placeholder", *self._why(job, exc))
             return None
@@ -344,40 +353,66 @@ class SlackPlatform(Platform):
 
     async def _placeholder(self, job: Job) -> SlackStatus:
         first = THINKING if job.kind == "turn" else SUMMARIZING
-        posted = await self.post(job, 0, {"text": first})
+        posted = await self.post(job, PLACEHOLDER, {"text": first})
         return SlackStatus(self, job, posted["ts"])
 
-    async def post(self, job: Job, part: int, body: dict[str, Any]) -> Any:
-        """Post part `part` of `job`'s reply (0: its placeholder), marked in its metadata: after
+    async def post(self, job: Job, part: int | str, body: dict[str, Any]) -> Any:
+        """Post part `part` of `job`'s reply (or its PLACEHOLDER), marked in its metadata: after
         an error Slack may have posted it despite (MAYBE_POSTED), it is looked for in the
-        thread, and found, taken as posted, rather than posted again by a re-run."""
-        marker, since = f"{job.id}:{part}", time.time()
-        metadata = {"event_type": REPLY_EVENT, "event_payload": {"reply": marker}}
+        thread, and found, taken as posted. Not found (Slack may be degraded), it is noted in
+        `job.progress` (saved as the job stays queued): a re-run looks for it first."""
+        mark, unsure = marker(job, part), job.progress.get(UNSURE, {})
+        if (ts := await self._posted_before(job, mark, unsure.get(mark))) is not None:
+            log.info("%s was posted by a run before", mark)
+            unsure.pop(mark, None)
+            return {"ts": ts}
+        since = unsure.get(mark, time.time())
+        metadata = {"event_type": REPLY_EVENT, "event_payload": {"reply": mark}}
         where = {**self.where(job), "metadata": metadata}
         try:
-            return await delivered_or_plain(self.client.chat_postMessage, body, **where)
+            posted = await delivered_or_plain(self.client.chat_postMessage, body, **where)
         except (SlackApiError, *NETWORK) as exc:
-            if not maybe_posted(exc) or (ts := await self._posted(job, marker, since)) is None:
+            if not maybe_posted(exc):
                 raise
-            log.info("part %d of %s was posted despite %r", part, job.id, exc)
-            return {"ts": ts}
+            try:
+                ts = await self._posted(job, mark, since)
+            except (SlackApiError, *NETWORK) as lookup:
+                log.info("could not look for %s in %s: %r", mark, where["channel"], lookup)
+                ts = None
+            if ts is None:
+                job.progress.setdefault(UNSURE, {})[mark] = since
+                raise
+            log.info("%s was posted despite %r", mark, exc)
+            posted = {"ts": ts}
+        unsure.pop(mark, None)
+        return posted
 
-    async def _posted(self, job: Job, marker: str, since: float) -> str | None:
-        """The ts of the post marked `marker` in the job's thread (or DM), if Slack has it."""
+    async def _posted_before(self, job: Job, mark: str, since: float | None) -> str | None:
+        """The ts of a post a run before may have made (`since`: when; None: none was unsure).
+        A lookup failing in passing is raised (the job runs again, nothing posted twice); one
+        failing for good (no history scope) lets the post be made."""
+        if since is None:
+            return None
+        try:
+            return await self._posted(job, mark, since)
+        except (SlackApiError, *NETWORK) as exc:
+            if self.passing(exc):
+                raise
+            log.warning("could not look for %s in %s: %r", mark, job.reply.get("channel"), exc)
+            return None
+
+    async def _posted(self, job: Job, mark: str, since: float) -> str | None:
+        """The ts of the post marked `mark` in the job's thread (or DM), if Slack has it."""
         where = self.where(job)
         options = {"channel": where["channel"], "oldest": f"{since - 60:.6f}",
                    "include_all_metadata": True, "limit": 200}  # fmt: skip
-        try:
-            if "thread_ts" in where:
-                found = await self.client.conversations_replies(ts=where["thread_ts"], **options)
-            else:
-                found = await self.client.conversations_history(**options)
-        except (SlackApiError, *NETWORK) as exc:
-            log.info("could not look for a post in %s: %r", where["channel"], exc)
-            return None
+        if "thread_ts" in where:
+            found = await self.client.conversations_replies(ts=where["thread_ts"], **options)
+        else:
+            found = await self.client.conversations_history(**options)
         for message in found.get("messages") or []:
             payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("reply") == marker:
+            if payload.get("reply") == mark:
                 return str(message["ts"])
         return None
 

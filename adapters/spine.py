@@ -276,6 +276,8 @@ class Pipeline:
                 while not self._stopping and (taken := await turns.take(scope, token)):
                     if not await self._run_taken(scope, token, taken, slot):
                         await asyncio.sleep(self.retry_pause)  # still running: taken again
+                        # saved again: a memory that lost its data meanwhile gets it back
+                        await self._kept(scope, token, slot, slot.written)
             except asyncio.CancelledError:  # shutdown (or the lease lost): run again from here
                 await asyncio.shield(turns.hand_back(scope, token))
                 raise
@@ -295,9 +297,7 @@ class Pipeline:
             while True:
                 await asyncio.sleep(self.lease_ms / 3000)
                 try:
-                    renewed = await self.memory.turns.keep(
-                        scope, token, self.lease_ms, slot.job_id, slot.written
-                    )
+                    renewed = await self._kept(scope, token, slot)
                 except Exception:  # a blip: the next renewal may work
                     continue
                 if not renewed:
@@ -306,6 +306,17 @@ class Pipeline:
                         drain.cancel()
                     return
 
+    async def _kept(self, scope: Scope, token: str, slot: _Slot, progress: str = "") -> bool:
+        """Renew the lease (saving `progress`, if given): a lease the memory forgot is taken
+        back with the job this run last wrote, which is queued again if another run took the
+        thread meanwhile (memory/coordination.py `TurnQueue.keep`)."""
+        kept = await self.memory.turns.keep(
+            scope, token, self.lease_ms, slot.job_id, slot.written, progress, self.platform.name
+        )
+        if kept and progress:
+            slot.written = progress
+        return kept
+
     async def _run_taken(self, scope: Scope, token: str, taken: Taken, slot: _Slot) -> bool:
         """Run a taken job and complete it; False when the platform failed in passing (the
         job stays in the running slot, to run again after a pause)."""
@@ -313,14 +324,11 @@ class Pipeline:
         slot.job_id, slot.written = job.id, taken.job
 
         async def save() -> bool:
-            progress = job.to_json()
-            kept = await turns.keep(scope, token, self.lease_ms, job.id, slot.written, progress)
-            if kept:
-                slot.written = progress
-            return kept
+            return await self._kept(scope, token, slot, job.to_json())
 
-        # only a job taken over from another run can have been delivered already
-        if not (taken.resumed and await turns.delivered(scope, job.id)):
+        # delivered already: by a run that died before completing it, or a copy of it queued
+        # again (given back by a run that lost its lease, a platform's redelivery seen again)
+        if not await turns.delivered(scope, job.id):
             try:
                 await self.run(job, save=save)
             except LeaseLost:  # not completed: the run holding the lease now finishes it

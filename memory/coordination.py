@@ -84,11 +84,12 @@ return 1
 
 # Keep the lease ARGV[1] (renew it; with a job's progress, ARGV[3], save that too): 0 when
 # another run holds it. A lease gone altogether is taken again, unless another run had the
-# job meanwhile: the running slot no longer holds what this run wrote last (sha1 ARGV[4]), or
-# the job (ARGV[5]) was delivered or is queued. 2: taken again (the thread is marked busy
-# again, so recovery finds it should this process die). A lease another run took while the
-# memory had forgotten the job (it holds another job, or none) gets the job at the head of
-# its queue, with this run's progress, rather than lose it.
+# job meanwhile: the running slot no longer holds what this run wrote last (ARGV[8], sha1
+# ARGV[4]), or the job (ARGV[5]) was delivered or is queued. 2: taken again (the thread is
+# marked busy again, and an emptied running slot given the job back, so recovery finds it
+# should this process die). A lease another run took, or a running slot holding another job,
+# while the memory had forgotten this one gets it at the head of the queue, with this run's
+# latest progress, rather than lose it: -1.
 _KEEP = """
 local function elsewhere()
   if redis.call('EXISTS', KEYS[3]) == 1 then return true end
@@ -99,22 +100,31 @@ local function elsewhere()
   end
   return false
 end
+local latest = ARGV[3] ~= '' and ARGV[3] or ARGV[8]
+local function queued_again()
+  if latest == '' or ARGV[5] == '' or elsewhere() then return 0 end
+  redis.call('LPUSH', KEYS[4], latest)
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[6], ARGV[7])
+  return -1
+end
 local holder = redis.call('GET', KEYS[1])
+local running = false
 if holder ~= ARGV[1] then
-  if holder then
-    if ARGV[3] ~= '' and ARGV[5] ~= '' and not elsewhere() then
-      redis.call('LPUSH', KEYS[4], ARGV[3])
-      redis.call('ZADD', KEYS[5], 'NX', ARGV[6], ARGV[7])
-    end
+  if holder then return queued_again() end
+  running = redis.call('GET', KEYS[2])
+  if running and redis.sha1hex(running) ~= ARGV[4] then
+    if cjson.decode(running)['id'] ~= ARGV[5] then return queued_again() end
     return 0
   end
-  local running = redis.call('GET', KEYS[2])
-  if running and redis.sha1hex(running) ~= ARGV[4] then return 0 end
   if ARGV[5] ~= '' and not running and elsewhere() then return 0 end
   redis.call('ZADD', KEYS[5], 'NX', ARGV[6], ARGV[7])
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3]) end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[3])
+elseif not holder and not running and ARGV[8] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[8])
+end
 if holder then return 1 end
 return 2
 """
@@ -204,13 +214,14 @@ class TurnQueue:
 
     async def keep(
         self, scope: Scope, token: str, ttl_ms: int, job_id: str = "", last: str = "",
-        job: str = "",
+        job: str = "", watch: str = "",
     ) -> bool:  # fmt: skip
         """Renew the lease `token`, and save `job` (the running job's progress) if given; False
         when another run holds the lease or had the job meanwhile. A lease the memory forgot
         (a Redis restarted without persistence, a failover to an empty replica) is taken again
         rather than drop an answer no other run knows of. `last` is what this run last wrote to
-        the running slot (the job as taken, then as saved), `job_id` the job it runs."""
+        the running slot (the job as taken, then as saved), `job_id` the job it runs; `watch`
+        as for `push` (the thread is listed again for recovery when the memory forgot it)."""
         tenant, thread = scope.tenant, scope.thread
         keys = [
             turn_lock_key(tenant, thread),
@@ -220,10 +231,14 @@ class TurnQueue:
             busy_threads_key(tenant),
         ]  # all in the tenant's slot
         digest = hashlib.sha1(last.encode()).hexdigest() if last else ""
-        args = [token, ttl_ms, job, digest, job_id, time.time(), thread]
+        args = [token, ttl_ms, job, digest, job_id, time.time(), thread, last]
         kept = int(await self._keep(keys=keys, args=args))
         if kept == 2:
             log.warning("the lease on %s was gone (memory lost its data?): taken again", thread)
+        elif kept == -1:
+            log.warning("%s in %s was forgotten by the memory: queued again", job_id, thread)
+        if kept in (2, -1) and watch:  # another slot than the tenant's: a command of its own
+            await self.redis.sadd(busy_tenants_key(), f"{watch}:{tenant}")
         return kept > 0
 
     async def leased(self, scope: Scope) -> bool:

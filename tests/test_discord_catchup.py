@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from typing import Any
+from unittest import mock
 
 import discord
 
@@ -181,6 +182,60 @@ async def test_an_answered_message_read_again_after_its_dedup_lapsed_is_not_answ
     assert fake.texts(thread.id) == ["Answer: find MemGPT", "Answer: who wrote it?"]
     assert (await adapter.catchup.cursors.places(tenant))[str(thread.id)] == str(newer.id)
     await adapter.pipeline.close()
+
+
+def unreadable(channel: Any, error: Exception) -> None:
+    """Discord (or the network) fails while `channel`'s history is read."""
+
+    async def history(**kw: Any):
+        raise error
+        yield  # an async generator, as discord.py's
+
+    channel.history.side_effect = history
+
+
+async def test_a_place_discord_fails_to_give_is_read_at_the_next_ready(world, fake, caplog):
+    """At READY, one place's history times out and a DM's channel is answered 503: the other
+    places are still read, and the failed ones keep their cursors (chatter there meanwhile
+    does not move them past what was missed), so the next READY answers what was missed."""
+    guild, user = fake.guild(), fake.user()
+    read, timing_out = (fake.thread(guild, owner_id=fake.bot.id) for _ in range(2))
+    dm_read, dm = fake.dm_channel(fake.user()), fake.dm_channel(user)
+    places = (dm_read, read, timing_out, dm)  # the failing ones most recent: read first
+    before = new_adapter(world, fake)
+    asked = {}
+    for place in places:
+        asked[place.id] = fake.message(place, user, "find MemGPT", message_id=now_id())
+        await before.handle_message(asked[place.id])
+    await settle(world, before)
+    await before.pipeline.close()
+    missed = {p.id: fake.message(p, user, "who wrote it?", message_id=now_id())
+              for p in places}  # fmt: skip
+    for place in places:
+        holds(place, asked[place.id], missed[place.id])
+    unreadable(timing_out, TimeoutError())
+    after = new_adapter(world, fake)
+    cached = after.client.get_channel.side_effect
+    after.client.get_channel.side_effect = lambda i: None if i == dm.id else cached(i)
+    fetch = after.client.fetch_channel.side_effect
+    unavailable = discord.DiscordServerError(mock.Mock(status=503, reason="x"), "unavailable")
+    after.client.fetch_channel.side_effect = mock.AsyncMock(side_effect=unavailable)
+    with caplog.at_level(logging.WARNING, logger="adapters.discord_catchup"):
+        await ready(after, guild)
+    await settle(world, after)
+    for place in (read, dm_read):
+        assert fake.texts(place.id) == ["Answer: find MemGPT", "Answer: who wrote it?"]
+    assert "TimeoutError" in caplog.text and "DiscordServerError" in caplog.text
+    chatter = fake.message(timing_out, user, "lunch?", message_id=now_id())
+    await after.handle_message(chatter)  # live, while what came before it was not read
+    holds(timing_out, asked[timing_out.id], missed[timing_out.id], chatter)
+    after.client.fetch_channel.side_effect = fetch
+    await ready(after, guild)  # the next session: Discord answers again
+    await settle(world, after)
+    assert fake.texts(dm.id) == ["Answer: find MemGPT", "Answer: who wrote it?"]
+    later = ["Answer: find MemGPT", "Answer: lunch?", "Answer: who wrote it?"]
+    assert fake.texts(timing_out.id) == later  # the bot's thread: every message is for it
+    await after.pipeline.close()
 
 
 async def test_a_message_kept_for_redis_is_queued_before_stopping(tmp_path, fake):

@@ -65,3 +65,25 @@ async def test_an_answer_refused_with_503_is_sent_again(api, adapter):
     await adapter.pipeline.wait_idle()
     assert api.texts(channel) == ["Answer: find MemGPT"]
     assert len(api.of("post")) == 2  # refused once, then sent by the job's second run
+
+
+@pytest.mark.parametrize("status", [503, 502])
+async def test_an_answer_created_but_answered_with_an_error_is_posted_once(api, adapter, status):
+    """Discord created the message, then answered a server error: the send tried again (the
+    job's re-run after a 503; discord.py's own retry after a 502) carries the same nonce, so
+    Discord returns the message it made instead of posting the answer twice."""
+    guild, channel, message = snowflake(), snowflake(), snowflake()
+    scope = Scope(str(guild), f"discord:{guild}:{channel}", str(channel), user="1")
+    api.fail("post", status, created=True)
+    job = Job(
+        "turn", scope, "find MemGPT", event_id=f"discord-job:{message}",
+        reply={"channel_id": channel}, id=turn_job_id(message), source=discord_source(message),
+    )  # fmt: skip
+    assert await adapter.pipeline.submit(job, notify=False)
+    for _ in range(100):
+        if len(api.of("post")) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await adapter.pipeline.wait_idle()
+    assert len(api.of("post")) == 2  # created but refused, then sent again
+    assert api.texts(channel) == ["Answer: find MemGPT"]

@@ -17,6 +17,14 @@ from tests.test_shared_pdfs import StubEnd, share_payload, shared_pdf, stub_file
 QUESTION = "what does it say?"
 
 
+@pytest.fixture(autouse=True)
+async def dropped_after(memory, tenant):
+    """The test's tenant goes after it: a turn its shares queued is no later test's pipeline's
+    to run (a bot's pipeline recovers every queued Slack turn it finds)."""
+    yield
+    await memory.drop_tenant(tenant)
+
+
 def scope_of(tenant: str) -> Scope:
     return Scope(tenant, "t", channel="D1", user="U1", visibility=Visibility.DM)
 

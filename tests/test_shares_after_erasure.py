@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from memory.keys import turn_queue_key
 from memory.scope import Scope, Visibility
 from tests.test_shared_pdfs import StubEnd, share_payload, shared_pdf, stub_files
 
 QUESTION = "what does my secret paper say?"
+
+
+@pytest.fixture(autouse=True)
+async def dropped_after(memory, tenant):
+    """The test's tenant goes after it: a turn its shares queued is no later test's pipeline's
+    to run (a bot's pipeline recovers every queued Slack turn it finds)."""
+    yield
+    await memory.drop_tenant(tenant)
 
 
 def dm_of(tenant: str, user: str) -> Scope:

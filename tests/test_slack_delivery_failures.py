@@ -240,3 +240,89 @@ async def test_a_first_socket_mode_delivery_while_memory_is_down_is_told(tmp_pat
         finally:
             server.ensure_running()  # for the world's own closing
     server.stop()
+
+
+async def test_a_part_slack_posted_while_it_could_not_say_so_is_looked_for_first(slack):
+    """Slack posts the part despite its error and cannot be asked either (degraded): the run
+    again looks for the part before posting it, rather than posting it a second time."""
+    team = f"T{time.time_ns()}"
+    slack.api.streaming = False
+    retried_soon(slack)
+    first, second = "a" * (MARKDOWN_LIMIT - 10), "b" * 50
+    slack.world.model.script(text(f"{first}\n\n{second}", delay=1.0))
+    await slack.a.event(mention("tell me", ts(15)), team=team)
+    await until(lambda: slack.api.thread_texts("C1", ts(15)) == ["_Thinking…_"])
+    slack.api.fail("chat.postMessage", "internal_error", done=True)  # the second part's post
+    slack.api.fail("conversations.replies", "service_unavailable")  # its lookup in that run
+    await answered(slack, 15, [first, second])
+    assert len(slack.api.of("chat.postMessage")) == 2  # the placeholder, the second part
+
+
+async def test_a_placeholder_slack_posted_while_it_could_not_say_so_is_the_one_used(slack):
+    team = f"T{time.time_ns()}"
+    retried_soon(slack)
+    slack.api.drop("chat.startStream", times=2)  # a placeholder, not a stream
+    slack.api.fail("chat.postMessage", "internal_error", done=True)
+    slack.api.fail("conversations.replies", "service_unavailable")
+    slack.world.model.script(text("The answer"))
+    await slack.a.event(mention("tell me", ts(16)), team=team)
+    await answered(slack, 16, ["The answer"])  # in the placeholder Slack did post
+    assert len(slack.api.of("chat.postMessage")) == 1
+
+
+async def test_a_gone_placeholder_is_not_taken_for_the_answer_posted_anew(slack):
+    """The placeholder cannot be edited and the answer posted in its stead fails: the answer
+    is not taken as delivered because the placeholder (another marker) is in the thread."""
+    team = f"T{time.time_ns()}"
+    slack.api.streaming = False
+    retried_soon(slack)
+    slack.world.model.script(text("The answer", delay=1.0))
+    await slack.a.event(mention("tell me", ts(17)), team=team)
+    await until(lambda: slack.api.thread_texts("C1", ts(17)) == ["_Thinking…_"])
+    slack.api.fail("chat.update", "cant_update_message")  # the final edit
+    slack.api.fail("chat.postMessage", "internal_error")  # the answer posted anew: not posted
+    await slack.settle()
+    assert "The answer" in slack.api.thread_texts("C1", ts(17))  # by the run again
+    assert len(slack.world.model_requests()) == 1
+
+
+async def test_a_stream_answered_by_a_proxy_page_is_tried_again_next_turn(slack):
+    """A 502 that is not JSON (no Slack error code) is passing: the workspace keeps streaming."""
+    team = f"T{time.time_ns()}"
+    slack.api.garble("chat.startStream")
+    slack.world.model.script(text("The first"), text("The second"))
+    await slack.a.event(mention("tell me", ts(18)), team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(18)) == ["The first"]  # in a placeholder
+    await slack.a.event(mention("and more", ts(19)), team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(19)) == ["The second"]
+    assert len(slack.api.of("chat.startStream")) == 2
+    assert [p["text"] for p in slack.api.of("chat.postMessage")] == ["_Thinking…_"]
+
+
+async def test_a_status_answered_by_a_proxy_page_is_shown_again_next_turn(slack):
+    team = f"T{time.time_ns()}"
+    slack.api.garble("assistant.threads.setStatus")
+    slack.world.model.script(text("The first"), text("The second"))
+    await slack.a.event(mention("tell me", ts(20)), team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(20)) == ["The first"]
+    await slack.a.event(mention("and more", ts(21)), team=team)
+    await slack.settle()
+    statuses = slack.api.of("assistant.threads.setStatus")
+    assert [s["status"] for s in statuses if s["thread_ts"] == ts(21)][:1] == ["is thinking…"]
+
+
+async def test_a_post_that_cannot_be_looked_for_at_all_is_made_by_the_run_again(slack):
+    """Without the history scope the lookup fails for good: the run again posts rather than
+    failing the turn over a post that may not be there."""
+    team = f"T{time.time_ns()}"
+    slack.api.streaming = False
+    retried_soon(slack)
+    slack.api.fail("chat.postMessage", "internal_error")  # the placeholder: not posted
+    slack.api.fail("conversations.replies", "missing_scope", times=2)
+    slack.world.model.script(text("The answer"))
+    await slack.a.event(mention("tell me", ts(22)), team=team)
+    await answered(slack, 22, ["The answer"])
+    assert len(slack.api.of("conversations.replies")) == 2  # looked for in each run

@@ -1,6 +1,7 @@
 """The spine when its lease or its platform fails under a run: a run whose lease another run
 took over stops and leaves the job to it (answered once), while a lease the memory forgot with
-its data is taken again (the answer still delivered); a typing indicator Discord refuses does
+its data is taken again (the answer still delivered, the job never dropped); a copy of a
+job queued while it ran is not answered again; a typing indicator Discord refuses does
 not stop the answer; runs a shutdown or memory down ended are not counted as failures; a part
 that cannot be sent ends the answer with one notice; a passing failure runs the job again
 after a short pause."""
@@ -23,7 +24,14 @@ from adapters.spine import (
     Pipeline,
     Status,
 )
-from memory.keys import busy_threads_key, turn_lock_key, turn_running_key
+from memory.keys import (
+    busy_tenants_key,
+    busy_threads_key,
+    seen_event_key,
+    turn_lock_key,
+    turn_queue_key,
+    turn_running_key,
+)
 from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope
 from tests.agent_world import close_world, open_world
@@ -180,6 +188,91 @@ async def test_a_job_the_memory_forgot_while_another_run_took_the_thread_is_queu
     assert len(world.model_requests()) == 1
 
 
+async def test_a_lease_the_memory_forgot_is_taken_back_with_its_job_for_recovery_to_find(
+    world, tenant
+):
+    """Redis lost its data while the model thought, and the run's keeper took the lease back:
+    the running slot holds the job again and the thread is listed for recovery again, so a
+    process that dies now still has its job taken over rather than lost."""
+    scope = Scope(tenant, "retaken")
+    world.model.script(text("the answer", delay=3.0))
+    board = Board()
+    pipeline = fast(Pipeline(board, world.runtime.turns()))
+    job = Job("turn", scope, "a question", event_id="EvRetaken")
+    redis, lock = world.runtime.memory.redis, turn_lock_key(tenant, scope.thread)
+    running = turn_running_key(tenant, scope.thread)
+    try:
+        assert await pipeline.submit(job)
+        await until(lambda: len(world.model_requests()) == 1)
+        await redis.srem(busy_tenants_key(), f"{board.name}:{tenant}")
+        await redis.delete(lock, running, busy_threads_key(tenant))
+        for _ in range(100):  # the keeper renews every third of a second
+            if await redis.exists(lock):
+                break
+            await asyncio.sleep(0.05)
+        assert Job.from_json((await redis.get(running)).decode()).id == job.id
+        assert scope in await world.runtime.memory.turns.busy(board.name)
+        await delivered(world, scope, job)
+        await pipeline.wait_idle()
+    finally:
+        await pipeline.close()
+    assert board.placeholders == {"p0": "the answer"}
+
+
+async def test_a_job_the_memory_forgot_while_its_slot_took_another_job_is_queued_again(
+    world, tenant
+):
+    """Redis lost its data while the model thought, and another job took the running slot
+    under a lease that lapsed since (its run died): this run's job goes back to the queue's
+    head for the run taking the thread over, rather than be dropped."""
+    scope = Scope(tenant, "displaced")
+    world.model.script(
+        text("lost with its lease", delay=2.0), text("the other answer"), text("the answer")
+    )
+    board = Board()
+    pipeline = fast(Pipeline(board, world.runtime.turns()))
+    pipeline.start()
+    job, other = Job("turn", scope, "a question"), Job("turn", scope, "another question")
+    redis = world.runtime.memory.redis
+    try:
+        assert await pipeline.submit(job)
+        await until(lambda: len(world.model_requests()) == 1)
+        await redis.srem(busy_tenants_key(), f"{board.name}:{tenant}")
+        wipe = redis.pipeline(transaction=True)  # the keeper sees it all at once
+        wipe.delete(turn_lock_key(tenant, scope.thread), busy_threads_key(tenant))
+        wipe.set(turn_running_key(tenant, scope.thread), other.to_json())
+        await wipe.execute()
+        await delivered(world, scope, other)
+        await delivered(world, scope, job)
+        await pipeline.wait_idle()
+    finally:
+        await pipeline.close()
+    assert board.placeholders == {"p0": "the answer", "p1": "the other answer"}
+
+
+async def test_a_copy_of_a_job_queued_while_it_ran_is_not_answered_again(world, tenant):
+    """A message queued again while its first run went on (its de-duplication lapsed, or a
+    run that lost its lease gave it back) is answered once: the copy finds it delivered."""
+    scope = Scope(tenant, "copied")
+    world.model.script(text("the answer", delay=1.0), text("answered twice"))
+    board = Board()
+    pipeline = Pipeline(board, world.runtime.turns())
+    job = Job("turn", scope, "a question", event_id="EvCopied")
+    redis = world.runtime.memory.redis
+    try:
+        assert await pipeline.submit(job)
+        await until(lambda: len(world.model_requests()) == 1)
+        await redis.delete(seen_event_key(tenant, job.event_id))
+        assert await pipeline.submit(Job.from_json(job.to_json()))
+        await delivered(world, scope, job)
+        await pipeline.wait_idle()
+        assert not await redis.exists(turn_queue_key(tenant, scope.thread))
+    finally:
+        await pipeline.close()
+    assert board.placeholders == {"p0": "the answer"}
+    assert len(world.model_requests()) == 1
+
+
 class BrokenPart(Parts):
     """A platform that refuses part 1 of every answer for good (no passing failure)."""
 
@@ -231,6 +324,46 @@ async def test_a_passing_failure_runs_the_job_again_after_a_pause_not_a_lapsed_l
     try:
         assert await pipeline.submit(job)
         await delivered(world, scope, job)  # within 20 s
+        await pipeline.wait_idle()
+    finally:
+        await pipeline.close()
+    assert board.refused == 1 and board.placeholders == {"p0": "the answer"}
+
+
+class RefusingAsMemoryForgets(RefusingOnce):
+    """The platform fails in passing, and Redis loses its data during the pause that follows
+    (after the run saved its progress)."""
+
+    def __init__(self, redis, *keys: str) -> None:
+        super().__init__()
+        self.redis, self.keys = redis, keys
+
+    @contextlib.asynccontextmanager
+    async def working(self, job: Job) -> AsyncIterator[Status]:
+        if not self.refused:
+            asyncio.get_running_loop().call_later(0.3, self._forget)
+        async with super().working(job) as status:
+            yield status
+
+    def _forget(self) -> None:
+        self.forgetting = asyncio.create_task(self.redis.delete(*self.keys))
+
+
+async def test_a_job_the_memory_forgot_during_the_pause_after_a_passing_failure_is_answered(
+    world, tenant
+):
+    """The lease (of a minute: not renewed during the pause), the running slot and the busy
+    mark are gone when the pause ends: the run takes its job back and answers it."""
+    scope = Scope(tenant, "forgotten-paused")
+    world.model.script(text("the answer"))
+    keys = turn_lock_key(tenant, scope.thread), turn_running_key(tenant, scope.thread)
+    board = RefusingAsMemoryForgets(world.runtime.memory.redis, *keys, busy_threads_key(tenant))
+    pipeline = Pipeline(board, world.runtime.turns(), lease_ms=60_000)
+    pipeline.retry_pause = 1.0
+    job = Job("turn", scope, "a question", event_id="EvForgottenPaused")
+    try:
+        assert await pipeline.submit(job)
+        await delivered(world, scope, job)
         await pipeline.wait_idle()
     finally:
         await pipeline.close()

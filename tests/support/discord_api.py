@@ -16,7 +16,10 @@ so every call is real HTTP, recorded for assertions. What it models, as Discord 
 - Every answer carries `X-RateLimit-*` headers and `Via` (Discord answers through Google's
   front end; discord.py treats a 429 without `Via` as a Cloudflare ban). `rate_limit` makes
   a route answer 429 with `retry_after` in the body, `Retry-After`, `X-RateLimit-Scope` and,
-  for a global limit, `X-RateLimit-Global`; `fail` makes it answer a server error (e.g. 503).
+  for a global limit, `X-RateLimit-Global`; `fail` makes it answer a server error (e.g. 503),
+  before or (`created`) after doing what was asked.
+- A message posted with `nonce` and `enforce_nonce` whose nonce the bot already used: the first
+  message is returned, none created (Discord checks this for a few minutes; here, always).
 
 Buckets never run dry here (`X-RateLimit-Remaining` stays above 0), so nothing sleeps unless
 a test asks for a 429.
@@ -173,7 +176,8 @@ class MockDiscordApi(ThreadedServer):
     followups: list[dict[str, Any]] = field(default_factory=list)  # interaction follow-ups
     base_url: str = ""
     _limits: dict[str, list[Any]] = field(default_factory=dict)  # route -> [times, wait, global]
-    _failures: dict[str, list[int]] = field(default_factory=dict)  # route -> [times, status]
+    _failures: dict[str, list[Any]] = field(default_factory=dict)  # -> [times, status, created]
+    _nonces: dict[str, int] = field(default_factory=dict)  # enforced nonce -> message id
     posted: dict[int, Posted] = field(default_factory=dict)  # the bot's messages, by id
     attachments: dict[str, bytes] = field(default_factory=dict)  # CDN path -> bytes
     dms: dict[int, int] = field(default_factory=dict)  # person -> the bot's DM channel
@@ -251,9 +255,10 @@ class MockDiscordApi(ThreadedServer):
         """Answer the next `times` calls of `route` (a name above, e.g. "member") with 429."""
         self._limits[route] = [times, retry_after, is_global]
 
-    def fail(self, route: str, status: int = 503, times: int = 1) -> None:
-        """Answer the next `times` calls of `route` with a server error (Discord's 5xx)."""
-        self._failures[route] = [times, status]
+    def fail(self, route: str, status: int = 503, times: int = 1, created: bool = False) -> None:
+        """Answer the next `times` calls of `route` with a server error (Discord's 5xx);
+        `created`: after doing what was asked (the answer lost on the way back)."""
+        self._failures[route] = [times, status, created]
 
     def attachment(self, channel: int, name: str, data: bytes) -> str:
         """An attached file served by the CDN (no token needed): its URL."""
@@ -290,6 +295,8 @@ class MockDiscordApi(ThreadedServer):
         failure = self._failures.get(route)
         if failure and failure[0] > 0:
             failure[0] -= 1
+            if failure[2]:
+                await handler(request)
             return self._error(failure[1], 0, f"{failure[1]}: Server Error", bucket)
         try:
             response = await handler(request)
@@ -474,8 +481,13 @@ class MockDiscordApi(ThreadedServer):
     async def _post(self, request: web.Request) -> web.Response:
         """POST a message (REST): recorded, answered with the message object."""
         channel, body = self._channel_id(request), await _read_body(request)
+        nonce = str(body["nonce"]) if body.get("enforce_nonce") and body.get("nonce") else ""
+        if nonce in self._nonces:
+            return _json(self._message(self.posted[self._nonces[nonce]]))
         message = Posted(snowflake(), channel, body.get("content") or "")
         self.posted[message.id] = message
+        if nonce:
+            self._nonces[nonce] = message.id
         return _json(self._message(message))
 
     async def _open_dm(self, request: web.Request) -> web.Response:
