@@ -271,6 +271,26 @@ class SlackStatus(Status):
         return True
 
 
+async def marked_post(
+    client: AsyncWebClient, channel: str, thread_ts: str | None, field: str, marker: str,
+    since: float,
+) -> str | None:  # fmt: skip
+    """The ts of the bot's message posted since `since` (a minute's slack) in the channel, or
+    in the thread `thread_ts`, whose metadata's `field` is `marker`: a post Slack may have made
+    though it answered an error (a reply's part, a digest), found before posting again."""
+    options = {"channel": channel, "oldest": f"{since - 60:.6f}",
+               "include_all_metadata": True, "limit": 200}  # fmt: skip
+    if thread_ts:
+        found = await client.conversations_replies(ts=thread_ts, **options)
+    else:
+        found = await client.conversations_history(**options)
+    for message in found.get("messages") or []:
+        payload = (message.get("metadata") or {}).get("event_payload") or {}
+        if payload.get(field) == marker:
+            return str(message["ts"])
+    return None
+
+
 class SlackPlatform(Platform):
     """Placeholders, streamed replies and Markdown blocks in threads; the response_url of a
     command or shortcut where the bot may not post."""
@@ -404,17 +424,9 @@ class SlackPlatform(Platform):
     async def _posted(self, job: Job, mark: str, since: float) -> str | None:
         """The ts of the post marked `mark` in the job's thread (or DM), if Slack has it."""
         where = self.where(job)
-        options = {"channel": where["channel"], "oldest": f"{since - 60:.6f}",
-                   "include_all_metadata": True, "limit": 200}  # fmt: skip
-        if "thread_ts" in where:
-            found = await self.client.conversations_replies(ts=where["thread_ts"], **options)
-        else:
-            found = await self.client.conversations_history(**options)
-        for message in found.get("messages") or []:
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("reply") == mark:
-                return str(message["ts"])
-        return None
+        return await marked_post(
+            self.client, where["channel"], where.get("thread_ts"), "reply", mark, since
+        )
 
     async def deliver(self, job: Job, status: Status, index: int, part: str) -> None:
         assert isinstance(status, SlackStatus)

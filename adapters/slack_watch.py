@@ -43,6 +43,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, slack_team, tenant_kind
+from adapters.slack_delivery import marked_post
 from adapters.slack_digest import SAVE_ACTION, digest_blocks, digest_fallback
 from adapters.slack_org import (
     OrganisationUnknown,
@@ -329,17 +330,9 @@ class SlackWatches:
     async def find(self, watch: Watch, marker: str, since: float) -> str | None:
         """A digest message with this marker posted since then (the channel's history, or the
         thread's replies), with its metadata."""
-        options = {"channel": watch.channel, "oldest": f"{since - 60:.6f}",
-                   "include_all_metadata": True, "limit": 200}  # fmt: skip
-        if watch.thread:
-            response = await self.client.conversations_replies(ts=watch.thread, **options)
-        else:
-            response = await self.client.conversations_history(**options)
-        for message in response.get("messages") or []:
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("digest") == marker:
-                return str(message["ts"])
-        return None
+        return await marked_post(
+            self.client, watch.channel, watch.thread or None, "digest", marker, since
+        )
 
     async def answer(self, reply: dict[str, Any], text: str) -> None:
         if reply.get("response_url"):
