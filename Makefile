@@ -6,9 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install chat test lint bench clean
 
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu installs torch's CPU build first (pypi.org's
+# Linux x86-64 torch is the CUDA build, gigabytes of nvidia-* wheels).
+TORCH_INDEX ?=
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet torch==2.13.0 --index-url $(TORCH_INDEX))
 	$(BIN)/pip install --quiet -e '.[local,dev]'
 	touch $(STAMP)
 
