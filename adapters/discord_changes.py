@@ -69,8 +69,9 @@ class DiscordChanges:
         """Queue the following of a person's edit in memory: its new text taken as a new
         message's is (`question_text`); edited to nothing (a bare mention), its erasure, as a
         deletion. Only a message the bot may hold (in a DM, a mention of it, a thread it
-        answers in). Ignored: the bot's and other bots' messages, an update that is no edit
-        (an embed added, a pin: no `edited_at`, or no `content`), the same text as cached."""
+        answers in); one it never took, edited to mention it, is a question. Ignored: the
+        bot's and other bots' messages, an update that is no edit (an embed added, a pin: no
+        `edited_at`, or no `content`), the same text as cached."""
         me, message = self.client.user, payload.message
         if me is None or "content" not in payload.data or message.author.bot:
             return
@@ -88,6 +89,11 @@ class DiscordChanges:
         source, at = discord_source(message.id), message.edited_at.timestamp()
 
         async def take() -> None:
+            if await self._newly_asked(tenant, places, message, before):
+                # a question now, answered once; the edit is noted too: an edit again before
+                # its turn stores it is dropped as a question (its `discord:<id>` key) but
+                # followed here, and the turn runs with the latest text
+                await self.adapter.handle_message(message)
             if payload.guild_id is not None and not await self._may_hold(
                 tenant, places, message, before
             ):
@@ -98,6 +104,21 @@ class DiscordChanges:
                 await self.handler.message_edited(tenant, places, source, text, at)
 
         await self.adapter.now_or_later(f"edit of message {message.id}", take)
+
+    async def _newly_asked(
+        self, tenant: str, places: dict[str, str], message: discord.Message,
+        before: discord.Message | None,
+    ) -> bool:  # fmt: skip
+        """A server message edited to mention the bot, which it never took (not stored; one
+        still queued is kept out by its `discord:<id>` event): a question now, as Slack's
+        `app_mention` for such an edit is."""
+        me = self.client.user
+        if me is None or message.guild is None or not self.adapter.mentions_me(message, me.id):
+            return False
+        if before is not None and self.adapter.mentions_me(before, me.id):
+            return False  # asked before the edit: taken then
+        source = discord_source(message.id)
+        return not await self.handler.memory.governance.edits.stored(tenant, places, source)
 
     async def _may_hold(
         self, tenant: str, places: dict[str, str], message: discord.Message,

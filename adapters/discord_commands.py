@@ -13,6 +13,7 @@ tell (`scope`, used by the watch commands too). Memory is reached only through t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -23,12 +24,17 @@ from adapters.discord_platform import DISCORD_LIMIT, resolve_visibility
 from adapters.memory_page.auth import NOT_SERVED
 from adapters.platform_ids import discord_tenant
 from adapters.text import link_arxiv, split_for_delivery
+from bot.turns import COMMAND_MEMORY_DOWN, command_failure
 from memory.scope import Scope
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
 
 log = logging.getLogger(__name__)
+
+# How long /summarize waits for memory to say whether the thread is one it answers in: it must
+# answer (or defer) within Discord's 3 s, so a Redis that does not answer is said to be down.
+KNOWS_THREAD_SECONDS = 2.0
 
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -77,20 +83,54 @@ class DiscordCommands:
             await self.memory(interaction)
 
     async def summarize(self, interaction: discord.Interaction) -> None:
-        scope = await self.scope(interaction)
-        channel = interaction.channel
-        owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
-        known = interaction.guild_id is None or await self.adapter.knows_thread(scope, owner_id)
-        if interaction.channel_id is None or not known:
-            await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
+        deferred = False
+        try:
+            scope = await self.scope(interaction)
+            channel = interaction.channel
+            owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
+            try:  # before the defer: a hanging Redis must not outlast Discord's 3 s
+                async with asyncio.timeout(KNOWS_THREAD_SECONDS):
+                    known = interaction.guild_id is None or await self.adapter.knows_thread(
+                        scope, owner_id
+                    )
+            except TimeoutError:
+                log.warning("/summarize: memory did not answer within %s s", KNOWS_THREAD_SECONDS)
+                text = COMMAND_MEMORY_DOWN.format(command="/summarize")
+                await interaction.response.send_message(text, ephemeral=True)
+                return
+            if interaction.channel_id is None or not known:
+                await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
+                return
+            await interaction.response.defer(thinking=True)
+            deferred = True
+            answer = await self.adapter.handler.summarize(scope)
+        except Exception as exc:
+            await self._failed(interaction, "/summarize", exc, deferred)
             return
-        await interaction.response.defer(thinking=True)
-        await self._followup(interaction, await self.adapter.handler.summarize(scope))
+        await self._followup(interaction, answer)
 
     async def expand(self, interaction: discord.Interaction, summary_id: str) -> None:
-        await interaction.response.defer(thinking=True)
-        scope = await self.scope(interaction)
-        await self._followup(interaction, await self.adapter.handler.expand(scope, summary_id))
+        deferred = False
+        try:
+            await interaction.response.defer(thinking=True)
+            deferred = True
+            scope = await self.scope(interaction)
+            answer = await self.adapter.handler.expand(scope, summary_id)
+        except Exception as exc:
+            await self._failed(interaction, "/expand", exc, deferred)
+            return
+        await self._followup(interaction, answer)
+
+    async def _failed(
+        self, interaction: discord.Interaction, command: str, exc: Exception, deferred: bool
+    ) -> None:
+        """A command that raised still answers (the tree has no error handler): in place of
+        its "thinking…" when deferred, else at once (before Discord's 3 s are up)."""
+        text = command_failure(command, exc)
+        if deferred:
+            await self._followup(interaction, text)
+        else:
+            await interaction.response.send_message(text, ephemeral=True)
 
     async def memory(self, interaction: discord.Interaction) -> None:
         await interaction.response.send_message(self.memory_link(interaction), ephemeral=True)

@@ -25,6 +25,10 @@ message, its Save buttons.
   and before every digest or notice: an imported watch may name any channel, and is
   paused, never posted there. Only a member of the server (or the DM tenant's person) is told
   of a refused digest (`tell`), never whoever an imported file named as its creator.
+- A digest names only the saved papers its channel may read now: a channel hidden from
+  @everyone since the watch was made (or that Discord cannot show) reads as a walled place
+  (`walled`). A watch made in a thread is noted under its parent channel, so it goes with it.
+- A period `/watch add` cannot read is refused with the usage, never folded into the topic.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
+from adapters.discord_platform import resolve_visibility
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
 from bot.watches import (
@@ -48,13 +53,14 @@ from bot.watches import (
     WatchService,
     created_text,
     describe,
+    parse_period,
     saving_text,
 )
-from memory.digest import Digest, short_authors, when
+from memory.digest import Digest, capped_note, short_authors, when
 from memory.ingest.arxiv_source import check_arxiv_id
 from memory.ingest.errors import IngestError
-from memory.scope import Scope
-from memory.stores.watches import InvalidWatch, Watch
+from memory.scope import Scope, Visibility
+from memory.stores.watches import DAY, InvalidWatch, Watch
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,15 @@ CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
     "would refuse its digests: remove it, or let me see the channel again."
 )
+
+
+def bad_period(period: str) -> str:
+    """`/watch add`'s answer to a period it cannot read."""
+    return (
+        f"I cannot read the period {period!r}: say daily, weekly, or every N days (e.g. "
+        "`every 3 days`). Usage: `/watch add topic:<topic> [period:weekly] [category:cs.CL] "
+        "[author:Name]`."
+    )
 
 
 def of_tenant(channel: Any, tenant: str) -> bool:
@@ -209,7 +224,7 @@ def digest_message(digest: Digest) -> str:
     topic = watch.query or ", ".join(watch.categories + watch.authors)
     head = (
         f"**New on “{topic}”**: {len(digest.items)} of {digest.found} papers submitted since "
-        f"{when(digest.since)}"
+        f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
     )
     foot = f"-# Watch `{watch.id}`: {describe(watch)}. `/watch remove {watch.id}` stops it."
     room = (LIMIT - len(head) - len(foot) - 4) // max(1, len(digest.items))
@@ -273,13 +288,24 @@ class DiscordWatches:
             interaction: discord.Interaction, topic: str, period: str = "daily",
             category: str | None = None, author: str | None = None,
         ) -> None:  # fmt: skip
-            text = f"{topic} {period}" + (f" cat:{category}" if category else "")
+            seconds = parse_period(period)
+            if seconds is None:  # else it would fold into the topic
+                await interaction.response.send_message(bad_period(period), ephemeral=True)
+                return
+            # said as parse_watch reads it ("3 days" alone would fold into the topic)
+            text = f"{topic} every {seconds // DAY} days" + (f" cat:{category}" if category else "")
             text += f' author:"{author}"' if author else ""
             if not can_send(interaction):
                 await interaction.response.send_message(CANNOT_POST, ephemeral=True)
                 return
             try:
-                watch = await watches.create(await scope_of(interaction), text, place(interaction))
+                scope = await scope_of(interaction)
+                if isinstance(interaction.channel, discord.Thread):  # found if its parent goes
+                    await watches.memory.governance.places.note_thread(
+                        scope.tenant, str(interaction.channel.parent_id),
+                        str(interaction.channel.id),
+                    )  # fmt: skip
+                watch = await watches.create(scope, text, place(interaction))
             except InvalidWatch as exc:
                 await interaction.response.send_message(str(exc), ephemeral=True)
                 return
@@ -353,6 +379,21 @@ class DiscordWatches:
         except (discord.Forbidden, discord.NotFound) as exc:
             raise Undeliverable(f"Discord refused the digest in {watch.channel}: {exc}") from exc
         return str(message.id)
+
+    async def walled(self, watch: Watch) -> bool:
+        """The watch's channel is private now (its permissions hide it from @everyone since the
+        watch was made, a private thread), or Discord cannot say (fails closed): its digest is
+        read as a walled place's, never naming a PDF shared in a public channel. A channel
+        gone or hidden from the bot is refused here, before arXiv is asked (Undeliverable)."""
+        try:
+            channel = await self.channel_of(int(watch.channel))
+        except (ValueError, discord.HTTPException) as exc:
+            log.info("Discord could not show channel %s (%r): walled", watch.channel, exc)
+            return True
+        if channel is None:  # as `post` would say, without fetching it again first
+            raise Undeliverable(f"Discord channel {watch.channel} is gone or hidden")
+        found = await resolve_visibility(self.client, channel, int(watch.channel))
+        return found is not Visibility.PUBLIC
 
     async def find(self, watch: Watch, marker: str, since: float) -> str | None:
         return None  # posting again with the same nonce returns the first message

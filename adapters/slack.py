@@ -84,13 +84,16 @@ from adapters.spine import (
 )
 from adapters.text import link_arxiv, slack_question, split_message
 from bot.feedback import FeedbackService
-from bot.turns import TurnHandler
+from bot.turns import TurnHandler, command_failure
+from memory.errors import memory_unavailable
 from memory.governance_places import DeletedPlace
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
 MESSAGE_EVENTS = ("message", "app_mention")
+EARLY_JOIN_SECONDS = 1.0  # a mention's thread marked joined before Slack is asked about it
+EARLY_JOIN_WAIT_SECONDS, EARLY_JOIN_POLLS = 2.5, 25  # a follow-up waits for that mention
 IGNORED_SUBTYPES = {
     "bot_message",
     "message_changed",
@@ -285,9 +288,22 @@ class SlackAdapter:
         return None
 
     async def on_mention(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
-        if event.get("files"):
-            return  # its `message` event takes it (adapters/slack_files.py)
+        if event.get("files"):  # its `message` event takes it (adapters/slack_files.py); an
+            if event.get("edited"):  # edit that adds the mention has none: taken here, once
+                await self.files.take(body, event)  # (its `slack-files:` key)
+            return
+        if event.get("edited") and await self._taken(slack_team(body), event):
+            return  # Slack's `app_mention` again for an edit: `on_edited` follows the edit
         await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
+
+    async def _taken(self, team: str, event: dict) -> bool:
+        """Whether the bot stored this message already (an edit of a question it answered,
+        which Slack sends as a new `app_mention`; one still queued is kept out by its job's
+        `channel:ts` event id). Memory down answers 503, so Slack sends the event again."""
+        source = slack_source(event["channel"], event["ts"])
+        with unavailable_raised():
+            edits = self.handler.memory.governance.edits
+            return await edits.stored(team, stored_in(team, event, event), source)
 
     async def on_message(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
         if (deleted := deleted_message(event)) is not None:
@@ -426,11 +442,13 @@ class SlackAdapter:
 
     async def expand(self, command: dict, respond) -> None:
         self._track_lazy()
-        scope = await self._command_scope(command)
         summary_id = command.get("text", "").strip()
-        parts = split_message(
-            link_arxiv(await self.handler.expand(scope, summary_id)), MARKDOWN_LIMIT
-        )
+        try:
+            scope = await self._command_scope(command)
+            answer = await self.handler.expand(scope, summary_id)
+        except Exception as exc:  # a lazy listener's error reaches no one: said instead
+            answer = command_failure("/expand", exc)
+        parts = split_message(link_arxiv(answer), MARKDOWN_LIMIT)
         if len(parts) > RESPONSE_URL_POSTS:  # a response_url takes 5 posts
             how = f"Mention me in the summary's thread with “expand {summary_id}” to see it all."
             parts = [*parts[:RESPONSE_URL_PARTS], left_out(RESPONSE_URL_PARTS, len(parts), how)]
@@ -500,10 +518,11 @@ class SlackAdapter:
         """Queue a question; memory down raises MemoryUnavailable (so Slack gets a 503 and
         sends the event again), telling the person on the first delivery only."""
         team = slack_team(body)
+        await self._join_early(Scope(team, thread_id(team, event["channel"], thread_ts)))
         scope = await self.event_scope(team, event, thread_ts)
         text = slack_question(event["text"], self.bot_user_id)
-        job = Job(
-            "turn", scope, text, event_id=body.get("event_id") or f"{event['channel']}:{event['ts']}",
+        job = Job(  # one per message: an edit's `app_mention` again comes under a new event id
+            "turn", scope, text, event_id=f"{event['channel']}:{event['ts']}",
             reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts,
                    # the person's own workspace (another organisation's, in a shared channel)
                    "user_team": event.get("user_team") or team},
@@ -511,6 +530,17 @@ class SlackAdapter:
         )  # fmt: skip
         if await self.pipeline.submit(job, notify=not slack_retry(request)):
             await self.presence.join(scope, reference=thread_ts)  # a follow-up needs no mention
+
+    async def _join_early(self, thread: Scope) -> None:
+        """The thread is the bot's before Slack is asked who and where: a follow-up without a
+        mention a moment later is taken, after the mention (`joined`). Best effort (the join
+        after queueing stands): memory slow or down is left to the queueing, which says so."""
+        try:
+            async with asyncio.timeout(EARLY_JOIN_SECONDS):
+                await self.presence.join_early(thread)
+        except Exception as exc:
+            if not (memory_unavailable(exc) or isinstance(exc, TimeoutError)):
+                raise
 
     async def queue_summary(
         self, team: str, channel: str, thread_ts: str, user: str, payload: dict,
@@ -542,8 +572,15 @@ class SlackAdapter:
 
     async def joined(self, team: str, channel: str, thread_ts: str) -> bool:
         """The bot takes part in the thread (it answers there without a mention): asked of
-        memory before Slack is asked anything about the event."""
-        return await self.presence.joined(Scope(team, thread_id(team, channel, thread_ts)))
+        memory before Slack is asked anything about the event. Joined early, by a mention
+        Slack is still asked about, it waits a while for that mention to be queued first
+        (then is taken anyway: late is better than lost)."""
+        thread = Scope(team, thread_id(team, channel, thread_ts))
+        for _ in range(EARLY_JOIN_POLLS):
+            if not await self.presence.joining(thread):
+                break
+            await asyncio.sleep(EARLY_JOIN_WAIT_SECONDS / EARLY_JOIN_POLLS)
+        return await self.presence.joined(thread)
 
     async def _command_scope(self, command: dict) -> Scope:
         """Where a slash command was used: its channel, for what that person may see there."""

@@ -438,6 +438,23 @@ class SlackPlatform(Platform):
         else:
             await self.post(job, index, with_feedback(markdown(part), turn))
 
+    async def withdraw(self, job: Job, text: str) -> None:
+        ts, channel = job.progress.get("placeholder"), job.reply["channel"]
+        if not ts:
+            return
+        if job.progress.get("stream"):  # left open by the run that died
+            with contextlib.suppress(SlackApiError, *NETWORK):
+                await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
+            job.progress["stream"] = False
+        try:
+            await delivered_or_plain(
+                self.client.chat_update, markdown(text), channel=channel, ts=ts
+            )
+        except SlackApiError as exc:
+            if slack_error(exc) not in GONE:
+                raise
+            log.info("placeholder %s gone (%s); nothing posted", ts, slack_error(exc))
+
     def passing(self, exc: BaseException) -> bool:
         if isinstance(exc, SlackApiError):
             status = http_status(exc)

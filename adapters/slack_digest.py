@@ -11,7 +11,7 @@ from typing import Any
 
 from adapters.slack_home import esc
 from bot.watches import describe
-from memory.digest import Digest, short_authors, when
+from memory.digest import Digest, capped_note, short_authors, when
 
 SAVE_ACTION = "digest_save"
 SAVE_LABEL = "Save to team knowledge base"
@@ -22,7 +22,7 @@ def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
     topic = esc(watch.query or ", ".join(watch.categories + watch.authors))
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": (
         f"*New on “{topic}”*: {len(digest.items)} of {digest.found} papers submitted since "
-        f"{when(digest.since)}"
+        f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
     )}}]  # fmt: skip
     for item in digest.items:
         paper = item.paper

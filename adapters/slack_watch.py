@@ -13,8 +13,10 @@
   person (response_url): "Saving …", then "Saved … (N passages)".
 - A watch is made only where the bot is a member (`conversations.info`): elsewhere its digests
   would be refused (`not_in_channel`), so `/watch` answers "invite me first". A digest refused
-  later (the bot removed) pauses the watch, and its creator is told in a direct message
-  (`conversations.open`; an ephemeral message needs the bot in the channel too).
+  later for good by its place (the bot removed, posting restricted: `UNDELIVERABLE`) pauses
+  the watch, and its creator is told in a direct message what to do (`conversations.open`; an
+  ephemeral message needs the bot in the channel too). An app-wide error (the token revoked, a
+  scope missing) or the digest's own shape refused pauses nothing: retried, then dead-lettered.
 - A watch posts only in a channel of its tenant's workspace (`foreign_reason`: conversations.info
   names the workspaces a channel is of; a Slack Connect channel shared with ours is ours too),
   checked when it is made or resumed (`can_post` with the tenant) and before every digest or
@@ -22,9 +24,9 @@
   person of the workspace is told of a refused digest (`tell`: users.info), never whoever an
   imported file named as its creator.
 - A digest names only the saved papers its channel may read now: one shared with another
-  organisation since the watch was made (or that Slack cannot describe) reads as a walled place
-  (`walled`: conversations.info asked afresh at every digest, not the cache, which another
-  process's `channel_shared` did not empty; bot/watch_digest.py `PlaceWalls`).
+  organisation or made private since the watch was made (or that Slack cannot describe) reads
+  as a walled place (`walled`: conversations.info asked afresh at every digest, not the cache,
+  which another process's `channel_shared` did not empty; bot/watch_digest.py `PlaceWalls`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from adapters.slack_org import (
 )
 from adapters.slack_walls import SlackWalls
 from bot.watch_commands import AdminUnknown
+from bot.watch_digest import PostingRestricted
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -66,7 +69,7 @@ from bot.watches import (
 from memory.digest import Digest
 from memory.ingest.arxiv_source import check_arxiv_id
 from memory.ingest.errors import IngestError
-from memory.scope import Scope
+from memory.scope import Scope, Visibility
 from memory.stores.watches import Watch
 
 log = logging.getLogger(__name__)
@@ -84,7 +87,17 @@ CANNOT_TELL = (
 )
 # when the running `/watch` must be answered (loop time): Slack is asked nothing past it
 _ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
+# Slack's refusals of the watch's place that no retry changes: the channel is gone or closed to
+# the bot (and `restricted_action…`: posting there is restricted, `PostingRestricted`); the
+# watch is paused and its creator told (bot/watch_digest.py `_refused`). An app-wide error (a
+# revoked token, a missing scope) pauses nothing: retried, then dead-lettered, as it is fixed
+# once for every watch (and `tell` would need the same token).
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
+# Slack refuses the digest's own shape: the bot's bug, not the place's; logged and retried
+SHAPE_ERRORS = {
+    "invalid_blocks", "invalid_blocks_format", "invalid_metadata_format",
+    "invalid_metadata_schema", "metadata_too_large", "msg_too_long",
+}  # fmt: skip
 NOT_OURS = (  # `can_post`: the watch's channel is another workspace's
     "<#{channel}> is not a channel of this workspace, so I will not post this watch's digests "
     "there: make the watch again in one of this workspace's channels (and `/watch remove` this "
@@ -237,11 +250,13 @@ class SlackWatches:
         return str(response["ts"])
 
     async def walled(self, watch: Watch) -> bool:
-        """The watch's channel is shared with another organisation now, or Slack cannot say
-        (fails closed): its digest is read as a walled place's. Asked of Slack afresh, not of
-        the cache: a digest is posted for the whole channel, and is rare enough to ask (the
-        cache follows `channel_shared` only if Slack's event reached some process)."""
-        return (await self.walls.fresh_place(watch.tenant, watch.channel)).shared
+        """The watch's channel is shared with another organisation now, or private (converted
+        since the watch was made), or Slack cannot say (fails closed): its digest is read as a
+        walled place's, never naming a PDF shared in a public channel. Asked of Slack afresh,
+        not of the cache: a digest is posted for the whole channel, and is rare enough to ask
+        (the cache follows `channel_shared` only if Slack's event reached some process)."""
+        place = await self.walls.fresh_place(watch.tenant, watch.channel)
+        return place.shared or place.visibility is not Visibility.PUBLIC
 
     async def _channel_info(self, channel: str) -> dict[str, Any]:
         """conversations.info's channel: what `can_post` and `_ours_or_refused` read. Slack's
@@ -347,7 +362,14 @@ class SlackWatches:
 
 def _raise_if_undeliverable(exc: SlackApiError, watch: Watch) -> None:
     """Raise Undeliverable when Slack's error says it will never take the watch's digests in
-    its channel (the watch is paused); any other error is the caller's to raise (retried)."""
+    its channel (the watch is paused; `PostingRestricted` when an admin must allow the bot);
+    any other error is the caller's to raise (retried), a refused shape logged as our bug."""
     error = exc.response.get("error", "")
+    said = f"Slack refused the digest in {watch.channel}: {error}"
+    if error.startswith("restricted_action"):
+        raise PostingRestricted(said) from exc
     if error in UNDELIVERABLE:
-        raise Undeliverable(f"Slack refused the digest in {watch.channel}: {error}") from exc
+        raise Undeliverable(said) from exc
+    if error in SHAPE_ERRORS:  # the same digest fails everywhere: a bug to fix here
+        log.error("watch %s of %s: Slack refused the digest's shape (a bug of the bot): %s",
+                  watch.id, watch.tenant, error)  # fmt: skip

@@ -64,6 +64,7 @@ GAVE_UP = (
     "Sorry, I tried to answer this several times and failed each time. Your message is "
     "saved; please rephrase it or try again later."
 )
+DELETED_UNANSWERED = "Your message was deleted; I did not answer it."
 REST_UNSENT = (
     "Sorry, I could not send the rest of this answer. Your message is saved; please ask "
     "again to see the answer in full."
@@ -171,6 +172,12 @@ class Platform(ABC):
     @abstractmethod
     async def notice(self, job: Job, text: str) -> None:
         """Tell the person something outside a turn (their message could not be queued)."""
+
+    async def withdraw(self, job: Job, text: str) -> None:
+        """Replace what a run that died left showing (`job.progress`) with `text`, its
+        message deleted: never posted anew (that would ping the thread for nothing), nothing
+        said if it is gone. Nothing by default (no placeholder)."""
+        return
 
     def passing(self, exc: BaseException) -> bool:
         """True when `exc` is a passing failure of the platform (the network, a timeout, its
@@ -390,6 +397,15 @@ class Pipeline:
         if change.deleted:
             log.info("turn %s in %s not run: its message was deleted", job.id, job.scope.thread)
             await self._first_text_uncached(job, job.text)  # what `submit` fetched ahead
+            if job.progress.get("placeholder"):  # a run that died showed it working (Slack)
+                await _saved(save)  # still this run's job
+                try:
+                    await self.platform.withdraw(job, DELETED_UNANSWERED)
+                except Exception as exc:  # no "please rephrase" for a message deleted
+                    if again or memory_unavailable(exc) or not self.platform.passing(exc):
+                        raise
+                    log.warning("turn %s's placeholder left in %s: %r", job.id, job.scope.thread,
+                                exc)  # fmt: skip
             return
         if (edited := change.edited_from(job.text)) is not None:  # runs with the latest text
             job.progress.setdefault("first_text", job.text)  # its vectors go at the end

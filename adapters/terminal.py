@@ -15,7 +15,7 @@ from typing import Any, TextIO, TypeVar
 
 from adapters.spine import MEMORY_DOWN, Job, Pipeline, Platform, Status
 from bot.agent import AgentEvent
-from bot.turns import TurnHandler
+from bot.turns import TurnHandler, command_failure
 from memory.errors import memory_unavailable
 from memory.scope import Scope
 
@@ -31,10 +31,6 @@ Commands:
 MEMORY_DOWN_HERE = (
     "My memory (Redis) is unreachable right now, so I cannot answer this. Please send it again "
     "once Redis is back."
-)
-COMMAND_MEMORY_DOWN = (
-    "My memory (Redis) is unreachable right now, so {command} could not run. Try it again once "
-    "Redis is back."
 )
 
 
@@ -196,17 +192,15 @@ class TerminalChat:
                 self.say(MEMORY_DOWN_HERE)
 
     async def command(self, line: str) -> bool:
-        """Run a slash command; False means leave. Redis unreachable is said, and the chat
-        goes on."""
+        """Run a slash command; False means leave. A failure (Redis unreachable, or another)
+        is said, and the chat goes on."""
         name, _, arg = line.partition(" ")
         if name in ("/quit", "/exit"):
             return False
         try:
             await self._command(name, arg)
         except Exception as exc:
-            if not memory_unavailable(exc):
-                raise
-            self.say(COMMAND_MEMORY_DOWN.format(command=name))
+            self.say(command_failure(name, exc))
         return True
 
     async def _command(self, name: str, arg: str) -> None:

@@ -6,14 +6,15 @@ next with code rendered as prose, so cuts go, in order of preference, at a parag
 code-block boundary, at a line break, at a space, and only then anywhere. A code block longer
 than the limit is cut between its lines, closed, and reopened (same language) in the next part.
 What is delivered goes through `split_for_delivery`, which also caps how many messages one
-answer becomes. Also here, the other way: a person's Slack message as the bot takes it
-(`slack_question`).
+answer becomes (and keeps its Sources list whole when it cuts). Also here, the other way: a
+person's Slack message as the bot takes it (`slack_question`).
 """
 
 from __future__ import annotations
 
 import re
 
+from bot.citations import SOURCES_HEADING
 from memory.text import clean_text
 
 FENCE = "```"
@@ -22,12 +23,22 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _LEADING_BLANK_LINES = re.compile(r"^(?:[ \t]*\n)+")
 MIN_LIMIT = 16
 MAX_PARTS = 8  # messages one answer may become (`split_for_delivery`)
-_ARXIV_REF = re.compile(r"\[arXiv:(\d{4}\.\d{4,5}(?:v\d+)?)\](?!\()")
+# A code block or span (kept as written), or "[arXiv:2310.08560]" as the model cites a paper.
+_CODE_OR_ARXIV_REF = re.compile(
+    r"```.*?(?:```|\Z)|`[^`\n]*`|\[arXiv:(?P<id>\d{4}\.\d{4,5}(?:v\d+)?)\](?!\()", re.DOTALL
+)
 
 
 def link_arxiv(markdown: str) -> str:
-    """`[arXiv:2310.08560]`, as the model cites, as a Markdown link to the paper's page."""
-    return _ARXIV_REF.sub(r"[arXiv:\1](https://arxiv.org/abs/\1)", markdown)
+    """`[arXiv:2310.08560]`, as the model cites, as a Markdown link to the paper's page (not in
+    code, which shows what was written). Only a paper the turn showed is still bracketed
+    (bot/citations.py `cite`)."""
+
+    def link(match: re.Match[str]) -> str:
+        paper = match["id"]
+        return match[0] if paper is None else f"[arXiv:{paper}](https://arxiv.org/abs/{paper})"
+
+    return _CODE_OR_ARXIV_REF.sub(link, markdown)
 
 
 def split_message(text: str, limit: int = 2000) -> list[str]:
@@ -54,10 +65,36 @@ def split_for_delivery(text: str, limit: int, max_parts: int = MAX_PARTS) -> lis
     """`split_message`, but at most `max_parts` parts: a very long answer (the model can write
     250,000 characters) would otherwise flood the thread with dozens of messages. The last
     part kept is shortened to end with a note of how much is not shown; the answer itself is
-    stored whole in the thread's conversation."""
+    stored whole in the thread's conversation. What is cut is the answer's body, not its
+    Sources list: the numbers it cites would otherwise lose their key."""
     if max_parts < 1:
         raise ValueError(f"max_parts must be at least 1, got {max_parts}")
     parts = split_message(text, limit)
+    if len(parts) <= max_parts:
+        return parts
+    body, sources = _sources_apart(text)
+    source_parts = split_message(sources, limit)
+    if not source_parts or len(source_parts) >= max_parts:
+        return _truncated(parts, limit, max_parts)
+    kept = _truncated(split_message(body, limit), limit, max_parts - len(source_parts))
+    joined = f"{kept[-1]}\n\n{source_parts[0]}" if kept else source_parts[0]
+    if len(joined) <= limit:
+        return [*kept[:-1], joined, *source_parts[1:]]
+    return [*kept, *source_parts]
+
+
+def _sources_apart(text: str) -> tuple[str, str]:
+    """The answer's body and the Sources list `cite` appended to it ("" if it has none)."""
+    heading = f"\n\n{SOURCES_HEADING}\n"
+    at = text.rfind(heading)
+    lines = text[at + len(heading) :].strip().splitlines() if at >= 0 else []
+    if not lines or not all(line.startswith("- ") for line in lines):
+        return text, ""
+    return text[:at], text[at:].strip()
+
+
+def _truncated(parts: list[str], limit: int, max_parts: int) -> list[str]:
+    """The first `max_parts` of `parts`, the last ending with a note of how much is left out."""
     if len(parts) <= max_parts:
         return parts
     kept, last = parts[: max_parts - 1], parts[max_parts - 1]

@@ -82,9 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"arxivscout: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file it writes: a folder that does not exist, a full disk
+        if exc.filename is None:  # not a file's: a bug, a timeout, shown with its trace
+            raise
+        print(f"arxivscout: error: {os_error_text(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def os_error_text(exc: OSError) -> str:
+    """A file's OSError as one line, without its `[Errno N]`: `<file>: <what went wrong>`."""
+    return f"{exc.filename}: {exc.strerror or exc}"
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.errors import ConfigError
 from bot.llm import LLMClient
 from bot.prompt import AGENT_SYSTEM_PROMPT
 from bot.upkeep import Upkeep
@@ -126,26 +127,39 @@ def session_time(text: str) -> float:
 
 
 def load(path: Path) -> list[Conversation]:
-    """Conversations in LoCoMo's layout (any file in it works, not only the development split)."""
-    conversations = []
-    for sample in json.loads(path.read_text()):
-        talk = sample["conversation"]
-        turns = []
-        sessions = sorted(int(m[1]) for key in talk if (m := _SESSION.match(key)))
-        for number in sessions:
-            start = session_time(talk[f"session_{number}_date_time"])
-            for i, turn in enumerate(talk[f"session_{number}"]):
-                text = turn["text"]
-                if turn.get("blip_caption"):  # people refer to the photos they share
-                    text += f" [shares an image: {turn['blip_caption']}]"
-                turns.append(Turn(turn["dia_id"], turn["speaker"], text, start + i))
-        questions = [
-            Question(q["question"], str(q.get("answer", "")), _EVIDENCE.findall(" ".join(
-                q.get("evidence", []))), int(q["category"]))
-            for q in sample.get("qa", [])
-        ]  # fmt: skip
-        conversations.append(Conversation(str(sample.get("sample_id", "")), turns, questions))
-    return conversations
+    """Conversations in LoCoMo's layout (any file in it works, not only the development split);
+    a file in another is refused as a whole, before any replay starts."""
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(samples, list):
+            raise TypeError(f"a list of conversations expected, not a {type(samples).__name__}")
+        return [conversation_of(sample) for sample in samples]
+    except KeyError as exc:
+        raise ConfigError(f"{path} is not in LoCoMo's layout: no {exc} field") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # bad JSON, dates, shapes
+        raise ConfigError(f"{path} is not in LoCoMo's layout: {exc}") from None
+
+
+def conversation_of(sample: dict[str, Any]) -> Conversation:
+    """One conversation of a LoCoMo file."""
+    if not isinstance(sample, dict):
+        raise TypeError(f"each conversation should be an object, not a {type(sample).__name__}")
+    talk = sample["conversation"]
+    turns = []
+    sessions = sorted(int(m[1]) for key in talk if (m := _SESSION.match(key)))
+    for number in sessions:
+        start = session_time(talk[f"session_{number}_date_time"])
+        for i, turn in enumerate(talk[f"session_{number}"]):
+            text = turn["text"]
+            if turn.get("blip_caption"):  # people refer to the photos they share
+                text += f" [shares an image: {turn['blip_caption']}]"
+            turns.append(Turn(turn["dia_id"], turn["speaker"], text, start + i))
+    questions = [
+        Question(q["question"], str(q.get("answer", "")), _EVIDENCE.findall(" ".join(
+            q.get("evidence", []))), int(q["category"]))
+        for q in sample.get("qa", [])
+    ]  # fmt: skip
+    return Conversation(str(sample.get("sample_id", "")), turns, questions)
 
 
 class LocomoEval:

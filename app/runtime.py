@@ -23,6 +23,7 @@ from bot.watches import WatchService
 from memory.connection import connect
 from memory.context import ContextLimits
 from memory.embeddings import CachedEmbedder, LocalEmbedder, OpenAIEmbedder
+from memory.ingest.arxiv_pace import SharedPace
 from memory.ingest.arxiv_source import ArxivSource
 from memory.keys import task_stream
 from memory.manager import MemoryManager
@@ -70,8 +71,11 @@ def llm_client(settings: Settings, retry: RetryPolicy | None = None) -> LLMClien
     )
 
 
-def arxiv_source(settings: Settings) -> ArxivSource:
-    return ArxivSource(settings.arxiv_api_url, settings.arxiv_delay_seconds)
+def arxiv_source(settings: Settings, redis) -> ArxivSource:
+    """Every arXiv client of the process waits for the slot shared in Redis (`SharedPace`):
+    the agent's searches and saves, digests and `ingest` keep arXiv's pace together."""
+    delay = settings.arxiv_delay_seconds
+    return ArxivSource(settings.arxiv_api_url, delay, pace=SharedPace(redis, delay))
 
 
 async def open_memory(settings: Settings, check_indexes: bool = True) -> MemoryManager:
@@ -140,7 +144,7 @@ async def open_agent(settings: Settings, window: int | None = None) -> AgentRunt
                         removing=watches.removing,
                         uninstalled_keep_days=settings.uninstalled_keep_days)  # fmt: skip
         harness = Harness(
-            memory, llm, toolbox, consolidator, arxiv_source(settings),
+            memory, llm, toolbox, consolidator, arxiv_source(settings, memory.redis),
             encoding_for(settings.openai_model), background, upkeep,
             window=window or settings.context_window,
         )  # fmt: skip
@@ -178,4 +182,6 @@ def shared_files(settings: Settings, memory: MemoryManager) -> SharedFiles:
 
 
 def watch_service(settings: Settings, memory: MemoryManager) -> WatchService:
-    return WatchService(memory, arxiv_source(settings), encoding_for(settings.openai_model))
+    return WatchService(
+        memory, arxiv_source(settings, memory.redis), encoding_for(settings.openai_model)
+    )

@@ -6,18 +6,22 @@ values it needs. A wrong value is a `ConfigError` that names the variable.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Literal
 
+from dotenv import dotenv_values
 from platformdirs import user_data_dir
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
-from memory.connection import MAX_CONNECTIONS
+from memory.connection import MAX_CONNECTIONS, redact_url
 from memory.context import DEFAULT_MEMORY_TOKENS
 
 DEFAULT_ARXIV_API_URL = "https://export.arxiv.org/api/query"
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what redis-py connects to
 
 
 def env(*names: str) -> AliasChoices:
@@ -56,7 +60,7 @@ class Settings(BaseSettings):
         "local", validation_alias=env("ARXIVSCOUT_EMBEDDINGS", "embeddings")
     )
     embedding_dims: int | None = Field(
-        None, validation_alias=env("ARXIVSCOUT_EMBEDDING_DIMS", "embedding_dims")
+        None, gt=0, validation_alias=env("ARXIVSCOUT_EMBEDDING_DIMS", "embedding_dims")
     )
     # the model
     openai_api_key: str | None = Field(
@@ -113,7 +117,7 @@ class Settings(BaseSettings):
     max_pdf_pages: int = Field(
         300, gt=0, le=100_000, validation_alias=env("ARXIVSCOUT_MAX_PDF_PAGES", "max_pdf_pages")
     )
-    port: int | None = Field(None, validation_alias=env("PORT", "port"))
+    port: int | None = Field(None, ge=0, le=65535, validation_alias=env("PORT", "port"))
     # the memory page
     secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET", "secret"))
     public_url: str | None = Field(
@@ -147,6 +151,14 @@ class Settings(BaseSettings):
     dyno: str | None = Field(None, validation_alias=env("DYNO", "dyno"))
     fly_app_name: str | None = Field(None, validation_alias=env("FLY_APP_NAME", "fly_app_name"))
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        """Caught here, not as redis-py's ValueError trace when the first command connects."""
+        if url is not None and not url.lower().startswith(REDIS_SCHEMES):
+            raise ValueError("should start with redis://, rediss:// or unix:// (redis://host:6379)")
+        return url
+
     @classmethod
     def from_env(cls) -> Settings:
         """The settings of this process; a bad value is a ConfigError naming its variable."""
@@ -154,7 +166,8 @@ class Settings(BaseSettings):
             return cls()
         except ValidationError as exc:
             problems = "; ".join(
-                f"{_variable(error['loc'])}: {error['msg']} (got {error.get('input')!r})"
+                f"{_variable(error['loc'], error.get('input'))}: {error['msg']} "
+                f"(got {_shown(error)!r})"
                 for error in exc.errors()
             )
             raise ConfigError(f"Invalid configuration: {problems}") from None
@@ -200,11 +213,36 @@ class Settings(BaseSettings):
         return value
 
 
-def _variable(location: tuple) -> str:
-    """The environment variable behind a field (its first alias)."""
-    field = str(location[0]) if location else ""
+def _shown(error: dict) -> object:
+    """The wrong value, fit to print: a Redis URL's user and password hidden."""
+    value = error.get("input")
+    if _field(error.get("loc", ())) == "redis_url" and isinstance(value, str):
+        shown = redact_url(value) if "://" in value else re.sub(r"^.*@", "***@", value)
+        return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", shown)
+    return value
+
+
+def _field(location: tuple) -> str:
+    """The field an error's location names (by the field's name, or by one of its aliases)."""
+    name = str(location[0]) if location else ""
+    for field, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if name == field or (isinstance(alias, AliasChoices) and name in alias.choices):
+            return field
+    return name
+
+
+def _variable(location: tuple, value: object = None) -> str:
+    """The environment variable behind a field: of its aliases, the one set to `value` (e.g.
+    REDISCLOUD_URL, where errors name REDIS_URL), else the first."""
+    field = _field(location)
     info = Settings.model_fields.get(field)
     alias = info.validation_alias if info is not None else None
-    if isinstance(alias, AliasChoices):
-        return str(alias.choices[0])
-    return field.upper()
+    if not isinstance(alias, AliasChoices):
+        return field.upper()
+    names = [str(choice) for choice in alias.choices]
+    if value is not None:
+        given = {k.upper(): v for k, v in dotenv_values(".env").items()}
+        given |= {k.upper(): v for k, v in os.environ.items()}  # over .env, as pydantic does
+        names = [name for name in names if given.get(name.upper()) == value] or names
+    return names[0]

@@ -11,6 +11,11 @@ paper listed (`add_citations`): a paper counts as used when the answer names it 
 title, or the short title before a colon) and shares at least `MIN_SHARED_WORDS` content words
 with its passages; naming a paper is not resting on it.
 
+A bracketed paper id, "[arXiv:2310.08560]", becomes a link to the paper when delivered
+(adapters/text.py `link_arxiv`); it stays bracketed only for a paper the turn showed (a passage,
+a tool's search result or saved paper, `SourceRegistry.show_paper`), else it is left as plain
+text, "arXiv:2401.99999": a made-up id is never a link, while streaming either.
+
 A bracket of numbers is a citation only where a citation stands (`is_citation`): "[0, 1]",
 "shape [2, 3]" and "equation [3]" are left as written, and with no passage shown nothing is.
 While the answer streams, `CitationStream` holds a bracket back until it can tell, so a made-up
@@ -80,6 +85,18 @@ _PASSAGE = re.compile(
     r"Link: (?P<url>[^\n]*)\n(?P<content>.*?)(?=\n\n(?:\[\d+\] )?\[(?:arXiv|PDF):|\Z)",
     re.MULTILINE | re.DOTALL,
 )
+# "[arXiv:2310.08560]" as adapters/text.py `link_arxiv` links it, and the start of one streaming.
+_ARXIV_CITATION = re.compile(r"\[arXiv:(?P<id>\d{4}\.\d{4,5}(?:v\d+)?)\](?!\()")
+_ARXIV_OPENING = "[arXiv:"
+# A new-style arXiv id anywhere in a text ("arXiv:2310.08560", "arxiv.org/abs/2310.08560v2").
+_SHOWN_ID = re.compile(
+    r"(?<![\d.])(?P<id>\d{2}(?:0[1-9]|1[0-2])\.\d{4,5})(?:v\d+)?(?![\d.]\d)(?P<url>)"
+)
+# A paper an earlier answer cited or linked: "[arXiv:2310.08560]", "arxiv.org/abs/2310.08560".
+_CITED_ID = re.compile(
+    r"\[arXiv:(?P<id>\d{4}\.\d{4,5})(?:v\d+)?\]|arxiv\.org/(?:abs|pdf)/(?P<url>\d{4}\.\d{4,5})"
+)
+SOURCES_HEADING = "Sources:"  # above the list under an answer (adapters/text.py keeps it whole)
 _ENDS = frozenset(" \t\n.,;:!?)")  # what may follow a removed citation without its space
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
 
@@ -149,6 +166,7 @@ class SourceRegistry:
     def __init__(self, passages: Iterable[Passage] = ()) -> None:
         self._numbers: dict[tuple[str, int], int] = {}
         self._passages: dict[int, Passage] = {}
+        self._papers: set[str] = set()  # base ids of papers shown without passages
         self.numbers(list(passages))
 
     def number(self, passage: Passage) -> int:
@@ -179,6 +197,22 @@ class SourceRegistry:
 
     def get(self, number: int) -> Passage | None:
         return self._passages.get(number)
+
+    def show_paper(self, arxiv_id: str) -> None:
+        """A paper a tool showed by its id (a search result, a saved paper): it may be cited as
+        "[arXiv:id]" and linked."""
+        self._papers.add(base_arxiv_id(arxiv_id))
+
+    def show_papers_in(self, text: str, bare: bool = False) -> None:
+        """The papers `text` shows the model (its memory, a tool's result): those an earlier
+        answer cited ("[arXiv:id]", bracketed only if shown then) or linked; with `bare` (the
+        person's question) any id, "2310.08560". The answer may cite them as "[arXiv:id]"."""
+        for found in (_SHOWN_ID if bare else _CITED_ID).finditer(text):
+            self.show_paper(found["id"] or found["url"])
+
+    def shows_paper(self, arxiv_id: str) -> bool:
+        base = base_arxiv_id(arxiv_id)
+        return base in self._papers or any(base_arxiv_id(k) == base for k, _ in self._numbers)
 
     @property
     def passages(self) -> list[Passage]:
@@ -241,10 +275,19 @@ class _Rewrite:
         return "" if not following or following in _ENDS else match["space"]
 
 
+def unlinked_paper(match: re.Match[str], registry: SourceRegistry) -> str:
+    """A `_ARXIV_CITATION` as delivered: bracketed (to be linked) only if the turn showed it."""
+    return match[0] if registry.shows_paper(match["id"]) else f"arXiv:{match['id']}"
+
+
 def cite(answer: str, registry: SourceRegistry) -> CitedAnswer:
     """Keep the answer's citations to shown passages, remove the others (counted), list the
     cited passages; an answer that cites none gets the papers it rests on (`add_citations`).
-    With no passage shown the answer is left as written: its brackets cannot be citations."""
+    A bracketed id of a paper not shown is unbracketed (`unlinked_paper`). With no passage
+    shown the numbers are left as written: its brackets cannot be citations."""
+    answer = _outside_code(
+        answer, lambda part: _ARXIV_CITATION.sub(lambda m: unlinked_paper(m, registry), part)
+    )
     if not len(registry):
         return CitedAnswer(answer)
     rewrite = _Rewrite(registry)
@@ -314,6 +357,8 @@ class CitationStream:
         as_text = (text[start : bracket + 1], bracket + 1)
         if any(block.start() <= bracket < block.end() for block in _CODE.finditer(text)):
             return as_text
+        if text.startswith(_ARXIV_OPENING[:2], bracket):
+            return self._paper_bracket(start, bracket, final)
         shape = _INSIDE.match(text, bracket)
         if shape["close"] is None:  # still open, or a character no citation has
             open_ = shape.end() == len(text) and shape.end() - bracket < HOLD_CHARS
@@ -324,6 +369,20 @@ class CitationStream:
         if match is None or match.end() != shape.end():
             return as_text
         return _Rewrite(self.registry)(match), match.end()
+
+    def _paper_bracket(self, start: int, bracket: int, final: bool) -> tuple[str, int] | None:
+        """`_bracket` for a "[a…" that may be a paper's id: as `cite` delivers it, once known."""
+        text = self._text
+        match = _ARXIV_CITATION.match(text, bracket)
+        if match is not None and (final or match.end() < len(text)):
+            return text[start:bracket] + unlinked_paper(match, self.registry), match.end()
+        tail = text[bracket:]
+        growing = _ARXIV_OPENING.startswith(tail) or (
+            tail.startswith(_ARXIV_OPENING) and re.fullmatch(r"[\d.v\]]*", tail[7:]) is not None
+        )
+        if growing and len(tail) < HOLD_CHARS and not final:
+            return None
+        return text[start : bracket + 1], bracket + 1
 
 
 def _settled(tail: str) -> bool:
@@ -372,7 +431,7 @@ def _outside_code(text: str, change) -> str:
 def _with_sources(text: str, sources: list[Source]) -> str:
     if not sources:
         return text
-    return text.rstrip() + "\n\nSources:\n" + "\n".join(s.line() for s in sources)
+    return f"{text.rstrip()}\n\n{SOURCES_HEADING}\n" + "\n".join(s.line() for s in sources)
 
 
 @dataclass(frozen=True)

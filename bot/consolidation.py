@@ -13,13 +13,14 @@ A model-written note is requested in pieces that fit the model's window (`reques
 longer span is written as notes on consecutive chunks (a message longer than a chunk is split
 across several), and those notes are combined, level by level, by requests that fit too.
 
-Every writer holds the thread's summary lock, stores a summary first and then marks exactly the
-messages it read (the first n unsummarized ones: a compare-and-set that keeps the summarized
-messages a prefix). A message arriving meanwhile stays unsummarized, and a failure never leaves
-messages marked with no summary, so every message is always either unsummarized or covered by
-exactly one top-level summary. Forgotten messages (tombstones) are marked like the others, by
-position, but no note says anything of them; the deterministic notes live in
-memory/stores/summary.py, where forgetting (memory/governance.py) writes them too.
+Every writer holds the thread's summary lock and, in one script, marks exactly the messages it
+read (the first n unsummarized ones: a compare-and-set that keeps the summarized messages a
+prefix) and stores their summary. A message arriving meanwhile stays unsummarized, and a failure
+never leaves messages marked with no summary nor a summary listed over unmarked messages, so
+every message is always either unsummarized or covered by exactly one top-level summary.
+Forgotten messages (tombstones) are marked like the others, by position, but no note says
+anything of them; the deterministic notes live in memory/stores/summary.py, where forgetting
+(memory/governance.py) writes them too.
 """
 
 from __future__ import annotations
@@ -146,9 +147,10 @@ class Consolidator:
     async def _commit(
         self, scope: Scope, first: int, raw: list[str], messages: list[Message], note: Note
     ) -> Summary:
-        """Store a summary of `messages` (read as `raw` from index `first`), then mark them;
-        if the marking fails, the summary is deleted again. It is stored for the narrowest
-        audience of the messages (`covered_audience`)."""
+        """Mark `messages` (read as `raw` from index `first`) with a new summary of them, stored
+        and indexed by the same script: a conflict, a failure or a crash leaves neither, and a
+        resend of it succeeds. It is stored for the narrowest audience of the messages
+        (`covered_audience`)."""
         description, text = note
         audience = covered_audience(scope, messages)
         if audience == NOWHERE:  # two places' messages in one thread: shown there only
@@ -156,23 +158,9 @@ class Consolidator:
         summary = Summary(
             scope.thread, description, text, [m.id for m in messages], audience=audience
         )
-        await self.memory.summaries.save(scope, summary)
-        try:
-            await self.memory.conversation.mark_summarized(scope, first, raw, summary.id)
-        except MarkConflict:  # nothing was marked
-            await self.memory.summaries.delete(scope, summary)
-            raise
-        except BaseException:  # cancelled, or the reply lost: the marking may have happened
-            await asyncio.shield(self._undo_unless_marked(scope, summary, first))
-            raise
+        record = self.memory.summaries.indexed(scope, summary)
+        await self.memory.conversation.mark_summarized(scope, first, raw, summary.id, record)
         return summary
-
-    async def _undo_unless_marked(self, scope: Scope, summary: Summary, first: int) -> None:
-        try:
-            if await self.memory.conversation.summary_id_at(scope, first) != summary.id:
-                await self.memory.summaries.delete(scope, summary)
-        except Exception:
-            log.exception("could not check whether summary %s marked its messages", summary.id)
 
     async def _store(self, scope: Scope, make_note) -> Summary | None:
         """Snapshot the unsummarized messages, store the note `make_note` writes, mark them."""

@@ -31,7 +31,7 @@ from memory.governance_erasure import Busy, NotFound
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
 from memory.scope import NOWHERE, Scope
-from memory.stores.conversation import Message
+from memory.stores.conversation import MarkConflict, Message
 from memory.stores.entity import Entity
 from memory.stores.entity_pieces import version_of
 from memory.stores.tool_log import ToolLogEntry, log_audience
@@ -170,7 +170,8 @@ class Harness:
         usage = self.usage_percent(context)
         compacted = False
         if usage > COMPACT_THRESHOLD * 100:
-            with contextlib.suppress(SummaryInProgress):  # a background roll is at it
+            # a background roll is at it, or an edit landed meanwhile: answer uncompacted
+            with contextlib.suppress(SummaryInProgress, MarkConflict):
                 compacted = await self.consolidator.compact(scope) is not None
             context = await assemble_context(
                 self.memory, scope, question, self.limits, vector=context.vector
@@ -190,10 +191,12 @@ class Harness:
             {"role": "user", "content": context.render()},
         ]
         schemas = self.toolbox.schemas(tool_names)
+        sources = SourceRegistry(context.passages)  # numbered as the segment shows them
+        sources.show_papers_in(context.question, bare=True)  # ids it was shown may be linked
+        sources.show_papers_in(context.memory_text())
         return Prepared(
             context, messages, schemas, tool_names, usage, compacted, stored, turn_id,
-            record_id=turn_id or new_turn_id(),
-            sources=SourceRegistry(context.passages),  # numbered as the segment shows them
+            record_id=turn_id or new_turn_id(), sources=sources,
         )  # fmt: skip
 
     def usage_percent(self, context: AssembledContext) -> float:
@@ -251,6 +254,8 @@ class Harness:
             ),
         )  # fmt: skip
         output = result.output
+        if sources is not None and result.status == "success":
+            sources.show_papers_in(output)  # earlier answers' papers, found again
         if len(output) > TOOL_RESULT_CHARS:
             rest = (
                 f"Full output saved in tool log as {log_id}"

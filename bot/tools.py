@@ -6,6 +6,7 @@ services), never the model, so no tool call can reach another team's, place's or
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -14,11 +15,13 @@ from bot.citations import SourceRegistry
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
 from memory.ingest.arxiv_source import ArxivSource
-from memory.ingest.pipeline import fetch_and_save
+from memory.ingest.pipeline import _arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
-from memory.stores.knowledge_base import is_from_arxiv
+from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv
 
+PAPER_TOOLS = ("arxiv_search_candidates", "fetch_and_save_paper_to_kb")  # they show papers by id
+_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
 
 # What a chat shows while a tool runs (every adapter uses these words).
@@ -71,6 +74,7 @@ async def arxiv_search_candidates(ctx: ToolContext, query: str, max_results: int
     lines = []
     for i, c in enumerate(candidates, 1):
         saved = await ctx.memory.knowledge_base.has_paper(ctx.scope, c.arxiv_id)
+        ctx.sources.show_paper(c.arxiv_id)  # the answer may cite it as [arXiv:id]
         authors = ", ".join(c.authors[:4]) + (" et al." if len(c.authors) > 4 else "")
         lines.append(
             f"{i}. arXiv:{c.arxiv_id} — {c.title} ({c.published[:10]}; {authors})\n"
@@ -93,6 +97,7 @@ async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
     paper, chunks, already = await fetch_and_save(
         arxiv_id, ctx.scope, memory.knowledge_base, memory.embedder, ctx.encoding, ctx.arxiv
     )
+    ctx.sources.show_paper(paper.arxiv_id)
     state = "was already in" if already else f"is now saved ({chunks} passages) to"
     return f"[arXiv:{paper.arxiv_id}] {paper.title} {state} the knowledge base. Link: {paper.link}"
 
@@ -113,17 +118,23 @@ async def search_knowledge_base(
     Args:
         query: what the passages should be about.
         k: how many passages to return (1 to 10).
-        arxiv_id: only passages of this paper.
+        arxiv_id: only passages of this paper, e.g. "2310.08560".
         author: only papers with this exact author name.
         year: only papers published in this year.
         category: only papers in this arXiv category, e.g. "cs.CL".
     """
     memory = ctx.memory
+    paper = stored_paper_id(arxiv_id) if arxiv_id else None
     vector = (await memory.embedder.embed([query]))[0]
     passages = await memory.knowledge_base.search(
         ctx.scope, query, vector, k=max(1, min(int(k), 10)),
-        arxiv_id=arxiv_id, author=author, year=year, category=category,
+        arxiv_id=paper, author=author, year=year, category=category,
     )  # fmt: skip
+    if not passages and paper and not await memory.knowledge_base.has_paper(ctx.scope, paper):
+        return (
+            f"Paper {paper} is not in the knowledge base: save it with "
+            "fetch_and_save_paper_to_kb first, or search without arxiv_id."
+        )
     if not passages:
         return "No matching passages in the knowledge base."
     ctx.shown_audiences.update(  # a paper from arXiv is anyone's to read, walled or not
@@ -169,6 +180,9 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
     ctx.shown_messages.update(entry.message_ids)
     text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
+    if entry.tool_name in PAPER_TOOLS and entry.status == "success":
+        for shown_id in _SHOWN_ID.findall(text):
+            ctx.sources.show_paper(shown_id)
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
 
 
@@ -205,6 +219,13 @@ async def search_conversations(
     ctx.shown_audiences.update(e.audience for e in episodes)
     ctx.shown_messages.update(e.id for e in episodes)
     return memory.episodes.render(episodes)
+
+
+def stored_paper_id(written: str) -> str:
+    """The id a paper is stored under, however the model writes it: as the tools show it
+    ("arXiv:2310.08560"), versioned, or as its abs or pdf link."""
+    bare = re.sub(r"^\s*arxiv:\s*", "", written, flags=re.IGNORECASE).strip()
+    return base_arxiv_id(_arxiv_id_of(bare) or bare) or written  # "v2": no id, the filter says
 
 
 def _day(value: str | None, end: bool = False) -> float | None:

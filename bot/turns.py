@@ -18,15 +18,41 @@ from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
 from bot.watches import WatchService
 from memory.context import AssembledContext, assemble_context
+from memory.errors import memory_unavailable
 from memory.governance_places import DeletedPlace
 from memory.keys import InvalidName
 from memory.scope import Scope
-from memory.stores.conversation import InvalidMessage
+from memory.stores.conversation import InvalidMessage, MarkConflict
 from memory.stores.summary import UnknownSummary
 from memory.stores.turn_records import TurnUsage
 from memory.text import clean_text
 
 log = logging.getLogger(__name__)
+
+NO_SUMMARY_MODEL = "Could not summarize this thread: no model is configured to write summaries."
+THREAD_CHANGED = (
+    "Could not summarize this thread: it changed while I summarized it (a message was edited "
+    "or deleted). Nothing was stored; try again."
+)
+# What a slash command that raised says (every adapter's commands: one wording).
+COMMAND_MEMORY_DOWN = (
+    "My memory (Redis) is unreachable right now, so {command} could not run. Try it again once "
+    "Redis is back."
+)
+COMMAND_FAILED = (
+    "Sorry, something went wrong on my side and {command} could not run. Please try again in "
+    "a moment."
+)
+
+
+def command_failure(command: str, exc: BaseException) -> str:
+    """The reply to a slash command that raised `exc`: memory down is said as such; anything
+    else is logged and said as a failure (the person is never left without an answer)."""
+    if memory_unavailable(exc):
+        log.warning("memory unavailable during %s: %r", command, exc)
+        return COMMAND_MEMORY_DOWN.format(command=command)
+    log.error("%s failed", command, exc_info=exc)
+    return COMMAND_FAILED.format(command=command)
 
 
 @dataclass
@@ -139,9 +165,21 @@ class TurnHandler:
         await self.agent.harness.upkeep.place_deleted(place)
 
     async def summarize(self, scope: Scope) -> str:
+        """`/summarize`: what went wrong becomes the reply, but memory down (raised: the caller
+        says so). A message edited or deleted on the platform while the model wrote the note
+        (`MarkConflict`: nothing stored) is summarized again once, from the thread as it is."""
+        consolidator = self.agent.harness.consolidator
+        if consolidator.llm is None:
+            return NO_SUMMARY_MODEL
         try:
             with metered() as meter:
-                return await self.agent.harness.consolidator.summarize_and_store(scope)
+                try:
+                    return await consolidator.summarize_and_store(scope)
+                except MarkConflict as exc:
+                    log.info("summary of %s written again: %s", scope.thread, exc)
+                    return await consolidator.summarize_and_store(scope)
+        except MarkConflict:
+            return THREAD_CHANGED
         except (SummaryInProgress, LLMError, ValueError) as exc:
             return f"Could not summarize this thread: {exc}"
         finally:  # what the summary cost counts to the thread

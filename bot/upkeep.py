@@ -17,6 +17,8 @@ and the stored answer (an `ARTIFACTS` task, bot/harness.py `write_artifacts`).
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from functools import partial
@@ -47,7 +49,10 @@ EDITED = "edited-message"  # task: give a stored message the text its author edi
 ARTIFACTS = "artifacts"  # task: write a turn's workflow and entities (bot/harness.py)
 BACKFILL = "episodes-backfill"  # the one-time indexing of threads stored before episodic memory
 BACKFILL_BATCH = 64
+BACKFILL_RETRY_SECONDS = 60.0  # a back-fill that failed at start is tried again after this,
+BACKFILL_RETRY_MAX_SECONDS = 3600.0  # twice as long after each failure, up to this
 UNINSTALLED_CHECK_SECONDS = 60.0  # how often a process erases the tenants due (one ZRANGE)
+log = logging.getLogger(__name__)
 
 
 class Upkeep:
@@ -67,6 +72,10 @@ class Upkeep:
         self.removing = removing  # queues the notices of a deleted place's watches
         # tenants that removed the bot, erased days later (memory/governance_tenants.py)
         self.tenants = TenantErasures(memory, uninstalled_keep_days)
+        self.backfill_retry_seconds = BACKFILL_RETRY_SECONDS
+        self.backfill_retry_max_seconds = BACKFILL_RETRY_MAX_SECONDS
+        self._backfill_delay = 0.0  # after a failure, the wait before the next try (0: none)
+        self._backfill_due = 0.0  # time.monotonic() of the next try
 
     def handlers(self) -> dict[str, Any]:
         return {
@@ -277,10 +286,49 @@ class Upkeep:
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory
         existed; returns how many messages were queued (0 when done before, or by another
-        process now). Re-running it is harmless: an indexed message is only written again."""
+        process now). Re-running it is harmless: an indexed message is only written again.
+        A failure does not stop the start: it is logged, and the background loop tries again
+        after `backfill_retry_seconds`, twice as long after each failure (each try queues again
+        what the failed one had queued), until it is done."""
+        try:
+            return await self._backfill()
+        except Exception:
+            if not self._backfill_delay:
+                self.background.every(self.backfill_retry_seconds, self._retry_backfill)
+            self._backfill_failed()
+            return 0
+
+    def _backfill_failed(self) -> None:
+        """Log the failure being handled, and put the next try off (longer each time)."""
+        delay = min(2 * self._backfill_delay, self.backfill_retry_max_seconds)
+        self._backfill_delay = delay or self.backfill_retry_seconds
+        self._backfill_due = time.monotonic() + self._backfill_delay
+        log.exception("back-fill of episodic memory failed; next try in %gs", self._backfill_delay)
+
+    async def _retry_backfill(self) -> None:
+        if not self._backfill_delay or time.monotonic() < self._backfill_due:
+            return  # done, or not due: nothing to do, not even a read
+        try:
+            await self._backfill()
+        except Exception:
+            self._backfill_failed()
+            return
+        self._backfill_delay = 0.0
+
+    async def _backfill(self) -> int:
         upgrades = self.memory.upgrades
         if await upgrades.done(BACKFILL) or not await upgrades.claim(BACKFILL):
             return 0
+        try:
+            queued = await self._queue_backfill()
+            await upgrades.finish(BACKFILL)
+        except BaseException:
+            with contextlib.suppress(Exception):  # Redis may be what failed: then it lapses
+                await upgrades.release(BACKFILL)  # the next try need not wait an hour
+            raise
+        return queued
+
+    async def _queue_backfill(self) -> int:
         queued = 0
         for tenant in await self.memory.conversation.tenants():
             for thread, _ in await self.memory.conversation.threads(tenant):
@@ -294,7 +342,6 @@ class Upkeep:
                         EPISODES, {"scope": scope.to_dict(), "messages": [asdict(m) for m in batch]}
                     )
                 queued += len(messages)
-        await upgrades.finish(BACKFILL)
         return queued
 
 

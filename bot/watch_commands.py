@@ -171,6 +171,8 @@ class WatchCommands:
         )
 
     async def _resume(self, scope: Scope, watch: Watch, where: str) -> str:
+        if not watch.paused:  # resuming moves its next digest to now: an extra one, or twice
+            return f"`{watch.id}` is not paused{where}: {_state(watch)}."
         poster = self.posters.get(watch.platform)
         own = WatchPlace(watch.platform, watch.channel, watch.thread)  # where it posts
         if poster is None and watch.platform != TERMINAL.platform:

@@ -9,12 +9,16 @@
   post twice. Then the period is recorded as posted with the papers it showed, and the watch's
   `since` moves on.
 - A place that refuses the digest pauses the watch and its creator is told in a direct message
-  (`/watch resume <id>`). A channel not of the watch's tenant (`ForeignPlace`: the poster checks
-  it at every post) is refused the same way, and the poster tells only a person of the tenant.
+  what to do for its reason (`resume_advice`: let the bot post again, or ask an admin to allow
+  it (`PostingRestricted`), then `/watch resume <id>`). A channel not of the watch's tenant
+  (`ForeignPlace`: the poster checks it at every post) is refused the same way, and the poster
+  tells only a person of the tenant; a place gone is refused before arXiv is asked (`walled`).
   A digest arXiv did not answer is tried again later with a growing delay
   (the watch stays due, at `retry_at`); after RETRY_TELL_AFTER failures in a row the place is
   told once.
-- `preview` and `run_by_hand` build the digest outside any task (the terminal's `watch run`).
+- `preview` and `run_by_hand` build the digest outside any task (the terminal's `watch run`):
+  only a terminal watch's run records what it was given and showed; a chat watch's records
+  nothing (its digest task would otherwise drop papers it never posted).
 - The saved papers a digest names are those its place may read now: a poster that knows a
   place's walls (`PlaceWalls`: Slack's, a channel shared with another organisation since the
   watch was made) is asked at each digest; otherwise the audience stored with the watch stands.
@@ -48,7 +52,8 @@ RETRY_TELL_AFTER = 3  # failures in a row before the place is told (once)
 class PlaceWalls(Protocol):
     """What a `Poster` may also say: whether the watch's place is walled now (memory/scope.py:
     shared with another organisation, or the platform cannot say), so its digest names only
-    what a walled place may read (memory/digest.py `reader`)."""
+    what a walled place may read (memory/digest.py `reader`); Undeliverable when the place is
+    gone (refused before arXiv is asked)."""
 
     async def walled(self, watch: Watch) -> bool: ...
 
@@ -65,6 +70,29 @@ class DigestBusy(RuntimeError):
 class ForeignPlace(Undeliverable):
     """The watch names a channel that is not of its tenant (another server or workspace, or
     not the DM tenant's own DM): never posted there, the watch is paused (`_refused`)."""
+
+
+class PostingRestricted(Undeliverable):
+    """The bot is in the channel but its admins restrict who may post there (Slack's
+    `restricted_action…`): inviting the bot changes nothing, an admin must allow it."""
+
+
+def resume_advice(watch: Watch, exc: Undeliverable) -> str:
+    """What the creator of a watch paused by `exc` does next, for its reason."""
+    if isinstance(exc, ForeignPlace):
+        return (
+            f"I paused it: make it again in one of your own channels, and `/watch remove "
+            f"{watch.id}` this one."
+        )
+    if isinstance(exc, PostingRestricted):
+        return (
+            f"I paused it. Posting there is restricted: ask an admin of the channel to let me "
+            f"post in it, then `/watch resume {watch.id}` there."
+        )
+    return (
+        f"I paused it. Let me post in the channel again (invite me, or give me permission to "
+        f"send messages there), then `/watch resume {watch.id}` there."
+    )
 
 
 def retry_delay(failures: int, period: int) -> float:
@@ -141,7 +169,11 @@ class DigestTasks:
                 if ref is not None:  # posted before a crash: record it, post nothing
                     await self.store.finish(watch, due, until, self.now(), ref, record.papers)
                     return "done"
-            walled = await walled_now(poster, watch)
+            try:  # a place gone is refused before arXiv is asked
+                walled = await walled_now(poster, watch)
+            except Undeliverable as exc:
+                await self._refused(watch, due, poster, exc)
+                return "failed"
             try:
                 with background_embedding():
                     digest = await self.builder.build(watch, until, walled=walled)
@@ -165,21 +197,14 @@ class DigestTasks:
 
     async def _refused(self, watch: Watch, due: str, poster: Poster, exc: Undeliverable) -> None:
         """The place refused the digest: the period is given up (its papers stay new), the
-        watch paused, and its creator told how to resume it (the poster tells only a person of
-        the watch's tenant). A channel not of the tenant (`ForeignPlace`) is never resumed
-        there: its creator is told to make the watch again in one of the tenant's channels."""
+        watch paused, and its creator told what to do for its reason (`resume_advice`; the
+        poster tells only a person of the watch's tenant)."""
         log.warning("watch %s in %s: %s", watch.id, watch.tenant, exc)
         await self.store.settle(watch.tenant, watch.id, due, "failed", str(exc))
         await self.store.pause(watch, str(exc))
-        then = (
-            f"I paused it: make it again in one of your own channels, and `/watch remove "
-            f"{watch.id}` this one."
-            if isinstance(exc, ForeignPlace)
-            else f"I paused it. Invite me to the channel, then `/watch resume {watch.id}` there."
-        )
         text = (
             f"I could not post the digest of your watch {describe(watch)} (`{watch.id}`): "
-            f"{exc}. {then}"
+            f"{exc}. {resume_advice(watch, exc)}"
         )
         try:
             await poster.tell(watch, text)
@@ -211,17 +236,25 @@ class DigestTasks:
             with contextlib.suppress(Exception):  # Redis away: the next renewal tries again
                 await self.store.renew(tenant, watch_id, due, token)
 
-    async def preview(self, watch: Watch, since: float | None = None) -> Digest:
-        """The digest as it would be now (the terminal's `watch run`); records nothing."""
-        walled = await walled_now(self.posters.get(watch.platform), watch)
+    async def preview(
+        self, watch: Watch, since: float | None = None, record: bool = False
+    ) -> Digest:
+        """The digest as it would be now (`watch run` of a chat watch); records nothing, not
+        even what arXiv gave (`record`: a terminal watch's run, its delivery)."""
+        try:
+            walled = await walled_now(self.posters.get(watch.platform), watch)
+        except Undeliverable:  # its place is gone: previewed as a walled place's
+            walled = True
         with background_embedding():
-            return await self.builder.build(watch, self.now(), since, walled)
+            return await self.builder.build(watch, self.now(), since, walled, record=record)
 
     async def run_by_hand(self, watch: Watch, since: float | None = None) -> str:
         """`arxivscout watch run`: the digest printed; a terminal watch also records it (it has
-        no other delivery), so its next run shows what is new since."""
-        digest = await self.preview(watch, since)
-        if watch.platform == "terminal":
+        no other delivery), so its next run shows what is new since; a chat watch's is a
+        preview and records nothing."""
+        terminal = watch.platform == "terminal"
+        digest = await self.preview(watch, since, record=terminal)
+        if terminal:
             await self.store.finish(watch, "manual", digest.until, self.now(), "terminal",
                                     digest.arxiv_ids)  # fmt: skip
         return digest_text(digest)

@@ -111,12 +111,18 @@ def describe(watch: Watch) -> str:
     return f"{what}{' ' + ' '.join(extra) if extra else ''}, {watch.period_name}"
 
 
+def period_span(watch: Watch) -> str:
+    """A watch's period as a span of time: "day", "week", "3 days"."""
+    name = watch.period_name
+    return {"daily": "day", "weekly": "week"}.get(name, name.removeprefix("every "))
+
+
 def created_text(watch: Watch) -> str:
     """The answer to a watch made in chat (it starts with "Watching ")."""
     where = "for the terminal (`arxivscout watch run`)" if watch.platform == "terminal" else "here"
     return (
         f"Watching {describe(watch)} {where} (id `{watch.id}`). The first digest comes "
-        f"within a few minutes and covers the last {watch.period_name.replace('ly', '')}; "
+        f"within a few minutes and covers the last {period_span(watch)}; "
         f"`/watch remove {watch.id}` stops it."
     )
 

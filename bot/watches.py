@@ -79,7 +79,7 @@ class WatchService:
     ) -> None:  # fmt: skip
         self.memory = memory
         self.store = WatchStore(memory.redis)
-        if arxiv.pace is None:  # arXiv's 3 s, kept with every other process's digests
+        if arxiv.pace is None:  # (app/runtime.py gives one) arXiv's 3 s, kept with all processes
             arxiv.pace = SharedPace(memory.redis, arxiv.delay_seconds)
         self.builder = DigestBuilder(
             memory.knowledge_base, self.store, memory.embedder, arxiv, top_n=top_n

@@ -11,7 +11,7 @@ question that the window does not show, fills what is left.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,12 @@ from memory.stores.episodic import Episode, EpisodicStore
 from memory.stores.knowledge_base import KnowledgeBase, Passage
 from memory.stores.summary import SummaryStore
 from memory.stores.workflow import WorkflowStore
-from memory.tokens import count_tokens, count_tokens_many
+from memory.tokens import count_tokens, count_tokens_many, encoding_for
 
 CONVERSATION_DERIVED = ("Conversation", "Episodic", "Summary")
+# A summary's description in the Summary segment at most (a model's run to 12 words, the
+# deterministic notes' to 24): a runaway one is cut rather than hide every summary.
+SUMMARY_DESCRIPTION_TOKENS = 40
 
 
 @dataclass
@@ -48,6 +51,7 @@ class AssembledContext:
     episodes: list[Episode] = field(default_factory=list)
 
     window_messages: int = 0  # unsummarized messages of the thread, shown or not
+    window_tokens: int = 0  # the shown ones' tokens without the heading, as ensure_window's
     workflow_ids: list[str] = field(default_factory=list)
     entity_names: list[str] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # the recent window's, as shown
@@ -69,9 +73,7 @@ class AssembledContext:
 
     def window_overflows(self, cap: int) -> bool:
         """True when the recent window is larger than `cap` tokens or could not all be shown."""
-        return (
-            self.recent_messages < self.window_messages or self.segment("Conversation").tokens > cap
-        )
+        return self.recent_messages < self.window_messages or self.window_tokens > cap
 
     @property
     def memory_tokens(self) -> int:
@@ -113,9 +115,9 @@ class ContextLimits:
 
     The Summary segment is an index of what can be expanded (a line per top-level summary, at
     most 8; a model's descriptions run to 12 words, the deterministic notes to 16 or 24): 5 %
-    of the default budget shows the newest 6 to 8, and at a tight budget fewer, leaving the
-    tokens to the recalled messages themselves, which on LoCoMo answer more per token (0.885 ->
-    0.896 recall at 2,000 tokens, from 15 % to 5 %).
+    of the default budget shows the newest 6 to 8, and at a tight budget fewer (at least the
+    newest: `summary_index`), leaving the tokens to the recalled messages themselves, which on
+    LoCoMo answer more per token (0.885 -> 0.896 recall at 2,000 tokens, from 15 % to 5 %).
     """
 
     memory_tokens: int = DEFAULT_MEMORY_TOKENS
@@ -152,6 +154,39 @@ def newest_that_fit(segment: Segment, budget: int, model: str) -> tuple[str, int
     return text, count_tokens(text, model)
 
 
+def cut_to_tokens(text: str, tokens: int, model: str) -> str:
+    """`text` shortened to at most `tokens` tokens, marked cut (unchanged when it fits)."""
+    if count_tokens(text, model) <= tokens:
+        return text
+    encoding = encoding_for(model)
+    return encoding.decode(encoding.encode(text, disallowed_special=())[: tokens - 2]) + " …"
+
+
+def summary_index(
+    entries: list[tuple[str, str]], limits: ContextLimits, model: str, reserved: int = 0
+) -> tuple[str, int]:
+    """The Summary segment: the newest lines that fit its share of the budget, and at least the
+    newest when it fits half of it (the share of a small budget may not hold even one line) and
+    either the budget less `reserved` (what the other segments are owed) or the room of the
+    note shown in its place. Summaries that exist but none of which fit are said to exist."""
+    segment = SummaryStore.segment(
+        [(sid, cut_to_tokens(d, SUMMARY_DESCRIPTION_TOKENS, model)) for sid, d in entries]
+    )
+    if entries:
+        segment.empty_note = (
+            f"({len(entries)} {'summary' if len(entries) == 1 else 'summaries'} of this "
+            "thread, too many to list at this budget: "
+            'search_conversations(where="thread") finds the messages they cover.)'
+        )
+    budget = limits.memory_tokens
+    floor = 0
+    if segment.items:  # the heading and the newest line
+        floor = count_tokens(replace(segment, items=segment.items[-1:]).render(), model)
+        note = count_tokens(replace(segment, items=[]).render(), model)
+        floor = floor if floor <= min(budget // 2, max(budget - reserved, note)) else 0
+    return newest_that_fit(segment, max(int(budget * limits.summary_share), floor), model)
+
+
 def shown_ids(window: list, shown: int) -> list[str]:
     """The ids of the newest `shown` messages of the window that the segment lists."""
     listed = [m.id for m in window if not m.forgotten]
@@ -179,13 +214,19 @@ async def assemble_context(
         memory.summaries.descriptions(scope),
     )
     budget = limits.memory_tokens
-    summary_text, summary_tokens = newest_that_fit(
-        SummaryStore.segment(summaries), int(budget * limits.summary_share), model
-    )
     conversation = ConversationStore.segment(window)
-    conversation_text, conversation_tokens = newest_that_fit(
-        conversation, max(limits.window_cap, budget - summary_tokens), model
+    heading = count_tokens(replace(conversation, items=[], empty_note="").render(), model)
+    window_room = limits.window_cap + heading  # a window up to the cap is shown whole
+    episodic_empty = count_tokens(EpisodicStore.render([]), model)
+    summary_text, summary_tokens = summary_index(
+        summaries, limits, model, reserved=window_room + episodic_empty
     )
+    # Every unsummarized message is in the window or a summary: ensure_window compacts only
+    # past the cap, so the window gets at least the cap whatever the rest leaves. Below about
+    # 400 tokens the smallest Summary segment, the window at its cap and the empty Episodic
+    # heading may together pass the budget (by < 100 tokens): the invariant wins over it.
+    room = max(window_room, budget - summary_tokens - episodic_empty)
+    conversation_text, conversation_tokens = newest_that_fit(conversation, room, model)
     episodes = await memory.episodes.pick(
         found, budget - summary_tokens - conversation_tokens, model,
         exclude_ids=frozenset(m.id for m in window),
@@ -206,7 +247,9 @@ async def assemble_context(
     ]
     return AssembledContext(
         question, rendered, vector, passages, summaries, len(conversation.items), episodes,
-        window_messages=len(window), workflow_ids=[i for i, _ in workflows],
+        window_messages=len(window),
+        window_tokens=conversation_tokens - heading if conversation.items else 0,
+        workflow_ids=[i for i, _ in workflows],
         entity_names=[e.name for e in entities],
         message_ids=shown_ids(window, len(conversation.items)),
     )  # fmt: skip

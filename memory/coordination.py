@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 SEEN_TTL_SECONDS = 3600
 JOINED_TTL_SECONDS = 90 * 24 * 3600
+EARLY_JOIN = "early"  # a thread joined before its mention was queued
+EARLY_JOIN_TTL_SECONDS = 60
 
 
 class EventLog:
@@ -305,8 +307,20 @@ class ThreadPresence:
             pipe.hset(last_thread_key(scope.tenant, scope.channel), scope.user, reference)
         await pipe.execute()
 
+    async def join_early(self, scope: Scope) -> None:
+        """Mark `scope.thread` joined before its mention is queued (Slack is asked about it
+        first): a follow-up a moment later is taken, and waits for the mention (`joining`).
+        Never over a join that stands; gone soon if the mention is never queued."""
+        await self.redis.set(
+            joined_key(scope.tenant, scope.thread), EARLY_JOIN, ex=EARLY_JOIN_TTL_SECONDS, nx=True
+        )
+
     async def joined(self, scope: Scope) -> bool:
         return bool(await self.redis.exists(joined_key(scope.tenant, scope.thread)))
+
+    async def joining(self, scope: Scope) -> bool:
+        """Joined early only: the mention that opened the thread is not queued yet."""
+        return decode(await self.redis.get(joined_key(scope.tenant, scope.thread))) == EARLY_JOIN
 
     async def last_thread(self, scope: Scope) -> str | None:
         """The reference given with this person's latest thread in `scope.channel`."""
@@ -382,20 +396,35 @@ class PlaceCursors:
         return {job_id for job_id, done in zip(job_ids, found, strict=True) if done}
 
 
+# Delete the claim KEYS[1] only while it says running: a step finished meanwhile stays done.
+_GIVE_UP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 class Upgrades:
     """One-time steps on upgrade (e.g. back-filling a new index): done once, by one process."""
 
     DONE = "done"
+    RUNNING = "running"
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self._give_up = redis.register_script(_GIVE_UP)
 
     async def claim(self, name: str, ttl_seconds: int = 3600) -> bool:
         """True for the one process that should run step `name` now (not done, not running)."""
-        return bool(await self.redis.set(upgrade_key(name), "running", nx=True, ex=ttl_seconds))
+        claimed = await self.redis.set(upgrade_key(name), self.RUNNING, nx=True, ex=ttl_seconds)
+        return bool(claimed)
 
     async def done(self, name: str) -> bool:
         return decode(await self.redis.get(upgrade_key(name))) == self.DONE
 
     async def finish(self, name: str) -> None:
         await self.redis.set(upgrade_key(name), self.DONE)
+
+    async def release(self, name: str) -> None:
+        """Give up the claim on a step that failed: the next try need not wait for it to lapse.
+        A step recorded done (its `finish` applied, the reply lost) stays done."""
+        await self._give_up(keys=[upgrade_key(name)], args=[self.RUNNING])

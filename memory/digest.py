@@ -1,18 +1,24 @@
 """A watch's digest: the new arXiv papers on its topic, minus what the team has, best first.
 
-arXiv is asked for the papers submitted since the last digest (from `since` less an overlap:
-arXiv lists a paper a day or more after it was submitted, so a window that ended at the last
-digest may still gain papers); papers already in the team's knowledge base, or shown by this
-watch before, are dropped. The rest are ranked by how close they are, in the embedder's space,
-to the topic and to what the team saved (its nearest saved paper and the centroid of its saved
-papers), with every text embedded in one call. Why a paper matters to this team is said from
-that ranking, deterministically and honestly: the team's closest saved paper with a plain word
-for how close it is, the topic's words the paper shares, and its abstract's sentence that shares
-most with the topic. No model is needed.
+arXiv is asked for the papers submitted since the last digest, from LOOKBACK before it: arXiv
+lists a paper a day to a week or more after it was submitted (weekends, holidays, moderation), so
+a window that ended at the last digest may still gain papers. What an earlier finished digest of
+this watch was given is dropped (its `seen` set), so a late paper is shown once. When a window
+has more papers than a query reads (MAX_CANDIDATES), the new period's days that query did not
+reach are asked again one by one, each day's newest DAY_SHARE (the lookback is not), and the
+digest says it was cut only when such a day was full. Papers already in the team's knowledge
+base, or shown by this watch before, are dropped. The rest are ranked by how close they are, in the
+embedder's space, to the topic and to what the team saved (its nearest saved paper and the
+centroid of its saved papers), with every text embedded in one call. Why a paper matters to this
+team is said from that ranking, deterministically and honestly: the team's closest saved paper
+with a plain word for how close it is, the topic's words the paper shares, and its abstract's
+sentence that shares most with the topic. No model is needed.
 """
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,8 +30,11 @@ from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.watches import DAY, Watch, WatchStore
 
-OVERLAP = 3 * DAY  # asked again of arXiv before `since`; what was posted then is dropped
-MAX_CANDIDATES = 500  # per digest: five pages of arXiv's 100
+LOOKBACK = 14 * DAY  # asked again before `since` (by the first query); what was given is dropped
+SEEN_KEPT = LOOKBACK + DAY  # a paper given this long before `since` is out of every window
+MAX_CANDIDATES = 500  # per query: five pages of arXiv's 100
+DAY_SHARE = 100  # a new period's day a full first query did not reach: its newest page
+MAX_SLICES = 15  # at most this many such queries a digest (a longer period gets longer slices)
 TOP_N = 5
 SAVED_COMPARED = 300  # the team's most recently saved papers that ranking compares against
 TEXT_CHARS = 200  # of title and abstract embedded per paper: its gist (~40 tokens); the cost
@@ -52,9 +61,10 @@ class Digest:
     since: float
     until: float
     items: list[DigestItem] = field(default_factory=list)
-    found: int = 0  # what arXiv gave
-    known: int = 0  # dropped: in the knowledge base
-    repeated: int = 0  # dropped: shown by an earlier digest
+    found: int = 0  # what arXiv gave that no earlier finished digest of the watch was given
+    known: int = 0  # of those, dropped: in the knowledge base
+    repeated: int = 0  # of those, dropped: shown by an earlier digest (posted before `seen`)
+    capped: bool = False  # a day of the new period had more papers than were read
 
     @property
     def arxiv_ids(self) -> list[str]:
@@ -102,7 +112,7 @@ def _text(title: str, abstract: str) -> str:
 class DigestBuilder:
     def __init__(
         self, knowledge_base: KnowledgeBase, watches: WatchStore, embedder, arxiv: ArxivSource,
-        top_n: int = TOP_N, max_candidates: int = MAX_CANDIDATES,
+        top_n: int = TOP_N, max_candidates: int = MAX_CANDIDATES, day_share: int = DAY_SHARE,
     ) -> None:  # fmt: skip
         self.kb = knowledge_base
         self.watches = watches
@@ -110,29 +120,63 @@ class DigestBuilder:
         self.arxiv = arxiv
         self.top_n = top_n
         self.max_candidates = max_candidates
+        self.day_share = day_share
 
     async def build(
-        self, watch: Watch, until: float, since: float | None = None, walled: bool = False
-    ) -> Digest:
+        self, watch: Watch, until: float, since: float | None = None, walled: bool = False,
+        record: bool = True,
+    ) -> Digest:  # fmt: skip
         """Ask arXiv, then rank (`since`: from then instead of the watch's own, less the
-        overlap; `walled`: its place is walled now, see `reader`)."""
-        start = (watch.since if since is None else since) - OVERLAP
-        found = await self.arxiv.submitted(
-            watch.query, start, until, watch.categories, watch.authors, self.max_candidates
-        )
+        lookback; `walled`: its place is walled now, see `reader`). With `record` (a digest
+        task, a terminal watch's run; never a preview), what arXiv gave is kept in the watch's
+        `seen` set: once the digest is finished (`since` reaches `until`), a later one drops
+        it."""
         since = watch.since if since is None else since
-        return await self.rank(watch, found, since, until, walled)
+        found, capped = await self.submitted(watch, since, until)
+        digest = await self.rank(watch, found, since, until, walled)
+        digest.capped = capped
+        if record:
+            ids = list(dict.fromkeys(c.arxiv_id for c in found))
+            await self.watches.given(watch, ids, until, min(since, watch.since) - SEEN_KEPT)
+        return digest
+
+    async def submitted(
+        self, watch: Watch, since: float, until: float
+    ) -> tuple[list[Candidate], bool]:
+        """The watch's papers submitted in [since - LOOKBACK, until], and whether some of the
+        new period [since, until] were not read. One query of MAX_CANDIDATES, newest first: if
+        full, it read every paper submitted after its oldest paper's day, and only the new
+        period's days up to that one are asked again, each its newest `day_share` (the lookback
+        is the first query's alone: a broad watch costs a few queries, not one per day)."""
+        ask = self.arxiv.submitted
+        found = await ask(watch.query, since - LOOKBACK, until, watch.categories, watch.authors,
+                          self.max_candidates)  # fmt: skip
+        if len(found) < self.max_candidates:
+            return found, False
+        end = min(until, _day_after_oldest(found))
+        width = max(DAY, (end - since) / MAX_SLICES)
+        capped = False
+        while end > since:
+            part = await ask(watch.query, max(since, end - width), end, watch.categories,
+                             watch.authors, self.day_share)  # fmt: skip
+            found += part
+            capped = capped or len(part) >= self.day_share
+            end -= width
+        return found, capped
 
     async def rank(
         self, watch: Watch, candidates: list[Candidate], since: float, until: float,
         walled: bool = False,
     ) -> Digest:  # fmt: skip
-        """Drop the known and the already posted, rank the rest, keep the best `top_n`."""
-        digest = Digest(watch, since, until, found=len(candidates))
+        """Drop what an earlier digest was given, the known and the already posted, rank the
+        rest, keep the best `top_n`."""
         unique = list({c.arxiv_id: c for c in candidates}.values())
+        seen = await self.watches.seen(watch, [c.arxiv_id for c in unique])
+        unique = [c for c in unique if c.arxiv_id not in seen]  # shown or not: not new
+        posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
+        digest = Digest(watch, since, until, found=len(unique))
         saved = await self.kb.papers(reader(watch, walled))
         in_kb = {p["arxiv_id"] for p in saved}
-        posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
         fresh = [c for c in unique if c.arxiv_id not in in_kb and c.arxiv_id not in posted]
         digest.known = sum(c.arxiv_id in in_kb for c in unique)
         digest.repeated = sum(c.arxiv_id in posted and c.arxiv_id not in in_kb for c in unique)
@@ -182,18 +226,39 @@ class DigestBuilder:
         return f"{team}{on}: {sentence}" if sentence else f"{team}{on}."
 
 
+def _day_after_oldest(papers: list[Candidate]) -> float:
+    """The end of the UTC day the oldest of these papers was submitted on (arXiv gives a
+    paper's day, not its time); infinity when no day is known."""
+    days = []
+    for paper in papers:
+        with contextlib.suppress(ValueError):
+            days.append(calendar.timegm(time.strptime(paper.published[:10], "%Y-%m-%d")))
+    return min(days) + DAY if days else float("inf")
+
+
+def capped_note(digest: Digest) -> str:
+    """Said when arXiv had more papers than the digest read: not all of them were ranked."""
+    if not digest.capped:
+        return ""
+    return (
+        "arXiv had more papers than a digest reads: busy days were cut to their newest "
+        "papers, so some were not looked at (a narrower topic gets them all)."
+    )
+
+
 def digest_text(digest: Digest) -> str:
     """The digest as plain text (the terminal's)."""
     watch = digest.watch
+    note = capped_note(digest)
     if not digest.items:
         return (
             f"Nothing new on “{watch.query or ', '.join(watch.categories)}” since "
             f"{when(digest.since)} ({digest.found} found, {digest.known} already saved, "
-            f"{digest.repeated} already shown)."
+            f"{digest.repeated} already shown)." + (f" {note}" if note else "")
         )
     lines = [
         f"New on “{watch.query or ', '.join(watch.categories)}” since {when(digest.since)}: "
-        f"{len(digest.items)} of {digest.found} papers"
+        f"{len(digest.items)} of {digest.found} papers" + (f". {note}" if note else "")
     ]
     for n, item in enumerate(digest.items, 1):
         paper = item.paper

@@ -29,6 +29,7 @@ OPENAI_DIMENSIONS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+SHORTENABLE = "text-embedding-3-"  # models that shorten their vectors to `dimensions` on request
 CACHE_TTL_SECONDS = 30 * 24 * 3600
 # Background passes (indexing) are not waited on by anyone: bigger passes sort more texts by
 # length (less padding) and pay the per-pass overhead less often; 64 short texts take ~0.2 s,
@@ -247,6 +248,8 @@ class OpenAIEmbedder:
         self.model_name = model_name
         self.dims = dims or OPENAI_DIMENSIONS[model_name]
         self.batch_size = batch_size
+        # ARXIVSCOUT_EMBEDDING_DIMS below the model's own: text-embedding-3-* is asked for it
+        self.options = {"dimensions": dims} if dims and model_name.startswith(SHORTENABLE) else {}
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         texts = [clean_text(t) for t in texts]  # JSON would carry a lone surrogate as-is
@@ -254,13 +257,28 @@ class OpenAIEmbedder:
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start : start + self.batch_size]
             try:
-                response = await self.client.embeddings.create(model=self.model_name, input=batch)
+                response = await self.client.embeddings.create(
+                    model=self.model_name, input=batch, **self.options
+                )
             except Exception as exc:
                 raise EmbeddingError(f"OpenAI embeddings failed: {exc}") from exc
-            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+            batch_rows = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+            self._check_dims(batch_rows)
+            rows.extend(batch_rows)
         if not rows:
             return np.zeros((0, self.dims), dtype=np.float32)
         return _normalise(np.array(rows, dtype=np.float32))
+
+    def _check_dims(self, rows: list[list[float]]) -> None:
+        """Vectors of another length than the indexes' would fail far from here (or be
+        dropped by the index unseen): name the setting instead."""
+        wrong = next((len(row) for row in rows if len(row) != self.dims), None)
+        if wrong is not None:
+            raise EmbeddingError(
+                f"The embedding model {self.model_name!r} returned {wrong}-dimensional vectors, "
+                f"not the {self.dims} expected: set ARXIVSCOUT_EMBEDDING_DIMS={wrong} (or a "
+                "model that gives that many)."
+            )
 
     async def aclose(self) -> None:
         await self.client.close()

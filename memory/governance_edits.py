@@ -10,11 +10,12 @@
   its metadata: an older edit arriving late (a platform's retry) never rolls a newer one back.
   Then its old episodic documents are deleted at once (a message has at most 1 + MAX_PARTS:
   the erasing hash is not used, its background purge would delete the new text's documents,
-  stored under the same id), the cached vectors of its old texts go, the summaries over it are
-  rewritten from the messages as they now are (`compact_note`), as a forget does, its turn
-  record's question takes the new text, the entity pieces its old text taught go and its
-  workflow's QUERY line says the new text (memory/governance_learned.py). The caller indexes the returned messages with their
-  new text; a queued indexing task still carrying the old text is skipped, or takes what it
+  stored under the same id), the tool logs that showed it and the cached vectors of its old
+  texts go, the summaries over it are rewritten from the messages as they now are
+  (`compact_note`), as a forget does, its turn record's question takes the new text, the
+  entity pieces its old text taught go and its workflow's QUERY line says the new text
+  (memory/governance_learned.py). The caller indexes the returned messages with their new
+  text; a queued indexing task still carrying the old text is skipped, or takes what it
   wrote out again (memory/stores/conversation.py `still_holds` compares texts).
 - Before a message's text is replaced, its old text is kept in the note until the caller is
   `done`: a run again after a crash half-way finds it and finishes the clean-up. The note's
@@ -161,6 +162,12 @@ class Edits:
             await self._replace(tenant, lists, source, text, at)
             return await self._clean_up(tenant, lists, source, text)
 
+    async def stored(self, tenant: str, threads: Iterable[str], source: str) -> bool:
+        """Whether a person's message of `source` is stored in `threads` (Slack sends an
+        edited mention again as a new event: not a new question)."""
+        read = await self.memory.conversation.raw_threads(tenant, list(threads))
+        return bool(Threads(read).from_source(source))
+
     async def uncache(self, texts: Iterable[str]) -> None:
         """Drop the cached vectors of texts an edit replaced before they were stored (a turn
         queued with its first text, an indexing task that embedded an old text)."""
@@ -204,8 +211,8 @@ class Edits:
 
     async def _clean_up(self, tenant: str, lists: Threads, source: str, text: str) -> Followed:
         """For the messages of `source` that now say `text` and whose old texts are noted:
-        delete their episodic documents and old texts' cached vectors, and rewrite the
-        summaries over them."""
+        delete their episodic documents, the tool logs that showed them and the old texts'
+        cached vectors, and rewrite the summaries over them."""
         now = {m.id: (t, m) for t, m in lists.from_source(source) if m.content == text}
         noted = {f: old for f, old in (await self._old(tenant, source)).items() if old[0] in now}
         old = list(noted.values())
@@ -213,6 +220,7 @@ class Edits:
         if not ids:
             return Followed()
         await self.memory.episodes.delete(Scope(tenant), ids)
+        await self.memory.tool_logs.forget_showing(tenant, ids)  # the old text shown there
         texts = [t for i, said in old for t in message_texts(replace(now[i][1], content=said))]
         await self._purge.uncache(texts)
         level0 = {now[i][1].summary_id for i in ids} - {""}

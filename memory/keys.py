@@ -95,6 +95,12 @@ def papers_key(tenant: str) -> str:
     return tenant_key(tenant, "papers")
 
 
+def paper_save_key(tenant: str, arxiv_id: str) -> str:
+    """Held (SET NX PX, an owner's token) by one save of a paper while it removes, writes or
+    takes back its chunks: two saves of one paper never interleave (knowledge_base.py)."""
+    return tenant_key(tenant, "paper-save", arxiv_id)
+
+
 def shared_pdf_key(tenant: str, share_id: str) -> str:
     """Hash of one PDF shared in chat being read (memory/ingest/shared_pdf.py): the progress
     message it posted and its outcome, so a redelivered task edits that message again."""
@@ -194,6 +200,12 @@ def watch_posted_key(tenant: str, watch_id: str) -> str:
     return tenant_key(tenant, "watch", watch_id, "posted")
 
 
+def watch_seen_key(tenant: str, watch_id: str) -> str:
+    """Sorted set of the arXiv ids a watch's digests were given (posted or not), scored by the
+    earliest digest's `until`: a paper announced late is asked again, and not shown twice."""
+    return tenant_key(tenant, "watch", watch_id, "seen")
+
+
 def digest_key(tenant: str, watch_id: str, due: str) -> str:
     """Hash of one digest of a watch, for the period due at `due`: its claim (taken once, by
     one process), whether it is being posted or was posted, and the posted message."""
@@ -221,6 +233,12 @@ def arxiv_slot_key() -> str:
     """Held (SET NX PX) for arXiv's 3 s between requests, by one process at a time
     (memory/ingest/arxiv_pace.py)."""
     return f"{ROOT}:arxiv-slot"
+
+
+def arxiv_blocked_key() -> str:
+    """Set after arXiv answered 429 (or 503) with a long Retry-After, living that long, its
+    status as value: every process fails fast until it lapses (memory/ingest/arxiv_pace.py)."""
+    return f"{ROOT}:arxiv-blocked"
 
 
 def import_partial_key(tenant: str) -> str:

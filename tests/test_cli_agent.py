@@ -116,8 +116,8 @@ def test_missing_key_is_a_clear_error(cli_env):
 
 
 def test_eval_without_key_says_so(cli_env):
-    result = arxivscout(cli_env, "eval", "scenario")
-    assert result.returncode == 0 and "OPENAI_API_KEY is not set" in result.stdout
+    result = arxivscout(cli_env, "eval", "scenario")  # nothing ran: not a success
+    assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
 
 
 def test_eval_scenario_reports_each_step(env, tenant):

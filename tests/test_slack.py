@@ -274,7 +274,10 @@ async def test_workspaces_do_not_share_papers(slack):
 
 async def test_direct_messages_and_formatting(slack):
     team = f"T{time.time_ns()}"
-    slack.world.model.script(text("**Bold** see [arXiv:2310.08560] & more"))
+    slack.world.model.script(  # the paper is shown first: only a paper shown is linked
+        tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"})),
+        text("**Bold** see [arXiv:2310.08560] & more"),
+    )
     await slack.a.event(
         message("hello in a DM", ts(80), channel="D1", channel_type="im"), team=team
     )

@@ -13,11 +13,13 @@ from adapters.slack import thread_id
 from adapters.slack_delivery import RESPONSE_URL_POSTS, STILL_WORKING
 from adapters.spine import Job
 from memory.scope import Scope
-from tests.support.scripted_openai import text
+from tests.support.scripted_openai import call, text, tool_calls
 from tests.support.slack_api import mention, message
 from tests.test_slack import slack_world, ts
 
 ANSWER = ("A long answer about [arXiv:2310.08560], " + "with many words " * 40).strip()
+# The paper the answer cites is shown first: only a paper the turn showed is linked.
+SEARCH = tool_calls(call("arxiv_search_candidates", {"query": "MemGPT"}))
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ async def ask(slack, team: str, n: int, question: str = "tell me") -> None:
 
 async def test_answers_stream_where_the_workspace_streams(slack):
     team = f"T{time.time_ns()}"
-    slack.world.model.script(text(ANSWER))
+    slack.world.model.script(SEARCH, text(ANSWER))
     await ask(slack, team, 1)
     assert slack.api.thread_texts("C1", ts(1)) == [linked(ANSWER)]
     assert slack.api.of("chat.postMessage") == []  # no placeholder besides the stream
@@ -55,7 +57,7 @@ async def test_answers_stream_where_the_workspace_streams(slack):
 async def test_without_streaming_a_placeholder_is_edited_and_that_is_remembered(slack):
     team = f"T{time.time_ns()}"
     slack.api.streaming = False
-    slack.world.model.script(text(ANSWER), text("Second answer"))
+    slack.world.model.script(SEARCH, text(ANSWER), text("Second answer"))
     await ask(slack, team, 2)
     await ask(slack, team, 3, "again")
     assert slack.api.thread_texts("C1", ts(2)) == [linked(ANSWER)]
@@ -63,7 +65,8 @@ async def test_without_streaming_a_placeholder_is_edited_and_that_is_remembered(
     placeholders = [p for p in slack.api.of("chat.postMessage") if p["thread_ts"] == ts(2)]
     assert [p["text"] for p in placeholders] == ["_Thinking…_"]
     growing = [p["text"] for p in slack.api.of("chat.update") if p["ts"] == placeholders[0]["_ts"]]
-    assert len(growing) > 1 and growing[0].endswith(" …")  # intermediate, then the answer
+    assert growing[0] == "_Searching arxiv…_"  # the tool's status, then the answer growing
+    assert len(growing) > 2 and growing[1].endswith(" …")  # intermediate, then the answer
     # asked once per workspace (and process): the second turn goes straight to a placeholder
     assert len(slack.api.of("chat.startStream")) == 1
     assert len(slack.api.of("assistant.threads.setStatus")) == 1
@@ -76,7 +79,7 @@ async def test_a_429_while_the_answer_grows_does_not_abort_the_turn(slack, strea
     method = "chat.appendStream" if streaming else "chat.update"
     slack.api.rate_limit(method, times=1, retry_after=1)
     slack.api.rate_limit("chat.update", times=2 if not streaming else 1, retry_after=1)
-    slack.world.model.script(text(ANSWER))
+    slack.world.model.script(SEARCH, text(ANSWER))
     await ask(slack, team, 4)
     assert slack.api.thread_texts("C1", ts(4)) == [linked(ANSWER)]  # whole, after Retry-After
     deltas = len(ANSWER) // 8  # the scripted model writes 8 characters at a time

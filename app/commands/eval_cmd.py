@@ -50,9 +50,11 @@ async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.name == "locomo":
         return await run_locomo(args, settings)
-    if not settings.openai_api_key:
-        print("OPENAI_API_KEY is not set: the scenario needs a real model, so nothing was run.")
-        return 0
+    if not (settings.openai_api_key or settings.openai_base_url):  # a local server needs no key
+        raise ConfigError(
+            "OPENAI_API_KEY is not set: the scenario needs a real model (or OPENAI_BASE_URL, an "
+            "OpenAI-compatible server), so nothing was run."
+        )
     runtime = await open_agent(settings)
     try:
         return 0 if await run_scenario(runtime, args.tenant or "eval", print) else 1

@@ -28,8 +28,8 @@ async def run(args: argparse.Namespace) -> int:
     from memory.ingest.pipeline import ingest
 
     settings = Settings.from_env()
-    arxiv = arxiv_source(settings)
     async with memory_session(settings) as memory:
+        arxiv = arxiv_source(settings, memory.redis)
         report = await ingest(
             args.sources,
             tenant_scope(args),

@@ -11,7 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import SlackAdapter
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
-from app.commands.web_cmd import page_wiring
+from app.commands.web_cmd import listen, page_wiring, port_number
 from app.runtime import AgentRuntime, open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--socket", action="store_true", help="use Socket Mode (needs SLACK_APP_TOKEN)"
     )
-    parser.add_argument("--port", type=int, default=None,
+    parser.add_argument("--port", type=port_number, default=None,
                         help="HTTP port for /slack/events and /healthz (default: $PORT or 3000)")  # fmt: skip
     parser.set_defaults(handler=run)
 
@@ -79,7 +79,7 @@ async def run(args: argparse.Namespace) -> int:
             build_web_app(runtime.memory, adapter.app, signing_secret=secret, page=page)
         )
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", port).start()
+        await listen(runner, "0.0.0.0", port)
         print(
             f"ArxivScout on Slack workspace {identity.get('team')} as {identity.get('user')} "
             f"(HTTP mode on :{port}/slack/events, memory page at {wiring.links.page('/memory')})"

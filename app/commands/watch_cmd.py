@@ -1,7 +1,8 @@
 """`arxivscout watch add|list|remove|run`: topic watches from the terminal.
 
-A watch made here posts nowhere unless given a place (`--platform slack --channel C0123`, the
-running bot then posts its digests there); `watch run` prints a digest now. A terminal watch's
+A watch made here posts nowhere unless given a place (`--platform slack --channel C0123` with
+the `--tenant` the channel is of: the Slack team id or Discord server id; the running bot then
+posts its digests there); `watch run` prints a digest now. A terminal watch's
 run is its delivery, so it records what it showed and the next run shows what is new since;
 a run of a chat watch is a preview and records nothing.
 """
@@ -13,11 +14,18 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from app.commands.common import add_json, add_tenant, memory_session, print_json
+from app.commands.common import (
+    DEFAULT_TENANT,
+    add_json,
+    add_tenant,
+    memory_session,
+    print_json,
+)
 from app.runtime import watch_service
 from app.settings import Settings
 from bot.watches import WatchPlace, describe, parse_period
 from memory.ingest.errors import IngestError
+from memory.portability_write import impossible_place
 from memory.scope import Scope
 from memory.stores.watches import InvalidWatch
 
@@ -30,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--period", default="daily", help="daily, weekly or N days (default daily)")
     add.add_argument("--category", action="append", default=[], help="an arXiv category (repeat)")
     add.add_argument("--author", action="append", default=[], help="an author (repeat)")
-    add.add_argument("--platform", choices=("slack", "discord"), help="post digests there")
+    add.add_argument(
+        "--platform", choices=("slack", "discord"), help="post digests there (with --tenant)"
+    )
     add.add_argument("--channel", help="the Slack or Discord channel id to post in")
     listing = verbs.add_parser("list", help="the tenant's watches")
     remove = verbs.add_parser("remove", help="stop a watch")
@@ -59,6 +69,13 @@ async def run_add(args: argparse.Namespace) -> int:
         raise InvalidWatch(f"--period is daily, weekly or a number of days, not {args.period!r}.")
     if bool(args.platform) != bool(args.channel):
         raise InvalidWatch("--platform and --channel go together (where digests are posted).")
+    if args.platform and args.tenant == DEFAULT_TENANT:  # no workspace's nor server's
+        raise InvalidWatch(
+            f"--platform needs --tenant: the Slack team id (T…) or the Discord server id whose "
+            f"channel {args.channel} is (the {DEFAULT_TENANT!r} memory has no channels)."
+        )
+    if args.platform and (why := impossible_place(args.tenant, args.platform, args.channel)):
+        raise InvalidWatch(f"{why}: give the --tenant the channel is of.")
     place = WatchPlace(args.platform, args.channel) if args.platform else None
     async with memory_session() as memory:
         service = watch_service(Settings.from_env(), memory)

@@ -27,6 +27,7 @@ from adapters.memory_page.server import MemoryPage, memory_page
 from adapters.web import build_web_app
 from app.commands.common import add_tenant, memory_session, stop_on_signals
 from app.settings import Settings
+from bot.errors import ConfigError
 from memory.manager import MemoryManager
 from memory.web_sessions import WebState
 
@@ -40,10 +41,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("web", help="serve the memory page (/memory) and print a local link")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default {DEFAULT_HOST})")  # fmt: skip
-    parser.add_argument("--port", type=int, default=None,
+    parser.add_argument("--port", type=port_number, default=None,
                         help=f"port to listen on (default $PORT or {DEFAULT_PORT})")  # fmt: skip
     add_tenant(parser)
     parser.set_defaults(handler=run)
+
+
+def port_number(text: str) -> int:
+    """--port's type: refused with the command's usage before anything starts."""
+    port = int(text) if text.strip().isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0-65535)")
+    return port
 
 
 @dataclass
@@ -95,6 +104,16 @@ async def page_wiring(
     return wiring
 
 
+async def listen(runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
+    """Serve `runner` on host:port; a port in use or an unknown host is a ConfigError."""
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return site
+
+
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     port = args.port if args.port is not None else settings.port or DEFAULT_PORT
@@ -106,8 +125,7 @@ async def run(args: argparse.Namespace) -> int:
             wiring = await page_wiring(settings, memory, own_url=site_url, announce=False)
             runner = web.AppRunner(build_web_app(memory, page=wiring.page(memory)))
             await runner.setup()
-            site = web.TCPSite(runner, args.host, port)
-            await site.start()
+            site = await listen(runner, args.host, port)
             if not port:  # --port 0: the port the system chose
                 port = site._server.sockets[0].getsockname()[1]
                 site_url = f"http://{args.host}:{port}"

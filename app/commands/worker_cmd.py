@@ -19,7 +19,7 @@ from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
 from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token, stop_reading
-from app.commands.web_cmd import page_wiring
+from app.commands.web_cmd import listen, page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
@@ -55,7 +55,7 @@ async def idle(port: int | None) -> int:
     if port is not None:
         runner = web.AppRunner(_idle_web_app())
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", port).start()
+        await listen(runner, "0.0.0.0", port)
     print(IDLE_REASON, flush=True)
     try:
         await stop.wait()
@@ -98,7 +98,7 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         if port is not None:
             runner = web.AppRunner(build_web_app(runtime.memory, page=wiring.page(runtime.memory)))
             await runner.setup()
-            await web.TCPSite(runner, "0.0.0.0", port).start()
+            await listen(runner, "0.0.0.0", port)
             cleanup.insert(0, runner.cleanup)
         waiters = [asyncio.create_task(stop_on_signals().wait())]
         stoppers: list[Callable[[], Awaitable[None]]] = []  # each platform's stop taking jobs

@@ -4,7 +4,13 @@ arXiv asks for at most one request every three seconds. One process-wide limiter
 request (API pages, retries and PDF downloads alike) by `delay_seconds`, counted from the end
 of the previous request; the `arxiv` client's own delay is set to zero so the wait is not paid
 twice. An optional async `pace` hook (memory/ingest/arxiv_pace.py: a slot shared in Redis)
-is awaited before each request too, so processes together keep to arXiv's pace.
+is awaited before each request too (inside the local slot, so a Redis slot is never taken and
+left to lapse while this process's own turn is still to come), so processes keep arXiv's pace
+together. A 429 or 503 is retried by the `arxiv` client after the Retry-After arXiv gives, if
+that is short (up to `MAX_RETRY_AFTER` seconds); a 429 that stays ends in `RATE_LIMITED`. A
+longer Retry-After fails at once, and blocks arXiv for as long: in this process (`RateLimiter`)
+and, through the `pace` hook's `block`, in every process; a request asked meanwhile fails fast,
+without going out, saying how long arXiv asked to wait.
 
 The blocking calls run on this module's own few threads (`ARXIV_THREADS`), not the default
 executor: a call waiting its turn (a digest's pages, 3 s each) holds one of them, while the
@@ -17,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import email.utils
 import functools
+import math
 import re
 import threading
 import time
@@ -39,6 +47,18 @@ DEFAULT_API_URL = "https://export.arxiv.org/api/query"
 MAX_PDF_BYTES = 100 * 1024 * 1024
 USER_AGENT = "ArxivScout/0.1 (+https://github.com/arxivscout)"
 _ERROR_SUMMARY = re.compile(rb"<summary>(.*?)</summary>", re.S)
+RETRIED_STATUSES = (429, 503)  # arXiv busy: the `arxiv` client tries again
+MAX_RETRY_AFTER = 5.0  # seconds a request may wait for a Retry-After; longer is a failure now
+RATE_LIMITED = "arXiv is rate limiting requests; try again in a minute."
+
+
+def blocked_message(status: int, seconds: float) -> str:
+    """What a user is told while arXiv's pause (`seconds` left) lasts."""
+    minutes = max(1, math.ceil(seconds / 60))
+    wait = f"try again in about {minutes} minute{'s' if minutes > 1 else ''}."
+    if status == 429:
+        return f"arXiv is rate limiting requests; {wait}"
+    return f"arXiv is unavailable (HTTP {status}); {wait}"
 
 
 class RateLimiter:
@@ -47,18 +67,53 @@ class RateLimiter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._next = 0.0
+        self._back_off = 0.0
+        self._blocked_until, self._blocked_status = 0.0, 429
 
     @contextlib.contextmanager
     def slot(self, delay: float) -> Iterator[None]:
-        """Hold the only request slot; it frees `delay` seconds after the request ends."""
+        """Hold the only request slot; it frees `delay` seconds after the request ends (or
+        later, as `back_off` asks). IngestError at once while arXiv's long pause (`block`) lasts."""
         with self._lock:
+            blocked = self._blocked_until - time.monotonic()
+            if blocked > 0:
+                raise IngestError(blocked_message(self._blocked_status, blocked))
             wait = self._next - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
+            self._back_off = 0.0
             try:
                 yield
             finally:
-                self._next = time.monotonic() + delay
+                self._next = time.monotonic() + max(delay, self._back_off)
+
+    def back_off(self, seconds: float) -> None:
+        """Called inside `slot`: arXiv asked for a pause (Retry-After); no request of this
+        process goes before it is over."""
+        self._back_off = max(self._back_off, seconds)
+
+    def block(self, seconds: float, status: int) -> None:
+        """arXiv asked for a pause too long to wait in a request: until it is over, every
+        request of this process fails at once (with its `status`'s message)."""
+        self._blocked_until = time.monotonic() + seconds
+        self._blocked_status = status
+
+
+def retry_after(headers: Any) -> float:
+    """Seconds a 429/503 asks to wait: Retry-After in seconds or as an HTTP date (none said:
+    0, the usual spacing only)."""
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, when.timestamp() - time.time())
 
 
 ARXIV_LIMITER = RateLimiter()
@@ -67,14 +122,17 @@ ARXIV_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="arxiv")
 
 
 class _ThrottledSession(requests.Session):
-    """The `arxiv` client's HTTP session: rate limited, with a timeout, 4xx turned into errors."""
+    """The `arxiv` client's HTTP session: rate limited, with a timeout, 4xx turned into errors
+    but for 429 (left, as a 503, to the client's retries after the Retry-After pause)."""
 
     def __init__(
         self, limiter: RateLimiter, delay: float, timeout: float,
         pace: Callable[[], None] | None = None,
+        on_busy: Callable[[int, float], None] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.limiter, self.delay, self.timeout, self.pace = limiter, delay, timeout, pace
+        self.on_busy = on_busy  # (status, Retry-After seconds): raises when too long to wait
 
     def request(self, method, url, *args, **kwargs):  # type: ignore[override]
         kwargs.setdefault("timeout", self.timeout)
@@ -82,6 +140,10 @@ class _ThrottledSession(requests.Session):
             if self.pace is not None:
                 self.pace()
             response = super().request(method, url, *args, **kwargs)
+            if response.status_code in RETRIED_STATUSES:
+                if self.on_busy is not None:
+                    self.on_busy(response.status_code, retry_after(response.headers))
+                return response  # the client raises arxiv.HTTPError and tries again
         # arXiv reports a malformed id as an entry titled "Error" (with HTTP 400 or 200).
         if 400 <= response.status_code < 500 or b"arxiv.org/api/errors" in response.content:
             found = _ERROR_SUMMARY.search(response.content)
@@ -91,6 +153,12 @@ class _ThrottledSession(requests.Session):
                 + (f": {detail}" if detail else "")
             )
         return response
+
+
+def _busy_message(status: int) -> str:
+    if status == 429:
+        return RATE_LIMITED
+    return "arXiv is unavailable (HTTP 503); try again in a few minutes."
 
 
 @dataclass
@@ -116,6 +184,7 @@ class ArxivHit:
 
     paper: Paper
     pdf_url: str
+    version: str = ""  # the version arXiv answered with, e.g. "v2"
 
 
 def _one_line(text: str) -> str:
@@ -204,16 +273,35 @@ class ArxivSource:
         self.client = arxiv.Client(page_size=100, delay_seconds=0.0, num_retries=num_retries)
         self.client.query_url_format = self.api_url + "?{}"  # instance attribute: no global change
         self.client._session = _ThrottledSession(
-            self.limiter, delay_seconds, timeout, self._wait_pace
+            self.limiter, delay_seconds, timeout, self._wait_pace, self._busy
         )
 
     def _wait_pace(self) -> None:
         """In a worker thread: wait for the `pace` hook on the loop that asked (if it fails,
-        Redis away, this process's own spacing still holds)."""
+        Redis away, this process's own spacing still holds; but for its IngestError: arXiv
+        blocked, said by another process)."""
         loop = getattr(self._caller, "loop", None)
         if self.pace is not None and loop is not None:
-            with contextlib.suppress(Exception):
+            try:
                 asyncio.run_coroutine_threadsafe(self.pace(), loop).result(self.timeout)
+            except IngestError:
+                raise
+            except Exception:
+                pass
+
+    def _busy(self, status: int, pause: float) -> None:
+        """Inside the local slot: arXiv answered `status` asking a `pause` (Retry-After). Every
+        process is told through the `pace` hook's `block`, if it has one; a pause too long to
+        wait blocks this process too and fails now."""
+        block = getattr(self.pace, "block", None)
+        loop = getattr(self._caller, "loop", None)
+        if block is not None and loop is not None and pause > 0:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(block(status, pause), loop).result(self.timeout)
+        if pause > MAX_RETRY_AFTER:
+            self.limiter.block(pause, status)
+            raise IngestError(blocked_message(status, pause))
+        self.limiter.back_off(pause)
 
     async def _in_thread(self, fn, *args):
         """`fn(*args)` on `executor` (as `asyncio.to_thread` would, context variables too)."""
@@ -235,6 +323,8 @@ class ArxivSource:
         try:
             return list(self.client.results(search))
         except arxiv.HTTPError as exc:
+            if exc.status in RETRIED_STATUSES:
+                raise IngestError(_busy_message(exc.status)) from exc
             raise IngestError(f"arXiv answered HTTP {exc.status} for {exc.url}") from exc
         except (arxiv.ArxivError, requests.RequestException) as exc:
             raise IngestError(f"Could not query arXiv at {self.api_url}: {exc}") from exc
@@ -268,8 +358,10 @@ class ArxivSource:
             if result is None:
                 out[arxiv_id] = IngestError(f"arXiv has no paper with id {arxiv_id}.")
             else:
-                pdf_url = result.pdf_url or f"https://arxiv.org/pdf/{result.get_short_id()}"
-                out[arxiv_id] = ArxivHit(result_to_paper(result), pdf_url)
+                short_id = result.get_short_id()
+                pdf_url = result.pdf_url or f"https://arxiv.org/pdf/{short_id}"
+                version = short_id[len(base_arxiv_id(short_id)) :]
+                out[arxiv_id] = ArxivHit(result_to_paper(result), pdf_url, version)
         return out
 
     def search_sync(self, query: str, max_results: int = 10) -> list[Candidate]:
@@ -297,13 +389,18 @@ class ArxivSource:
         """A PDF's bytes; IngestError for HTTP errors, oversize or non-PDF answers."""
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
-            self._wait_pace()
-            with (
-                self.limiter.slot(self.delay_seconds),
-                urllib.request.urlopen(request, timeout=self.timeout) as response,
-            ):
-                data = response.read(MAX_PDF_BYTES + 1)
+            with self.limiter.slot(self.delay_seconds):
+                self._wait_pace()  # the shared slot, taken once this process's turn has come
+                try:
+                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                        data = response.read(MAX_PDF_BYTES + 1)
+                except urllib.error.HTTPError as exc:
+                    if exc.code in RETRIED_STATUSES:
+                        self._busy(exc.code, retry_after(exc.headers))  # raises when long
+                    raise
         except urllib.error.HTTPError as exc:
+            if exc.code in RETRIED_STATUSES:
+                raise IngestError(_busy_message(exc.code)) from exc
             raise IngestError(f"Downloading {url} failed: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError) as exc:
             raise IngestError(f"Downloading {url} failed: {exc}") from exc

@@ -2,6 +2,8 @@
 
 Each paper is parsed, chunked, embedded in batches and written with its vectors. A paper that
 is already stored (or listed twice) is skipped; one that fails is reported and the rest go on.
+The knowledge base keeps one version of a paper: asking for a newer version (`2401.00001v2`
+while v1 is stored) replaces it, once the new text is ready; an older one is refused, saying so.
 The report separates embedding time from the rest, which is what ingestion speed depends on.
 """
 
@@ -25,7 +27,16 @@ from memory.ingest.pdf import check_passages
 from memory.ingest.pdf_child import read_pdf_in_child
 from memory.ingest.unarxive import is_unarxive_path, read_unarxive
 from memory.scope import Scope
-from memory.stores.knowledge_base import KnowledgeBase, Paper, base_arxiv_id, is_arxiv_id
+from memory.stores.knowledge_base import (
+    KnowledgeBase,
+    Paper,
+    PaperBusy,
+    PaperKept,
+    ReplaceFailed,
+    base_arxiv_id,
+    is_arxiv_id,
+    is_from_arxiv,
+)
 
 EMBED_BATCH = 128
 # PDFs from arXiv (anyone may post one there and ask for it in chat) and local files: read in
@@ -33,6 +44,32 @@ EMBED_BATCH = 128
 # than any paper; chat shares have their own limit (settings.max_pdf_pages).
 MAX_PDF_PAGES = 1000
 _ARXIV_URL = re.compile(r"arxiv\.org/(?:abs|pdf)/([^\s?#]+?)(?:\.pdf)?/?$")
+_VERSION = re.compile(r"v(\d+)$")
+ALREADY_STORED = "already in the knowledge base"
+
+
+def _version(text: str) -> int | None:
+    found = _VERSION.search(text or "")
+    return int(found.group(1)) if found else None
+
+
+def stored_version(record: dict) -> int | None:
+    """The arXiv version a paper was saved at: recorded, else read from its abs link."""
+    return _version(str(record.get("version") or "")) or _version(record.get("url") or "")
+
+
+def why_kept(arxiv_id: str, record: dict) -> str | None:
+    """Why the stored paper `record` stands for `arxiv_id` (None: fetch it and replace the
+    stored version, the one asked for being newer or the stored one unknown)."""
+    asked, saved = _version(arxiv_id), stored_version(record)
+    if asked is None or asked == saved or not is_from_arxiv(base_arxiv_id(arxiv_id)):
+        return ALREADY_STORED
+    if saved is not None and asked < saved:
+        return (
+            f"v{saved} is saved; this asks for v{asked}. The knowledge base keeps one version of "
+            f"a paper: forget the saved one first to save v{asked} instead."
+        )
+    return None
 
 
 @dataclass
@@ -76,12 +113,14 @@ class _Ingestor:
             self.bar.set_postfix(chunks=self.report.chunks, refresh=False)
 
     async def is_new(self, arxiv_id: str) -> bool:
-        """False (and reported as skipped) if the paper is stored or was met in this run."""
+        """False (and reported as skipped) if the paper is stored (at the version asked for, or
+        a newer one) or was met in this run."""
         key = base_arxiv_id(arxiv_id)
+        record = None if key in self.seen else await self.kb.paper(self.scope, key)
         if key in self.seen:
             self.report.skipped.append((key, "listed more than once"))
-        elif await self.kb.has_paper(self.scope, key):
-            self.report.skipped.append((key, "already in the knowledge base"))
+        elif record is not None and (why := why_kept(arxiv_id, record)):
+            self.report.skipped.append((key, why))
         else:
             self.seen.add(key)
             return True
@@ -89,9 +128,13 @@ class _Ingestor:
         return False
 
     async def store(
-        self, paper: Paper, paragraphs: list[Paragraph], max_pages: int | None = None
-    ) -> int:
-        """Chunk, embed and store a paper's text; a PDF's (`max_pages`) within its passages."""
+        self, paper: Paper, paragraphs: list[Paragraph], max_pages: int | None = None,
+        version: str = "", asked: str = "",
+    ) -> int:  # fmt: skip
+        """Chunk, embed and store a paper's text; a PDF's (`max_pages`) within its passages.
+
+        Whether a stored copy stays (`why_kept` for the id `asked`) is decided again under the
+        paper's save lock: another save may have landed since `is_new`."""
         chunks = await asyncio.to_thread(chunk_paragraphs, paragraphs, self.encoding)
         if not chunks:
             raise IngestError(f"{paper.arxiv_id}: no text to store")
@@ -103,15 +146,34 @@ class _Ingestor:
             for i in range(0, len(texts), EMBED_BATCH)
         ]
         self.report.seconds_embedding += time.perf_counter() - started
-        written = await self.kb.add_paper(self.scope, paper, chunks, np.concatenate(parts))
+        key, asked = base_arxiv_id(paper.arxiv_id), asked or paper.arxiv_id
+        extra = {"version": version} if version else {}
+        try:
+            written = await self.kb.add_paper(
+                self.scope, paper, chunks, np.concatenate(parts),
+                keep=lambda record: why_kept(asked, record), **extra,
+            )  # fmt: skip
+        except PaperKept as kept:
+            if kept.reason != ALREADY_STORED:
+                raise IngestError(f"arXiv {key}: {kept.reason}") from kept
+            self.report.skipped.append((key, kept.reason))
+            self.tick()
+            return 0
+        except ReplaceFailed as exc:
+            saved = stored_version(exc.removed)
+            raise IngestError(
+                f"{_described(exc.__cause__)}; the saved version{f' (v{saved})' if saved else ''}"
+                " was removed; save it again"
+            ) from exc
+        except PaperBusy as exc:
+            raise IngestError(str(exc)) from exc
         self.report.ingested.append((base_arxiv_id(paper.arxiv_id), paper.title, written))
         self.report.chunks += written
         self.tick()
         return written
 
     def fail(self, source: str, exc: Exception) -> None:
-        message = str(exc) if isinstance(exc, IngestError) else f"{type(exc).__name__}: {exc}"
-        self.report.failed.append((source, message))
+        self.report.failed.append((source, _described(exc)))
         self.tick()
 
     # -- sources ----------------------------------------------------------------------------
@@ -144,7 +206,9 @@ class _Ingestor:
                 data = await arxiv.download_pdf(hit.pdf_url)
                 text = await read_pdf_in_child(data, f"arXiv {arxiv_id} PDF", MAX_PDF_PAGES)
                 abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
-                await self.store(hit.paper, abstract + text.located(), MAX_PDF_PAGES)
+                await self.store(
+                    hit.paper, abstract + text.located(), MAX_PDF_PAGES, hit.version, arxiv_id
+                )
             except Exception as exc:
                 self.fail(arxiv_id, exc)
 
@@ -180,6 +244,11 @@ class _Ingestor:
                     await self.store(paper, paragraphs)
             except Exception as exc:
                 self.fail(f"{path} ({paper.arxiv_id})", exc)
+
+
+def _described(exc: BaseException | None) -> str:
+    """An error as the report says it: an IngestError's message as is, else its type too."""
+    return str(exc) if isinstance(exc, IngestError) else f"{type(exc).__name__}: {exc}"
 
 
 def _arxiv_id_of(source: str) -> str | None:
@@ -258,12 +327,16 @@ async def fetch_and_save(
     """Fetch one arXiv paper into the knowledge base: (paper, chunks, already_present).
 
     For the agent's tool: the text goes straight to the store, never into the conversation.
-    Raises IngestError with a message fit for the user.
+    A newer version than the stored one replaces it. Raises IngestError with a message fit
+    for the user.
     """
     arxiv_id = check_arxiv_id(arxiv_id)
     record = await kb.paper(scope, arxiv_id)
-    if record:
+    why = why_kept(arxiv_id, record) if record else None
+    if record and why == ALREADY_STORED:
         return _paper_of(record), int(record["chunks"]), True
+    if why:
+        raise IngestError(f"arXiv {base_arxiv_id(arxiv_id)}: {why}")
     report = IngestReport()
     await _Ingestor(scope, kb, embedder, encoding, report).arxiv_papers([arxiv_id], arxiv)
     if report.failed:

@@ -37,6 +37,22 @@ class IndexModelMismatch(RuntimeError):
     """An index was built with another embedding model than the configured one."""
 
 
+class ReindexUnfinished(IndexModelMismatch):
+    """`arxivscout reindex` stopped part way (or runs now): some records hold the old vectors."""
+
+
+# Recorded beside a family's indexes while `reindex` re-embeds it, in place of what built them.
+REINDEXING = "reindexing"
+
+# Set hash field ARGV[1] to ARGV[3] if it still holds ARGV[2] ('' for none) or holds ARGV[3].
+_RECORD_IF_STILL = """
+local now = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if now ~= ARGV[2] and now ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+
+
 @dataclass
 class Segment:
     """One `## <Name> Memory` block of the context window."""
@@ -87,6 +103,8 @@ class VectorStore:
         self.embedder = embedder
         self._known: set[str] = set()  # indexes known to exist
         self._creating = asyncio.Lock()
+        self._reindexing = False  # `reindex` runs in this process: it creates the new indexes
+        self._record_if_still = redis.register_script(_RECORD_IF_STILL)
 
     # -- names and schema ----------------------------------------------------------------------
 
@@ -147,31 +165,48 @@ class VectorStore:
         while True:
             names = await self.existing_indexes()
             recorded = decode(await self.redis.hget(INDEX_META_KEY, self.family())) or ""
-            model, _, layout = recorded.partition("#")
-            if names and model and model != self.signature:
-                model_name, dims = model.split("|")
-                raise IndexModelMismatch(
-                    f"The index {self.family()} was built with {model_name} ({dims} dimensions), "
-                    f"but the configured embeddings are {self.embedder.model_name} "
-                    f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
-                    "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
-                )
-            if not names or layout == self.layout():
+            layout = recorded.partition("#")[2]
+            rebuild = bool(recorded or names) and layout != self.layout()
+            if names or rebuild or recorded.startswith(REINDEXING):
+                self._refuse_other_model(recorded)
+            # rebuilt by what was recorded, not by the indexes found: a rebuild that failed
+            # after dropping them is done again (its defaults filled) at the next start
+            if rebuild:
+                claim = upgrade_key(f"index-layout:{self.family()}")
+                if await self.redis.set(claim, self.layout(), nx=True, ex=REBUILD_CLAIM_SECONDS):
+                    try:
+                        await self._rebuild(names, recorded)
+                    finally:  # done (recorded) or failed: the next process looks again
+                        await self.redis.delete(claim)
+                else:
+                    await asyncio.sleep(REBUILD_POLL_SECONDS)
+                continue  # look again: rebuilt, by this process or another
+            if await self._record(recorded):  # not if a reindex started or ended meanwhile
                 break
-            claim = upgrade_key(f"index-layout:{self.family()}")
-            if await self.redis.set(claim, self.layout(), nx=True, ex=REBUILD_CLAIM_SECONDS):
-                try:
-                    await self._rebuild(names)
-                finally:  # done (recorded) or failed: the next process looks again
-                    await self.redis.delete(claim)
-                break
-            await asyncio.sleep(REBUILD_POLL_SECONDS)
         if not self.TENANT_SCOPED:
             await self._index(None)
-        await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
 
-    async def _rebuild(self, names: list[str]) -> None:
-        """Index the records again under the current layout, and record it as built."""
+    def _refuse_other_model(self, recorded: str) -> None:
+        """Raise unless `recorded` (beside the indexes) names this process's model."""
+        if recorded.startswith(REINDEXING):
+            raise ReindexUnfinished(
+                f"Re-embedding the {self.family()} index has not finished (`arxivscout "
+                "reindex` stopped part way, or is still running): some records still hold "
+                "the old model's vectors. Run `arxivscout reindex` again."
+            )
+        model = recorded.partition("#")[0]
+        if model and model != self.signature:
+            model_name, dims = model.split("|")
+            raise IndexModelMismatch(
+                f"The index {self.family()} was built with {model_name} ({dims} dimensions), "
+                f"but the configured embeddings are {self.embedder.model_name} "
+                f"({self.embedder.dims} dimensions). Run `arxivscout reindex` to re-embed "
+                "everything with the configured model, or switch ARXIVSCOUT_EMBEDDINGS back."
+            )
+
+    async def _rebuild(self, names: list[str], recorded: str) -> None:
+        """Index the records again under the current layout, and record it as built (unless
+        what was `recorded` changed meanwhile: then `open` looks again)."""
         log.warning("rebuilding the %s indexes for their new layout", self.family())
         await self._drop(names)
         await self._fill_defaults()
@@ -180,7 +215,16 @@ class VectorStore:
             tenants |= {self.tenant_of(decode(key)) async for key in self._keys()}
         for tenant in sorted(tenants, key=str):
             await self._index(tenant)  # Redis indexes the existing records in the background
-        await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
+        await self._record(recorded)
+
+    async def _record(self, expected: str) -> bool:
+        """Record this process's model and layout if the family's entry is still `expected`
+        ("": none) or says so already; False when a reindex marked or recorded it meanwhile."""
+        return bool(
+            await self._record_if_still(
+                keys=[INDEX_META_KEY], args=[self.family(), expected, self._recorded()]
+            )
+        )
 
     def _recorded(self) -> str:
         return f"{self.signature}#{self.layout()}"
@@ -222,13 +266,17 @@ class VectorStore:
             return name
         async with self._creating:
             if name not in self._known:
+                if not self._reindexing:  # a bot still running the old model, or one too new
+                    recorded = await self.redis.hget(INDEX_META_KEY, self.family())
+                    self._refuse_other_model(decode(recorded) or "")
                 index = AsyncSearchIndex(self.schema(tenant), redis_client=self.redis)
                 try:
                     await index.create(overwrite=False)
                 except Exception:  # another process created it first
                     if not await index.exists():
                         raise
-                await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
+                # recorded if nothing is: never over what `open` refused or a reindex marks
+                await self.redis.hsetnx(INDEX_META_KEY, self.family(), self._recorded())
                 self._known.add(name)
         return name
 
@@ -251,18 +299,26 @@ class VectorStore:
         return self.embedder
 
     async def reindex(self, batch_size: int = 128) -> int:
-        """Rebuild the indexes for the current embedder and re-embed every record."""
-        await self._drop(await self.existing_indexes())
+        """Rebuild the indexes for the current embedder and re-embed every record. Marked as
+        under way until the last record is done: a reindex that stops part way (a quota, ^C)
+        is refused at the next start (`open`) instead of losing the records not re-embedded."""
+        await self.redis.hset(INDEX_META_KEY, self.family(), REINDEXING)
+        self._reindexing = True
+        try:
+            await self._drop(await self.existing_indexes())
+            await self._fill_defaults()  # fields an older layout lacked, as a rebuild gives them
+            total = 0
+            async for keys, texts in self._scan_texts(batch_size):
+                vectors = await self.record_embedder.embed(texts)
+                pipe = self.redis.pipeline(transaction=False)
+                for key, vector in zip(keys, vectors, strict=True):
+                    await self._index(self.tenant_of(key))
+                    pipe.hset(key, self.VECTOR_FIELD, vector_bytes(vector))
+                await pipe.execute()
+                total += len(keys)
+        finally:
+            self._reindexing = False
         await self.redis.hset(INDEX_META_KEY, self.family(), self._recorded())
-        total = 0
-        async for keys, texts in self._scan_texts(batch_size):
-            vectors = await self.record_embedder.embed(texts)
-            pipe = self.redis.pipeline(transaction=False)
-            for key, vector in zip(keys, vectors, strict=True):
-                await self._index(self.tenant_of(key))
-                pipe.hset(key, self.VECTOR_FIELD, vector_bytes(vector))
-            await pipe.execute()
-            total += len(keys)
         return total
 
     def tenant_of(self, key: str) -> str | None:

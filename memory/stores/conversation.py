@@ -6,7 +6,8 @@ recent window. The prefix's length is kept in a counter beside the list, so read
 is one script (the counter and an LRANGE from it); threads from before the counter are scanned
 from the end once and the counter stored. Marking messages with a summary id is one Lua script
 that checks each element is still what the summarizer read and that the marked messages extend
-the summarized prefix, and moves the counter: a concurrent append is never lost or marked.
+the summarized prefix, moves the counter and stores the summary (hash and index entry) with
+them: a concurrent append is never lost or marked, and no summary is listed that marks nothing.
 
 A forgotten message (memory/governance.py) stays in its place as a tombstone: no content, no
 author, `forgotten` set; its id, role, position, timestamp and summary id are kept, so no
@@ -72,10 +73,17 @@ return {seq, ''}
 ONCE_TTL_SECONDS = 7 * 24 * 3600
 
 _MARK_SCRIPT = """
--- KEYS[1] list, KEYS[2] summarized-prefix counter; ARGV[1] first index;
--- then pairs (expected, replacement)
+-- KEYS[1] list, KEYS[2] summarized-prefix counter, optionally KEYS[3] the summary's hash and
+-- KEYS[4] its thread's index; ARGV[1] first index, ARGV[2] n, then n pairs (expected,
+-- replacement), then (with KEYS[3]) the summary id, its score and its hash's field/value pairs
 local first = tonumber(ARGV[1])
-local n = (#ARGV - 1) / 2
+local n = tonumber(ARGV[2])
+-- its summary stored and the first message marked with it: a resend of a marking that ran, a
+-- message edited or forgotten since (the summary was rewritten in place: not written again)
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+  local at = redis.call('LINDEX', KEYS[1], first)
+  if at and cjson.decode(at)['summary_id'] == ARGV[3 + 2 * n] then return n end
+end
 if first > 0 then
   local before = redis.call('LINDEX', KEYS[1], first - 1)
   local sid = before and cjson.decode(before)['summary_id']
@@ -84,14 +92,25 @@ if first > 0 then
       .. 'the summarized messages would not be a prefix')
   end
 end
+local done = 0
 for i = 0, n - 1 do
   local current = redis.call('LINDEX', KEYS[1], first + i)
-  if current ~= ARGV[2 + 2 * i] then
+  if current == ARGV[4 + 2 * i] then
+    done = done + 1
+  elseif current ~= ARGV[3 + 2 * i] then
     return redis.error_reply('CHANGED message ' .. (first + i) .. ' changed during summarization')
   end
 end
+if done == n then return n end  -- a resend of a marking that ran (its reply was lost)
+if done > 0 then
+  return redis.error_reply('CHANGED messages from ' .. first .. ' changed during summarization')
+end
+if KEYS[3] then  -- first: an error here (a key of another type) leaves no message marked
+  redis.call('HSET', KEYS[3], unpack(ARGV, 5 + 2 * n))
+  redis.call('ZADD', KEYS[4], ARGV[4 + 2 * n], ARGV[3 + 2 * n])
+end
 for i = 0, n - 1 do
-  redis.call('LSET', KEYS[1], first + i, ARGV[3 + 2 * i])
+  redis.call('LSET', KEYS[1], first + i, ARGV[4 + 2 * i])
 end
 redis.call('SET', KEYS[2], first + n)
 return n
@@ -138,6 +157,18 @@ class InvalidMessage(ValueError):
 class MarkConflict(RuntimeError):
     """The messages to mark changed since they were read, or would not extend the summarized
     prefix: nothing was marked."""
+
+
+@dataclass
+class IndexedRecord:
+    """A record the marking writes in the same script as it marks (a summary): its hash and
+    its entry in its thread's index, so no record is ever listed without its messages marked."""
+
+    key: str
+    fields: list[str]  # field/value pairs of its hash, as strings
+    index: str
+    member: str
+    score: float
 
 
 @dataclass
@@ -389,32 +420,39 @@ class ConversationStore:
         return first, rows[first:]
 
     async def mark_summarized(
-        self, scope: Scope, first: int, raw: list[str], summary_id: str
+        self,
+        scope: Scope,
+        first: int,
+        raw: list[str],
+        summary_id: str,
+        record: IndexedRecord | None = None,
     ) -> list[str]:
         """Set `summary_id` on exactly the messages read by `unsummarized_snapshot`, or on the
         first n of them (`raw[:n]`): compare-and-set, and the summarized messages stay a prefix.
-        Raises `MarkConflict` (marking nothing) when one changed or `first` is not the end of
-        the summarized prefix."""
-        args: list[Any] = [first]
+        With `record` (the summary), it is stored and indexed in the same script. Raises
+        `MarkConflict` (marking and storing nothing) when one changed or `first` is not the end
+        of the summarized prefix. A resend of a marking that ran (redis-py retries a command
+        whose reply was lost) finds every message marked so, or its summary stored and the
+        message at `first` marked with it (one edited since), and succeeds."""
+        args: list[Any] = [first, len(raw)]
         ids = []
         for original in raw:
             message = Message.from_json(original)
             message.summary_id = summary_id
             ids.append(message.id)
             args += [original, message.to_json()]
+        keys = [self.key(scope), self.count_key(scope)]
+        if record is not None:
+            keys += [record.key, record.index]
+            args += [record.member, repr(record.score), *record.fields]
         if raw:
             try:
-                await self._mark(keys=[self.key(scope), self.count_key(scope)], args=args)
+                await self._mark(keys=keys, args=args)
             except Exception as exc:
                 if "CHANGED" in str(exc):
                     raise MarkConflict(str(exc)) from exc
                 raise
         return ids
-
-    async def summary_id_at(self, scope: Scope, index: int) -> str:
-        """The summary id of the message at `index` (empty if unsummarized or missing)."""
-        row = await self.redis.lindex(self.key(scope), index)
-        return Message.from_json(row).summary_id if row else ""
 
     async def claim_summarizing(self, scope: Scope, token: str, seconds: int) -> bool:
         """Take the thread's summary lock: one summary of a thread is written at a time."""

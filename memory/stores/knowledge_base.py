@@ -10,25 +10,36 @@ not indexed at all: word forms and paraphrases are what the vector half is for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from redis.commands.search.query import Query
+from redisvl.query import FilterQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.token_escaper import TokenEscaper
 
-from memory.keys import KB_INDEX, KB_PREFIX, papers_key
+from memory.keys import KB_INDEX, KB_PREFIX, paper_save_key, papers_key
 from memory.links import web_link
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import Segment, VectorStore, decode
+from memory.stores.base import Segment, VectorStore, decode, delete_keys
 from memory.stores.stopwords import STOPWORDS
 
 RRF_K = 60
+SAVE_LOCK_MS = 60_000  # a paper's save lock lapses after this (its process died meanwhile)
+SAVE_WAIT_SECONDS = 30.0  # how long a second save of a paper waits for the first one
+SAVE_POLL_SECONDS = 0.05
+# Compare-and-delete: only the save that took the lock releases it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _WORD = re.compile(r"\w+")  # RediSearch's own tokenizer splits at hyphens and punctuation
 _ESCAPER = TokenEscaper()
 _ARXIV_ID = re.compile(r"^(\d{4}\.\d{4,5}|[a-z\-]+(\.[A-Z]{2})?/\d{7})(v\d+)?$")
@@ -37,6 +48,27 @@ _ARXIV_ID = re.compile(r"^(\d{4}\.\d{4,5}|[a-z\-]+(\.[A-Z]{2})?/\d{7})(v\d+)?$")
 def base_arxiv_id(arxiv_id: str) -> str:
     """`2310.08560v2` -> `2310.08560`: a paper is one paper whatever its version."""
     return re.sub(r"v\d+$", "", arxiv_id.strip())
+
+
+class PaperKept(Exception):
+    """The stored paper stays (`add_paper`'s `keep` said why, under the save lock)."""
+
+    def __init__(self, reason: str, record: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason, self.record = reason, record
+
+
+class ReplaceFailed(Exception):
+    """A save that replaces a stored paper failed once that paper was removed: none is stored
+    now. `removed`: its record; the error is the cause."""
+
+    def __init__(self, removed: dict[str, Any], error: Exception) -> None:
+        super().__init__(str(error))
+        self.removed = removed
+
+
+class PaperBusy(Exception):
+    """Another save of the paper held its lock for longer than a save waits."""
 
 
 def is_arxiv_id(text: str) -> bool:
@@ -191,18 +223,87 @@ class KnowledgeBase(VectorStore):
 
     async def add_paper(
         self, scope: Scope, paper: Paper, chunks: list[Chunk], vectors: np.ndarray,
-        audience: str = PUBLIC, **extra: Any,
+        audience: str = PUBLIC, keep: Callable[[dict[str, Any]], str | None] | None = None,
+        **extra: Any,
     ) -> int:  # fmt: skip
         """Store a paper's chunks with their vectors; returns the number of chunks written.
 
         `audience`: who may find it (papers from arXiv are the whole team's; a PDF shared in a
         private channel or a DM is found only there). `extra` goes into the paper's record
         (e.g. a shared PDF's content hash). The paper record is written last, so a paper counts
-        as present only once all of its chunks are searchable.
+        as present only once all of its chunks are searchable; a write that fails or is
+        cancelled partway takes its chunks back (none is left that search finds but no record
+        lists). A stored version is replaced: it goes first (chunks, then record), so a
+        failure leaves no paper rather than a mix of two versions (`ReplaceFailed` says so).
+        `keep`, asked about the stored record, may give a reason to keep it instead
+        (`PaperKept`). All this runs under the paper's save lock, the stored record read
+        under it: two saves of one paper never interleave.
         """
         if len(chunks) != len(vectors):
             raise ValueError("one vector per chunk is needed")
         arxiv_id = base_arxiv_id(paper.arxiv_id)
+        async with self._saving(scope.tenant, arxiv_id):
+            raw = await self.redis.hget(papers_key(scope.tenant), arxiv_id)
+            stored = json.loads(raw) if raw else None
+            if stored is not None and keep is not None and (reason := keep(stored)):
+                raise PaperKept(reason, stored)
+            await self._remove(scope.tenant, arxiv_id)
+            keys = [self.chunk_key(scope.tenant, arxiv_id, chunk.index) for chunk in chunks]
+            try:
+                await self._write_paper(
+                    scope, paper, arxiv_id, chunks, keys, vectors, audience, extra
+                )
+            except BaseException as exc:
+                await asyncio.shield(self._take_back(scope.tenant, arxiv_id, keys))
+                if stored is not None and isinstance(exc, Exception):
+                    raise ReplaceFailed(stored, exc) from exc
+                raise
+        return len(chunks)
+
+    @contextlib.asynccontextmanager
+    async def _saving(self, tenant: str, arxiv_id: str) -> AsyncIterator[None]:
+        """The paper's save lock (owner token, released only by its owner); a second save
+        waits for it up to `SAVE_WAIT_SECONDS`. It lapses if its process dies."""
+        key, token = paper_save_key(tenant, arxiv_id), uuid.uuid4().hex
+        deadline = time.monotonic() + SAVE_WAIT_SECONDS
+        while not await self.redis.set(key, token, nx=True, px=SAVE_LOCK_MS):
+            if time.monotonic() > deadline:
+                raise PaperBusy(
+                    f"{arxiv_id} is being saved by another request; try again in a minute."
+                )
+            await asyncio.sleep(SAVE_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # else it lapses
+                await asyncio.shield(self.redis.eval(_RELEASE, 1, key, token))
+
+    async def _remove(self, tenant: str, arxiv_id: str) -> None:
+        """A stored paper's chunks (all that carry its id, listed in its record or not), then
+        its record."""
+        where = Tag("arxiv_id") == arxiv_id
+        prefix = self.chunk_key(tenant, arxiv_id, 0)[:-1]  # `…<arxiv_id>:`, none other's
+        while True:
+            query = FilterQuery(
+                filter_expression=where, return_fields=["arxiv_id"], num_results=1000
+            )
+            rows = [r["id"] for r in await self._run(tenant, query)]
+            rows = [key for key in rows if key.startswith(prefix)]
+            if not rows or not await delete_keys(self.redis, rows):
+                break
+        await self.redis.hdel(papers_key(tenant), arxiv_id)
+
+    async def _take_back(self, tenant: str, arxiv_id: str, keys: list[str]) -> None:
+        """Best effort, after a failed write (under the save lock): its chunks, unless the
+        record made it (the write was complete)."""
+        with contextlib.suppress(Exception):
+            if not await self.redis.hexists(papers_key(tenant), arxiv_id):
+                await delete_keys(self.redis, keys)
+
+    async def _write_paper(
+        self, scope: Scope, paper: Paper, arxiv_id: str, chunks: list[Chunk], keys: list[str],
+        vectors: np.ndarray, audience: str, extra: dict[str, Any],
+    ) -> None:  # fmt: skip
         common = {
             "tenant": scope.tenant,
             "arxiv_id": arxiv_id,
@@ -217,7 +318,7 @@ class KnowledgeBase(VectorStore):
             scope.tenant,
             [
                 (
-                    self.chunk_key(scope.tenant, arxiv_id, chunk.index),
+                    key,
                     {
                         **common,
                         "section": chunk.section,
@@ -227,7 +328,7 @@ class KnowledgeBase(VectorStore):
                     },
                     vector,
                 )
-                for chunk, vector in zip(chunks, vectors, strict=True)
+                for key, chunk, vector in zip(keys, chunks, vectors, strict=True)
             ],
         )
         record = {
@@ -239,7 +340,6 @@ class KnowledgeBase(VectorStore):
             **extra,
         }
         await self.redis.hset(papers_key(scope.tenant), arxiv_id, json.dumps(record))
-        return len(chunks)
 
     async def chunk_count(self, scope: Scope, arxiv_id: str) -> int:
         record = await self.paper(scope, arxiv_id)

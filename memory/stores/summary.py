@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 from memory.keys import thread_records_key
 from memory.scope import Scope, legacy_audience, narrowest
 from memory.stores.base import Segment, decode
-from memory.stores.conversation import Message
+from memory.stores.conversation import IndexedRecord, Message
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 COMPACT_CHARS_PER_MESSAGE = 300
@@ -121,9 +121,21 @@ return #KEYS - 2
 # Put summary ARGV[2] (hash KEYS[3], written before) in the place of ARGV[1] (hash KEYS[2]):
 # in the thread's index (KEYS[1]) or in its parent's children (KEYS[4]), if the old one is
 # still where it was read (its parent ARGV[3], '' when top-level); the new one gets that parent
-# and the old hash is deleted.
+# and the old hash is deleted. The old one gone and the new one in its place is a resend of a
+# replacement that ran (redis-py retries a command whose reply was lost): done.
 _REPLACE_SCRIPT = """
 if redis.call('EXISTS', KEYS[2]) == 0 then
+  local placed = false
+  if redis.call('HGET', KEYS[3], 'parent') == ARGV[3] then
+    if ARGV[3] == '' then
+      placed = redis.call('ZSCORE', KEYS[1], ARGV[2]) ~= false
+    else
+      for _, child in ipairs(cjson.decode(redis.call('HGET', KEYS[4], 'children') or '[]')) do
+        if child == ARGV[2] then placed = true end
+      end
+    end
+  end
+  if placed then return 1 end
   return redis.error_reply('CHANGED summary ' .. ARGV[1] .. ' is gone')
 end
 local parent = redis.call('HGET', KEYS[2], 'parent') or ''
@@ -173,6 +185,23 @@ class SummaryStore(ThreadRecordStore[Summary]):
         replies = await pipe.execute()
         return {i: decode(replies[2 * n + 1]) or "" for n, i in enumerate(ids)}
 
+    def flat_fields(self, summary: Summary) -> list[str]:
+        """A summary's hash as field/value strings, for a script's HSET."""
+        flat: list[str] = []
+        for name, value in self.fields(summary).items():
+            flat += [name, repr(value) if isinstance(value, float) else str(value)]
+        return flat
+
+    def indexed(self, scope: Scope, summary: Summary) -> IndexedRecord:
+        """A new top-level summary of `scope.thread` as the marking of its messages stores it
+        (`ConversationStore.mark_summarized`): one script, so a failure or a crash never leaves
+        it listed over messages it does not mark."""
+        summary.audience = narrowest([scope.audience, summary.audience])
+        return IndexedRecord(
+            key=self.key(scope.tenant, summary.id), fields=self.flat_fields(summary),
+            index=self.thread_index(scope), member=summary.id, score=summary.created_at,
+        )  # fmt: skip
+
     async def store(self, tenant: str, summary: Summary) -> None:
         """Write a summary's hash only: it is listed nowhere until `replace` puts it in place."""
         await self.redis.hset(self.key(tenant, summary.id), mapping=self.fields(summary))
@@ -214,9 +243,7 @@ class SummaryStore(ThreadRecordStore[Summary]):
             + [c.audience or legacy_audience(c.thread_id) for c in children]
         )
         merged.children = [c.id for c in children]
-        fields: list[str] = []
-        for name, value in self.fields(merged).items():
-            fields += [name, repr(value) if isinstance(value, float) else str(value)]
+        fields = self.flat_fields(merged)
         keys = [self.thread_index(scope), self.key(scope.tenant, merged.id)]
         keys += [self.key(scope.tenant, c.id) for c in children]
         digests = [text_digest(c.text) for c in children]

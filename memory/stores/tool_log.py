@@ -18,7 +18,7 @@ from typing import Any
 
 from memory.keys import shown_in_logs_key
 from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
-from memory.stores.base import decode, delete_keys
+from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 
@@ -79,14 +79,16 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     async def forget_showing(self, tenant: str, message_ids: Iterable[str]) -> int:
         """Delete every log whose output showed one of these messages (they are being
         forgotten: their text must not live on in another turn's log, or in a log read from
-        it), then their index entries; how many logs went. Run again, it finds what is left."""
+        it), then their index entries (those read: one a log wrote meanwhile stays); how many
+        logs went. Run again, it finds what is left."""
         keys = [shown_in_logs_key(tenant, i) for i in dict.fromkeys(message_ids)]
         if not keys:
             return 0
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
             pipe.smembers(key)
-        logs = sorted({decode(i) for found in await pipe.execute() for i in found})
+        read = dict(zip(keys, await pipe.execute(), strict=True))
+        logs = sorted({decode(i) for found in read.values() for i in found})
         for log_id in logs:
             pipe.hget(self.key(tenant, log_id), "thread_id")
         by_thread: dict[str, list[str]] = {}
@@ -94,7 +96,10 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
             if thread is not None:  # else gone already (its thread's erasure, retention)
                 by_thread.setdefault(decode(thread), []).append(log_id)
         removed = await self.remove(tenant, by_thread)
-        await delete_keys(self.redis, keys)
+        for key, found in read.items():
+            if found:
+                pipe.srem(key, *found)
+        await pipe.execute()
         return removed
 
     async def authors(self, tenant: str, ids: Iterable[str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ resumed; a digest arXiv did not answer is retried later (`retry`), with its fail
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ from memory.keys import (
     digest_lock_key,
     watch_key,
     watch_posted_key,
+    watch_seen_key,
     watches_due_key,
     watches_key,
 )
@@ -218,8 +220,13 @@ class WatchStore:
         made = await self._create(
             keys=[watch_key(scope.tenant, watch.id), watches_key(scope.tenant)], args=pairs
         )
-        if not made:
-            return await self.get(scope.tenant, watch.id) or watch
+        if not made:  # made before, perhaps by a run that crashed before indexing it
+            existing = await self.get(scope.tenant, watch.id)
+            if existing is not None and not existing.paused:  # NX: a claim's index stands
+                await self.redis.zadd(
+                    watches_due_key(), {_member(existing): existing.next_due}, nx=True
+                )
+            return existing or watch
         await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
         return watch
 
@@ -252,7 +259,11 @@ class WatchStore:
             return False
         await self.redis.zrem(watches_due_key(), _member(watch))
         pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(watch_key(tenant, watch_id), watch_posted_key(tenant, watch_id))
+        pipe.delete(
+            watch_key(tenant, watch_id),
+            watch_posted_key(tenant, watch_id),
+            watch_seen_key(tenant, watch_id),
+        )
         pipe.srem(watches_key(tenant), watch_id)
         await pipe.execute()
         return True
@@ -307,12 +318,19 @@ class WatchStore:
     async def forget_creator(self, tenant: str, user: str) -> int:
         """A person is erased: their id leaves the watches they made (the watches stay, they
         belong to their places), and those made in a DM go (`remove_in`: the DM is theirs, its
-        digests would keep their query and keep posting to them). Returns how many."""
-        mine = [w for w in await self.all(tenant) if user and w.created_by == user]
+        digests would keep their query and keep posting to them); a pause they made no longer
+        names them. Returns how many they made."""
+        watches = await self.all(tenant)
+        mine = [w for w in watches if user and w.created_by == user]
         removed = await self.remove_in(tenant, {w.audience for w in mine if _in_dm(w)})
         for watch in mine:
             if watch.audience not in removed:
                 await self.redis.hset(watch_key(tenant, watch.id), "created_by", "")
+        named = re.compile(rf"\b{re.escape(user)}\b") if user else None
+        for watch in watches:  # "paused by <their id>" (bot/watch_commands.py) names them too
+            if named and named.search(watch.paused) and watch.audience not in removed:
+                unnamed = named.sub("someone", watch.paused)
+                await self.redis.hset(watch_key(tenant, watch.id), "paused", unnamed)
         return len(mine)
 
     async def remove_in(self, tenant: str, audiences: set[str]) -> set[str]:
@@ -438,6 +456,29 @@ class WatchStore:
             return set()
         scores = await self.redis.zmscore(watch_posted_key(watch.tenant, watch.id), arxiv_ids)
         return {a for a, s in zip(arxiv_ids, scores, strict=True) if s is not None}
+
+    async def given(
+        self, watch: Watch, arxiv_ids: list[str], until: float, kept_after: float
+    ) -> None:
+        """A digest up to `until` was given these papers by arXiv: each keeps its earliest
+        digest's `until` (ZADD LT); those before `kept_after` go (no window reaches them)."""
+        key = watch_seen_key(watch.tenant, watch.id)
+        pipe = self.redis.pipeline(transaction=True)
+        if arxiv_ids:
+            pipe.zadd(key, dict.fromkeys(arxiv_ids, until), lt=True)
+        pipe.zremrangebyscore(key, "-inf", f"({kept_after!r}")
+        await pipe.execute()
+
+    async def seen(self, watch: Watch, arxiv_ids: list[str]) -> set[str]:
+        """Which of these papers an earlier digest was given and finished (its `until` is at
+        or before the watch's `since`): a digest that did not finish (refused, crashed) counts
+        for nothing."""
+        if not arxiv_ids:
+            return set()
+        scores = await self.redis.zmscore(watch_seen_key(watch.tenant, watch.id), arxiv_ids)
+        return {
+            a for a, s in zip(arxiv_ids, scores, strict=True) if s is not None and s <= watch.since
+        }
 
 
 def _in_dm(watch: Watch) -> bool:

@@ -141,6 +141,8 @@ class ArxivReplay:
         self.feed: list[AtomEntry] = []  # new papers, for submittedDate range searches
         self.requests: list[tuple[float, str]] = []  # (time.monotonic() on arrival, path)
         self.down = False  # while set, API queries are answered 503 (arXiv unavailable)
+        # the next requests' answers, one each: (status, Retry-After or ""), e.g. (429, "1")
+        self.busy: list[tuple[int, str]] = []
         self._lock = threading.Lock()
         replay = self
 
@@ -148,6 +150,14 @@ class ArxivReplay:
             def do_GET(self) -> None:
                 with replay._lock:
                     replay.requests.append((time.monotonic(), self.path))
+                    busy = replay.busy.pop(0) if replay.busy else None
+                if busy is not None:
+                    self.send_response(busy[0])
+                    if busy[1]:
+                        self.send_header("Retry-After", busy[1])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 status, body, ctype = replay.answer(self.path)
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
