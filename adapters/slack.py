@@ -93,7 +93,8 @@ log = logging.getLogger(__name__)
 
 MESSAGE_EVENTS = ("message", "app_mention")
 EARLY_JOIN_SECONDS = 1.0  # a mention's thread marked joined before Slack is asked about it
-EARLY_JOIN_WAIT_SECONDS, EARLY_JOIN_POLLS = 2.5, 25  # a follow-up waits for that mention
+# a follow-up waits for that mention, short of Slack's 3 s for the whole listener
+EARLY_JOIN_WAIT_SECONDS, EARLY_JOIN_POLLS = 1.0, 10
 IGNORED_SUBTYPES = {
     "bot_message",
     "message_changed",
@@ -204,7 +205,8 @@ class SlackAdapter:
             client=AsyncWebClient(token=bot_token, **options),
             signing_secret=signing_secret,
             request_verification_enabled=signing_secret is not None,
-            process_before_response=True,  # listeners only queue: they finish in milliseconds
+            # listeners only queue: milliseconds (a follow-up waits at most EARLY_JOIN_WAIT_SECONDS)
+            process_before_response=True,
         )
         self.pipeline = Pipeline(SlackPlatform(self.client), handler)
         self.files = SlackFiles(self)  # PDFs shared where the bot takes part
@@ -289,8 +291,8 @@ class SlackAdapter:
 
     async def on_mention(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
         if event.get("files"):  # its `message` event takes it (adapters/slack_files.py); an
-            if event.get("edited"):  # edit that adds the mention has none: taken here, once
-                await self.files.take(body, event)  # (its `slack-files:` key)
+            if event.get("edited") and not await self._taken(slack_team(body), event):
+                await self.files.take(body, event)  # an edit that adds the mention: taken once
             return
         if event.get("edited") and await self._taken(slack_team(body), event):
             return  # Slack's `app_mention` again for an edit: `on_edited` follows the edit

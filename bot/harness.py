@@ -255,7 +255,7 @@ class Harness:
         )  # fmt: skip
         output = result.output
         if sources is not None and result.status == "success":
-            sources.show_papers_in(output)  # earlier answers' papers, found again
+            sources.show_papers_in(output[:TOOL_RESULT_CHARS])  # earlier answers' papers
         if len(output) > TOOL_RESULT_CHARS:
             rest = (
                 f"Full output saved in tool log as {log_id}"

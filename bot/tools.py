@@ -15,13 +15,13 @@ from bot.citations import SourceRegistry
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
 from memory.ingest.arxiv_source import ArxivSource
-from memory.ingest.pipeline import _arxiv_id_of, fetch_and_save
+from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv
 
 PAPER_TOOLS = ("arxiv_search_candidates", "fetch_and_save_paper_to_kb")  # they show papers by id
-_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
+_TOOL_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
 
 # What a chat shows while a tool runs (every adapter uses these words).
@@ -181,7 +181,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     ctx.shown_messages.update(entry.message_ids)
     text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
     if entry.tool_name in PAPER_TOOLS and entry.status == "success":
-        for shown_id in _SHOWN_ID.findall(text):
+        for shown_id in _TOOL_SHOWN_ID.findall(text):
             ctx.sources.show_paper(shown_id)
     return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
 
@@ -225,7 +225,7 @@ def stored_paper_id(written: str) -> str:
     """The id a paper is stored under, however the model writes it: as the tools show it
     ("arXiv:2310.08560"), versioned, or as its abs or pdf link."""
     bare = re.sub(r"^\s*arxiv:\s*", "", written, flags=re.IGNORECASE).strip()
-    return base_arxiv_id(_arxiv_id_of(bare) or bare) or written  # "v2": no id, the filter says
+    return base_arxiv_id(arxiv_id_of(bare) or bare) or written  # "v2": no id, the filter says
 
 
 def _day(value: str | None, end: bool = False) -> float | None:

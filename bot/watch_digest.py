@@ -90,8 +90,8 @@ def resume_advice(watch: Watch, exc: Undeliverable) -> str:
             f"post in it, then `/watch resume {watch.id}` there."
         )
     return (
-        f"I paused it. Let me post in the channel again (invite me, or give me permission to "
-        f"send messages there), then `/watch resume {watch.id}` there."
+        f"I paused it. To have it post again, invite me to the channel or give me permission to "
+        f"send messages there, then `/watch resume {watch.id}` there."
     )
 
 

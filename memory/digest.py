@@ -3,7 +3,9 @@
 arXiv is asked for the papers submitted since the last digest, from LOOKBACK before it: arXiv
 lists a paper a day to a week or more after it was submitted (weekends, holidays, moderation), so
 a window that ended at the last digest may still gain papers. What an earlier finished digest of
-this watch was given is dropped (its `seen` set), so a late paper is shown once. When a window
+this watch was given is dropped (its `seen` set), so a late paper is shown once. Until that set
+exists (a watch's first digest, or its first since the set came), the lookback is OVERLAP's, or
+none for a new watch: else papers listed but not shown before would be offered again. When a window
 has more papers than a query reads (MAX_CANDIDATES), the new period's days that query did not
 reach are asked again one by one, each day's newest DAY_SHARE (the lookback is not), and the
 digest says it was cut only when such a day was full. Papers already in the team's knowledge
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -26,11 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memory.ingest.arxiv_source import ArxivSource, Candidate
+from memory.keys import watch_seen_key
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.watches import DAY, Watch, WatchStore
 
 LOOKBACK = 14 * DAY  # asked again before `since` (by the first query); what was given is dropped
+OVERLAP = 3 * DAY  # the lookback while the watch has no `seen` set (what was posted is dropped)
 SEEN_KEPT = LOOKBACK + DAY  # a paper given this long before `since` is out of every window
 MAX_CANDIDATES = 500  # per query: five pages of arXiv's 100
 DAY_SHARE = 100  # a new period's day a full first query did not reach: its newest page
@@ -64,6 +69,7 @@ class Digest:
     found: int = 0  # what arXiv gave that no earlier finished digest of the watch was given
     known: int = 0  # of those, dropped: in the knowledge base
     repeated: int = 0  # of those, dropped: shown by an earlier digest (posted before `seen`)
+    earlier: int = 0  # what arXiv gave that an earlier finished digest was given (not in `found`)
     capped: bool = False  # a day of the new period had more papers than were read
 
     @property
@@ -126,14 +132,22 @@ class DigestBuilder:
         self, watch: Watch, until: float, since: float | None = None, walled: bool = False,
         record: bool = True,
     ) -> Digest:  # fmt: skip
-        """Ask arXiv, then rank (`since`: from then instead of the watch's own, less the
-        lookback; `walled`: its place is walled now, see `reader`). With `record` (a digest
+        """Ask arXiv, then rank (`since`: from then instead of the watch's own, with no
+        lookback and what earlier digests were given not dropped, so an older window can be
+        shown again; `walled`: its place is walled now, see `reader`). With `record` (a digest
         task, a terminal watch's run; never a preview), what arXiv gave is kept in the watch's
         `seen` set: once the digest is finished (`since` reaches `until`), a later one drops
         it."""
+        again = since is not None
+        if again:
+            lookback = 0.0
+        elif await self.watches.redis.exists(watch_seen_key(watch.tenant, watch.id)):
+            lookback = LOOKBACK
+        else:  # a new watch's first digest covers its period; an older watch's overlaps
+            lookback = 0.0 if watch.since < watch.created_at else OVERLAP
         since = watch.since if since is None else since
-        found, capped = await self.submitted(watch, since, until)
-        digest = await self.rank(watch, found, since, until, walled)
+        found, capped = await self.submitted(watch, since, until, lookback)
+        digest = await self.rank(watch, found, since, until, walled, drop_seen=not again)
         digest.capped = capped
         if record:
             ids = list(dict.fromkeys(c.arxiv_id for c in found))
@@ -141,40 +155,40 @@ class DigestBuilder:
         return digest
 
     async def submitted(
-        self, watch: Watch, since: float, until: float
+        self, watch: Watch, since: float, until: float, lookback: float = LOOKBACK
     ) -> tuple[list[Candidate], bool]:
-        """The watch's papers submitted in [since - LOOKBACK, until], and whether some of the
+        """The watch's papers submitted in [since - lookback, until], and whether some of the
         new period [since, until] were not read. One query of MAX_CANDIDATES, newest first: if
         full, it read every paper submitted after its oldest paper's day, and only the new
         period's days up to that one are asked again, each its newest `day_share` (the lookback
         is the first query's alone: a broad watch costs a few queries, not one per day)."""
         ask = self.arxiv.submitted
-        found = await ask(watch.query, since - LOOKBACK, until, watch.categories, watch.authors,
+        found = await ask(watch.query, since - lookback, until, watch.categories, watch.authors,
                           self.max_candidates)  # fmt: skip
         if len(found) < self.max_candidates:
             return found, False
         end = min(until, _day_after_oldest(found))
         width = max(DAY, (end - since) / MAX_SLICES)
+        slices = min(MAX_SLICES, max(0, math.ceil((end - since) / width)))  # never an empty one
         capped = False
-        while end > since:
-            part = await ask(watch.query, max(since, end - width), end, watch.categories,
-                             watch.authors, self.day_share)  # fmt: skip
+        for i in range(slices):
+            part = await ask(watch.query, max(since, end - (i + 1) * width), end - i * width,
+                             watch.categories, watch.authors, self.day_share)  # fmt: skip
             found += part
             capped = capped or len(part) >= self.day_share
-            end -= width
         return found, capped
 
     async def rank(
         self, watch: Watch, candidates: list[Candidate], since: float, until: float,
-        walled: bool = False,
+        walled: bool = False, drop_seen: bool = True,
     ) -> Digest:  # fmt: skip
-        """Drop what an earlier digest was given, the known and the already posted, rank the
-        rest, keep the best `top_n`."""
+        """Drop what an earlier digest was given (unless not `drop_seen`), the known and the
+        already posted, rank the rest, keep the best `top_n`."""
         unique = list({c.arxiv_id: c for c in candidates}.values())
-        seen = await self.watches.seen(watch, [c.arxiv_id for c in unique])
+        seen = await self.watches.seen(watch, [c.arxiv_id for c in unique]) if drop_seen else set()
         unique = [c for c in unique if c.arxiv_id not in seen]  # shown or not: not new
         posted = await self.watches.posted(watch, [c.arxiv_id for c in unique])
-        digest = Digest(watch, since, until, found=len(unique))
+        digest = Digest(watch, since, until, found=len(unique), earlier=len(seen))
         saved = await self.kb.papers(reader(watch, walled))
         in_kb = {p["arxiv_id"] for p in saved}
         fresh = [c for c in unique if c.arxiv_id not in in_kb and c.arxiv_id not in posted]
@@ -253,8 +267,9 @@ def digest_text(digest: Digest) -> str:
     if not digest.items:
         return (
             f"Nothing new on “{watch.query or ', '.join(watch.categories)}” since "
-            f"{when(digest.since)} ({digest.found} found, {digest.known} already saved, "
-            f"{digest.repeated} already shown)." + (f" {note}" if note else "")
+            f"{when(digest.since)} ({digest.found + digest.earlier} found: {digest.known} "
+            f"already saved, {digest.repeated} already shown, {digest.earlier} in an earlier "
+            "digest)." + (f" {note}" if note else "")
         )
     lines = [
         f"New on “{watch.query or ', '.join(watch.categories)}” since {when(digest.since)}: "

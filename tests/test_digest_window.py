@@ -71,7 +71,7 @@ async def test_a_paper_listed_days_after_its_submission_is_shown_once(world, ten
     replay, store, clock, tasks = world
     digests = tasks(top_n=1)
     watch = await store.create(Scope(tenant), TOPIC, DAY, platform="terminal",
-                               channel="terminal", now=T0 - DAY)  # fmt: skip
+                               channel="terminal", now=T0 - 2 * DAY)  # fmt: skip
     clock.now = T0 - 2 * DAY  # a Saturday: Friday's listed papers, one shown and one not
     replay.add_feed([paper(1, clock.now - 2 * 3600), paper(2, clock.now - 3 * 3600)])
     first = shown(await run(store, digests, tenant, watch.id))
@@ -89,7 +89,8 @@ async def test_a_paper_listed_days_after_its_submission_is_shown_once(world, ten
     clock.now = T0 + 2 * DAY
     third = await run(store, digests, tenant, watch.id)
     assert shown(third) == [] and third.startswith("Nothing new"), third
-    assert "(0 found, 0 already saved, 0 already shown)" in third, third  # all given before
+    # all given before: said, so the numbers add up
+    assert "(3 found: 0 already saved, 0 already shown, 3 in an earlier digest)" in third, third
 
     assert await store.redis.exists(watch_seen_key(tenant, watch.id))
     await store.remove(tenant, watch.id)  # its record of what it was given goes with it
@@ -158,9 +159,12 @@ async def test_a_broad_watch_asks_only_the_new_days_its_first_query_did_not_reac
     assert searches(replay) - before == 1 + 7, searches(replay) - before
     assert "busy days were cut" in text, text  # each such day had more than its share
 
-    clock.now = T0 + 30 * DAY
+    clock.now = T0 + 29 * DAY
     quiet = await store.create(Scope(tenant), TOPIC, DAY, platform="terminal",
                                channel="terminal", now=clock.now)  # fmt: skip
+    replay.add_feed([paper(199, clock.now - 3600)])
+    await run(store, digests, tenant, quiet.id)  # its first digest: it has a `seen` set now
+    clock.now = T0 + 30 * DAY
     # the day is read in full (two papers); the first query is full of the lookback's
     replay.add_feed([paper(200 + n, clock.now - (1 + n) * 3600) for n in range(2)])
     replay.add_feed([paper(210 + n, clock.now - (2 + n // 3) * DAY - n * 3600)
@@ -186,3 +190,57 @@ async def test_a_preview_of_a_chat_watch_records_nothing(world, tenant):
     assert stored.since == watch.since  # nor moved `since`
     digest = await digests.builder.build(stored, T0 + DAY)  # its digest task, a day later
     assert digest.arxiv_ids == ["2601.00300"]
+
+
+async def test_a_first_digest_covers_its_period_and_an_older_watch_overlaps_three_days(
+    world, tenant
+):
+    """The 14-day lookback drops what an earlier digest was given: until a watch has that
+    record, its first digest covers the period alone, and an older watch's (made before the
+    record came) reaches back three days, as it did then, not 14 (it would offer again papers
+    listed before and not shown)."""
+    replay, store, _, tasks = world
+    digests = tasks(top_n=10)
+    in_period, days_before, weeks_before = (
+        paper(400, T0 - 3600), paper(401, T0 - 2.5 * DAY), paper(402, T0 - 10 * DAY),
+    )  # fmt: skip
+    replay.add_feed([in_period, days_before, weeks_before])
+    new = await store.create(Scope(tenant), TOPIC, DAY, platform="terminal",
+                             channel="terminal", now=T0)  # fmt: skip
+    assert shown(await run(store, digests, tenant, new.id)) == [in_period.arxiv_id]
+
+    older = await store.create(Scope(tenant), TOPIC, DAY, platform="terminal",
+                               channel="terminal", now=T0 - 30 * DAY)  # fmt: skip
+    await store.finish(older, "earlier", T0 - DAY, T0 - DAY)  # a digest before the upgrade
+    text = await run(store, digests, tenant, older.id)
+    assert sorted(shown(text)) == [in_period.arxiv_id, days_before.arxiv_id], text
+
+
+async def test_since_shows_an_older_window_again_without_what_was_shown(world, tenant):
+    """`watch run --since`: what an earlier digest was given but did not show is shown again;
+    what it showed is not."""
+    replay, store, clock, tasks = world
+    digests = tasks(top_n=1)
+    watch = await store.create(Scope(tenant), TOPIC, DAY, platform="terminal",
+                               channel="terminal", now=T0)  # fmt: skip
+    replay.add_feed([paper(500, T0 - 3600), paper(501, T0 - 2 * 3600)])
+    [first] = shown(await run(store, digests, tenant, watch.id))
+    clock.now = T0 + 600
+    assert shown(await run(store, digests, tenant, watch.id)) == []  # given before: not new
+    again = await digests.run_by_hand(await store.get(tenant, watch.id), T0 - DAY)
+    assert shown(again) == sorted({"2601.00500", "2601.00501"} - {first}), again
+
+
+async def test_a_long_window_is_asked_in_at_most_fifteen_slices(world, tenant):
+    """A window longer than 15 days is cut into 15 slices: never a 16th, empty one (float
+    subtraction used to leave a sliver of the window before `since`)."""
+    replay, store, clock, tasks = world
+    digests = tasks(top_n=10, max_candidates=3, day_share=2)
+    clock.now = T0 + 3.4  # the watch's `since` 3.4 s after a whole second: a sliver was left
+    watch = await store.create(Scope(tenant), TOPIC, 16 * DAY, platform="terminal",
+                               channel="terminal", now=clock.now)  # fmt: skip
+    # the first query's three papers reach back to Sunday: slices end at Monday 00:00
+    replay.add_feed([paper(600 + n, T0 - hours * 3600) for n, hours in enumerate((1, 2, 21, 45))])
+    before = searches(replay)
+    await run(store, digests, tenant, watch.id)
+    assert searches(replay) - before == 1 + 15, searches(replay) - before

@@ -62,7 +62,7 @@ async def a_due_digest(world, tenant: str) -> tuple[WatchService, Watch, dict]:
     [
         ("restricted_action", "ask an admin of the channel to let me post in it"),
         ("restricted_action_read_only_channel", "ask an admin of the channel to let me post"),
-        ("not_in_channel", "Let me post in the channel again (invite me"),
+        ("not_in_channel", "invite me to the channel or give me permission"),
     ],
 )
 async def test_a_digest_slack_refuses_for_good_pauses_the_watch_and_tells_its_creator(

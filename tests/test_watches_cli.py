@@ -47,13 +47,19 @@ async def test_watch_add_list_run_remove(memory, tenant, capsys, new_papers):
     # a terminal watch's run is its delivery: the next run has nothing new
     code, out, _ = await arxivscout(capsys, "watch", "run", "--tenant", tenant)
     assert code == 0 and "Nothing new on “state space models”" in out
-    assert "(0 found, 0 already saved, 0 already shown)" in out  # the 3 shown are not new
+    assert "(3 found: 0 already saved, 0 already shown, 3 in an earlier digest)" in out
     # --since shows a window again, without what was shown
     code, out, _ = await arxivscout(
         capsys, "watch", "run", watch_id, "--since", "2020-01-01", "--tenant", tenant
     )
     assert code == 0 and "Nothing new" in out
 
+    code, out, _ = await arxivscout(capsys, "watch", "add", "x", "--period", "3",
+                                    "--tenant", tenant)  # fmt: skip
+    assert code == 0 and out.startswith("Watching “x”, every 3 days"), out  # a bare N: N days
+    code, _, _ = await arxivscout(capsys, "watch", "remove", out.strip().rsplit("id ", 1)[1],
+                                  "--tenant", tenant)  # fmt: skip
+    assert code == 0
     code, _, err = await arxivscout(capsys, "watch", "add", "x", "--period", "hourly",
                                     "--tenant", tenant)  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "--period is daily, weekly" in err

@@ -47,7 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     remove.add_argument("watch_id", metavar="ID")
     run = verbs.add_parser("run", help="print a digest now (every watch of the tenant if no ID)")
     run.add_argument("watch_id", metavar="ID", nargs="?")
-    run.add_argument("--since", help="from this date (YYYY-MM-DD) instead of the last digest")
+    run.add_argument(
+        "--since",
+        help="from this date (YYYY-MM-DD) instead of the last digest, with what earlier digests "
+        "were given but did not show",
+    )
     for verb in (add, listing, remove, run):
         add_tenant(verb)
         verb.set_defaults(handler=RUN[verb.prog.split()[-1]])
@@ -64,7 +68,8 @@ def _since(text: str | None) -> float | None:
 
 
 async def run_add(args: argparse.Namespace) -> int:
-    period = parse_period(args.period)
+    text = args.period.strip()
+    period = parse_period(f"{text} days" if text.isdigit() else text)  # a bare N is N days
     if period is None:
         raise InvalidWatch(f"--period is daily, weekly or a number of days, not {args.period!r}.")
     if bool(args.platform) != bool(args.channel):

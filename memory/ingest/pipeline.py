@@ -251,7 +251,7 @@ def _described(exc: BaseException | None) -> str:
     return str(exc) if isinstance(exc, IngestError) else f"{type(exc).__name__}: {exc}"
 
 
-def _arxiv_id_of(source: str) -> str | None:
+def arxiv_id_of(source: str) -> str | None:
     found = _ARXIV_URL.search(source)
     candidate = found.group(1) if found else source
     return candidate if is_arxiv_id(candidate) else None
@@ -277,7 +277,7 @@ async def ingest(
         path = Path(source).expanduser()
         if path.is_file() and (path.suffix.lower() == ".pdf" or is_unarxive_path(path)):
             files.append(path)
-        elif (arxiv_id := _arxiv_id_of(source)) is not None:
+        elif (arxiv_id := arxiv_id_of(source)) is not None:
             ids.append(arxiv_id)
         else:
             bad.append(source)

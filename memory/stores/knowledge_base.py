@@ -53,9 +53,9 @@ def base_arxiv_id(arxiv_id: str) -> str:
 class PaperKept(Exception):
     """The stored paper stays (`add_paper`'s `keep` said why, under the save lock)."""
 
-    def __init__(self, reason: str, record: dict[str, Any]) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
-        self.reason, self.record = reason, record
+        self.reason = reason
 
 
 class ReplaceFailed(Exception):
@@ -246,7 +246,7 @@ class KnowledgeBase(VectorStore):
             raw = await self.redis.hget(papers_key(scope.tenant), arxiv_id)
             stored = json.loads(raw) if raw else None
             if stored is not None and keep is not None and (reason := keep(stored)):
-                raise PaperKept(reason, stored)
+                raise PaperKept(reason)
             await self._remove(scope.tenant, arxiv_id)
             keys = [self.chunk_key(scope.tenant, arxiv_id, chunk.index) for chunk in chunks]
             try:
