@@ -115,8 +115,8 @@ class ContextLimits:
 
     The Summary segment is an index of what can be expanded (a line per top-level summary, at
     most 8; a model's descriptions run to 12 words, the deterministic notes to 16 or 24): 5 %
-    of the default budget shows the newest 6 to 8, and at a tight budget fewer (at least the
-    newest: `summary_index`), leaving the tokens to the recalled messages themselves, which on
+    of the default budget shows the newest 6 to 8, and at a tight budget fewer (or a note that
+    they exist: `summary_index`), leaving the tokens to the recalled messages themselves, which on
     LoCoMo answer more per token (0.885 -> 0.896 recall at 2,000 tokens, from 15 % to 5 %).
     """
 
@@ -163,28 +163,20 @@ def cut_to_tokens(text: str, tokens: int, model: str) -> str:
 
 
 def summary_index(
-    entries: list[tuple[str, str]], limits: ContextLimits, model: str, reserved: int = 0
+    entries: list[tuple[str, str]], limits: ContextLimits, model: str
 ) -> tuple[str, int]:
-    """The Summary segment: the newest lines that fit its share of the budget, and at least the
-    newest when it fits half of it (the share of a small budget may not hold even one line) and
-    either the budget less `reserved` (what the other segments are owed) or the room of the
-    note shown in its place. Summaries that exist but none of which fit are said to exist."""
+    """The Summary segment: the newest lines (each cut to SUMMARY_DESCRIPTION_TOKENS) that fit
+    its share of the budget. Summaries that exist but none of which fit are said to exist, in a
+    note as short as the empty one: at a small budget the recalled messages answer more per
+    token than a summary's line (LoCoMo recall at 1,000 tokens: 0.820 with the newest line
+    always shown, 0.835 without)."""
     segment = SummaryStore.segment(
         [(sid, cut_to_tokens(d, SUMMARY_DESCRIPTION_TOKENS, model)) for sid, d in entries]
     )
     if entries:
-        segment.empty_note = (
-            f"({len(entries)} {'summary' if len(entries) == 1 else 'summaries'} of this "
-            "thread, too many to list at this budget: "
-            'search_conversations(where="thread") finds the messages they cover.)'
-        )
-    budget = limits.memory_tokens
-    floor = 0
-    if segment.items:  # the heading and the newest line
-        floor = count_tokens(replace(segment, items=segment.items[-1:]).render(), model)
-        note = count_tokens(replace(segment, items=[]).render(), model)
-        floor = floor if floor <= min(budget // 2, max(budget - reserved, note)) else 0
-    return newest_that_fit(segment, max(int(budget * limits.summary_share), floor), model)
+        count = f"{len(entries)} {'summary' if len(entries) == 1 else 'summaries'}"
+        segment.empty_note = f"({count}, too long to list)"
+    return newest_that_fit(segment, int(limits.memory_tokens * limits.summary_share), model)
 
 
 def shown_ids(window: list, shown: int) -> list[str]:
@@ -218,9 +210,7 @@ async def assemble_context(
     heading = count_tokens(replace(conversation, items=[], empty_note="").render(), model)
     window_room = limits.window_cap + heading  # a window up to the cap is shown whole
     episodic_empty = count_tokens(EpisodicStore.render([]), model)
-    summary_text, summary_tokens = summary_index(
-        summaries, limits, model, reserved=window_room + episodic_empty
-    )
+    summary_text, summary_tokens = summary_index(summaries, limits, model)
     # Every unsummarized message is in the window or a summary: ensure_window compacts only
     # past the cap, so the window gets at least the cap whatever the rest leaves. Below about
     # 400 tokens the smallest Summary segment, the window at its cap and the empty Episodic

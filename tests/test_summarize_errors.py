@@ -242,7 +242,7 @@ async def test_an_oversized_description_is_cut_and_the_segments_fit_the_budget(m
     )
     for i in range(150):  # a window far larger than the budget
         await memory.conversation.append(scope, "user", f"Message {i} on the seminar plan.")
-    limits = ContextLimits(memory_tokens=1000)
+    limits = ContextLimits(memory_tokens=3000)  # a Summary share of 150 tokens
     context = await assemble_context(memory, scope, "What did we say?", limits)
     summary = context.segment("Summary").text
     assert f"[Summary ID: {newest.id}] MemGPT paging" in summary and "…" in summary
@@ -256,7 +256,7 @@ async def test_summaries_that_do_not_fit_are_said_to_exist(memory, tenant):
     await save_summaries(memory, scope, ["Early talk", "Reading list", "MemGPT paging"])
     context = await assemble_context(memory, scope, "q", ContextLimits(memory_tokens=120))
     summary = context.segment("Summary").text
-    assert "3 summaries of this thread" in summary and "no summaries" not in summary
+    assert "(3 summaries, too long to list)" in summary and "no summaries" not in summary
 
 
 async def test_a_window_within_its_cap_is_shown_whole_at_a_small_budget(memory, tenant):
@@ -278,8 +278,8 @@ async def test_a_window_within_its_cap_is_shown_whole_at_a_small_budget(memory, 
 
 
 async def test_the_segments_fit_every_budget_that_holds_the_window_at_its_cap(memory, tenant):
-    """The newest summary's line is shown only where it leaves the window its cap: from 400
-    tokens up, a window within its cap and the smallest Summary segment fit the budget."""
+    """From 400 tokens up, a window within its cap and the Summary segment (its newest lines
+    within its share, or the note that they exist) fit the budget."""
     scope = Scope(tenant, "fit")
     await save_summaries(memory, scope, ["MemGPT paging " * 200])  # a line longer than the note
     for i in range(20):
