@@ -4,7 +4,9 @@ The last part of an answer is sent with two buttons whose custom ids name the vo
 turn (`feedback:up:<turn>`, `feedback:down:<turn>`). They are a `DynamicItem` registered on
 the client (`Client.add_dynamic_items`): discord.py matches any message's button by its custom
 id, so buttons sent before a restart, or by another process, still work. 👍 is answered
-ephemerally; 👎 records the vote and opens a modal whose text is kept as the vote's comment.
+ephemerally (deferred first); 👎 records the vote and opens a modal whose text is kept as the
+vote's comment (or, when the vote takes too long, says it may not have been recorded: it
+goes on in the background and may still be kept).
 
 The modal's custom id names the turn and the person (`feedback:why:<turn>:<user>`), and it is
 not kept in discord.py's in-memory modal store (which keys modals by custom id, so a second
@@ -16,9 +18,10 @@ answered in; each vote is theirs (bot/feedback.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import discord
@@ -31,6 +34,11 @@ log = logging.getLogger(__name__)
 TEMPLATE = r"feedback:(?P<vote>up|down):(?P<turn>[A-Za-z0-9_\-]{1,80})"
 FORM = re.compile(r"feedback:why:(?P<turn>[A-Za-z0-9_\-]{1,80}):(?P<user>\d{1,25})")
 MODAL_SUBMIT = 5  # the interaction type of a submitted modal
+VOTE_WITHIN = 2.0  # seconds a 👎 waits for its vote: Discord wants an answer within 3
+MAYBE_KEPT = (
+    "My memory is slow right now, so your 👎 may not have been recorded; press it again soon."
+)
+_VOTING: set[asyncio.Future[str]] = set()  # 👎 votes still running after their answer
 
 
 def channel_of(interaction: discord.Interaction) -> str:
@@ -57,14 +65,29 @@ class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button], template=TEMPLAT
         return cls(match["vote"], match["turn"])
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        service = _service(interaction)
-        user = interaction.user
-        rating = 1 if self.vote == "up" else -1
-        said = await service.vote(
-            discord_tenant(interaction), self.turn, str(user.id), rating, user.display_name,
-            channel=channel_of(interaction),
-        )  # fmt: skip
-        if rating > 0 or said != THANKS:  # a 👍, or a 👎 not kept: no form to fill in
+        """Answered within Discord's 3 s whatever Redis does: a 👍 is deferred first and told
+        after; a 👎 (whose answer is the form) waits for its vote `VOTE_WITHIN` at most."""
+        service, user = _service(interaction), interaction.user
+
+        def vote() -> Awaitable[str]:
+            return service.vote(
+                discord_tenant(interaction), self.turn, str(user.id),
+                1 if self.vote == "up" else -1, user.display_name,
+                channel=channel_of(interaction),
+            )  # fmt: skip
+
+        if self.vote == "up":
+            await answer_later(interaction, vote)
+            return
+        voting = asyncio.ensure_future(vote())  # not cancelled by the wait: it may be kept
+        _VOTING.add(voting)  # (its rejection then follows), so it is held till it ends
+        voting.add_done_callback(_VOTING.discard)
+        try:
+            said = await asyncio.wait_for(asyncio.shield(voting), VOTE_WITHIN)
+        except TimeoutError:
+            log.warning("👎 on %s not kept in time: memory slow or unreachable", self.turn)
+            said = MAYBE_KEPT
+        if said != THANKS:  # not kept: no form to fill in
             await interaction.response.send_message(said, ephemeral=True)
         else:
             await interaction.response.send_modal(WhatWasWrong(self.turn, str(user.id)))
@@ -137,18 +160,33 @@ class DiscordFeedback:
         found = FORM.fullmatch(str(data.get("custom_id", "")))
         if found is None:
             return
-        user = interaction.user
-        if str(user.id) != found["user"]:  # the form is its opener's
-            said = FAILED
-        else:
-            said = await self.service.comment(
-                discord_tenant(interaction), found["turn"], str(user.id), submitted_text(data),
+        user, turn, opener = interaction.user, found["turn"], found["user"]
+
+        async def comment() -> str:
+            if str(user.id) != opener:  # the form is its opener's
+                return FAILED
+            return await self.service.comment(
+                discord_tenant(interaction), turn, str(user.id), submitted_text(data),
                 name=user.display_name, channel=channel_of(interaction),
             )  # fmt: skip
-        try:
-            await interaction.response.send_message(said, ephemeral=True)
-        except discord.DiscordException as exc:  # expired, or answered already
-            log.info("could not answer a feedback form: %s", exc)
+
+        await answer_later(interaction, comment)
+
+
+async def answer_later(
+    interaction: discord.Interaction, work: Callable[[], Awaitable[str]]
+) -> None:
+    """Deferred first (Discord wants an answer within 3 s; Redis may take longer), then told
+    what `work` says. What it keeps is kept even when Discord no longer takes the answer."""
+    try:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+    except discord.DiscordException as exc:  # expired, or answered already
+        log.info("could not defer a feedback answer: %s", exc)
+    said = await work()
+    try:
+        await interaction.followup.send(said, ephemeral=True)
+    except discord.DiscordException as exc:
+        log.info("could not answer feedback: %s", exc)
 
 
 def _service(interaction: discord.Interaction) -> FeedbackService:

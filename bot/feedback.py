@@ -99,6 +99,4 @@ class FeedbackService:
 
     async def _follow(self, tenant: str, turn_id: str, downs: int) -> None:
         """The turn's workflow rejected while it has a 👎, offered again once it has none."""
-        record = await self.memory.turn_records.get(tenant, turn_id)
-        if record.workflow:
-            await self.memory.workflows.reject(record.workflow, downs > 0)
+        await self.memory.turn_records.follow(tenant, turn_id, downs, self.memory.workflows.reject)

@@ -20,9 +20,10 @@ from typing import Any
 from bot.background import BackgroundWork
 from bot.citations import Source, SourceRegistry
 from bot.consolidation import Consolidator, SummaryInProgress
-from bot.llm import LLMClient, ToolCall
+from bot.llm import LLMClient, LLMResponseError, ToolCall, extract_json
 from bot.metering import Meter, metered
 from bot.prompt import AGENT_SYSTEM_PROMPT
+from bot.spent_tasks import last_delivery
 from bot.toolbox import Toolbox, ToolResult
 from bot.tools import MEMORY_TOOLS, ToolContext
 from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a turn taught
@@ -391,16 +392,23 @@ class Harness:
             if asked and await learned.learned(scope.tenant, asked, version):
                 continue  # delivered again after it was written: once is enough
             with metered() as meter:  # entity extraction's model call, counted to the thread
-                written = await self._learn(scope, task, authors)
+                try:
+                    written = await self._learn(scope, task, authors)
+                except Exception:  # the failed extraction's call was made: counted too
+                    await self._count(scope, meter)
+                    raise
             state, now = await self._asking(scope, task)
             if state != ASKED:  # forgotten (or edited) while written
                 await self._unlearn(scope, task, state, now, written)
                 continue  # and its usage is not counted to a thread that may be gone
-            await self.memory.turn_records.add_usage(
-                scope, TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-            )
-            if asked and written:
-                await learned.written(scope.tenant, asked, version)
+            await self._count(scope, meter)
+            if asked and (written or meter.calls):  # run once: a batch-mate's failure
+                await learned.written(scope.tenant, asked, version)  # redelivers it too
+
+    async def _count(self, scope: Scope, meter: Meter) -> None:
+        """Count a task's background model calls to its thread."""
+        usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+        await self.memory.turn_records.add_usage(scope, usage)
 
     async def _unlearn(
         self, scope: Scope, task: dict[str, Any], state: str, now: str,
@@ -428,7 +436,7 @@ class Harness:
         question, answer, turn = task["question"], task["answer"], task.get("turn", "")
         asked, learned = _asked(task), self.memory.governance.learned
         written: list[str] = []
-        if task["steps"]:
+        if _succeeded(task["steps"]):  # every step failed: no procedure to offer again
             rejected = await self.rejected(scope.tenant, turn)
             workflows = self.memory.workflows
             taught = workflows.key_for(scope, question, task["steps"], answer)
@@ -443,8 +451,18 @@ class Harness:
             if noted and not rejected and await self.rejected(scope.tenant, turn):
                 await self.memory.workflows.reject(key)  # a 👎 came meanwhile
         if mentions_names(f"{question}\n{answer}"):
-            entities = await self.extract_entities(question, answer)
-            if entities:
+            try:
+                entities = await self.extract_entities(question, answer)
+            except Exception as exc:  # delivered again, unless no run comes after this one
+                if not last_delivery():
+                    raise
+                log.warning("entity extraction failed on its last delivery: %s", exc)
+                entities = []
+            replaced = set(await learned.replaced(scope.tenant, asked)) if asked else set()
+            entities = [
+                e for e in entities if self.memory.entities.key(scope, e.name) not in replaced
+            ]
+            if entities:  # those a person's edit replaced are not taught again (an edit's relearn)
                 keys = [self.memory.entities.key(scope, e.name) for e in entities]
                 if not await learned.note(scope.tenant, asked, keys):
                     return written
@@ -482,25 +500,32 @@ class Harness:
         return ASKED, stored.content
 
     async def extract_entities(self, question: str, answer: str) -> list[Entity]:
+        """The entities the model names in the exchange. A failed call, a reply without JSON or
+        one cut off raise: the durable task is delivered again, not acked with nothing learned
+        (on its last delivery, `_learn` gives up on the entities and keeps the rest)."""
         exchange = f"User: {question[:EXTRACT_CHARS]}\n\nAssistant: {answer[:EXTRACT_CHARS]}"
-        try:
-            data = await self.llm.complete_json(
-                [
-                    {"role": "system", "content": ENTITY_INSTRUCTIONS},
-                    {"role": "user", "content": exchange},
-                ]
-            )
-        except Exception as exc:
-            log.warning("entity extraction failed: %s", exc)
-            return []
+        reply = await self.llm.chat(
+            [
+                {"role": "system", "content": ENTITY_INSTRUCTIONS},
+                {"role": "user", "content": exchange},
+            ]
+        )
+        if reply.finish_reason == "length":
+            raise LLMResponseError("The entity extraction was cut off; it is tried again.")
+        data = extract_json(reply.content)
         if isinstance(data, dict):
-            data = data.get("entities", [])
+            data = data.get("entities", [data] if "name" in data else [])
         if not isinstance(data, list):
             return []
         return [
-            Entity(
-                str(item["name"]), str(item.get("type", "other")), str(item.get("description", ""))
-            )
+            Entity(name, str(item.get("type") or "other"), str(item.get("description") or ""))
             for item in data
-            if isinstance(item, dict) and str(item.get("name", "")).strip()
+            if isinstance(item, dict)
+            and (name := str(item.get("name") or "").strip())
+            and str(item.get("description") or "").strip()
         ]
+
+
+def _succeeded(steps: list[str]) -> bool:
+    """Whether any step (`Step.describe`) succeeded."""
+    return any(step.endswith("-> success") for step in steps)

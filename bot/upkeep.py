@@ -278,10 +278,13 @@ class Upkeep:
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`."""
         for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
-            with metered() as meter, contextlib.suppress(SummaryInProgress):  # another rolls it
-                await self.consolidator.roll(scope, self.limits.window_target)
-            usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-            await self.memory.turn_records.add_usage(scope, usage)  # counted to the thread
+            with metered() as meter:
+                try:
+                    with contextlib.suppress(SummaryInProgress):  # another rolls it
+                        await self.consolidator.roll(scope, self.limits.window_target)
+                finally:  # counted to the thread, also when the roll failed (MarkConflict)
+                    usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+                    await self.memory.turn_records.add_usage(scope, usage)
 
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory

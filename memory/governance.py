@@ -74,9 +74,10 @@ LOCK_WAIT_SECONDS = 60.0
 @dataclass
 class PersonErasure(Erasure):
     """A person's erasure: also the topic watches that named them (those made in their DMs
-    removed, their id taken off the others)."""
+    removed, their id taken off the others) and the votes they gave others' answers."""
 
     watches: int = 0
+    votes: int = 0
 
 
 class Governance:
@@ -353,10 +354,12 @@ class Governance:
             except NotFound:
                 spoke = False
             await self._close_queued(tenant, user)
-            erasure += await self._turns(tenant, asker=user)  # their turns, and their votes
-            if not spoke and not erasure.total and not watches:
+            records = self.memory.turn_records
+            votes = await records.withdraw_votes(tenant, user, self.memory.workflows.reject)
+            erasure += await self._turns(tenant, asker=user)  # their turns (and late votes)
+            if not spoke and not erasure.total and not watches and not votes:
                 raise NotFound("person", user)
-            return PersonErasure(**asdict(erasure), watches=watches)
+            return PersonErasure(**asdict(erasure), watches=watches, votes=votes)
 
     async def _close_queued(self, tenant: str, user: str) -> None:
         """Note the messages of `user`'s turns queued or running in the tenant as deleted on
@@ -407,7 +410,9 @@ class Governance:
     async def _turns(self, tenant: str, **which: Any) -> Erasure:
         """The turn records (question, answer, feedback) of what is forgotten: a thread's, a
         person's (and their votes), a message's, those older than a cutoff."""
-        return Erasure(turn_records=await self.memory.turn_records.forget_where(tenant, **which))
+        records = self.memory.turn_records
+        reject = self.memory.workflows.reject  # a person's votes withdrawn: `forget_person`
+        return Erasure(turn_records=await records.forget_where(tenant, reject=reject, **which))
 
     # -- what erasures leave behind -------------------------------------------------------------
 

@@ -31,13 +31,14 @@ from memory.governance_erasure import Erasure
 from memory.governance_purge import Purge
 from memory.keys import learned_key, turn_messages_key
 from memory.stores.base import decode
-from memory.stores.entity_pieces import taught_by, version_of
+from memory.stores.entity_pieces import UNOWNED, taught_by, version_of
 from memory.stores.turn_records import TurnRecord, UnknownTurn
 
 QUERY, STEPS = "QUERY: ", "\nSTEPS:"
 FORGOTTEN = "!forgotten"  # the member marking a record forgotten (no store key starts so)
 FORGOTTEN_SECONDS = 86_400  # a marked record outlives any late or redelivered task
 DONE = "!done:"  # + a version: the member marking that version's task written (applied once)
+REPLACED = "!replaced:"  # + an entity key: a person's edit replaced what the question taught it
 
 
 def _is_key(member: str | None) -> bool:
@@ -147,6 +148,12 @@ class Learned:
         entities = [k for k in keys if self._is_entity(tenant, k)]
         return await self._unteach(tenant, [], entities, lambda owner: owner == version)
 
+    async def replaced(self, tenant: str, question: str) -> list[str]:
+        """The entity keys whose pieces of this question a person's edit replaced (found by
+        `edited`): learning the question again (its edit's relearn) leaves them as edited."""
+        members = await self.redis.smembers(learned_key(tenant, question))
+        return sorted(m[len(REPLACED) :] for m in map(decode, members) if m.startswith(REPLACED))
+
     async def taught(self, tenant: str, question: str) -> list[str]:
         """The keys noted under this question (the marker aside)."""
         members = await self.redis.smembers(learned_key(tenant, question))
@@ -159,6 +166,13 @@ class Learned:
         version = version_of(question, text)
         taught = await self.taught(tenant, question)
         entities = [k for k in taught if self._is_entity(tenant, k)]
+        replaced = []  # a person's edit on the memory page took the question's pieces out
+        for key in entities:
+            owners = await self.memory.entities.owners(key)
+            if owners and UNOWNED in owners and not any(map(taught_by({question}), owners)):
+                replaced.append(key)
+        if replaced:
+            await self.redis.sadd(learned_key(tenant, question), *(REPLACED + k for k in replaced))
         await self._unteach(tenant, [], entities, taught_by({question}, keep=version))
         for workflow in self.workflows(tenant, taught):
             await self.requery(tenant, question, workflow, text)

@@ -20,7 +20,7 @@ from tests.support.discord_fakes import FakeDiscord
 from tests.support.scripted_openai import text
 
 MESSAGE_COMPONENT, MODAL_SUBMIT = 3, 5
-CHANNEL_MESSAGE, MODAL = 4, 9
+CHANNEL_MESSAGE, DEFERRED, MODAL = 4, 5, 9
 
 
 @pytest.fixture
@@ -90,6 +90,16 @@ async def answered(api: MockDiscordApi, count: int) -> list[dict[str, Any]]:
     return api.callbacks
 
 
+async def told(api: MockDiscordApi, count: int) -> list[str]:
+    """What the deferred answers (a 👍, a form) said, once `count` follow-ups arrived."""
+    deadline = time.monotonic() + 10
+    while len(api.followups) < count:
+        assert time.monotonic() < deadline, f"only {len(api.followups)} follow-ups"
+        await asyncio.sleep(0.02)
+    assert all(f["flags"] & 64 for f in api.followups)  # ephemeral: only the voter sees it
+    return [f["content"] for f in api.followups]
+
+
 async def test_answer_has_buttons_and_presses_and_the_modal_are_recorded(env):
     world, fake, adapter, api = env
     world.model.script(text("MemGPT pages memory."))
@@ -113,8 +123,8 @@ async def test_answer_has_buttons_and_presses_and_the_modal_are_recorded(env):
     state.parse_interaction_create(pressed(guild.id, thread.id, voter, f"feedback:up:{turn}",
                                            components))  # fmt: skip
     [up] = await answered(api, 1)
-    assert up["type"] == CHANNEL_MESSAGE and up["data"]["content"] == THANKS
-    assert up["data"]["flags"] & 64  # ephemeral: only the voter sees it
+    assert up["type"] == DEFERRED and up["data"]["flags"] & 64  # ephemeral: the voter's only
+    assert await told(api, 1) == [THANKS]
     assert (await memory.turn_records.get(tenant, turn)).feedback[str(voter)].rating == 1
 
     down = pressed(guild.id, thread.id, voter, f"feedback:down:{turn}", components)
@@ -133,7 +143,7 @@ async def test_answer_has_buttons_and_presses_and_the_modal_are_recorded(env):
                                     "value": "It cited the wrong paper"}]}]}  # fmt: skip
     state.parse_interaction_create(interaction(MODAL_SUBMIT, guild.id, thread.id, voter, submit))
     done = (await answered(api, 3))[2]
-    assert done["type"] == CHANNEL_MESSAGE and done["data"]["content"] == SORRY
+    assert done["type"] == DEFERRED and (await told(api, 2))[1] == SORRY
     vote = (await memory.turn_records.get(tenant, turn)).feedback[str(voter)]
     assert (vote.rating, vote.comment) == (-1, "It cited the wrong paper")
 
@@ -159,8 +169,7 @@ async def test_buttons_work_for_a_message_sent_before_a_restart(env, redis_url):
         restarted.client._connection.parse_interaction_create(
             pressed(guild.id, thread.id, snowflake(), f"feedback:up:{turn}", components)
         )
-        [up] = await answered(api, 1)
-        assert up["data"]["content"] == THANKS
+        assert await told(api, 1) == [THANKS]
     finally:
         await restarted.client.http.close()
 
@@ -206,8 +215,7 @@ async def test_two_forms_on_one_answer_both_kept_by_a_restarted_process(env):
         fresh.parse_interaction_create(
             interaction(MODAL_SUBMIT, guild.id, thread.id, a, form(turn, a, "Too long"))
         )
-        done = (await answered(api, 4))[2:]
-        assert [d["data"]["content"] for d in done] == [SORRY, SORRY]
+        assert await told(api, 2) == [SORRY, SORRY]
     finally:
         await restarted.client.http.close()
     votes = (await memory.turn_records.get(tenant, turn)).feedback
@@ -235,7 +243,5 @@ async def test_a_vote_from_another_channel_is_refused(env):
     state.parse_interaction_create(
         interaction(MODAL_SUBMIT, guild.id, elsewhere, voter, form(turn, voter, "bad"))
     )
-    said = await answered(api, 2)
-    assert [s["data"]["content"] for s in said] == [NOT_HERE, NOT_HERE]
-    assert all(s["data"]["flags"] & 64 for s in said)
+    assert await told(api, 2) == [NOT_HERE, NOT_HERE]
     assert (await memory.turn_records.get(tenant, turn)).feedback == {}

@@ -116,6 +116,12 @@ class EntityStore(VectorStore):
         """The entity stored under this id, wherever it was learned (for governance)."""
         return await self._read(self.key_of(tenant, entity_id)) if entity_id else None
 
+    async def owners(self, key: str) -> list[str] | None:
+        """The owners of the entity's pieces (UNOWNED: a person's edit, or a legacy record);
+        None when there is no such entity."""
+        snap = (await self._snapshots([key]))[0]
+        return [owner for owner, _ in snap.pieces] if snap.exists else None
+
     async def _read(self, key: str) -> Entity | None:
         row = await self.redis.hmget(key, self.FIELDS)
         if row[0] is None:
@@ -146,8 +152,9 @@ class EntityStore(VectorStore):
             now, updates = time.time(), {}
             for key, snap in snapshots.items():
                 new, pieces = taught[key]
-                old = snap.pieces
-                kept = bounded(old + [p for p in pieces if p not in old])
+                # a retried task replaces its own version's pieces (worded anew), never adds twice
+                old = [p for p in snap.pieces if question == UNOWNED or p[0] != question]
+                kept = bounded(old + [p for p in dict.fromkeys(pieces) if p not in old])
                 entity = Entity(
                     snap.fields.get("name") or new.name.strip(),
                     snap.fields.get("type") or new.type.strip().lower() or "other",

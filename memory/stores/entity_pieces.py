@@ -1,7 +1,7 @@
 """Which question taught which part of an entity's description.
 
 An entity keeps its `pieces`, a JSON list of [question id, piece] pairs in the order they were
-learned; its description is always `merge_descriptions` folded over them, so forgetting a
+learned; its description is always `described` of them, so forgetting a
 question (memory/governance_learned.py) rebuilds the description from the others' pieces. A
 record from before pieces were kept has its description as one piece no question owns ("").
 A piece's owner is the question's id and a short hash of the text it was learned from
@@ -75,29 +75,45 @@ def taught_by(question_ids: set[str], keep: str = "") -> Callable[[str], bool]:
 
 
 def merge_descriptions(old: str, new: str) -> str:
-    """Keep what was known and add what is new, without repeating a sentence."""
-    if not old:
-        return new[:MAX_DESCRIPTION]
-    if not new or new.lower() in old.lower():
-        return old
-    return f"{old} {new}"[-MAX_DESCRIPTION:]
+    """Keep what was known and add what is new, without repeating a sentence; past
+    MAX_DESCRIPTION the older text goes whole (only a single over-long newest text is cut)."""
+    return _joined([old, new])
 
 
 def described(pieces: list[Piece]) -> str:
     """The description the pieces make, in the order they were learned."""
-    description = ""
-    for _, piece in pieces:
-        description = merge_descriptions(description, piece)
-    return description
+    return _joined([piece for _, piece in pieces])
+
+
+def _joined(parts: list[str]) -> str:
+    return " ".join(parts[i] for i in _said(parts))[:MAX_DESCRIPTION]
+
+
+def _said(parts: list[str]) -> list[int]:
+    """Which parts the description says: each not said already; while they are too long the
+    oldest goes whole (the newest alone is cut to MAX_DESCRIPTION), and what is said already
+    is judged again without it (a part it covered is said again)."""
+    start = 0
+    while True:
+        said: list[int] = []
+        for index in range(start, len(parts)):
+            if parts[index] and parts[index].lower() not in _text(parts, said).lower():
+                said.append(index)
+        if len(said) <= 1 or len(_text(parts, said)) <= MAX_DESCRIPTION:
+            return said
+        start = said[0] + 1
+
+
+def _text(parts: list[str], said: list[int]) -> str:
+    return " ".join(parts[i] for i in said)
 
 
 def bounded(pieces: list[Piece]) -> list[Piece]:
-    """Drop the oldest pieces while the later ones alone fill a description: they are cut
-    from it anyway (`merge_descriptions` keeps the last MAX_DESCRIPTION characters)."""
+    """Drop the oldest pieces the description no longer says (`described` drops whole oldest
+    pieces past MAX_DESCRIPTION)."""
     pieces = [(q, p[:MAX_DESCRIPTION]) for q, p in pieces]
-    while len(pieces) > 1 and len(described(pieces[1:])) >= MAX_DESCRIPTION:
-        pieces = pieces[1:]
-    return pieces
+    said = _said([p for _, p in pieces])
+    return pieces[said[0] :] if said else pieces
 
 
 @dataclass

@@ -21,7 +21,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +43,8 @@ USAGE_FIELDS = ("tokens_in", "tokens_out", "model_calls", "tool_calls")
 VOTE = "vote:"  # a record's field per voter: `vote:<user>` -> JSON
 JSON_FIELDS = ("memory", "shown", "cited", "tools", "usage")
 ASKER, VOTER = "asker", "voter"  # the per-person indexes (memory/keys.py `turns_by_key`)
+WITHDRAW_ROUNDS = 10  # reads of a person's voter index while votes keep landing during erasure
+Reject = Callable[[str, bool, str], Awaitable[object]]  # WorkflowStore.reject: key, flag, turn
 
 # KEYS: record, tenant's turns, thread's turns, usage tenant, usage day, usage thread, top,
 #       asker's turns, message index
@@ -375,18 +377,17 @@ class TurnRecords:
         return found
 
     async def forget_where(self, tenant: str, threads: Iterable[str] = (), asker: str = "",
-                           message_ids: Iterable[str] = (), before: float | None = None
-                           ) -> int:  # fmt: skip
+                           message_ids: Iterable[str] = (), before: float | None = None,
+                           reject: Reject | None = None) -> int:  # fmt: skip
         """Drop the records of these threads (and the threads' usage), of this asker (and
-        their votes on others' turns), that hold one of these messages, or answered before
-        `before`; found through the indexes, not by reading every record."""
+        their votes on others' turns: `withdraw_votes`), that hold one of these messages, or
+        answered before `before`; found through the indexes, not by reading every record."""
         threads, messages = list(dict.fromkeys(threads)), list(dict.fromkeys(message_ids))
         pipe = self.redis.pipeline(transaction=False)
         for thread in threads:
             pipe.zrange(turn_records_key(tenant, thread), 0, -1)
         if asker:
             pipe.smembers(turns_by_key(tenant, ASKER, asker))
-            pipe.smembers(turns_by_key(tenant, VOTER, asker))
         if messages:
             pipe.hmget(turn_messages_key(tenant), messages)
         if before is not None:
@@ -395,22 +396,43 @@ class TurnRecords:
         gone: set[str] = set()
         for _ in threads:
             gone |= {decode(i) for i in rows.pop(0)}
-        voted: set[str] = set()
         if asker:
             gone |= {decode(i) for i in rows.pop(0)}
-            voted = {decode(i) for i in rows.pop(0)}
         if messages:
             gone |= {decode(i) for i in rows.pop(0) if i is not None}
         if before is not None:
             gone |= {decode(i) for i in rows.pop(0)}
-        for turn_id in sorted(voted - gone):  # their votes on others' turns
-            with contextlib.suppress(UnknownTurn):
-                await self.vote(tenant, turn_id, None, user=asker)
         forgotten = await self.forget(tenant, gone)
         if asker:
-            await self.redis.delete(turns_by_key(tenant, VOTER, asker))
+            await self.withdraw_votes(tenant, asker, reject)
         await self.drop_threads(tenant, threads)
         return forgotten
+
+    async def withdraw_votes(self, tenant: str, user: str, reject: Reject | None = None) -> int:
+        """Withdraw every vote of `user` (their erasure); how many. Their voter index is read
+        again until empty and only the ids read leave it, so a vote landing meanwhile is
+        withdrawn too, never left in its record unindexed. Each turn's workflow then follows
+        its 👎 left (`follow`), with `reject` (WorkflowStore.reject)."""
+        key, withdrawn = turns_by_key(tenant, VOTER, user), 0
+        for _ in range(WITHDRAW_ROUNDS):
+            ids = sorted(decode(i) or "" for i in await self.redis.smembers(key))
+            if not ids:
+                break
+            for turn_id in ids:
+                with contextlib.suppress(UnknownTurn):  # forgotten meanwhile: no vote left
+                    downs = await self.vote(tenant, turn_id, None, user=user)
+                    withdrawn += 1
+                    if reject is not None:
+                        await self.follow(tenant, turn_id, downs, reject)
+            await self.redis.srem(key, *ids)  # those whose record was gone
+        return withdrawn
+
+    async def follow(self, tenant: str, turn_id: str, downs: int, reject: Reject) -> None:
+        """The turn's workflow rejected while it has a 👎 (`downs`), offered again once it has
+        none: after a vote (bot/feedback.py) and after a withdrawal (`withdraw_votes`)."""
+        record = await self.get(tenant, turn_id)
+        if record.workflow:
+            await reject(record.workflow, downs > 0, turn_id)
 
     async def drop_threads(self, tenant: str, threads: Iterable[str]) -> None:
         """A thread erased whole (memory/governance_threads.py): its usage counters and its

@@ -47,8 +47,10 @@ class WorkflowStore(VectorStore):
 
     def __init__(self, redis: Any, embedder: Any) -> None:
         super().__init__(redis, embedder)
-        self._reject = redis.register_script(  # never re-creates a forgotten workflow's hash
-            "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
+        self._reject = redis.register_script(  # never re-creates a forgotten workflow's hash;
+            "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "  # un-rejects only for
+            "if ARGV[1] == '0' and ARGV[2] ~= '' "  # the turn it is (another's 👎 may hold it)
+            "and redis.call('HGET', KEYS[1], 'turn') ~= ARGV[2] then return 1 end "
             "redis.call('HSET', KEYS[1], 'rejected', ARGV[1]) return 1"
         )
         self._requery = redis.register_script(  # only the workflow as read, still its question's
@@ -80,6 +82,8 @@ class WorkflowStore(VectorStore):
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
         key = self.key_for(scope, query, steps, outcome)
+        if decode(await self.redis.hget(key, "rejected")) == "1":
+            rejected = True  # another turn sharing the record got a 👎: it stays rejected
         fields = {
             "tenant": scope.tenant,
             "text": text,
@@ -97,8 +101,9 @@ class WorkflowStore(VectorStore):
 
     def key_for(self, scope: Scope, query: str, steps: list[str], outcome: str) -> str:
         """The key `add` stores this workflow under: the same workflow written twice (a retried
-        background task) is one record."""
-        text = workflow_text(query, steps, outcome)
+        background task), or the same question asked again in the thread with the same steps
+        (worded differently), is one record; the latest outcome overwrites."""
+        text = workflow_text(query, steps, "")
         digest = hashlib.sha1(f"{scope.thread}\n{text}".encode()).hexdigest()[:16]
         return f"{self.key_prefix(scope.tenant)}{digest}"
 
@@ -135,9 +140,12 @@ class WorkflowStore(VectorStore):
         prefix = self.key_prefix(scope.tenant)
         return [(r["id"].removeprefix(prefix), decode(r["text"])) for r in rows]
 
-    async def reject(self, key: str, rejected: bool = True) -> bool:
-        """Mark a workflow (by its key) rejected, or no longer; False when it is gone."""
-        return bool(await self._reject(keys=[key], args=["1" if rejected else "0"]))
+    async def reject(self, key: str, rejected: bool = True, turn: str = "") -> bool:
+        """Mark a workflow (by its key) rejected, or no longer; False when it is gone. With
+        `turn`, it is un-rejected only while it is that turn's (turns asking the same share a
+        record: one's 👍 does not offer again what another's 👎 rejected)."""
+        args = ["1" if rejected else "0", turn]
+        return bool(await self._reject(keys=[key], args=args))
 
     async def all(self, scope: Scope, limit: int = 100, everywhere: bool = False) -> list[str]:
         """Those `scope` may see; `everywhere`: the whole tenant's (for its operator)."""
