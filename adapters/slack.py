@@ -579,10 +579,11 @@ class SlackAdapter:
         (then is taken anyway: late is better than lost)."""
         thread = Scope(team, thread_id(team, channel, thread_ts))
         for _ in range(EARLY_JOIN_POLLS):
-            if not await self.presence.joining(thread):
-                break
+            early = await self.presence.joining(thread)
+            if not early:
+                return early is not None
             await asyncio.sleep(EARLY_JOIN_WAIT_SECONDS / EARLY_JOIN_POLLS)
-        return await self.presence.joined(thread)
+        return True  # joined early, its mention still not queued: taken anyway
 
     async def _command_scope(self, command: dict) -> Scope:
         """Where a slash command was used: its channel, for what that person may see there."""

@@ -318,9 +318,11 @@ class ThreadPresence:
     async def joined(self, scope: Scope) -> bool:
         return bool(await self.redis.exists(joined_key(scope.tenant, scope.thread)))
 
-    async def joining(self, scope: Scope) -> bool:
-        """Joined early only: the mention that opened the thread is not queued yet."""
-        return decode(await self.redis.get(joined_key(scope.tenant, scope.thread))) == EARLY_JOIN
+    async def joining(self, scope: Scope) -> bool | None:
+        """Whether the bot is in `scope.thread`, in one read: None if not, True if joined only
+        early (the mention that opened it is not queued yet), False if joined."""
+        state = decode(await self.redis.get(joined_key(scope.tenant, scope.thread)))
+        return None if state is None else state == EARLY_JOIN
 
     async def last_thread(self, scope: Scope) -> str | None:
         """The reference given with this person's latest thread in `scope.channel`."""
