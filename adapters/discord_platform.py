@@ -12,6 +12,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import discord
 
 from adapters.discord_feedback import send_options
@@ -155,8 +156,10 @@ class StepStatus(Status):
         text = "\n".join(self.lines)[-DISCORD_LIMIT:]
         if not text:
             return
-        with contextlib.suppress(discord.HTTPException):
+        try:  # a status Discord fails to show (its API, the network, a timeout) is skipped
             if self.message is None:
                 self.message = await self.channel.send(text)
             else:
                 await self.message.edit(content=text)
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.info("a tool step's status could not be shown (%r); the turn goes on", exc)

@@ -28,7 +28,9 @@ kept or queued makes the task run again, while it can). A last delivery that nev
 process died) is not run again: `given_up` says it and queues the turn the same way.
 
 A share whose message was deleted on the platform is not read (the deletion's note lasts a
-day), nor one queued before its sharer was erased (`forget_person`'s note). A requeued share,
+day), nor one queued before its sharer was erased (`forget_person`'s note), nor one queued
+before its whole tenant's erasure; one whose read spanned that erasure forgets what it saved
+and queues no turn. A requeued share,
 or one queued more than LATE_SECONDS ago, may run after a deletion's note lapsed: one whose
 turn was queued already then runs only if its message is still stored (not a tombstone); one
 first run late (the bot down overnight) is read as usual.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -48,11 +51,14 @@ from typing import Any, Protocol
 from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
 from bot.spent_tasks import last_delivery
 from memory.erased_people import ErasedPeople
+from memory.governance_erasure import NotFound
 from memory.governance_purge import DELETED_NOTE_SECONDS
+from memory.governance_tenants import erased_at as tenant_erased_at
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
-from memory.keys import task_stream
+from memory.keys import papers_key, shared_pdf_key, task_stream
 from memory.scope import Scope, Visibility
+from memory.stores.base import decode, delete_keys
 from memory.tasks import TaskStream, requeued
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,7 @@ CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the 
 # a read runs, up to MAX_RUN_MS: bot/background.py)
 MAX_DELIVERIES = 5
 LATE_SECONDS = DELETED_NOTE_SECONDS / 2  # a share older may outlive its deletion's note
+TENANT_ERASED = "the workspace's memory was erased since"
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
 
@@ -235,6 +242,8 @@ class SharedFiles:
             # neither they nor its text are taken
             if why := await self.withdrawn(scope, payload):
                 log.info("share %s not read: %s", share, why)
+                if why == TENANT_ERASED:  # a run across the erasure may have saved some
+                    await self._forget_saved(scope, payload)
                 return
             if (requeue := requeued(payload)) is not None:  # its cause fixed: read afresh
                 await self.progress.restart(tenant, share, len(payload["files"]), requeue)
@@ -252,6 +261,11 @@ class SharedFiles:
                     # only Redis failing as the outcome is kept: the question is not dropped
                     log.warning("share %s: a file's outcome was not kept: %r", share, exc)
                     failed = failed or exc
+            if await self._tenant_erased(scope, payload):  # while its files were read
+                log.info("share %s: %s; what it saved goes, its turn is not queued",
+                         share, TENANT_ERASED)  # fmt: skip
+                await self._forget_saved(scope, payload)
+                return
             await self._queue_turn(scope, payload)
             if failed is not None:
                 raise failed  # delivered again while it can be (the turn is queued once)
@@ -269,6 +283,8 @@ class SharedFiles:
             async with self._locked(tenant, share):
                 if why := await self.withdrawn(scope, payload):
                     log.info("share %s given up, not said: %s", share, why)
+                    if why == TENANT_ERASED:
+                        await self._forget_saved(scope, payload)
                     return
                 for share_id, file in _file_ids(share, payload["files"]):
                     progress = await self.progress.get(tenant, share_id)
@@ -284,7 +300,8 @@ class SharedFiles:
         """Why a share must not be read any more, if it must not. A share is named as its
         message is (adapters/platform_ids.py): one deleted on the platform is noted for a day
         (`was_deleted`). A share whose sharer was erased after it was queued takes nothing of
-        theirs (memory/erased_people.py). A requeued or late share may run after a deletion's
+        theirs (memory/erased_people.py), nor one queued before its whole tenant's erasure
+        (which took the notes read here). A requeued or late share may run after a deletion's
         note lapsed: one whose turn was queued (its message stored once the turn ran) is read
         only while that message is stored, not a tombstone (deleted, forgotten, expired), as
         other tasks check theirs (`still_holds`); one whose turn never was is read as usual."""
@@ -296,6 +313,8 @@ class SharedFiles:
         erased = await ErasedPeople(self.memory.redis).erased_at(tenant, people)
         if erased is not None and (not queued_at or erased >= queued_at):
             return "the person who shared it was erased since"
+        if await self._tenant_erased(scope, payload):  # its notes above went with it
+            return TENANT_ERASED
         late = requeued(payload) is not None or (
             queued_at and time.time() - queued_at > LATE_SECONDS
         )
@@ -307,6 +326,25 @@ class SharedFiles:
         if any(m.role == "user" and m.metadata.get("source") == share for m in stored):
             return None
         return "its message is no longer stored (deleted, forgotten or expired)"
+
+    async def _tenant_erased(self, scope: Scope, payload: dict[str, Any]) -> bool:
+        """Whether the share's whole tenant was erased after it was queued (its note, kept a
+        day: memory/governance_tenants.py)."""
+        gone = await tenant_erased_at(self.memory.redis, scope.tenant)
+        queued_at = float(payload.get("queued_at") or 0)
+        return gone is not None and (not queued_at or gone >= queued_at)
+
+    async def _forget_saved(self, scope: Scope, payload: dict[str, Any]) -> None:
+        """What a share read across its tenant's erasure saved after the drop: the papers of
+        its files (their record names the file: `origin`), a run before this one's too, and
+        its progress notes."""
+        tenant, redis = scope.tenant, self.memory.redis
+        ids = [share_id for share_id, _ in _file_ids(payload["share"], payload["files"])]
+        for paper_id, raw in (await redis.hgetall(papers_key(tenant))).items():
+            if json.loads(raw).get("origin") in ids:
+                with contextlib.suppress(NotFound):  # an erasure took it meanwhile
+                    await self.memory.governance.forget_paper(tenant, decode(paper_id))
+        await delete_keys(redis, [shared_pdf_key(tenant, i) for i in [payload["share"], *ids]])
 
     async def _queue_turn(self, scope: Scope, payload: dict[str, Any]) -> None:
         """The message's text as a turn, now that its files are read (or given up): under

@@ -9,8 +9,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   visibility from the channel (public channel, private channel, DM). Walled off the team's
   public memory (and stored private to its place) when a guest or someone of another
   organisation asks, or in a channel shared with another organisation (`slack_walls.py`).
-- Bolt ignores the bot's own events; a middleware drops other bots, edits, joins and empty
-  messages. Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
+- Bolt ignores the bot's own events; a middleware drops other bots, Slack's notices (joins,
+  pins, topics: any subtype but a person's message, a broadcast reply, a file share, a /me) and
+  empty messages. Listeners only acknowledge and queue; `/expand` answers from a `lazy=` listener.
 - A person's message deleted in Slack (`message_deleted`; a thread's parent becomes a
   `tombstone` through `message_changed`) is forgotten: its erasure is queued as a background
   task that finds the stored message by its source (`channel:ts`). A person's edit
@@ -26,7 +27,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   process that receives the event forgets what it cached of the channel, and asks Slack again
   at its next event there. Slack sends the event to one process only: another process's
   events follow within its cache's 5 minutes (`CACHE_SECONDS`); its digests do not wait for
-  that (they ask Slack afresh: adapters/slack_watch.py `walled`).
+  that (they ask Slack afresh: adapters/slack_watch.py `walled`). A channel made private or
+  public (Slack's `channel_convert_to_private` or `channel_convert_to_public` notice in it) is
+  forgotten the same way, in every process at once.
 - `/summarize [thread link]` (Slack has no slash commands inside threads: default is the
   caller's most recent thread with the bot in that channel), `/expand <summary_id>`, and the
   message shortcut `summarize_thread`. A link to a thread of another channel is summarized
@@ -70,7 +73,7 @@ from adapters.slack_delivery import (
     markdown,
 )
 from adapters.slack_feedback import SlackFeedback
-from adapters.slack_files import SlackFiles
+from adapters.slack_files import SlackFiles, slack_reply
 from adapters.slack_home import BUTTON_ACTION, SlackHome
 from adapters.slack_summarize import CLAIM_IDLE_MS, STREAM, SlackSummaries
 from adapters.slack_walls import CACHE_SECONDS, SlackWalls
@@ -95,13 +98,12 @@ MESSAGE_EVENTS = ("message", "app_mention")
 EARLY_JOIN_SECONDS = 1.0  # a mention's thread marked joined before Slack is asked about it
 # a follow-up waits for that mention, short of Slack's 3 s for the whole listener
 EARLY_JOIN_WAIT_SECONDS, EARLY_JOIN_POLLS = 1.0, 10
-IGNORED_SUBTYPES = {
-    "bot_message",
-    "message_changed",
-    "message_deleted",
-    "channel_join",
-    "channel_leave",
-}
+# what a person writes: Slack's other `message` subtypes are notices (a join, a pin, a topic,
+# a bot's post...), never a question; edits and deletions are told apart before this
+MESSAGE_SUBTYPES = (None, "thread_broadcast", "file_share", "me_message")
+# the channel made private or public: what Slack said of it (cached, by every process) is asked
+# again
+CONVERTED = ("channel_convert_to_private", "channel_convert_to_public")
 # never the app coming back (Slack may send the first two in either order)
 REMOVAL_EVENTS = ("app_uninstalled", "tokens_revoked", "team_access_revoked")
 NO_THREAD = (
@@ -155,6 +157,12 @@ def edited_message(event: dict) -> dict | None:
         return None
     previous = event.get("previous_message") or {}
     return {**now, "previous_text": previous.get("text")}
+
+
+def converted(event: dict) -> bool:
+    """Slack's notice, posted in the channel, that it was made private or public (`message` of
+    subtype `channel_convert_to_private` or `_public`): Slack has no event of its own for that."""
+    return event.get("type") == "message" and event.get("subtype") in CONVERTED
 
 
 def slack_retry(request: AsyncBoltRequest) -> bool:
@@ -256,7 +264,8 @@ class SlackAdapter:
 
     @staticmethod
     async def skip_noise(body: dict, next) -> BoltResponse | None:
-        """Acknowledge and drop what is never a question: other bots, edits, joins, empty text."""
+        """Acknowledge and drop what is never a question: other bots, Slack's notices, empty
+        text. Deletions, edits and a channel made private or public go on to `on_message`."""
         event = body.get("event") if body.get("type") == "event_callback" else None
         if event is not None and deleted_message(event) is not None:
             await next()  # no user, no text: `on_message` takes it to `on_deleted`
@@ -264,12 +273,15 @@ class SlackAdapter:
         if event is not None and edited_message(event) is not None:
             await next()  # no user at its top: `on_message` takes it to `on_edited`
             return None
+        if event is not None and converted(event):
+            await next()  # not a question: `on_message` has the walls ask Slack again
+            return None
         if (
             event is not None
             and event.get("type") in MESSAGE_EVENTS
             and (
                 event.get("bot_id")
-                or event.get("subtype") in IGNORED_SUBTYPES
+                or event.get("subtype") not in MESSAGE_SUBTYPES
                 or not event.get("user")
                 or not (event.get("text", "").strip() or event.get("files"))
                 or not event.get("channel")
@@ -308,6 +320,9 @@ class SlackAdapter:
             return await edits.stored(team, stored_in(team, event, event), source)
 
     async def on_message(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
+        if converted(event):  # cached answers of its walls go, here and in every process
+            with unavailable_raised():
+                return await self.walls.on_sharing_changed(event)
         if (deleted := deleted_message(event)) is not None:
             return await self.on_deleted(body, event, deleted)
         if (edited := edited_message(event)) is not None:
@@ -525,9 +540,7 @@ class SlackAdapter:
         text = slack_question(event["text"], self.bot_user_id)
         job = Job(  # one per message: an edit's `app_mention` again comes under a new event id
             "turn", scope, text, event_id=f"{event['channel']}:{event['ts']}",
-            reply={"channel": event["channel"], "thread_ts": None if thread_ts == DM else thread_ts,
-                   # the person's own workspace (another organisation's, in a shared channel)
-                   "user_team": event.get("user_team") or team},
+            reply=slack_reply(event, team, thread_ts),
             source=slack_source(event["channel"], event["ts"]),
         )  # fmt: skip
         if await self.pipeline.submit(job, notify=not slack_retry(request)):

@@ -46,6 +46,18 @@ PASSING_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unava
 SLACK_FILE_HOSTS = {"slack.com": "files.slack.com", "slack-gov.com": "files.slack-gov.com"}
 
 
+def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, Any]:
+    """Where a turn asked by a message `event` is answered (a job's `reply`, shared by the
+    Slack adapter's turns and the turns of files): its channel, its thread (none in a DM's
+    conversation), and the person's own workspace (another organisation's, in a shared
+    channel: a streamed answer's recipient team)."""
+    return {
+        "channel": event["channel"],
+        "thread_ts": None if thread_ts == DM else thread_ts,
+        "user_team": event.get("user_team") or team,
+    }
+
+
 class FileHost:
     """Where the bot token may be sent for a file's bytes. Slack's API base (SLACK_API_URL,
     Slack's by default) says which Slack it is: slack.com serves files from files.slack.com,
@@ -163,7 +175,7 @@ class SlackFiles:
         taker = body.get("event_id") or "1"
         if not await self.memory.events.first_time(team, event_id, taker=taker):
             return True  # a redelivery
-        reply = {"channel": channel, "thread_ts": None if thread_ts == DM else thread_ts}
+        reply = slack_reply(event, team, thread_ts)
         question = slack_question(text, bot)
         turn = Job(
             "turn", scope, question, event_id=f"{channel}:{ts}", reply=reply,

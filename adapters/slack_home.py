@@ -170,7 +170,7 @@ class SlackHome:
             if self.walls is not None:
                 visibility = (await self.walls.place(team, channel, None)).visibility
             place = Scope(team, channel=channel, visibility=visibility)
-            if viewer is not None and not viewer.can_see(place.audience):
+            if viewer is not None and not self._sees_place(viewer, place):
                 continue  # e.g. a private channel they have left
             if viewer is None and place.visibility is Visibility.PRIVATE:
                 continue
@@ -183,6 +183,14 @@ class SlackHome:
         context = "Your latest thread with me in each channel, with its summaries."
         return [_header("Your threads with me"), *shown,
                 {"type": "context", "elements": [{"type": "mrkdwn", "text": note or context}]}]  # fmt: skip
+
+    @staticmethod
+    def _sees_place(viewer: Viewer, place: Scope) -> bool:
+        """The viewer may see the channel's memory: the team's public one, or that channel's
+        own (a private channel they are in; in a public one, what walled people, such as a
+        guest viewing their own threads, said there: memory/scope.py `audiences`)."""
+        own = Scope(place.tenant, channel=place.channel, visibility=Visibility.PRIVATE)
+        return viewer.can_see(place.audience) or viewer.can_see(own.audience)
 
     async def _viewer(self, team: str, user: str) -> tuple[Viewer | None, str]:
         if self.directory is None:

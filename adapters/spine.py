@@ -27,17 +27,23 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import aiohttp
+import openai
 
 from adapters.text import split_for_delivery
 from bot.agent import AgentEvent
+from bot.harness import question_once
 from bot.turns import TurnHandler
 from memory.coordination import Taken
+from memory.embeddings import EmbeddingError
 from memory.errors import memory_full, memory_unavailable
 from memory.governance_edits import Change
 from memory.scope import Scope
 from memory.text import clean_text
 
 log = logging.getLogger(__name__)
+
+# What a service failing in passing raises (`in_passing`): no connection or a timeout
+PASSING_ERRORS = (openai.APIConnectionError, aiohttp.ClientError, OSError, TimeoutError)
 
 LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
 RECOVER_EVERY_SECONDS = 5.0  # how often a process looks for threads whose lease lapsed
@@ -48,10 +54,24 @@ RETRY_PAUSE_SECONDS = 2.0  # a job the platform failed in passing runs again aft
 # runs ended by a shutdown, a lost lease or memory down are not counted (progress "spared")
 MAX_ATTEMPTS = 3
 
-FAILURE = (
-    "Sorry, something went wrong on my side and I could not answer this. Your message is "
-    "saved; please try again in a moment."
+# A failed job's reply: what failed, then whether the message is kept (a turn stores its
+# question after embedding it and reading the memory).
+SAVED = "Your message is saved; please try again in a moment."
+UNSAVED = "Your message was not saved; please send it again in a moment."
+WENT_WRONG = "Sorry, something went wrong on my side and I could not answer this."
+FAILURE = f"{WENT_WRONG} {SAVED}"
+NOT_SAVED = f"{WENT_WRONG} {UNSAVED}"
+# the embedding service in passing (no connection, a timeout, 429, 5xx), or its setup
+EMBEDDINGS_DOWN = (
+    "Sorry, I could not reach the embedding model ({cause}), so I could not answer this."
 )
+EMBEDDINGS_BROKEN = (
+    "Sorry, the embedding model failed ({cause}), so I could not answer this. The bot's "
+    "operator should check its embedding settings (ARXIVSCOUT_EMBEDDINGS, the model's name, "
+    "ARXIVSCOUT_EMBEDDING_DIMS, the API key, the model installed). {saved}"
+)
+SAVED_TILL_FIXED = "Your message is saved; ask again once that is fixed."
+UNSAVED_TILL_FIXED = "Your message was not saved; send it again once that is fixed."
 MEMORY_DOWN = (
     "My memory (Redis) is unreachable right now, so I cannot answer yet. Your message is "
     "kept: I will answer here as soon as my memory is back."
@@ -486,7 +506,29 @@ class Pipeline:
                     await self.platform.deliver(job, status, 0, MEMORY_DOWN)
                 raise
             log.exception("%s failed in thread %s", job.kind, job.scope.thread)
-            return FAILURE
+            return await self._failed(job, exc)
+
+    async def _failed(self, job: Job, exc: Exception) -> str:
+        """The reply to a job that failed: "your message is saved" only when it was (the turn
+        stores the question after embedding it and reading the memory). An embedding model
+        failing in passing is said as unreachable for now; one failing for its setup (a key
+        refused, a model missing, the wrong dimensions) as what its operator must fix."""
+        saved = job.kind != "turn" or await self._question_saved(job)
+        if not isinstance(exc, EmbeddingError):
+            return FAILURE if saved else NOT_SAVED
+        if in_passing(exc):
+            return f"{EMBEDDINGS_DOWN.format(cause=exc)} {SAVED if saved else UNSAVED}"
+        return EMBEDDINGS_BROKEN.format(
+            cause=exc, saved=SAVED_TILL_FIXED if saved else UNSAVED_TILL_FIXED
+        )
+
+    async def _question_saved(self, job: Job) -> bool:
+        try:
+            stored = await self.memory.conversation.appended(job.scope, question_once(job.id))
+        except Exception as exc:  # not known: nothing is promised
+            log.warning("whether %s's question was stored is not known: %r", job.id, exc)
+            return False
+        return stored is not None and not stored.forgotten
 
     async def _deliver(
         self, job: Job, status: Status, index: int, part: str, again: bool = False
@@ -576,3 +618,20 @@ async def _saved(save: Save) -> None:
     """Save a running job's progress; LeaseLost if its lease lapsed meanwhile."""
     if await save() is False:
         raise LeaseLost("the lease lapsed while the job ran")
+
+
+def in_passing(exc: BaseException) -> bool:
+    """Whether a service's failure may pass by itself: no connection, a timeout, throttled
+    (429), its own error (5xx), read from what caused it. Anything else (401, a model not
+    found or not installed, vectors of the wrong size) is its setup's, said as such."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int):
+            return status in (408, 429) or status >= 500
+        if isinstance(cause, PASSING_ERRORS):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False

@@ -1,4 +1,5 @@
-"""The terminal adapter: a REPL on a terminal, one message per line when input is piped.
+"""The terminal adapter: a REPL on a terminal (a pasted block of lines is one message), one
+message per line when input is piped.
 
 Turns run through the spine's `Pipeline.run` (no queue: one person, one thread), so a failure
 ends in the same reply as on Slack or Discord.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +29,8 @@ Commands:
   /context [TEXT]   show the memory segments the agent would see for TEXT
   /help             this help
   /quit             leave (Ctrl-D works too)"""
+
+PASTE_GAP = 0.05  # seconds to wait for the rest of a paste (it may come in pieces over ssh)
 
 # The terminal keeps no queue and nothing runs a message again: the person sends it again.
 MEMORY_DOWN_HERE = (
@@ -63,6 +68,35 @@ async def in_daemon_thread(read: Callable[..., T], *args: object) -> T:
     return await future
 
 
+def read_pasted(prompt: str) -> list[bytes | str]:
+    """input(prompt), and the lines already waiting behind it: a question pasted in several
+    lines is one message, not one per line. A terminal hands over one line per read, so the
+    rest of a paste is still in the kernel's buffer, where select sees it (Unix only). The
+    lines are returned undecoded, so one that is not UTF-8 is skipped alone."""
+    lines: list[bytes | str] = [input(prompt)]
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):  # no file descriptor: one line at a time
+        return lines
+    while _waiting(fd):
+        try:
+            more = os.read(fd, 65536)
+        except OSError:  # the terminal went away: nothing more was read
+            break
+        if not more:  # Ctrl-D: the end of this message
+            break
+        lines += more.splitlines()
+    return lines
+
+
+def _waiting(fd: int) -> bool:
+    """Whether more input is already waiting on `fd` (False where select cannot tell: Windows)."""
+    try:
+        return bool(select.select([fd], [], [], PASTE_GAP)[0])
+    except (OSError, ValueError):
+        return False
+
+
 def decode_line(raw: bytes | str) -> str:
     """`raw` as text; UnicodeError when it is not valid UTF-8: bytes that do not decode, or the
     lone surrogates Python's surrogateescape makes of them when it reads text in a C locale."""
@@ -72,7 +106,9 @@ def decode_line(raw: bytes | str) -> str:
 
 
 class TerminalStatus(Status):
-    """Tool steps as they happen; with a person at the terminal, the answer as it is written."""
+    """Tool steps as they happen; with a person at the terminal, the answer as it is written.
+    `streamed` is the current model reply's text only: the answer delivered is the last
+    reply's, so words before a tool step ("Let me search.") are not part of it."""
 
     def __init__(self, chat: TerminalChat) -> None:
         self.chat = chat
@@ -80,6 +116,9 @@ class TerminalStatus(Status):
 
     async def event(self, event: AgentEvent) -> None:
         if event.kind == "tool_start":
+            if self.streamed:  # the reply before the tool step: its line ends, the next starts
+                self.chat.say()
+                self.streamed = []
             self.chat.say(f"  → {event.name} {event.detail}")
         elif event.kind == "tool_end":
             self.chat.say(f"  ← {event.name}: {event.detail}")
@@ -112,7 +151,7 @@ class TerminalPlatform(Platform):
         self.chat.replied = True
         if part == MEMORY_DOWN:  # the platforms' wording promises a re-run this chat has not
             part = MEMORY_DOWN_HERE
-        shown = "".join(status.streamed) if index == 0 else ""
+        shown = "".join(status.streamed).strip() if index == 0 else ""  # the answer is stripped
         if not self.chat.interactive:
             self.chat.say(part + "\n")
         elif shown:
@@ -140,28 +179,44 @@ class TerminalChat:
         self.out.flush()
 
     async def read_line(self) -> str | None:
-        """The next line that is valid UTF-8 (None at the end); others are skipped with a
-        warning on stderr, so one garbled line does not end the chat."""
+        """The next message (None at the end): a line, or the lines of a paste, each valid
+        UTF-8; a line that is not is skipped with a warning on stderr, so one garbled line
+        neither ends the chat nor loses the rest of its paste."""
         while True:
-            self.lines_read += 1
             try:
                 raw = await self._read_raw()  # input() raises under a strict locale
-                if raw is None:
-                    return None
-                return decode_line(raw).rstrip("\n")
             except UnicodeError:
-                warning = f"warning: skipped input line {self.lines_read}: not valid UTF-8"
-                print(warning, file=sys.stderr)
+                self._skip()
+                continue
+            if raw is None:
+                return None
+            lines = [line for line in map(self._decoded, raw) if line is not None]
+            if lines:
+                return "\n".join(lines)
 
-    async def _read_raw(self) -> bytes | str | None:
+    def _decoded(self, raw: bytes | str) -> str | None:
+        try:
+            text = decode_line(raw).rstrip("\n")
+        except UnicodeError:
+            self._skip()
+            return None
+        self.lines_read += 1
+        return text
+
+    def _skip(self) -> None:
+        self.lines_read += 1
+        print(f"warning: skipped input line {self.lines_read}: not valid UTF-8", file=sys.stderr)
+
+    async def _read_raw(self) -> list[bytes | str] | None:
+        """The next line's (or paste's) lines as read, undecoded; None at the end."""
         if self.interactive:
             try:
-                return await in_daemon_thread(input, "you> ")
+                return await in_daemon_thread(read_pasted, "you> ")
             except EOFError:
                 return None
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: we decide what is valid
         line = await in_daemon_thread(stdin.readline)
-        return line or None
+        return [line] if line else None
 
     async def run(self) -> int:
         if self.interactive:

@@ -22,12 +22,14 @@ from app.commands import (
     worker_cmd,
 )
 from bot.errors import ConfigError
+from bot.llm import LLMError
 from memory.connection import RedisCapabilityError
 from memory.dead_letters import UnknownDeadLetter
 from memory.embeddings import EmbeddingError
+from memory.errors import memory_full, memory_unavailable
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
-from memory.portability import BadExportLine, ImportBusy, TenantNotEmpty
+from memory.portability import BadExportLine, ImportBusy, ImportInterrupted, TenantNotEmpty
 from memory.redis_server import EmbeddedRedisError
 from memory.retention import InvalidRetention
 from memory.stores.base import IndexModelMismatch
@@ -40,7 +42,7 @@ from memory.stores.watches import InvalidWatch
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
     InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
-    NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, InvalidRetention,
+    NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, ImportInterrupted, InvalidRetention,
     InvalidWatch, UnknownDeadLetter,
 )  # fmt: skip
 
@@ -82,14 +84,23 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"arxivscout: error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a file it writes: a folder that does not exist, a full disk
-        if exc.filename is None:  # not a file's: a bug, a timeout, shown with its trace
-            raise
-        print(f"arxivscout: error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if isinstance(exc, LLMError):  # the model server: down, refusing, too slow
+            print(f"arxivscout: error: {exc}", file=sys.stderr)
+            return 1
+        if memory_unavailable(exc):  # Redis went away mid-command (a refused connection too)
+            state = "is full" if memory_full(exc) else "is unreachable"
+            print(f"arxivscout: error: memory (Redis) {state}: {exc}", file=sys.stderr)
+            return 1
+        # a file it writes: a folder that does not exist, a full disk; any other error (not a
+        # file's: a bug, a timeout) is shown with its trace
+        if not isinstance(exc, OSError) or exc.filename is None:
+            raise
+        print(f"arxivscout: error: {os_error_text(exc)}", file=sys.stderr)
+        return 2
 
 
 def os_error_text(exc: OSError) -> str:

@@ -10,19 +10,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import aiohttp
+
 from bot.citations import CitationStream, Source, cite
 from bot.harness import Harness, Prepared, Step
 from bot.llm import ChatReply, DeltaCallback, LLMContextTooLong, LLMError
-from bot.metering import metered
+from bot.metering import Meter, metered
 from memory.context import ContextSegment
 from memory.scope import Scope
+from memory.stores.conversation import Message
 from memory.tokens import context_window
 
 log = logging.getLogger(__name__)
 
+# A platform's status call failing in passing: its network (Slack's and Discord's clients are
+# on aiohttp), a connection reset, a timeout.
+PASSING = (aiohttp.ClientError, OSError, TimeoutError)
+
 # "length": the answer stopped at the model's output limit (kept, with a note saying so);
-# "filtered": the provider's content filter withheld it.
-StopReason = Literal["final", "error", "max_iterations", "timeout", "length", "filtered"]
+# "filtered": the provider's content filter withheld it; "empty": a final reply with no text.
+StopReason = Literal["final", "error", "max_iterations", "timeout", "length", "filtered", "empty"]
 
 CUT_AT_OUTPUT_LIMIT = (
     "\n\n(The answer was cut here: it reached the model's output limit. Ask me to continue, "
@@ -35,6 +42,7 @@ FILTERED = (
     "The model's provider withheld this answer: its content filter flagged it. Your message "
     "is saved; rephrasing the question may help."
 )
+EMPTY = "The model returned an empty answer. Your message is saved; ask again or rephrase."
 TRIMMED = "[... cut to fit the model's context window]"
 MIN_CHARS_TO_CUT = 200  # shorter texts are kept whole: halving them saves little
 TOOL_RESULT_DROPPED = "[tool result dropped to fit the model's context window; its log keeps it]"
@@ -93,6 +101,8 @@ class Agent:
             await _emit(on_event, AgentEvent("compacted", detail=f"{prepared.usage_percent:.0f}%"))
         steps: list[Step] = []
         state = {"iterations": 0}
+        if (before := await self._answered_before(scope, prepared)) is not None:
+            return await self._given_again(scope, prepared, before, meter)
         # What streams is filtered as `cite` filters the answer: no made-up citation is shown.
         stream = CitationStream(prepared.sources, on_delta) if on_delta is not None else None
         try:
@@ -119,6 +129,36 @@ class Agent:
         )  # fmt: skip
         return result
 
+    async def _answered_before(self, scope: Scope, prepared: Prepared) -> Message | None:
+        """The answer a run of this turn stored before it died (its question a duplicate):
+        given again, not asked of the model anew (the person would see another answer than
+        the one memory, the turn record and its 👍/👎 hold). None if none is stored, or it
+        was forgotten since. Looked up after `harness.before`, not before it: `after` (the
+        record, if the first run died before writing it; the messages' indexing and the roll)
+        needs what `before` read (the context, the passages shown, the question as stored). So
+        a re-run that cannot embed or compact fails as any turn then does (its reply says
+        why); the stored answer stays in the thread, seen by the next turn."""
+        asked = prepared.question
+        if not (prepared.turn_id and asked is not None and asked.duplicate):
+            return None
+        once = f"{prepared.turn_id}:answer"
+        stored = await self.harness.memory.conversation.appended(scope, once, role="assistant")
+        return stored if stored is not None and not stored.forgotten else None
+
+    async def _given_again(
+        self, scope: Scope, prepared: Prepared, stored: Message, meter: Meter
+    ) -> TurnResult:
+        """A stored answer delivered again; its record and upkeep done if the first run did
+        not get to them (`after` stores nothing twice). Its citations are kept as stored."""
+        reason: Any = str(stored.metadata.get("stop_reason") or "final")
+        log.info("thread %s: turn %s answered before; its answer is given again",
+                 scope.thread, prepared.turn_id)  # fmt: skip
+        result = TurnResult(stored.content, reason, 0, [], prepared.tool_names)
+        result.turn_id = prepared.record_id
+        await self.harness.after(scope, prepared, [], stored.content, usage=meter,
+                                 stop_reason=reason)  # fmt: skip
+        return result
+
     async def _loop(self, scope, prepared, steps, state, on_event, stream):
         messages = prepared.messages
         for iteration in range(1, self.max_iterations + 1):
@@ -132,8 +172,9 @@ class Agent:
                 text = reply.content.strip()
                 ending = text + CUT_AT_OUTPUT_LIMIT if text else NOTHING_BEFORE_OUTPUT_LIMIT
                 return ending + self._done_so_far(steps), "length"
-            if reply.is_final:
-                return reply.content.strip() or "(the model returned an empty answer)", "final"
+            if reply.is_final:  # an empty one is no answer: stored as a failure, not learned
+                text = reply.content.strip()
+                return (text, "final") if text else (EMPTY + self._done_so_far(steps), "empty")
             messages.append(reply.assistant_message())
             for call in reply.tool_calls:
                 await _emit(on_event, AgentEvent("tool_start", call.name, call.arguments))
@@ -239,8 +280,16 @@ def _newer_half(text: str) -> str:
 
 
 async def _emit(callback: EventCallback | None, event: AgentEvent) -> None:
+    """A status the platform fails to show is skipped: the answer matters, not the indicator.
+    Its network or a timeout failing in passing is noted quietly; anything else (a bug in a
+    platform's callback) is logged as a warning with its traceback, the turn going on."""
     if callback is None:
         return
-    result: Any = callback(event)
-    if asyncio.iscoroutine(result):
-        await result
+    try:
+        result: Any = callback(event)
+        if asyncio.iscoroutine(result):
+            await result
+    except PASSING as exc:
+        log.info("a status update (%s) could not be shown (%r); the turn goes on", event.kind, exc)
+    except Exception:
+        log.warning("a status update (%s) failed; the turn goes on", event.kind, exc_info=True)

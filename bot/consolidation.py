@@ -36,7 +36,7 @@ from bot.llm import LLMClient, LLMError
 from memory.manager import MemoryManager
 from memory.scope import NOWHERE, Scope, legacy_audience, narrowest
 from memory.stores.conversation import MarkConflict, Message, message_tokens
-from memory.stores.summary import Note, Summary, compact_note, merged_note
+from memory.stores.summary import Note, Summary, compact_note, merged_note, utc_minute
 from memory.tokens import context_window, count_tokens, encoding_for
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,15 @@ class SummaryInProgress(RuntimeError):
 
 
 def lines_of(messages: list[Message]) -> list[str]:
-    """The transcript lines a model-written note is asked over: forgotten messages left out."""
-    return [f"[{m.role}] {m.content}" for m in messages if not m.forgotten]
+    """The transcript lines a model-written note is asked over, each naming its speaker (as the
+    Conversation segment does: in a thread of several people, who said what is the point);
+    forgotten messages left out."""
+    return [m.line for m in messages if not m.forgotten]
 
 
 def transcript(messages: list[Message]) -> str:
-    return "\n".join(lines_of(messages))
+    """The original messages as an expanded summary shows them: when (UTC) and who said each."""
+    return "\n".join(f"[{utc_minute(m.timestamp)}] {m.line}" for m in messages if not m.forgotten)
 
 
 def parse_note(data: Any) -> Note:

@@ -22,10 +22,10 @@ from bot.citations import Source, SourceRegistry
 from bot.consolidation import Consolidator, SummaryInProgress
 from bot.llm import LLMClient, LLMResponseError, ToolCall, extract_json
 from bot.metering import Meter, metered
-from bot.prompt import AGENT_SYSTEM_PROMPT
+from bot.prompt import agent_system_prompt
 from bot.spent_tasks import last_delivery
 from bot.toolbox import Toolbox, ToolResult
-from bot.tools import MEMORY_TOOLS, ToolContext
+from bot.tools import MEMORY_TOOLS, TOOL_RESULT_CHARS, ToolContext, read_on
 from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a turn taught
 from memory.context import AssembledContext, ContextLimits, assemble_context
 from memory.governance_erasure import Busy, NotFound
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 COMPACT_THRESHOLD = 0.80
 FORGOTTEN_QUESTION = "This message was forgotten before I could answer it."
-TOOL_RESULT_CHARS = 3000
 TOP_K_TOOLS = 4
 EXTRACT_CHARS = 12_000  # of a question and of an answer, read for entities (a few k tokens)
 
@@ -67,7 +66,7 @@ def mentions_names(text: str) -> bool:
 
 @lru_cache(maxsize=8)
 def prompt_tokens(model: str) -> int:
-    return count_tokens(AGENT_SYSTEM_PROMPT, model)
+    return count_tokens(agent_system_prompt(), model)  # its date is as long every day
 
 
 def question_once(turn_id: str) -> str:
@@ -188,7 +187,7 @@ class Harness:
             await self.memory.governance.edits.uncache([question])  # embedded again just now
             raise QuestionForgotten(FORGOTTEN_QUESTION)
         messages = [
-            {"role": "system", "content": AGENT_SYSTEM_PROMPT},
+            {"role": "system", "content": agent_system_prompt()},
             {"role": "user", "content": context.render()},
         ]
         schemas = self.toolbox.schemas(tool_names)
@@ -225,7 +224,8 @@ class Harness:
         needed = {
             "expand_summary": bool(context.summaries),
             "summarize_and_store": context.recent_messages >= 2,
-            "read_tool_log": await self.memory.tool_logs.exists_in(scope),
+            # any tool's result may be cut: its rest is read in the same turn
+            "read_tool_log": bool(names) or await self.memory.tool_logs.exists_in(scope),
             # there is more said before than the context shows
             "search_conversations": bool(context.episodes or context.summaries),
         }
@@ -259,7 +259,7 @@ class Harness:
             sources.show_papers_in(output[:TOOL_RESULT_CHARS])  # earlier answers' papers
         if len(output) > TOOL_RESULT_CHARS:
             rest = (
-                f"Full output saved in tool log as {log_id}"
+                f"Full output saved in tool log as {log_id}. {read_on(log_id, TOOL_RESULT_CHARS)}"
                 if audience != NOWHERE  # else nobody may read the log: say so, not its id
                 else "The rest cannot be read back: it mixes the team's memory with a "
                 "channel's private memory. Ask for fewer results instead"

@@ -14,6 +14,8 @@ import json
 import logging
 import random
 import re
+import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.errors import ConfigError
 from bot.metering import count_call
+from memory.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,9 @@ DeltaCallback = Callable[[str], Awaitable[None] | None]
 
 
 # -- errors --------------------------------------------------------------------------------
-class LLMError(RuntimeError):
-    """Any failure to get an answer from the model; `str(err)` is fit to show a user."""
+class LLMError(ServiceError):
+    """Any failure to get an answer from the model; `str(err)` is fit to show a user. A
+    ServiceError: a refused connection under it is the model server's, never Redis's."""
 
     transient = True  # asking again in a moment may work (not so for a refused request)
 
@@ -371,11 +375,9 @@ class LLMClient:
     def _translate(self, exc: BaseException) -> LLMError | _Retryable:
         """Map an SDK error to an LLMError, wrapped in _Retryable when retrying may help."""
         where = self.base_url or "the OpenAI API"
-        if isinstance(exc, openai.APITimeoutError) and _refused(exc):
-            # the aiohttp transport reports a refused connection as a connect timeout
-            return _Retryable(
-                LLMUnavailable(f"Cannot reach the model server at {where}: connection refused")
-            )
+        if isinstance(exc, openai.APIConnectionError) and (cause := _unreachable(exc)):
+            # the aiohttp transport reports DNS, TLS and refused connections as connect timeouts
+            return _Retryable(LLMUnavailable(f"Cannot reach the model server at {where}: {cause}"))
         if isinstance(exc, TimeoutError | openai.APITimeoutError):
             return _Retryable(
                 LLMTimeout(
@@ -418,7 +420,13 @@ class LLMClient:
                 status=status,
                 code=code,
             )
-        hint = " Check OPENAI_MODEL." if status == 404 else ""
+        hint = ""
+        if status == 404:  # an unknown model, or a base URL without its /v1: both answer 404
+            hint = (
+                " Check OPENAI_MODEL."
+                if code == "model_not_found"
+                else " Check OPENAI_BASE_URL (usually ends in /v1) or OPENAI_MODEL."
+            )
         return LLMBadRequest(
             f"The model server refused the request (HTTP {status}: {detail}).{hint}",
             status=status,
@@ -436,14 +444,26 @@ _TOO_LONG = re.compile(
 )
 
 
-def _refused(exc: BaseException) -> bool:
-    """True when the exception chain holds a refused TCP connection."""
+def _unreachable(exc: BaseException) -> str | None:
+    """Why the server could not be reached, when the exception chain holds a socket error (the
+    host name did not resolve, TLS failed, the connection was refused): None when it holds
+    none, as for a server that was reached but was too slow (a TimeoutError is an OSError)."""
+    found: OSError | None = None
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return True
+        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
+            found = seen  # the deepest one is the root cause
         seen = seen.__cause__ or seen.__context__
-    return False
+    if found is None:
+        return None
+    if isinstance(found, ConnectionRefusedError):
+        return "connection refused"
+    reason = found.strerror or str(found)
+    if isinstance(found, socket.gaierror):
+        return f"cannot resolve the host name ({reason})"
+    if isinstance(found, ssl.SSLError):
+        return f"TLS failed ({reason})"
+    return str(reason)
 
 
 def extract_json(text: str) -> Any:

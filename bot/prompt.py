@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 AGENT_SYSTEM_PROMPT = """\
 # Role
 You are ArxivScout, a memory-aware agentic research assistant with access to tools. You help a
@@ -46,8 +48,19 @@ call `expand_summary(summary_id)` before relying on it.
    result) starts with a number in brackets. When a claim rests on passages, cite them
    inline right after the claim by those numbers: [1], or [2, 3]. Cite only numbers you
    were shown in this turn; do not write a sources list, one is added to your answer.
-7. A tool result that ends with "[Truncated. Full output saved in tool log as <log_id>]"
-   can be read in full with `read_tool_log(log_id)` if you need the rest.
+7. A tool result cut short ends with "[Truncated. Full output saved in tool log as
+   <log_id>. Read on with read_tool_log(...)]": if you need the rest, make exactly that call,
+   then the one each page of the log ends with, until you have what you need.
 8. Never paste a paper's full text into the conversation: save papers with
    `fetch_and_save_paper_to_kb` and answer from the knowledge base.
 """
+
+
+def agent_system_prompt(now: float | None = None) -> str:
+    """The system prompt with today's date, so "last week" can become a tool's dates (UTC
+    days, as the tools take and show them). It changes once a day: the prompt stays cacheable."""
+    today = time.strftime("%Y-%m-%d", time.gmtime(time.time() if now is None else now))
+    return (
+        f"{AGENT_SYSTEM_PROMPT}\n# Date\nToday is {today} (UTC). The dates tools take and "
+        "show are UTC days.\n"
+    )

@@ -6,6 +6,7 @@ services), never the model, so no tool call can reach another team's, place's or
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,7 +23,12 @@ from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv
 
 PAPER_TOOLS = ("arxiv_search_candidates", "fetch_and_save_paper_to_kb")  # they show papers by id
 _TOOL_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
+# Where a passage (`KnowledgeBase.segment`'s, as citations.py `_PASSAGE` reads it) opens.
+_PASSAGE_START = re.compile(r"\n\n(?=(?:\[\d+\] )?\[(?:arXiv|PDF):)")
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
+TOOL_RESULT_CHARS = 3000  # of a tool's output the model is handed; the rest, read from its log
+LOG_INPUT_CHARS = 200  # of a logged call's input a page of its log repeats
+LOG_NOTE_CHARS = 200  # room on a page for its header's range and its note
 
 # What a chat shows while a tool runs (every adapter uses these words).
 TOOL_ACTIVITY = {
@@ -170,26 +176,70 @@ async def expand_summary(ctx: ToolContext, summary_id: str) -> str:
 
 @toolbox.register_tool
 async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
-    """Read the full output of an earlier tool call whose result was truncated.
+    """Read the full output of an earlier tool call whose result was truncated, a page at a
+    time: each page ends naming the call that reads the next one.
 
     Args:
-        log_id: the id named in "[Truncated. Full output saved in tool log as <log_id>]".
-        offset: character offset to start reading from, for very long outputs.
+        log_id: the id named in "[Truncated. Full output saved in tool log as <log_id>. ...]".
+        offset: character offset to start reading from, as the truncation note names it.
     """
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
     ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
     ctx.shown_messages.update(entry.message_ids)
-    text = ctx.sources.renumber(entry.output[max(0, int(offset)) :])  # this turn's numbers
+    output, start = entry.output, min(max(0, int(offset)), len(entry.output))
+    called = str(entry.tool_input)
+    called = called if len(called) <= LOG_INPUT_CHARS else called[:LOG_INPUT_CHARS] + "…"
+    head = f"Tool log {entry.id}: {entry.tool_name}({called}) -> {entry.status}"
+    room = TOOL_RESULT_CHARS - len(head) - LOG_NOTE_CHARS
+    end = _page_end(output, start, room, ctx.sources)
+    text = ctx.sources.renumber(output[start:end])  # this turn's numbers, whole passages
     if entry.tool_name in PAPER_TOOLS and entry.status == "success":
         for shown_id in _TOOL_SHOWN_ID.findall(text):
             ctx.sources.show_paper(shown_id)
-    return f"Tool log {entry.id}: {entry.tool_name}({entry.tool_input}) -> {entry.status}\n{text}"
+    if start == 0 and end == len(output):
+        return f"{head}\n{text}"
+    more = f"\n\n[{read_on(entry.id, end)}]" if end < len(output) else "\n\n[End of the log]"
+    return f"{head} (characters {start:,} to {end:,} of {len(output):,})\n{text}{more}"
+
+
+def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> int:
+    """Where the page of `output` from `start` ends: it fits one tool result (the harness would
+    cut a longer one) under this turn's passage numbers, which may lengthen it. It ends before
+    a passage's header, so each passage it shows is renumbered and registered whole; else at a
+    line's end, else anywhere. Sized on a copy of `sources`: nothing is registered here."""
+    limit = start + room
+    while True:
+        if limit >= len(output):
+            end = len(output)
+        else:
+            end = _last_break(output, start, max(limit, start + 1))
+        if len(copy.deepcopy(sources).renumber(output[start:end])) <= room or end == start + 1:
+            return end
+        limit = end - 1  # renumbering lengthened it: end at an earlier break
+
+
+def _last_break(output: str, start: int, limit: int) -> int:
+    """The last place in output[start + 1 : limit + 1] a page may end: before the "\n\n" that
+    opens a passage, else after a newline, else `limit`."""
+    passages = [
+        m.start() for m in _PASSAGE_START.finditer(output, start + 1, limit + 32)
+        if m.start() <= limit
+    ]  # fmt: skip
+    if passages:
+        return passages[-1]
+    line = output.rfind("\n", start + 1, limit)
+    return line + 1 if line != -1 else limit
+
+
+def read_on(log_id: str, offset: int) -> str:
+    """The note naming the call that reads a tool log on from `offset`."""
+    return f'Read on with read_tool_log("{log_id}", offset={offset})'
 
 
 @toolbox.register_tool
 async def search_conversations(
     ctx: ToolContext,
-    query: str,
+    query: str = "",
     where: Literal["thread", "team"] = "team",
     author: str | None = None,
     since: str | None = None,
@@ -200,20 +250,27 @@ async def search_conversations(
     may see, when Episodic Memory does not show enough: decisions, who said what, when.
 
     Args:
-        query: what the messages should be about.
+        query: what the messages should be about; "" for the latest messages that match the
+            other filters (e.g. everything a person said in a week).
         where: "thread" for this thread only, "team" for every conversation visible here.
-        author: only messages by this person (their name or user id).
-        since: only messages on or after this date, YYYY-MM-DD.
-        until: only messages on or before this date, YYYY-MM-DD.
+        author: only messages by this person (their name or user id; "assistant" for yours).
+        since: only messages on or after this day, YYYY-MM-DD (a UTC day).
+        until: only messages on or before this day, YYYY-MM-DD (a UTC day).
         k: how many messages to return (1 to 30).
     """
     memory = ctx.memory
-    vector = (await memory.embedder.embed([query]))[0]
-    episodes = await memory.episodes.search(
-        ctx.scope, query, vector, k=max(1, min(int(k), 30)),
-        thread=ctx.scope.thread if where == "thread" else None, author=author,
-        since=_day(since), until=_day(until, end=True),
-    )  # fmt: skip
+    start, end = _day(since), _day(until, end=True)
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"since ({since}) is after until ({until}): no day is in between")
+    found = {
+        "k": max(1, min(int(k), 30)), "author": author, "since": start, "until": end,
+        "thread": ctx.scope.thread if where == "thread" else None,
+    }  # fmt: skip
+    if query.strip():
+        vector = (await memory.embedder.embed([query]))[0]
+        episodes = await memory.episodes.search(ctx.scope, query, vector, **found)
+    else:  # nothing to embed (an embedder refuses ""): the latest that match
+        episodes = await memory.episodes.latest(ctx.scope, **found)
     if not episodes:
         return "No matching messages."
     ctx.shown_audiences.update(e.audience for e in episodes)

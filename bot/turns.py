@@ -59,6 +59,7 @@ def command_failure(command: str, exc: BaseException) -> str:
 class Reply:
     text: str
     result: TurnResult | None = None
+    refused: bool = False  # the message was not taken (invalid, or forgotten): no answer
 
     @property
     def turn_id(self) -> str:
@@ -124,9 +125,9 @@ class TurnHandler:
                 scope, text, on_event=on_event, on_delta=on_delta, turn_id=turn_id, source=source
             )
         except (InvalidMessage, InvalidName) as exc:
-            return Reply(f"I can't take that message: {exc}")
+            return Reply(f"I can't take that message: {exc}", refused=True)
         except QuestionForgotten as exc:  # a re-run after a crash: not answered, just said
-            return Reply(str(exc))
+            return Reply(str(exc), refused=True)
         return Reply(result.answer, result)
 
     async def changed_meanwhile(self, scope: Scope, source: str) -> bool:

@@ -276,15 +276,18 @@ class Upkeep:
             await self._index_again(scope, again)
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
-        """Summarize what left the recent window of each thread named in `tasks`."""
+        """Summarize what left the recent window of each thread named in `tasks`. Its model
+        calls are counted to the thread also when the roll failed, but only while the thread
+        is stored: one forgotten or erased meanwhile is not brought back by usage keys."""
         for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
             with metered() as meter:
                 try:
                     with contextlib.suppress(SummaryInProgress):  # another rolls it
                         await self.consolidator.roll(scope, self.limits.window_target)
-                finally:  # counted to the thread, also when the roll failed (MarkConflict)
-                    usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-                    await self.memory.turn_records.add_usage(scope, usage)
+                finally:
+                    if await self.memory.redis.exists(self.memory.conversation.key(scope)):
+                        usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+                        await self.memory.turn_records.add_usage(scope, usage)
 
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 from redis.asyncio import Redis
 
+from memory.errors import ServiceError
 from memory.keys import embedding_cache_key
 from memory.text import clean_text
 
@@ -52,8 +53,8 @@ def background_embedding() -> Iterator[None]:
         _background.reset(token)
 
 
-class EmbeddingError(RuntimeError):
-    """The embedding model could not be loaded or did not answer."""
+class EmbeddingError(ServiceError):
+    """The embedding model could not be loaded or did not answer (never the memory down)."""
 
 
 class Embedder(Protocol):

@@ -11,11 +11,18 @@ _UNAVAILABLE = (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError, Connec
 _OUT_OF_MEMORY = "oom command not allowed"
 
 
+class ServiceError(RuntimeError):
+    """A service other than Redis failed (the embedding model): what caused it, a connection
+    refused say, is that service's, so the memory is never taken for down because of it."""
+
+
 def memory_unavailable(exc: BaseException) -> bool:
     """True when `exc` (or what caused it) says Redis could not be reached, is not ready, or
     is full."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ServiceError):
+            return False
         if isinstance(exc, _UNAVAILABLE) or _out_of_memory(exc):
             return True
         seen.add(id(exc))

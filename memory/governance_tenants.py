@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 import uuid
@@ -25,9 +26,12 @@ from typing import Any
 from memory.dead_letters import dead_letter_streams, dead_letters
 from memory.governance import LOCK_TTL_MS, LOCK_WAIT_SECONDS
 from memory.governance_erasure import Busy, Erasure
+from memory.governance_purge import message_texts
 from memory.keys import (
     InvalidName,
     busy_tenants_key,
+    embedding_cache_key,
+    erased_tenant_key,
     forgetting_key,
     messages_key,
     papers_key,
@@ -38,13 +42,14 @@ from memory.keys import (
     watches_key,
 )
 from memory.locks import OwnedLocks
-from memory.scope import TenantKind, tenant_kind
-from memory.stores.base import decode
+from memory.scope import Scope, TenantKind, tenant_kind
+from memory.stores.base import decode, delete_keys
+from memory.tasks import payload_tenants
+from memory.text import clean_text
 
 DAY = 86_400.0
 DEFAULT_KEEP_DAYS = 30.0  # ARXIVSCOUT_UNINSTALLED_KEEP_DAYS
-PAYLOAD_DEPTH = 4  # how deep a dead letter's payload is searched for its tenant
-TENANT_FIELDS = ("tenant", "team")  # how payloads name theirs (`team`: Slack's /summarize)
+ERASED_NOTE_SECONDS = DAY  # how long work queued before an erasure is refused after it
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +160,17 @@ class TenantErasures:
     async def _erase(self, tenant: str) -> TenantErasure:
         """Under the erasure lock, which the drop leaves (every other key of the tenant goes):
         no other erasure of the tenant starts until this one ends."""
+        # noted first, outside its keys: work queued before and run after takes nothing. On
+        # Redis's clock: it is compared with stream ids (memory/tasks.py `erased_since`)
+        seconds, micros = await self.redis.time()
+        await self.redis.set(
+            erased_tenant_key(tenant), repr(seconds + micros / 1e6), ex=int(ERASED_NOTE_SECONDS)
+        )
         erasure = await self._count(tenant)
+        cached = await self._cache_keys(tenant)  # read while its texts are stored,
         await self.memory.drop_tenant(tenant)
+        # deleted after the drop: a task embedding one meanwhile cached it again
+        erasure.cached_embeddings = await delete_keys(self.redis, cached) if cached else 0
         erasure.dead_letters = await self._drop_dead_letters(tenant)
         await self.redis.srem(busy_tenants_key(), tenant)
         return erasure
@@ -183,6 +197,31 @@ class TenantErasures:
             threads=len(threads), messages=sum(messages), papers=papers, turn_records=turns,
             watches=watches, **documents,
         )  # fmt: skip
+
+    async def _cache_keys(self, tenant: str) -> set[str]:
+        """The cache keys of the vectors of the tenant's texts (its messages' and workflows',
+        as thread and person erasures uncache them; entity lines are embedded uncached): the
+        cache is keyed by model and text, not by tenant, so the drop leaves them. One thread's
+        messages read at a time; only the keys are kept."""
+        keys: set[str] = set()
+        for thread, _ in await self.memory.conversation.threads(tenant):
+            with contextlib.suppress(InvalidName):  # a name no thread has: no messages either
+                messages = await self.memory.conversation.all(Scope(tenant, thread))
+                keys |= self._cache_keys_of(t for m in messages for t in message_texts(m))
+        prefix = self.memory.workflows.key_prefix(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        async for key in self.redis.scan_iter(match=f"{prefix}*", count=1000):
+            pipe.hget(key, "text")
+        return keys | self._cache_keys_of(decode(text) or "" for text in await pipe.execute())
+
+    def _cache_keys_of(self, texts: Iterable[str]) -> set[str]:
+        """As memory/governance_purge.py `Purge.uncache` names them."""
+        model = self.memory.embedder.model_name
+        return {
+            embedding_cache_key(model, hashlib.sha1(clean_text(t).encode("utf-8")).hexdigest())
+            for t in texts
+            if t
+        }
 
     async def _keys_under(self, prefix: str) -> int:
         return sum([1 async for _ in self.redis.scan_iter(match=f"{prefix}*", count=1000)])
@@ -212,15 +251,13 @@ class TenantErasures:
             yield
 
 
-def names_tenant(payload: Any, tenant: str, depth: int = PAYLOAD_DEPTH) -> bool:
-    """Whether a task's payload is the tenant's: a `tenant` (or `team`) field anywhere in it
-    (its own, its scope's, its watch's)."""
-    if depth < 0:
-        return False
-    if isinstance(payload, dict):
-        if any(payload.get(field) == tenant for field in TENANT_FIELDS):
-            return True
-        return any(names_tenant(v, tenant, depth - 1) for v in payload.values())
-    if isinstance(payload, list):
-        return any(names_tenant(v, tenant, depth - 1) for v in payload)
-    return False
+def names_tenant(payload: Any, tenant: str) -> bool:
+    """Whether a task's payload is the tenant's (memory/tasks.py `payload_tenants`)."""
+    return tenant in payload_tenants(payload)
+
+
+async def erased_at(redis: Any, tenant: str) -> float | None:
+    """When the tenant's whole erasure began, if one did in the last day (`erased_tenant_key`):
+    work queued before it (a share) is not done after it."""
+    note = await redis.get(erased_tenant_key(tenant))
+    return None if note is None else float(note)

@@ -436,6 +436,13 @@ def deleted_message_key(tenant: str, source: str) -> str:
     return tenant_key(tenant, "deleted-message", source)
 
 
+def erased_tenant_key(tenant: str) -> str:
+    """Set for a day to when the whole tenant's erasure began (memory/governance_tenants.py),
+    outside its keys (the erasure drops those): work queued before and run or given up after
+    (a share, a dead letter) keeps nothing of it."""
+    return f"{ROOT}:erased-tenant:{validate_tenant(tenant)}"
+
+
 def erased_people_key(tenant: str) -> str:
     """Hash: a digest of each person erased from the tenant (memory/governance.py
     `forget_person`) -> when, kept for weeks (memory/erased_people.py): a share of theirs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from redis.asyncio import Redis
 
@@ -39,12 +39,22 @@ class OwnedLocks:
 
     @contextlib.asynccontextmanager
     async def kept(
-        self, key: str, token: str, ttl_ms: int, max_ms: int | None = None, name: str = ""
+        self,
+        key: str,
+        token: str,
+        ttl_ms: int,
+        max_ms: int | None = None,
+        name: str = "",
+        on_lost: Callable[[], None] | None = None,
     ) -> AsyncIterator[None]:
         """While the body runs, renew a lock already taken every third of its lifetime, and
         release it at the end however the body ends. With `max_ms`, renewals stop after that
-        long: a hung holder's lock lapses, so whoever takes its work over may run it."""
-        keeper = asyncio.create_task(self._keep(key, token, ttl_ms, max_ms), name=name or None)
+        long: a hung holder's lock lapses, so whoever takes its work over may run it.
+        `on_lost` is called once a renewal finds the lock gone (another holder may run), so a
+        body that must not go on without it can stop."""
+        keeper = asyncio.create_task(
+            self._keep(key, token, ttl_ms, max_ms, on_lost), name=name or None
+        )
         try:
             yield
         finally:
@@ -52,7 +62,14 @@ class OwnedLocks:
             await asyncio.gather(keeper, return_exceptions=True)
             await self.release(key, token)
 
-    async def _keep(self, key: str, token: str, ttl_ms: int, max_ms: int | None) -> None:
+    async def _keep(
+        self,
+        key: str,
+        token: str,
+        ttl_ms: int,
+        max_ms: int | None,
+        on_lost: Callable[[], None] | None,
+    ) -> None:
         loop = asyncio.get_running_loop()
         until = None if max_ms is None else loop.time() + max_ms / 1000
         while True:
@@ -63,6 +80,8 @@ class OwnedLocks:
             try:
                 if not await self.renew(key, token, ttl_ms):
                     log.warning("lock %s was lost (expired): another holder may run", key)
+                    if on_lost is not None:
+                        on_lost()
                     return
             except Exception as exc:  # Redis away: try again at the next beat
                 log.warning("could not renew lock %s: %r", key, exc)

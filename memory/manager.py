@@ -76,11 +76,14 @@ class MemoryManager:
         """Erase everything a tenant's memory holds (temporary tenants of evaluations, what a
         failed import wrote), its watches off the due index every tenant shares too. Not its
         erasure lock: the erasure that holds it (memory/governance_tenants.py) keeps it to the
-        end, and releases it; a lock nobody renews lapses on its own."""
+        end, and releases it; a lock nobody renews lapses on its own.
+
+        The tenant's own keys go before its vector stores' documents (under their own
+        prefixes): a background task (indexing messages, learning from a turn) checks after
+        writing documents that what it learned from is still stored, and takes them out if not.
+        Its write lands either before the stores are dropped (the drop takes it) or after,
+        when the messages and learned records are gone already (its check takes it out)."""
         await WatchStore(self.redis).unschedule_all(tenant)
-        for store in self.vector_stores:
-            if store.TENANT_SCOPED:
-                await store.drop_tenant(tenant)
         lock, batch = forgetting_key(tenant), []
         async for key in self.redis.scan_iter(match=tenant_key(tenant, "*"), count=1000):
             if decode(key) != lock:
@@ -89,6 +92,9 @@ class MemoryManager:
                 await delete_keys(self.redis, batch)
                 batch = []
         await delete_keys(self.redis, batch)
+        for store in self.vector_stores:
+            if store.TENANT_SCOPED:
+                await store.drop_tenant(tenant)
 
     async def ping(self, timeout: float = 5.0) -> bool:
         """True when Redis answers in time (health checks). Only a yes or no: the error's text

@@ -1,17 +1,23 @@
 """Export and import of a tenant's memory (or one thread's) as JSON Lines.
 
 One JSON object per line, each with a `kind`. The first line is the header:
-`{"kind": "arxivscout-export", "version": 1, "tenant": ..., "thread": ... (null for a whole
-tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`. Then:
+`{"kind": "arxivscout-export", "version": 2, "tenant": ..., "thread": ... (null for a whole
+tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`; the last (since
+version 2) the end line, `{"kind": "end", "counts": {"threads": n, "messages": n, ...}}`: a file
+without it was cut short, and is refused (a version 1 file has none), as is one whose lines are
+not those it counts (lines lost from the middle). Between them:
 
 - `retention` (a whole tenant's own setting, if it has one): `days`, null for "kept for ever";
 - `thread`: `thread`, `last_active` (its score in the thread list), `summarized` (the
-  summarized-prefix counter), `channel` (where its messages were said, for episodic memory);
+  summarized-prefix counter; null or left out: counted again on the thread's first read),
+  `channel` (where its messages were said, for episodic memory), and a Discord thread's
+  `parent` (its channel, noted again so the channel's deletion finds it; optional);
   then its `message`s (each as stored, tombstones included), `summary`s and `tool_log`s (each
   `listed` at its score in the thread's index, or null: a merged child), and its `turn`s (each
-  answered turn's record with its feedback, `TurnRecord.to_json` without the tenant; importing
-  them counts their usage again to the thread, the tenant and their days; what background
-  model calls cost, summaries and entity extraction, is not carried);
+  answered turn's record with its feedback, `TurnRecord.to_json` without the tenant, its
+  `workflow` key moved into the importing tenant; importing them counts their usage again to
+  the thread, the tenant and their days; what background model calls cost, summaries and
+  entity extraction, is not carried);
 - `paper` (the papers-hash record), then its `chunk`s, then `entity` and `workflow`: `id` (the
   key after the tenant's prefix), `fields` as stored, `vector` (base64 of float32);
 - `watch` (a whole tenant's topic watches): `watch`, every field of the stored watch but the
@@ -30,7 +36,7 @@ is a `BadExportLine` naming it, and nothing is written. It refuses a tenant that
 counters, the thread indexes of summaries and tool logs, papers after their chunks, watches in
 the due index), and indexes the messages for episodic recall. Vectors are reused when the
 export's embedding model is the configured one, and embedded again otherwise. An import that
-fails clears what it wrote; one that crashed leaves a marker with its start time: the next
+fails while it writes clears what it wrote (`ImportInterrupted` says what it left); one that crashed leaves a marker with its start time: the next
 import into that tenant clears what it wrote and starts again, unless the tenant was used since
 (then it is refused).
 
@@ -43,6 +49,7 @@ memory/portability_write.py (a checked export written through the stores' key la
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import time
@@ -68,7 +75,10 @@ from memory.portability_write import Writer
 from memory.stores.base import decode
 from memory.stores.watches import WatchStore
 
-__all__ = ["BadExportLine", "ImportBusy", "Portability", "TenantNotEmpty", "dumps"]
+__all__ = [
+    "BadExportLine", "ImportBusy", "ImportInterrupted", "ImportLost", "Left", "Portability",
+    "TenantNotEmpty", "dumps",
+]  # fmt: skip
 
 LOCK_TTL_MS = 120_000
 
@@ -106,10 +116,78 @@ class ImportBusy(ValueError):
         return f"Another import into the tenant {self.args[0]!r} is running; try again later."
 
 
+class ImportLost(ImportBusy):
+    """The import's lock lapsed while it wrote (Redis out of reach, or the process stalled):
+    another import may have taken the tenant over, so this one stopped, and leaves what it
+    wrote to the next import (which clears it, as a crashed one's)."""
+
+    def __str__(self) -> str:
+        return (
+            f"The import into the tenant {self.args[0]!r} stopped: it lost its lock, and "
+            "another import may have taken over. Part of it may be there; the next import into "
+            "this tenant clears it first (unless the tenant is used meanwhile)."
+        )
+
+
+class Left(enum.Enum):
+    """What an import that failed while it wrote left in its tenant."""
+
+    CLEARED = "cleared"  # nothing: the tenant is as it was
+    PARTIAL = "partial"  # part of it, and its marker: the next import clears it first
+    USED = "used"  # part of it, and the tenant was used meanwhile: the next import is refused
+    UNKNOWN = "unknown"  # the memory cannot be reached to tell (nor to clear it)
+
+
+class ImportInterrupted(Exception):
+    """An import failed while it wrote (the memory store, the embedding model or the file
+    failed): `left` says what the tenant holds now, its text what to do; the failure is its
+    cause."""
+
+    _SAID = {
+        Left.CLEARED: "What it wrote was cleared: the tenant is as it was before. Try again.",
+        Left.PARTIAL: "Part of it is still there: import again later; the next import into "
+        "this tenant clears it first (unless the tenant is used meanwhile).",
+        Left.USED: "Part of it is still there, and the tenant was used while it ran, so it was "
+        "kept, and importing into this tenant is refused now: forget this tenant's memory "
+        "(`arxivscout memory forget tenant`) or import into another tenant.",
+        Left.UNKNOWN: "The memory store cannot be reached now, so part of it may still be "
+        "there: import again later; the next import into this tenant clears it first (unless "
+        "the tenant is used meanwhile).",
+    }
+
+    def __init__(self, tenant: str, left: Left, failure: BaseException) -> None:
+        super().__init__(tenant, left)
+        self.tenant, self.left = tenant, left
+        self.failure = f"{type(failure).__name__}: {failure}"[:200]
+
+    def __str__(self) -> str:
+        return (
+            f"The import into the tenant {self.tenant!r} failed while it wrote "
+            f"({self.failure}). {self._SAID[self.left]}"
+        )
+
+
+class _Held:
+    """An import's lock while it writes: renewed in the background, every third of its
+    lifetime; `__call__` raises `ImportLost` once a renewal found it gone (`lose`)."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant, self.lost = tenant, False
+
+    def lose(self) -> None:
+        log.warning("the import lock of %s was lost: the import stops", self.tenant)
+        self.lost = True
+
+    def __call__(self) -> None:
+        if self.lost:
+            raise ImportLost(self.tenant)
+
+
 class Portability:
-    def __init__(self, memory: Any) -> None:
+    def __init__(self, memory: Any, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
         self.memory = memory
         self.redis = memory.redis
+        self.lock_ttl_ms = lock_ttl_ms  # an import's lock lapses this long after its holder dies
         self._locks = OwnedLocks(memory.redis)
         self._exporter = Exporter(memory)
 
@@ -129,10 +207,11 @@ class Portability:
         self, tenant: str, records: AsyncIterable[dict] | Iterable[dict]
     ) -> dict[str, int]:
         """Import an export's records (in file order; record n is line n) into an empty tenant;
-        returns how many of each kind were written."""
+        returns how many of each kind were written. Records handed over whole need no end line
+        (a file does: `import_lines`)."""
         many = isinstance(records, AsyncIterable)
         rows = [r async for r in records] if many else list(records)
-        return await self._import(tenant, lambda: enumerate(rows, 1))
+        return await self._import(tenant, lambda: enumerate(rows, 1), whole=False)
 
     async def import_lines(self, tenant: str, lines: Callable[[], Iterable[str]]) -> dict[str, int]:
         """Import JSON Lines; `lines` opens them afresh for each of the two passes (a check,
@@ -147,42 +226,40 @@ class Portability:
                 except ValueError:
                     raise BadExportLine(number, "it is not JSON.") from None
 
-        return await self._import(tenant, parsed)
+        return await self._import(tenant, parsed, whole=True)
 
     async def _import(
-        self, tenant: str, source: Callable[[], Iterable[tuple[int, Any]]]
+        self, tenant: str, source: Callable[[], Iterable[tuple[int, Any]]], whole: bool
     ) -> dict[str, int]:
         validate_tenant(tenant)
         check = Check(self.memory.embedder)
         for number, record in source():
             check.line(number, record)
-        check.done()
-        async with self._importing(tenant) as renew:
-            writer = Writer(self.memory, tenant, check.reembed)
+        check.done(whole)
+        async with self._importing(tenant) as held:
+            writer = Writer(self.memory, tenant, check.reembed, held)
             for _, record in source():
+                held()
                 await writer.write(record)
-                await renew()
             await writer.finish()
+            held()
         return dict(writer.counts)
 
     @contextlib.asynccontextmanager
-    async def _importing(self, tenant: str) -> AsyncIterator[Callable[[], Any]]:
+    async def _importing(self, tenant: str) -> AsyncIterator[_Held]:
         """One import per tenant at a time, into an empty tenant (or over what a crashed
         import left, unless the tenant was used since). An import that fails in this process
-        clears what it wrote at once and its marker with it; only a crash leaves the marker,
-        which holds when that import started."""
+        clears what it wrote at once and its marker with it (`ImportInterrupted` says what is
+        left); only a crash leaves the marker, which holds when that import started. The lock
+        is renewed in the background all along (embedding may take long between two records);
+        once it is lost, the import stops (`ImportLost`) and clears nothing: another may have
+        taken the tenant over."""
         lock, token = import_lock_key(tenant), uuid.uuid4().hex
-        if not await self._locks.acquire(lock, token, LOCK_TTL_MS):
+        if not await self._locks.acquire(lock, token, self.lock_ttl_ms):
             raise ImportBusy(tenant)
-        renewed = time.monotonic()
-
-        async def renew() -> None:
-            nonlocal renewed
-            if time.monotonic() - renewed > LOCK_TTL_MS / 3000:
-                renewed = time.monotonic()
-                await self._locks.renew(lock, token, LOCK_TTL_MS)
-
-        try:
+        held = _Held(tenant)
+        name = f"import-lock {tenant}"
+        async with self._locks.kept(lock, token, self.lock_ttl_ms, name=name, on_lost=held.lose):
             crashed = decode(await self.redis.get(import_partial_key(tenant)))
             if crashed is not None:
                 started = _started(crashed)
@@ -194,24 +271,40 @@ class Portability:
             started = time.time()
             await self.redis.set(import_partial_key(tenant), repr(started))
             try:
-                yield renew
-            except BaseException:
-                await self._undo(tenant, started)
+                yield held
+            except ImportLost:
                 raise
-            await self.redis.delete(import_partial_key(tenant))
-        finally:
-            await self._locks.release(lock, token)
+            except Exception as exc:
+                if held.lost:
+                    raise ImportLost(tenant) from exc
+                raise ImportInterrupted(tenant, await self._undo(tenant, started), exc) from exc
+            except BaseException:  # cancelled, interrupted: cleared all the same
+                if not held.lost:
+                    await self._undo(tenant, started)
+                raise
+            # only its own marker: one another import (that took over) set stays
+            await self._locks.release(import_partial_key(tenant), repr(started))
 
-    async def _undo(self, tenant: str, started: float) -> None:
+    async def _undo(self, tenant: str, started: float) -> Left:
         """Clear what a failed import wrote, unless the tenant was used meanwhile (then the
-        marker stays, and the next import refuses it). A failure here leaves the marker: the
-        next import clears it as a crashed one's."""
+        marker stays, and the next import refuses it); what is left. A failure here leaves the
+        marker: the next import clears it as a crashed one's."""
         try:
-            if not await self.used_since(tenant, started):
-                await self.memory.drop_tenant(tenant)
-                await self.redis.delete(import_partial_key(tenant))
+            if await self.used_since(tenant, started):
+                return Left.USED
+        except Exception:
+            log.exception("could not tell what a failed import into %s left", tenant)
+            return Left.UNKNOWN
+        try:
+            await self.memory.drop_tenant(tenant)
         except Exception:
             log.exception("clearing what a failed import into %s wrote failed", tenant)
+            return Left.PARTIAL
+        try:
+            await self._locks.release(import_partial_key(tenant), repr(started))
+        except Exception:  # cleared; the next import finds nothing to clear behind the marker
+            log.exception("the marker of a failed import into %s stays", tenant)
+        return Left.CLEARED
 
     async def used_since(self, tenant: str, started: float) -> bool:
         """True when the tenant saw activity after `started` (seconds since the epoch): a

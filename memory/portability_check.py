@@ -2,9 +2,13 @@
 writes anything (the format itself: memory/portability.py).
 
 `Check` reads the records in file order: the header first (its version, and whether the
-export's embedding model is the configured one), then known kinds with their fields, threads
-declared before their messages and records, no id twice. A malformed record is a
-`BadExportLine` naming its line.
+export's embedding model is the configured one), then known kinds with their fields (a
+message only with its type's fields, and a message's, summary's or tool log's each of its type:
+the stores read them back as those types; a summary's or tool log's other fields are dropped as
+its store skips them), threads declared before their messages and records, no id twice, and
+(since version 2) the end line last, counting the lines before it: a file without it was cut
+short, one that counts others lost lines from its middle. A malformed record
+is a `BadExportLine` naming its line.
 """
 
 from __future__ import annotations
@@ -13,16 +17,24 @@ import base64
 import binascii
 import json
 import math
+import types
+import typing
+from collections import Counter
+from dataclasses import MISSING, fields
 from typing import Any
 
 from memory.keys import InvalidName, validate_thread
 from memory.retention import InvalidRetention, check_days
-from memory.stores.conversation import ConversationStore
+from memory.stores.conversation import ConversationStore, Message
 from memory.stores.entity_pieces import PIECES, PROVENANCE, TAGS
+from memory.stores.summary import Summary, SummaryStore
+from memory.stores.tool_log import ToolLogEntry, ToolLogStore
 from memory.stores.watches import MIN_PERIOD
 
 HEADER = "arxivscout-export"
-VERSION = 1
+END = "end"  # the last line (since version 2): {"kind": "end", "counts": {plural: n, ...}}
+VERSION = 2
+READS = (1, 2)  # version 1 has no end line
 MAX_ID = 1024
 PLURALS = {"thread": "threads", "message": "messages", "summary": "summaries",
            "tool_log": "tool_logs", "paper": "papers", "chunk": "chunks", "entity": "entities",
@@ -98,9 +110,93 @@ def _object(record: dict, name: str) -> dict:
     return value
 
 
+def _shape(
+    kind: type, leave: tuple[str, ...] = (), json_fields: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, bool]]:
+    """A record type's fields: name -> (type, required). A field its store keeps as JSON, but a
+    list its readers go through, may be any JSON value: the store writes whatever it was given
+    (a tool's input is the model's JSON arguments, a list or a number as well as an object)."""
+    hints = typing.get_type_hints(kind)
+    return {
+        f.name: (
+            Any
+            if f.name in json_fields and typing.get_origin(hints[f.name]) is not list
+            else hints[f.name],
+            f.default is MISSING and f.default_factory is MISSING,
+        )
+        for f in fields(kind)
+        if f.name not in leave
+    }
+
+
+# what the stores read back: a message with a field its type lacks breaks every read of its
+# thread (`Message.from_json`), a summary's time that is not a number its thread's summaries;
+# a summary's or tool log's fields its type lacks are skipped by its store (and by the import:
+# a version 1 export wrote them)
+SHAPES = {
+    "message": _shape(Message, leave=("duplicate",)),  # `duplicate` is never stored
+    "summary": _shape(Summary, json_fields=SummaryStore.JSON_FIELDS),
+    "tool_log": _shape(ToolLogEntry, json_fields=ToolLogStore.JSON_FIELDS),
+}
+STRICT = ("message",)  # the kinds whose unknown fields are refused, not dropped
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of a record field's type (as the exporter writes it)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, h) for h in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return type(value) is int
+    if hint is float:
+        return _is_number(value)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value if args)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and (not args or _fits(v, args[1])) for k, v in value.items()
+        )
+    return False  # a type the format does not carry
+
+
+def _said(hint: Any) -> str:
+    """A field's type as the error says it."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_said(h) for h in args)
+    if origin is list:
+        return f"a list of {_said(args[0]).removeprefix('a ')}s"
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+             type(None): "null", Any: "any value"}  # fmt: skip
+    return names.get(hint, "a JSON object" if origin is dict else str(hint))
+
+
+def _typed(kind: str, item: dict) -> None:
+    """The kind's record type's fields each of its type, the required ones there; no others
+    in a message (a summary's or tool log's others are dropped as it is written)."""
+    shape = SHAPES[kind]
+    unknown = sorted(set(item) - set(shape)) if kind in STRICT else []
+    listed = ", ".join(map(repr, unknown))
+    _need(not unknown, f"its {kind} has fields a {kind} does not have: {listed}.")
+    for name, (hint, required) in shape.items():
+        if name not in item:
+            _need(not required, f"its {kind} has no {name!r}.")
+        else:
+            _need(_fits(item[name], hint), f"its {kind}'s {name!r} must be {_said(hint)}.")
+
+
 class Check:
     """Reads every record before anything is written: the header first, known kinds with their
-    fields, threads declared before their messages and records, no id twice."""
+    fields, threads declared before their messages and records, no id twice, the end line
+    last."""
 
     def __init__(self, embedder: Any) -> None:
         self.model = (embedder.model_name, embedder.dims)
@@ -108,16 +204,38 @@ class Check:
         self.reembed = False
         self.threads: set[str] = set()
         self.ids: dict[str, set[str]] = {}
+        self.ended = False
+        self.last = 0  # the last line's number
+        self.tally: Counter[str] = Counter()  # records by kind's plural, as the end line counts
+        self.said: tuple[int, dict] | None = None  # the end line: its number, its counts
 
     def line(self, number: int, record: Any) -> None:
+        self.last = number
         try:
             self._record(record)
         except _Bad as bad:
             raise BadExportLine(number, str(bad)) from None
 
-    def done(self) -> None:
+    def done(self, whole: bool = True) -> None:
+        """After the last line. `whole`: the records are a file's, which must end with its end
+        line (since version 2): one without it was cut short, at a line's end."""
         if self.header is None:
             raise BadExportLine(1, "the file is empty.")
+        if whole and self.header["version"] >= 2 and not self.ended:
+            raise BadExportLine(
+                self.last + 1,
+                "the file looks cut short: an export ends with its end line "
+                f'({{"kind": "{END}", ...}}), and this one has none. Export it again, or copy '
+                "it whole.",
+            )
+        if self.said is not None and self.header["version"] >= 2:
+            number, counts = self.said
+            if {k: n for k, n in counts.items() if n} != +self.tally:
+                raise BadExportLine(
+                    number,
+                    "its counts are not those of the lines before it: lines are missing from "
+                    "the middle of the file (or were added). Export it again, or copy it whole.",
+                )
 
     def _record(self, record: Any) -> None:
         _need(isinstance(record, dict), "it is not a JSON object.")
@@ -130,16 +248,32 @@ class Check:
             )
             version = record.get("version")
             _need(
-                version == VERSION,
-                f"export version {version!r} cannot be read (this version reads {VERSION}).",
+                type(version) is int and version in READS,
+                f"export version {version!r} cannot be read (this version reads "
+                f"{' and '.join(map(str, READS))}).",
             )
             embeddings = record.get("embeddings") or {}
             self.reembed = (embeddings.get("model"), embeddings.get("dims")) != self.model
             self.header = record
             return
         _need(kind != HEADER, "a second header: two exports joined?")
-        _need(kind in PLURALS, f"unknown kind {kind!r}.")
+        _need(kind in PLURALS or kind == END, f"unknown kind {kind!r}.")
+        after_end = self.ended  # said once the line itself is checked (e.g. a thread twice)
         getattr(self, f"_{kind}")(record)
+        _need(not after_end, "it comes after the export's end line: two exports joined?")
+        if kind in PLURALS:
+            self.tally[PLURALS[kind]] += 1
+        else:
+            self.said = (self.last, record.get("counts", {}))
+
+    def _end(self, record: dict) -> None:
+        _need(not self.ended, "a second end line: two exports joined?")
+        counts = record.get("counts", {})
+        _need(
+            isinstance(counts, dict) and all(type(n) is int and n >= 0 for n in counts.values()),
+            "its 'counts' must be an object of whole numbers.",
+        )
+        self.ended = True
 
     def _unique(self, kind: str, item_id: str) -> None:
         seen = self.ids.setdefault(kind, set())
@@ -173,6 +307,12 @@ class Check:
             "its 'summarized' must be a count or null.",
         )
         _need(isinstance(record.get("channel", ""), str), "its 'channel' must be a string.")
+        parent = record.get("parent")  # a Discord thread's channel (since version 2)
+        snowflake = isinstance(parent, str) and parent.isascii() and parent.isdigit()
+        _need(
+            parent is None or (snowflake and len(parent) < 32),
+            "its 'parent' must be a Discord channel id or null.",
+        )
         self.threads.add(thread)
 
     def _message(self, record: dict) -> None:
@@ -185,6 +325,7 @@ class Check:
         )
         _need(isinstance(message.get("content"), str), "its content must be a string.")
         _need(_is_number(message.get("timestamp")), "its timestamp must be a number.")
+        _typed("message", message)
 
     def _thread_record(self, kind: str, record: dict) -> None:
         self._declared(record)
@@ -193,11 +334,10 @@ class Check:
             "its 'listed' must be a number or null.",
         )
         self._unique(kind, _id(_object(record, kind).get("id"), f"{kind} id"))
+        _typed(kind, record[kind])
 
     def _summary(self, record: dict) -> None:
         self._thread_record("summary", record)
-        for name in ("message_ids", "children"):
-            _need(isinstance(record["summary"].get(name, []), list), f"its {name} is not a list.")
 
     def _tool_log(self, record: dict) -> None:
         self._thread_record("tool_log", record)
@@ -289,6 +429,7 @@ class Check:
         _need(turn.get("thread", thread) == thread, "its turn belongs to another thread.")
         for name in ("question", "answer"):
             _need(isinstance(turn.get(name), str), f"its {name} must be a string.")
+        _need(isinstance(turn.get("workflow", ""), str), "its 'workflow' must be a string.")
         _need(_is_number(turn.get("created_at")), "its 'created_at' must be a number.")
         usage = turn.get("usage", {})
         _need(

@@ -10,6 +10,7 @@ import base64
 import json
 import time
 import typing
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import asdict, fields
 from typing import Any
@@ -20,12 +21,13 @@ from memory.keys import (
     messages_key,
     papers_key,
     summarized_count_key,
+    thread_channels_key,
     threads_key,
     validate_tenant,
     validate_thread,
     watch_posted_key,
 )
-from memory.portability_check import HEADER, VERSION
+from memory.portability_check import END, HEADER, PLURALS, VERSION
 from memory.stores.base import VectorStore, decode
 from memory.stores.records import ThreadRecordStore
 from memory.stores.watches import WatchStore
@@ -44,19 +46,38 @@ def _types(store: ThreadRecordStore) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in fields(store.RECORD)}
 
 
+def end_line(counts: Counter[str]) -> dict[str, Any]:
+    """An export's last line: how many records of each kind it holds. An import refuses a file
+    without it (cut short); `counts` are by the kinds' plurals."""
+    return {"kind": END, "counts": dict(counts)}
+
+
+async def ended(records: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """The records, then their end line."""
+    counts: Counter[str] = Counter()
+    async for record in records:
+        if record["kind"] in PLURALS:
+            counts[PLURALS[record["kind"]]] += 1
+        yield record
+    yield end_line(counts)
+
+
 def _record_out(row: dict, types: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
     """A per-thread record's hash as JSON: its JSON fields parsed, numbers as numbers, the rest
-    (fields the record type does not know included) as the strings stored."""
+    as the strings stored. Fields the record type does not know are left out: the stores
+    never read them, and an import refuses them."""
     out: dict[str, Any] = {}
     for raw_name, raw_value in row.items():
         name, value = decode(raw_name), decode(raw_value)
+        if name not in types:
+            continue
         if name in json_fields:
             value = json.loads(value)
         elif types.get(name) in (int, float):
             value = types[name](float(value))
         out[name] = value
-    order = {name: i for i, name in enumerate(types)}  # the record type's order, then the rest
-    return dict(sorted(out.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
+    order = {name: i for i, name in enumerate(types)}  # the record type's order
+    return dict(sorted(out.items(), key=lambda item: order[item[0]]))
 
 
 class Exporter:
@@ -75,8 +96,17 @@ class Exporter:
             "embeddings": {"model": embedder.model_name, "dims": embedder.dims},
         }
 
-    async def export_thread(self, tenant: str, thread: str) -> AsyncIterator[dict[str, Any]]:
-        """One thread: its messages, summaries and tool logs. `NotFound` for an unknown one."""
+    def export_thread(self, tenant: str, thread: str) -> AsyncIterator[dict[str, Any]]:
+        """One thread: its messages, summaries and tool logs, then the end line. `NotFound` (at
+        the first record) for an unknown one."""
+        return ended(self._export_thread(tenant, thread))
+
+    def export_tenant(self, tenant: str) -> AsyncIterator[dict[str, Any]]:
+        """Everything the tenant's memory holds but episodic entries (made again on import),
+        then the end line."""
+        return ended(self._export_tenant(tenant))
+
+    async def _export_thread(self, tenant: str, thread: str) -> AsyncIterator[dict[str, Any]]:
         validate_thread(thread)
         score = await self.redis.zscore(threads_key(tenant), thread)
         if score is None and not await self.redis.exists(messages_key(tenant, thread)):
@@ -85,8 +115,7 @@ class Exporter:
         async for record in self._thread(tenant, thread, score or 0.0):
             yield record
 
-    async def export_tenant(self, tenant: str) -> AsyncIterator[dict[str, Any]]:
-        """Everything the tenant's memory holds but episodic entries (made again on import)."""
+    async def _export_tenant(self, tenant: str) -> AsyncIterator[dict[str, Any]]:
         validate_tenant(tenant)
         yield self.header(tenant, None)
         has_own, days = await self.memory.retention.own(tenant)
@@ -126,13 +155,16 @@ class Exporter:
         key = messages_key(tenant, thread)
         summarized = decode(await self.redis.get(summarized_count_key(tenant, thread)))
         rows = await self.redis.lrange(key, 0, PAGE - 1)  # the first page names the channel too
-        yield {
+        line = {
             "kind": "thread",
             "thread": thread,
             "last_active": score,
             "summarized": None if summarized is None else int(summarized),
             "channel": await self._channel(tenant, thread, rows[:CHANNEL_PROBE]),
         }
+        if parent := await self._parent(tenant, thread):
+            line["parent"] = parent
+        yield line
         start = 0
         while rows:
             for row in rows:
@@ -159,6 +191,14 @@ class Exporter:
                 if turn_id in found:
                     turn = {k: v for k, v in found[turn_id].to_json().items() if k != "tenant"}
                     yield {"kind": "turn", "thread": thread, "turn": turn}
+
+    async def _parent(self, tenant: str, thread: str) -> str | None:
+        """A Discord thread's channel, as the bot noted it (memory/governance_places.py
+        `note_thread`): a deleted channel's threads are found by it."""
+        prefix = f"discord:{tenant}:"
+        if not thread.startswith(prefix):
+            return None
+        return decode(await self.redis.hget(thread_channels_key(tenant), thread[len(prefix) :]))
 
     async def _channel(self, tenant: str, thread: str, rows: list[bytes]) -> str:
         """The channel episodic memory keeps for the thread's first messages, `rows` (the

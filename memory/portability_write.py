@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from memory.embeddings import background_embedding
 from memory.keys import (
+    InvalidName,
     learned_key,
     messages_key,
     papers_key,
@@ -32,7 +34,7 @@ from memory.keys import (
     summarized_count_key,
     threads_key,
 )
-from memory.portability_check import HEADER, PLURALS
+from memory.portability_check import END, HEADER, PLURALS, SHAPES
 from memory.portability_export import dumps
 from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore
@@ -85,8 +87,11 @@ class Writer:
     """Writes checked records through the stores' key layout, in batches; `counts` says how
     many of each kind were written."""
 
-    def __init__(self, memory: Any, tenant: str, reembed: bool) -> None:
+    def __init__(
+        self, memory: Any, tenant: str, reembed: bool, held: Callable[[], None] = lambda: None
+    ) -> None:
         self.memory, self.redis, self.tenant, self.reembed = memory, memory.redis, tenant, reembed
+        self.held = held  # raises once the import's lock is lost: called before each batch
         self.counts: Counter[str] = Counter()
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
@@ -104,15 +109,18 @@ class Writer:
         if kind == HEADER:
             self.source = str(record.get("tenant") or self.tenant)
             return
+        if kind == END:
+            return
         self.counts[PLURALS[kind]] += 1
         if kind == "retention":
             await self.memory.retention.set(self.tenant, record.get("days"))
         elif kind == "thread":
-            self._thread(record)
+            await self._thread(record)
         elif kind == "message":
             await self._message(record["thread"], record["message"])
         elif kind in ("summary", "tool_log"):
-            store, item = self.stores[kind], record[kind]
+            store, shape = self.stores[kind], SHAPES[kind]
+            item = {k: v for k, v in record[kind].items() if k in shape}  # as its store reads it
             self.pipe.hset(
                 store.key(self.tenant, item["id"]), mapping=_record_in(item, store.JSON_FIELDS)
             )
@@ -123,9 +131,9 @@ class Writer:
                 for message_id in item.get("message_ids") or []:
                     self.pipe.sadd(shown_in_logs_key(self.tenant, message_id), item["id"])
         elif kind == "turn":  # written at once: indexes and usage through the store
-            await self.memory.turn_records.restore(
-                record_of(record["turn"], self.tenant, record["thread"])
-            )
+            turn = record_of(record["turn"], self.tenant, record["thread"])
+            turn.workflow = self._own_key(self.memory.workflows, turn.workflow)
+            await self.memory.turn_records.restore(turn)
         elif kind == "watch":  # written at once, through the store (its due index too)
             await self._watch(record)
         elif kind == "paper":
@@ -135,7 +143,18 @@ class Writer:
             if len(self.vectors[kind]) >= BATCH:
                 await self._vectors(kind)
         if len(self.pipe) >= PIPELINE:
+            self.held()
             await self.pipe.execute()
+
+    def _own_key(self, store: VectorStore, key: str) -> str:
+        """A record's key in the exported tenant as the same record's key in this one, or ""
+        (no record) for a key elsewhere: a key left pointing out of this tenant would have
+        this tenant's feedback change a record there."""
+        try:
+            source = store.key_prefix(self.source)
+        except InvalidName:  # a header's tenant no store could have had: no key of its
+            return ""
+        return store.key_prefix(self.tenant) + key[len(source) :] if key.startswith(source) else ""
 
     async def _watch(self, record: dict) -> None:
         """Stored paused, always (but a terminal's, run by hand only): the file (its header's
@@ -162,17 +181,25 @@ class Writer:
             self.counts[PAUSED_WATCHES] += 1
         await WatchStore(self.redis).restore(watch, record.get("posted") or {}, time.time())
 
-    def _thread(self, record: dict) -> None:
+    async def _thread(self, record: dict) -> None:
+        """The thread listed, its summarized-prefix counter (left out: counted again on its
+        first read) and a Discord thread's channel noted, so the channel's deletion finds it
+        (only under its own tenant: the places go by the thread id's tenant)."""
         thread = record["thread"]
         self.threads[thread] = _ThreadState(record.get("channel") or "")
         self.pipe.zadd(threads_key(self.tenant), {thread: record["last_active"]})
         if record.get("summarized") is not None:
             self.pipe.set(summarized_count_key(self.tenant, thread), record["summarized"])
+        own = f"discord:{self.tenant}:"
+        if record.get("parent") and thread.startswith(own):
+            places = self.memory.governance.places
+            await places.note_thread(self.tenant, record["parent"], thread[len(own) :])
 
     async def _message(self, thread: str, message: dict) -> None:
         state = self.threads[thread]
-        self.pipe.rpush(messages_key(self.tenant, thread), dumps(message))
         seq, previous, state.last_ts = state.count, state.last_ts, float(message["timestamp"])
+        # its position here (a member's export of a thread leaves out what they may not see)
+        self.pipe.rpush(messages_key(self.tenant, thread), dumps({**message, "seq": seq}))
         state.count += 1
         if message.get("forgotten") or not message["content"].strip():
             return
@@ -198,6 +225,7 @@ class Writer:
         state = self.threads[thread]
         if not state.episodes:
             return
+        self.held()
         await self.pipe.execute()  # the messages before their episodic entries
         scope = Scope(self.tenant, thread, channel=state.channel)
         with background_embedding():
@@ -209,6 +237,7 @@ class Writer:
         records, self.vectors[kind] = self.vectors[kind], []
         if not records:
             return
+        self.held()
         store: VectorStore = self.stores[kind]
         prefix = store.key_prefix(self.tenant)
         # an export made before a field existed (e.g. `audience`) gets its default
@@ -249,4 +278,5 @@ class Writer:
             await self._vectors(kind)
         if self.papers:  # last: a paper counts as present once its chunks are searchable
             self.pipe.hset(papers_key(self.tenant), mapping=self.papers)
+        self.held()
         await self.pipe.execute()

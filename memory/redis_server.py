@@ -12,7 +12,6 @@ files 0600. Installs from before this are tightened, and an unprotected server r
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import shutil
@@ -348,7 +347,14 @@ class EmbeddedRedis:
 
     @contextlib.contextmanager
     def _lock(self):
-        """A file lock, so that two processes starting at once start one server."""
+        """A file lock, so that two processes starting at once start one server. fcntl is
+        imported here: every command imports this module, and Windows has no fcntl."""
+        try:
+            import fcntl
+        except ImportError:
+            raise EmbeddedRedisError(
+                "the embedded Redis is Linux/macOS only; set REDIS_URL"
+            ) from None
         self._make_home()
         lock = os.open(self.home / "redis.lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         with os.fdopen(lock, "w") as handle:

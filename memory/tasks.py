@@ -19,6 +19,8 @@ its own across runs starts it afresh.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -32,9 +34,17 @@ import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from memory.keys import dead_letter_streams_key, dead_letters_key, task_runs_key
+from memory.keys import (
+    InvalidName,
+    dead_letter_streams_key,
+    dead_letters_key,
+    erased_tenant_key,
+    task_runs_key,
+)
 
 DEAD_MAXLEN = 10_000  # dead letters are for inspection; bound them (approximately)
+PAYLOAD_DEPTH = 4  # how deep a payload is searched for its tenant
+TENANT_FIELDS = ("tenant", "team")  # how payloads name theirs (`team`: Slack's /summarize)
 
 # Reset the idle time of the entries (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still
 # holds, and only those: XCLAIM alone would take an entry over from whoever holds it now.
@@ -82,6 +92,29 @@ def requeued(payload: dict) -> str | None:
     """The dead letter a task was requeued from (`arxivscout tasks requeue`), if it was."""
     value = payload.get("requeued")
     return str(value) if value else None
+
+
+def payload_tenants(payload: Any, depth: int = PAYLOAD_DEPTH) -> set[str]:
+    """The tenants a task's payload names: a `tenant` (or `team`) field anywhere in it (its
+    own, its scope's, its watch's)."""
+    if depth < 0:
+        return set()
+    found: set[str] = set()
+    if isinstance(payload, dict):
+        found |= {v for f in TENANT_FIELDS if isinstance(v := payload.get(f), str) and v}
+        payload = list(payload.values())
+    if isinstance(payload, list):
+        for value in payload:
+            found |= payload_tenants(value, depth - 1)
+    return found
+
+
+def queued_at(task_id: str) -> float:
+    """When a task was added: its stream id's milliseconds (0 for an id of another shape)."""
+    try:
+        return int(task_id.split("-", 1)[0]) / 1000
+    except ValueError:
+        return 0.0
 
 
 def _text(value: Any) -> str:
@@ -226,7 +259,16 @@ class TaskStream:
         return counts.get(task_id, 0)
 
     async def dead_letter(self, task: Task, error: str) -> None:
-        """Give up on a task: copy it with its error to `<stream>:dead`, then ack it."""
+        """Give up on a task: copy it with its error to `<stream>:dead`, then ack it. Not
+        copied when its tenant was erased after it was queued (`erased_since`): the erasure
+        dropped its tenant's dead letters, one written after would keep what it erased."""
+        if await self.erased_since(task):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.xack(self.stream, self.group, task.id)
+                pipe.xdel(self.stream, task.id)
+                pipe.hdel(self.runs, task.id)
+                await pipe.execute()
+            return
         fields = {
             "id": task.id,
             "kind": task.kind,
@@ -242,6 +284,16 @@ class TaskStream:
             pipe.xdel(self.stream, task.id)
             pipe.hdel(self.runs, task.id)
             await pipe.execute()
+
+    async def erased_since(self, task: Task) -> bool:
+        """Whether a tenant the task's payload names was erased whole after the task was
+        queued (its note, kept a day: memory/governance_tenants.py)."""
+        keys = []
+        for tenant in payload_tenants(task.payload):
+            with contextlib.suppress(InvalidName):  # a name no tenant has: never erased
+                keys.append(erased_tenant_key(tenant))
+        notes = await asyncio.gather(*(self.redis.get(key) for key in keys))  # one slot each
+        return any(float(t) >= queued_at(task.id) for t in notes if t is not None)
 
     async def _delivery_counts(self, ids: list[str], consumer: str | None) -> dict[str, int]:
         """XPENDING (extended form) per id, in one round trip."""

@@ -58,7 +58,7 @@ async def test_long_tool_output_is_truncated_and_readable_from_the_log(world, te
     result = tool_results(world.model_requests()[-1])[-1]
     assert result.startswith("1. arXiv:")
     assert "\n\n[Truncated. Full output saved in tool log as log_" in result
-    log_id = result.rsplit("tool log as ", 1)[1].rstrip("]")
+    log_id = result.rsplit("tool log as ", 1)[1].split(".")[0]
     entry = await world.runtime.memory.tool_logs.get(Scope(tenant, "t"), log_id)
     assert len(entry.output) > 3000 and entry.output.startswith(result[:3000])
     assert entry.tool_name == "arxiv_search_candidates" and entry.iteration == 2

@@ -42,7 +42,8 @@ async def test_export_then_import_into_an_empty_tenant(memory, tenant, capsys, t
 
     path = tmp_path / "tenant.jsonl"
     code, _, err = await arxivscout(capsys, "memory", "export", "--tenant", tenant, "-o", str(path))
-    assert code == 0 and f"Exported {len(lines)} records" in err
+    assert lines[-1]["kind"] == "end"  # the closing line, not counted as a record
+    assert code == 0 and f"Exported {len(lines) - 1} records" in err
     assert not (tmp_path / "tenant.jsonl.part").exists()
     other = f"t-{uuid.uuid4().hex[:10]}"
     code, out, _ = await arxivscout(capsys, "memory", "import", str(path), "--tenant", other)
@@ -57,7 +58,7 @@ async def test_export_then_import_into_an_empty_tenant(memory, tenant, capsys, t
         capsys, "memory", "export", "--tenant", tenant, "--thread", "t1"
     )
     assert code == 0 and {json.loads(x)["kind"] for x in out.splitlines()} == {
-        "arxivscout-export", "thread", "message"
+        "arxivscout-export", "thread", "message", "end"
     }  # fmt: skip
     code, _, err = await arxivscout(
         capsys, "memory", "export", "--tenant", tenant, "--thread", "nope"

@@ -273,7 +273,7 @@ async def test_forgetting_a_summary_recovers_its_messages_deterministically(memo
     parent = await memory.summaries.get(scope, merged.id)
     replacement = parent.children[1]
     assert replacement != child and "a model-written secret" not in parent.text
-    assert (await memory.summaries.get(scope, replacement)).text.startswith("[user] question 1")
+    assert (await memory.summaries.get(scope, replacement)).text.startswith("[U1] question 1")
     await check_invariant(memory, scope)
 
     erasure = await memory.governance.forget_summary(tenant, merged.id)  # a merged, top-level one

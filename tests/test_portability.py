@@ -20,7 +20,7 @@ from bot.consolidation import Consolidator
 from bot.upkeep import Upkeep
 from memory.governance import NotFound
 from memory.keys import import_partial_key, task_stream, threads_key
-from memory.portability import BadExportLine, TenantNotEmpty, dumps
+from memory.portability import BadExportLine, ImportInterrupted, Left, TenantNotEmpty, dumps
 from memory.scope import Scope, Visibility
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
@@ -180,7 +180,7 @@ async def test_a_thread_exports_alone_and_imports_into_an_empty_tenant(memory, t
     await populate(memory, tenant)
     records = await export(memory, tenant, DM_THREAD)
     assert records[0]["thread"] == DM_THREAD
-    assert {r["kind"] for r in records[1:]} == {"thread", "message"}
+    assert {r["kind"] for r in records[1:]} == {"thread", "message", "end"}
     assert "quokka" not in json.dumps(records).lower()
     await memory.portability.import_records(other, records)
     assert [t for t, _ in await memory.conversation.threads(other)] == [DM_THREAD]
@@ -340,8 +340,9 @@ async def test_a_failed_import_clears_what_it_wrote(memory, tenant, other, tmp_p
     path = tmp_path / "export.jsonl"
     path.write_text("".join(dumps(r) + "\n" for r in await export(memory, tenant)))
 
-    with pytest.raises(OSError):
+    with pytest.raises(ImportInterrupted, match="I/O error") as failed:
         await memory.portability.import_lines(other, failing_file(path))
+    assert failed.value.left is Left.CLEARED
     assert not await memory.redis.exists(import_partial_key(other))
     assert await memory.portability.is_empty(other)  # what it wrote is gone at once
 
@@ -360,8 +361,9 @@ async def test_a_failed_import_clears_what_it_wrote(memory, tenant, other, tmp_p
         def said_meanwhile() -> None:
             live.zadd(threads_key(third), {"live": time.time() + 1})
 
-        with pytest.raises(OSError):
+        with pytest.raises(ImportInterrupted) as failed:
             await memory.portability.import_lines(third, failing_file(path, 12, said_meanwhile))
+    assert failed.value.left is Left.USED
     assert await memory.redis.zscore(threads_key(third), "live")
     with pytest.raises(TenantNotEmpty, match="used after that"):
         await memory.portability.import_lines(third, read)

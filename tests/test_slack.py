@@ -223,7 +223,7 @@ async def test_summarize_command_shortcut_and_expand(slack):
     await slack.settle()
     expanded = await slack.api.response("2")  # answered after the ack, to response_url
     assert expanded["response_type"] == "ephemeral"
-    assert "[user] Can you get me the paper MemGPT" in expanded["text"]
+    assert "UTC] [Ada] Can you get me the paper MemGPT" in expanded["text"]  # who, and when
     assert expanded["blocks"] == [{"type": "markdown", "text": expanded["text"]}]
 
     # the message shortcut from a reply in the thread, and /summarize with a thread link

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from typing import IO, Any
 
@@ -18,7 +19,9 @@ from aiohttp import BodyPartReader, web
 
 from adapters.memory_page.server import MAX_IMPORT_BYTES, MB
 from adapters.memory_page.viewer import IMPORT_FORM, Viewer
-from memory.portability import Portability, dumps
+from memory.portability import ImportInterrupted, Portability, dumps
+from memory.portability_check import END, PLURALS
+from memory.portability_export import end_line
 from memory.scope import legacy_audience
 
 log = logging.getLogger(__name__)
@@ -61,15 +64,29 @@ async def ndjson(records: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
 async def visible(records: AsyncIterator[dict], viewer: Viewer) -> AsyncIterator[dict]:
     """A thread's export as the viewer may see it: each message, summary, tool log and turn is
     checked by its own audience (the thread's first message decides only whether it is listed),
-    and a turn's feedback is only what the thread's page shows (`own_feedback`)."""
+    and a turn's feedback is only what the thread's page shows (`own_feedback`). For someone who
+    does not manage the tenant, the thread's summarized-prefix counter is left out (it counts
+    messages that may be left out: an import counts it again), and the end line counts what
+    was kept."""
+    counts: Counter[str] = Counter()
     async for record in records:
-        item = record.get(record.get("kind", ""))
-        if not isinstance(item, dict) or "audience" not in item:
-            yield record  # the header, the thread's own line
+        kind = record.get("kind", "")
+        item = record.get(kind)
+        if kind == END:
+            yield end_line(counts)
+            continue
+        if kind == "thread" and not viewer.manages:
+            record = {k: v for k, v in record.items() if k != "summarized"}
+        elif not isinstance(item, dict) or "audience" not in item:
+            pass  # the header, the thread's own line
         elif viewer.can_see(item["audience"] or legacy_audience(record.get("thread", ""))):
-            if record.get("kind") == "turn" and not viewer.manages:
+            if kind == "turn" and not viewer.manages:
                 record = {**record, "turn": own_feedback(item, viewer.user)}
-            yield record
+        else:
+            continue
+        if kind in PLURALS:
+            counts[PLURALS[kind]] += 1
+        yield record
 
 
 def own_feedback(turn: dict[str, Any], user: str) -> dict[str, Any]:
@@ -140,7 +157,8 @@ async def import_upload(
     """The uploaded export imported into `tenant` (`portability.import_lines`): what was made,
     by kind. The form's small fields go into `form` (where to go back), even when it fails.
     ImportFailed: nothing was imported (too large, unreadable, no file, not UTF-8, not an
-    export, a bad line, or the tenant is not empty)."""
+    export, a bad line, the tenant is not empty or being imported into), or the import failed
+    while it wrote (`ImportInterrupted`: its message says what the tenant holds now)."""
     with tempfile.TemporaryFile() as upload:
         try:
             sent = await receive_import(request, form, upload)
@@ -159,5 +177,8 @@ async def import_upload(
             return await portability.import_lines(tenant, lines)
         except UnicodeDecodeError:
             raise ImportFailed(NOT_UTF8) from None
-        except ValueError as exc:  # not an export, a bad line, or the tenant is not empty
+        except ValueError as exc:  # not an export, a bad line, the tenant not empty or busy
+            raise ImportFailed(str(exc)) from None
+        except ImportInterrupted as exc:  # Redis or the embedding model failed during the writes
+            log.exception("memory page: the import into %s failed", tenant)
             raise ImportFailed(str(exc)) from None

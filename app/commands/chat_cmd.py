@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import shlex
+import sys
 import uuid
 
 from adapters.terminal import TerminalChat
-from app.commands.common import add_tenant
+from app.commands.common import DEFAULT_TENANT, add_tenant
 from app.runtime import open_agent
 from app.settings import Settings
 from memory.scope import Scope
@@ -29,9 +32,21 @@ async def run_chat(args: argparse.Namespace) -> int:
     runtime = await open_agent(Settings.from_env())
     try:
         thread = args.thread or f"cli:{uuid.uuid4().hex[:8]}"
-        return await TerminalChat(runtime.turns(), Scope.local(thread, args.tenant)).run()
+        chat = TerminalChat(runtime.turns(), Scope.local(thread, args.tenant))
+        try:
+            return await chat.run()
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the chat, then says so
+            if chat.last_question:
+                print(f"To continue this chat: {continue_command(args, thread)}", file=sys.stderr)
+            raise
     finally:
         await runtime.close()
+
+
+def continue_command(args: argparse.Namespace, thread: str) -> str:
+    """The command that takes this chat up again."""
+    tenant = "" if args.tenant == DEFAULT_TENANT else f" --tenant {shlex.quote(args.tenant)}"
+    return f"arxivscout chat --thread {shlex.quote(thread)}{tenant}"
 
 
 async def run_ask(args: argparse.Namespace) -> int:
@@ -39,6 +54,8 @@ async def run_ask(args: argparse.Namespace) -> int:
     try:
         reply = await runtime.turns().handle(Scope.local(args.thread, args.tenant), args.question)
         print(reply.text)
+        if reply.refused:  # not taken: no answer
+            return 1
         return 0 if reply.result is None or reply.result.stop_reason == "final" else 1
     finally:
         await runtime.close()

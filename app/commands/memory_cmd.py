@@ -7,9 +7,10 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from app.commands.common import add_json, add_tenant, memory_session, print_json, tenant_scope
 from app.commands.turns_cmd import add_usage_parser
@@ -228,23 +229,34 @@ def erased_text(counts: dict[str, int]) -> str:
 
 
 def confirmed(question: str, yes: bool) -> bool:
-    """Asked only of a person at a terminal; `--yes` and piped input go ahead."""
+    """Asked only of a person at a terminal; `--yes` and piped input go ahead. Ctrl-D is no."""
     if yes or not sys.stdin.isatty():
         return True
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        print()  # the prompt's line ends
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
-async def run_forget(args: argparse.Namespace) -> int:
+def run_forget(args: argparse.Namespace) -> int | Coroutine[Any, Any, int]:
+    """Asks first, then returns the forgetting for `main` to run: asked outside the event
+    loop, where Ctrl-C at the question ends the command at once."""
     if args.kind == "message" and not args.thread:
         print("arxivscout: error: forgetting a message needs its --thread.", file=sys.stderr)
         return 2
     if args.kind == "tenant":
-        return await run_forget_tenant(args)
+        return run_forget_tenant(args)
     what = f"the {args.kind.replace('-', ' ')} {args.item_id!r}"
     what += f" of thread {args.thread!r}" if args.kind == "message" else ""
     if not confirmed(f"Forget {what} in tenant {args.tenant!r}? This cannot be undone.", args.yes):
         print("Nothing was forgotten.")
         return 1
+    return forget_item(args, what)
+
+
+async def forget_item(args: argparse.Namespace, what: str) -> int:
     async with memory_session() as memory:
         governance, tenant, item = memory.governance, args.tenant, args.item_id
         forget = {
@@ -265,7 +277,7 @@ async def run_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_forget_tenant(args: argparse.Namespace) -> int:
+def run_forget_tenant(args: argparse.Namespace) -> int | Coroutine[Any, Any, int]:
     """`forget tenant ID`: the whole tenant (its ID; `--tenant` is not read), as when its team
     removed the bot (memory/governance_tenants.py)."""
     tenant = validate_tenant(args.item_id)
@@ -273,6 +285,10 @@ async def run_forget_tenant(args: argparse.Namespace) -> int:
     if not confirmed(question, args.yes):
         print("Nothing was forgotten.")
         return 1
+    return forget_tenant(args, tenant)
+
+
+async def forget_tenant(args: argparse.Namespace, tenant: str) -> int:
     async with memory_session() as memory:
         erasure = await TenantErasures(memory).erase(tenant)
     if not erasure.total:  # a typo, or erased before: say so, as for an unknown id
@@ -306,7 +322,7 @@ async def run_export(args: argparse.Namespace) -> int:
             with partial.open("w", encoding="utf-8") as out:
                 async for record in records:
                     out.write(dumps(record) + "\n")
-                    count += 1
+                    count += record.get("kind") != "end"  # the closing line is not a record
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)

@@ -48,7 +48,9 @@ _LAUNCH_FAILED = re.compile(
     r"|Could not find platform (in)?dependent libraries|Fatal Python error: init"
 )
 # signals that stop a process from outside (the platform, a terminal): never the file's doing
-_STOPPED_FROM_OUTSIDE = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP}
+_STOPPED_FROM_OUTSIDE = {  # Windows has no SIGHUP
+    -getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
+}
 _children: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per loop
 
 log = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import json
@@ -20,10 +21,18 @@ from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
+from redisvl.redis.utils import convert_bytes, make_dict
 from redisvl.schema import IndexSchema
 
 from memory.embeddings import Embedder
-from memory.keys import INDEX_META_KEY, index_name, index_prefix, upgrade_key
+from memory.keys import (
+    INDEX_META_KEY,
+    InvalidName,
+    erased_tenant_key,
+    index_name,
+    index_prefix,
+    upgrade_key,
+)
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -255,7 +264,7 @@ class VectorStore:
             try:
                 await self.redis.execute_command("FT.DROPINDEX", name)  # keeps the records
             except ResponseError as exc:  # gone already (another process dropped it): fine
-                if not re.search(r"unknown index name|no such index", str(exc), re.IGNORECASE):
+                if not unknown_index(exc):
                     raise
             self._known.discard(name)
 
@@ -289,9 +298,9 @@ class VectorStore:
         await delete_matching(self.redis, f"{self.key_prefix(tenant)}*")
 
     async def info(self, tenant: str | None) -> dict[str, Any]:
-        """FT.INFO of the tenant's index."""
-        await self._index(tenant)
-        return await AsyncSearchIndex(self.schema(tenant), redis_client=self.redis).info()
+        """FT.INFO of the tenant's index, as RedisVL reads it (a dict); sent as reads are."""
+        reply = await self._search(tenant, "FT.INFO")
+        return convert_bytes(make_dict(reply) if isinstance(reply, list) else reply)
 
     @property
     def record_embedder(self) -> Any:
@@ -404,12 +413,48 @@ class VectorStore:
         """One FT.SEARCH, its reply read here: RedisVL's `index.query` builds a search handle
         and re-validates on every call, and redis-py's result objects cost more to build than
         a small reply takes to read. Rows are {"id": key, field: raw value}."""
-        args: list[Any] = [await self._index(tenant), *query.get_args()]
+        args: list[Any] = list(query.get_args())
         params = getattr(query, "params", None)
         if params:
             args += ["PARAMS", 2 * len(params), *(x for kv in params.items() for x in kv)]
-        reply = await self.redis.execute_command("FT.SEARCH", *args)
+        reply = await self._search(tenant, "FT.SEARCH", *args)
         return search_rows(reply, query)
+
+    async def _search(self, tenant: str | None, command: str, *args: Any) -> Any:
+        """`command` (FT.SEARCH, FT.TAGVALS, FT.INFO) on the tenant's index, created on first
+        use. An index this process knew but another dropped is created again, and the command
+        sent once more, only when a tenant erasure dropped it (its note: memory/keys.py
+        `erased_tenant_key`), else every read of the tenant would fail until a restart. Any
+        other drop is a layout rebuild or a reindex by a newer process (`_rebuild`, `reindex`),
+        which creates the index again with its own layout: this process, maybe of the old one,
+        must not create it first, so the read fails and the name stays known (the next read
+        finds the rebuilt index). Writes need no such check: records written while the index
+        was missing are indexed by the FT.CREATE (it scans the existing keys)."""
+        name = await self._index(tenant)
+        try:
+            return await self.redis.execute_command(command, name, *args)
+        except ResponseError as exc:
+            if not unknown_index(exc) or not await self._erased(tenant):
+                raise
+        self._known.discard(name)
+        return await self.redis.execute_command(command, await self._index(tenant), *args)
+
+    async def _erased(self, tenant: str | None) -> bool:
+        """Whether the tenant was erased whole in the last day, and no layout rebuild of this
+        family runs now (its claim: `open`)."""
+        if not self.TENANT_SCOPED or not tenant:
+            return False
+        rebuild = upgrade_key(f"index-layout:{self.family()}")
+        with contextlib.suppress(InvalidName):  # a name no tenant has: never erased
+            notes = [erased_tenant_key(tenant), rebuild]
+            erased, rebuilding = await asyncio.gather(*(self.redis.exists(k) for k in notes))
+            return bool(erased) and not rebuilding
+        return False
+
+
+def unknown_index(exc: ResponseError) -> bool:
+    """Whether Redis refused a command for naming an index that does not exist."""
+    return bool(re.search(r"unknown index name|no such index", str(exc), re.IGNORECASE))
 
 
 async def delete_matching(redis: Redis, pattern: str) -> int:

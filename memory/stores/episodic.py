@@ -17,7 +17,9 @@ replies to; only the chosen messages are read whole. Rendering is compact: a hea
 
 Privacy: the KNN queries carry the audience filter; BM25 and the tag lookups run unfiltered
 when nothing but the audience restricts them (filtering there walks the long `public` postings)
-and every row they return passes `Scope.can_see` here before it is used.
+and every row they return passes `Scope.can_see` here before it is used. A walled scope's are
+always filtered: it sees only its own place, whose few messages an unfiltered top-k over the
+whole tenant would crowd out.
 
 This module is the store: its index, its writes, and recall's two halves (`find`, `pick`).
 The rest lives beside it, one job a module:
@@ -43,7 +45,7 @@ from memory.embeddings import Embedder
 from memory.keys import EPISODE_INDEX, EPISODE_PREFIX
 from memory.scope import Scope
 from memory.stores.base import delete_keys
-from memory.stores.episodic_candidates import Found, Ranking, _Filter
+from memory.stores.episodic_candidates import Found, Ranking, _Candidate, _Filter
 from memory.stores.episodic_episode import (
     EMBEDDED_CHARS,
     INDEXED_CHARS,
@@ -52,7 +54,7 @@ from memory.stores.episodic_episode import (
     indexed,
     segment,
 )
-from memory.stores.episodic_query import SEP, _filter, _names, _pos
+from memory.stores.episodic_query import ROW, SEP, _filter, _names, _pos, _rows
 from memory.stores.episodic_scoring import EpisodicScoring
 from memory.stores.episodic_search import EpisodicSearch
 from memory.stores.episodic_text import MAX_PARTS, asks
@@ -216,7 +218,7 @@ class EpisodicStore(EpisodicScoring, EpisodicSearch):
     ) -> list[Episode]:
         """Plain top-k hybrid search (the `search_conversations` tool), best first."""
         clause = _filter(scope, thread=thread, author=author, since=since, until=until)
-        broad = not (thread or author or since is not None or until is not None)
+        broad = not (scope.walled or thread or author or since is not None or until is not None)
         question = await self._read(scope, query)
         where = _Filter(scope, clause, broad)
         candidates = await self._candidates(scope, question, vector, where, max(k, 20))
@@ -228,6 +230,28 @@ class EpisodicStore(EpisodicScoring, EpisodicSearch):
         best = sorted(candidates.values(), key=lambda c: -c.score)[:k]
         found = await self._fetch(scope, {c.id: (c.thread, c.seq) for c in best})
         return [found[c.id] for c in best if c.id in found]
+
+    async def latest(
+        self,
+        scope: Scope,
+        k: int = 10,
+        thread: str | None = None,
+        author: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[Episode]:
+        """The newest k messages that pass the filters, newest first (`search_conversations`
+        with no query: nothing to rank by but time). A message's parts share its `ts`: enough
+        rows are read for k messages."""
+        clause = _filter(scope, thread=thread, author=author, since=since, until=until)
+        reply = await self._search(
+            scope.tenant, "FT.SEARCH", clause, "SORTBY", "ts", "DESC",
+            "RETURN", len(ROW), *ROW, "LIMIT", 0, k * (1 + MAX_PARTS), "DIALECT", 2,
+        )  # fmt: skip
+        rows = [_Candidate.from_row(row) for _, row in _rows(reply)]
+        newest = list({c.id: (c.thread, c.seq) for c in rows}.items())[:k]
+        found = await self._fetch(scope, dict(newest))
+        return [found[i] for i, _ in newest if i in found]
 
     async def recall(
         self,
@@ -274,7 +298,9 @@ class EpisodicStore(EpisodicScoring, EpisodicSearch):
             scope, thread=scope.thread if thread_only else None, author=author,
             since=since, until=until, skip_from=skip,
         )  # fmt: skip
-        broad = not (thread_only or author or since is not None or until is not None)
+        broad = not (
+            scope.walled or thread_only or author or since is not None or until is not None
+        )
         where = _Filter(scope, clause, broad, skip)
         read = await self._read(scope, question)
         candidates = await self._candidates(scope, read, vector, where)

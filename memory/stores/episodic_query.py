@@ -39,12 +39,14 @@ def _tags(field_name: str, values: Iterable[str]) -> str:
     return f"@{field_name}:{{{'|'.join(_TAG_ESCAPER.escape(v) for v in values)}}}"
 
 
+ASSISTANT = "assistant"  # the role, and the name, of the bot's messages (`Episode.speaker`)
 _MENTION = re.compile(r"<@!?([^>|]+)(?:\|[^>]*)?>")  # <@U1>, <@U1|ana> (Slack), <@!1> (Discord)
 
 
 def _author(person: str) -> str:
     """Messages by a person named as the model may name them: their platform user id (a
-    mention too), or their name, every word of it among the `names` of the author's."""
+    mention too), or their name, every word of it among the `names` of the author's. The
+    bot's own, stored with no author, by the name they are shown under: "assistant"."""
     person = person.strip()
     if mention := _MENTION.fullmatch(person):
         person = mention.group(1)
@@ -56,6 +58,8 @@ def _author(person: str) -> str:
     if not words:
         return by_id
     by_name = " ".join(_tags("names", [w]) for w in words)
+    if words == [ASSISTANT]:
+        return f"({by_id} | ({by_name}) | {_tags('role', [ASSISTANT])})"
     return f"({by_id} | ({by_name}))"
 
 

@@ -68,7 +68,7 @@ class EpisodicSearch(VectorStore):
         cached = self._names.get(tenant)
         if cached and time.monotonic() - cached[0] < NAMES_TTL:
             return cached[1]
-        reply = await self.redis.execute_command("FT.TAGVALS", await self._index(tenant), "names")
+        reply = await self._search(tenant, "FT.TAGVALS", "names")
         names = frozenset(decode(v) for v in reply)
         self._names[tenant] = (time.monotonic(), names)
         return names
@@ -85,13 +85,14 @@ class EpisodicSearch(VectorStore):
         question's words, KNN over all messages, and KNN over this thread's messages by the
         people the question names (a question about the past is mostly about someone, and
         their own messages are where the answer is; the thread keeps that set small)."""
-        r = self.ranking
-        index = await self._index(scope.tenant)
-        knn = [self._knn(index, where.clause, vector, max(r.vector_candidates, least), where.broad)]
+        r, tenant = self.ranking, scope.tenant
+        knn = [
+            self._knn(tenant, where.clause, vector, max(r.vector_candidates, least), where.broad)
+        ]
         if question.named and scope.thread and r.named_candidates:
             here = f"{_tags('names', question.named)} {_tags('thread', [scope.thread])}"
             knn.append(
-                self._knn(index, f"{here} {where.clause}", vector, r.named_candidates, False)
+                self._knn(tenant, f"{here} {where.clause}", vector, r.named_candidates, False)
             )
         bm25 = []
         if question.terms:
@@ -101,7 +102,7 @@ class EpisodicSearch(VectorStore):
                 words += [f"({_TEXT_ESCAPER.escape(s)}*){weight}" for s in stems(question.terms)]
             union = " | ".join(words)
             query = f"({union}) {where.lookup}".strip()
-            bm25.append(self._bm25(index, query, max(r.text_candidates, least)))
+            bm25.append(self._bm25(tenant, query, max(r.text_candidates, least)))
         replies = await asyncio.gather(*knn, *bm25)
         out: dict[str, _Candidate] = {}
         for reply in replies[: len(knn)]:
@@ -121,9 +122,9 @@ class EpisodicSearch(VectorStore):
                 _add_words(c, row, question.plain)
         return {i: c for i, c in out.items() if where.admits(c)}
 
-    def _bm25(self, index: str, query: str, k: int) -> Any:
-        return self.redis.execute_command(
-            "FT.SEARCH", index, query, "VERBATIM", "WITHSCORES", "SCORER", "BM25STD",
+    def _bm25(self, tenant: str, query: str, k: int) -> Any:
+        return self._search(
+            tenant, "FT.SEARCH", query, "VERBATIM", "WITHSCORES", "SCORER", "BM25STD",
             "RETURN", len(self._row), *self._row, "LIMIT", 0, k, "DIALECT", 2,
         )  # fmt: skip
 
@@ -132,12 +133,12 @@ class EpisodicSearch(VectorStore):
         """What a candidate row returns: its words too when feedback reads them."""
         return WORDS_ROW if self.ranking.feedback_weight else ROW
 
-    def _knn(self, index: str, where: str, vector: np.ndarray, k: int, batches: bool) -> Any:
+    def _knn(self, tenant: str, where: str, vector: np.ndarray, k: int, batches: bool) -> Any:
         """A KNN query. With a filter most messages pass, HNSW batches: RediSearch would
         otherwise pick a brute-force scan of every vector (23 ms at 100k messages)."""
         policy = " HYBRID_POLICY BATCHES" if batches else ""
-        return self.redis.execute_command(
-            "FT.SEARCH", index, f"({where})=>[KNN {k} @{self.VECTOR_FIELD} $vec{policy} AS dist]",
+        return self._search(
+            tenant, "FT.SEARCH", f"({where})=>[KNN {k} @{self.VECTOR_FIELD} $vec{policy} AS dist]",
             "PARAMS", 2, "vec", vector_bytes(vector), "SORTBY", "dist",
             "RETURN", len(self._row) + 1, *self._row, "dist", "LIMIT", 0, k, "DIALECT", 2,
         )  # fmt: skip
@@ -145,8 +146,8 @@ class EpisodicSearch(VectorStore):
     async def _at(self, tenant: str, places: set[tuple[str, int]], where: str) -> list[_Candidate]:
         """The messages at these (thread, seq) places: one tag lookup."""
         tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
-        reply = await self.redis.execute_command(
-            "FT.SEARCH", await self._index(tenant), f"@pos:{{{tags}}} {where}".strip(),
+        reply = await self._search(
+            tenant, "FT.SEARCH", f"@pos:{{{tags}}} {where}".strip(),
             "RETURN", len(ROW), *ROW, "LIMIT", 0, len(places), "DIALECT", 2,
         )  # fmt: skip
         return [_Candidate.from_row(row) for _, row in _rows(reply)]
@@ -162,9 +163,8 @@ class EpisodicSearch(VectorStore):
         """The messages at these (thread, seq) places with their cosine to the question: one
         KNN restricted to them (exact: RediSearch scans so few), filtered like every KNN."""
         tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
-        index = await self._index(tenant)
         where_here = f"@pos:{{{tags}}} {where.clause}"
-        reply = await self._knn(index, where_here, vector, len(places), False)
+        reply = await self._knn(tenant, where_here, vector, len(places), False)
         out = []
         for _, row in _rows(reply):
             c = _Candidate.from_row(row)
@@ -213,8 +213,8 @@ class EpisodicSearch(VectorStore):
         tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in places.values())
         ids = list(places)
         reply, erasing = await asyncio.gather(
-            self.redis.execute_command(
-                "FT.SEARCH", await self._index(scope.tenant), f"@pos:{{{tags}}}",
+            self._search(
+                scope.tenant, "FT.SEARCH", f"@pos:{{{tags}}}",
                 "RETURN", len(FIELDS) + 1, "msg", *FIELDS, "LIMIT", 0, 2 * len(places),
                 "DIALECT", 2,
             ),

@@ -57,16 +57,21 @@ class Summary:
     parent: str = ""  # the summary this one was merged into; empty while top-level
 
 
+def utc_minute(timestamp: float) -> str:
+    """A message's time as notes and transcripts give it: UTC, as everywhere else."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(timestamp))
+
+
 def compact_note(messages: list[Message]) -> Note:
-    """The deterministic note: where and how it started, and each message cut short (forgotten
-    messages are left out)."""
+    """The deterministic note: where and how it started, and each message cut short, with who
+    said it (forgotten messages are left out)."""
     living = [m for m in messages if not m.forgotten]
     if not living:
         return f"{len(messages)} forgotten messages", ""
-    start = time.strftime("%Y-%m-%d %H:%M", time.localtime(living[0].timestamp))
+    start = utc_minute(living[0].timestamp)
     first_question = next((m.content for m in living if m.role == "user"), "")
     description = f"Compacted {len(living)} messages from {start}: {first_question}"
-    lines = [f"[{m.role}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in living]
+    lines = [f"[{m.speaker}] {m.content[:COMPACT_CHARS_PER_MESSAGE]}" for m in living]
     return " ".join(description.split()[:16]), "\n".join(lines)
 
 
