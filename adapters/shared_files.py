@@ -206,8 +206,10 @@ class SharedFiles:
             self.workers[platform].start()
 
     async def submit(self, platform: str, payload: dict[str, Any]) -> str:
-        """Queue a share on its platform's stream (in Redis before this returns), with when."""
-        payload = {**payload, "queued_at": time.time()}
+        """Queue a share on its platform's stream (in Redis before this returns), with when:
+        on Redis's clock, as a tenant's erasure note is (`_tenant_erased` compares the two)."""
+        seconds, micros = await self.memory.redis.time()
+        payload = {**payload, "queued_at": seconds + micros / 1e6}
         task_id = await self.stream(platform).add(SHARED_FILES, payload)
         if platform in self.workers:
             self.workers[platform].start()
@@ -329,7 +331,7 @@ class SharedFiles:
 
     async def _tenant_erased(self, scope: Scope, payload: dict[str, Any]) -> bool:
         """Whether the share's whole tenant was erased after it was queued (its note, kept a
-        day: memory/governance_tenants.py)."""
+        day: memory/governance_tenants.py; both on Redis's clock, `submit`)."""
         gone = await tenant_erased_at(self.memory.redis, scope.tenant)
         queued_at = float(payload.get("queued_at") or 0)
         return gone is not None and (not queued_at or gone >= queued_at)

@@ -16,10 +16,10 @@ without Slack's word (`Person.said` False), and asked again.
 Slack's answers (a channel's privacy and sharing, a person's name and guest status, the
 channels a person is in) are cached for `CACHE_SECONDS`, per process: a member made a guest is
 followed within minutes, not at the next restart. Slack's `channel_shared` and its notice of a
-channel made private (each sent to one process) empty every process's cache of that channel at
-once: the receiving process leaves a new token for it in Redis (`sharing_changed_key`), and
-each process compares it with the one it last saw before it trusts its cache (a digest also
-asks afresh: `fresh_place`). One question per channel or person is asked at a time; whoever
+channel made private or public (each sent to one process) empty every process's cache of that
+channel at once: the receiving process leaves a new token for it in Redis
+(`sharing_changed_key`), and each process compares it with the one it last saw before it trusts
+its cache (a digest also asks afresh: `fresh_place`). One question per channel or person is asked at a time; whoever
 needs the answer meanwhile waits for that one. When Slack cannot say (unreachable, slow, rate
 limited), the last answer stands for up to `STALE_SECONDS`; with none, it fails closed: a
 channel is private and shared, a person walled, a membership refused. Slack is then not asked
@@ -232,8 +232,8 @@ class SlackWalls:
 
     async def on_sharing_changed(self, event: dict) -> None:
         """Slack's `channel_shared` or `channel_unshared` (another organisation joined or
-        left the channel), or its `channel_convert_to_private` notice: what this process cached
-        of the channel goes at once, whichever workspace asked, and a new sharing token tells
+        left the channel), or its `channel_convert_to_private` or `channel_convert_to_public`
+        notice: what this process cached of the channel goes at once, whichever workspace asked, and a new sharing token tells
         the other processes to do the same."""
         channel = event.get("channel")
         if not channel or not isinstance(channel, str):

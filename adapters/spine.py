@@ -516,10 +516,11 @@ class Pipeline:
         saved = job.kind != "turn" or await self._question_saved(job)
         if not isinstance(exc, EmbeddingError):
             return FAILURE if saved else NOT_SAVED
+        cause = error_kind(exc)  # the provider's own text (logged above) stays out of the reply
         if in_passing(exc):
-            return f"{EMBEDDINGS_DOWN.format(cause=exc)} {SAVED if saved else UNSAVED}"
+            return f"{EMBEDDINGS_DOWN.format(cause=cause)} {SAVED if saved else UNSAVED}"
         return EMBEDDINGS_BROKEN.format(
-            cause=exc, saved=SAVED_TILL_FIXED if saved else UNSAVED_TILL_FIXED
+            cause=cause, saved=SAVED_TILL_FIXED if saved else UNSAVED_TILL_FIXED
         )
 
     async def _question_saved(self, job: Job) -> bool:
@@ -618,6 +619,31 @@ async def _saved(save: Save) -> None:
     """Save a running job's progress; LeaseLost if its lease lapsed meanwhile."""
     if await save() is False:
         raise LeaseLost("the lease lapsed while the job ran")
+
+
+def error_kind(exc: BaseException) -> str:
+    """What kind of failure `exc` is, fit for a channel: "HTTP 401", "connection refused"
+    (also under a client's timeout), "timed out", "no connection", else the class of what
+    caused it. A provider's error text may hold a masked key or an internal address: only our
+    own words (an error with no cause: the wrong dimensions, say) are said whole."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc.__cause__ or exc.__context__
+    while cause is not None and all(cause is not seen for seen in chain):
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if not chain:
+        return str(exc)
+    statuses = [getattr(e, "status_code", None) for e in chain]
+    if status := next((s for s in statuses if isinstance(s, int)), None):
+        return f"HTTP {status}"
+    for kind, types in (
+        ("connection refused", ConnectionRefusedError),
+        ("timed out", (TimeoutError, openai.APITimeoutError)),
+        ("no connection", PASSING_ERRORS),
+    ):
+        if any(isinstance(e, types) for e in chain):
+            return kind
+    return type(chain[-1]).__name__
 
 
 def in_passing(exc: BaseException) -> bool:

@@ -1,5 +1,6 @@
-"""The terminal adapter: a REPL on a terminal (a pasted block of lines is one message), one
-message per line when input is piped.
+"""The terminal adapter: a REPL on a terminal (one line, one message; a pasted block of lines
+is one message where the terminal supports bracketed paste), one message per line when input is
+piped.
 
 Turns run through the spine's `Pipeline.run` (no queue: one person, one thread), so a failure
 ends in the same reply as on Slack or Discord.
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import select
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -30,7 +29,30 @@ Commands:
   /help             this help
   /quit             leave (Ctrl-D works too)"""
 
-PASTE_GAP = 0.05  # seconds to wait for the rest of a paste (it may come in pieces over ssh)
+# Bracketed paste (xterm's, most terminals'): once turned on, a terminal sends a paste between
+# these markers, so its lines are told from lines typed one by one (or typed ahead).
+PASTE_ON, PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+
+
+def _markers_unseen() -> Callable[[], None] | None:
+    """Stop the tty echoing control characters as text (ECHOCTL shows a paste's markers as
+    `^[[200~`); echoed raw, the terminal reads them as a sequence it ignores. Returns what puts
+    the setting back; None where there is no termios (Windows) or stdin is no tty."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        before = termios.tcgetattr(fd)
+        quiet = list(before)
+        quiet[3] &= ~termios.ECHOCTL
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except ImportError:
+        return None
+    except (termios.error, AttributeError, OSError, ValueError):  # no tty: nothing to change
+        return None
+    return lambda: termios.tcsetattr(fd, termios.TCSANOW, before)
+
 
 # The terminal keeps no queue and nothing runs a message again: the person sends it again.
 MEMORY_DOWN_HERE = (
@@ -68,33 +90,26 @@ async def in_daemon_thread(read: Callable[..., T], *args: object) -> T:
     return await future
 
 
-def read_pasted(prompt: str) -> list[bytes | str]:
-    """input(prompt), and the lines already waiting behind it: a question pasted in several
-    lines is one message, not one per line. A terminal hands over one line per read, so the
-    rest of a paste is still in the kernel's buffer, where select sees it (Unix only). The
-    lines are returned undecoded, so one that is not UTF-8 is skipped alone."""
-    lines: list[bytes | str] = [input(prompt)]
-    try:
-        fd = sys.stdin.fileno()
-    except (OSError, ValueError):  # no file descriptor: one line at a time
-        return lines
-    while _waiting(fd):
-        try:
-            more = os.read(fd, 65536)
-        except OSError:  # the terminal went away: nothing more was read
-            break
+def read_pasted(prompt: str) -> list[bytes]:
+    """The next message's lines as read, undecoded (so a line that is not UTF-8 is skipped
+    alone): one line, or all the lines of a bracketed paste (from the line starting with its
+    start marker to the one holding its end marker, both taken out). EOFError at the end."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    stdin = sys.stdin.buffer
+    line = stdin.readline()
+    if not line:
+        raise EOFError
+    if not line.startswith(PASTE_START):
+        return [line]
+    lines = [line[len(PASTE_START) :]]
+    while PASTE_END not in lines[-1]:
+        more = stdin.readline()
         if not more:  # Ctrl-D: the end of this message
             break
-        lines += more.splitlines()
+        lines.append(more)
+    lines[-1] = lines[-1].replace(PASTE_END, b"")
     return lines
-
-
-def _waiting(fd: int) -> bool:
-    """Whether more input is already waiting on `fd` (False where select cannot tell: Windows)."""
-    try:
-        return bool(select.select([fd], [], [], PASTE_GAP)[0])
-    except (OSError, ValueError):
-        return False
 
 
 def decode_line(raw: bytes | str) -> str:
@@ -183,11 +198,7 @@ class TerminalChat:
         UTF-8; a line that is not is skipped with a warning on stderr, so one garbled line
         neither ends the chat nor loses the rest of its paste."""
         while True:
-            try:
-                raw = await self._read_raw()  # input() raises under a strict locale
-            except UnicodeError:
-                self._skip()
-                continue
+            raw = await self._read_raw()
             if raw is None:
                 return None
             lines = [line for line in map(self._decoded, raw) if line is not None]
@@ -224,6 +235,19 @@ class TerminalChat:
                 f"ArxivScout — tenant {self.scope.tenant}, thread {self.scope.thread}. "
                 "/help for commands."
             )
+        bracketed = self.interactive and self.out.isatty()
+        if bracketed:  # a paste comes marked: its lines are one message
+            self.say(PASTE_ON, end="")
+        echo = _markers_unseen() if bracketed else None
+        try:
+            return await self._chat()
+        finally:  # the end of input, /quit, Ctrl-C (cancelled): the terminal as it was
+            if bracketed:
+                self.say(PASTE_OFF, end="")
+            if echo is not None:
+                echo()
+
+    async def _chat(self) -> int:
         while (line := await self.read_line()) is not None:
             line = line.strip()
             if not line:

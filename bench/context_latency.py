@@ -622,7 +622,6 @@ async def print_breakdown(
     timed on its own, with its commands' Redis server time (INFO commandstats)."""
     kb = memory.knowledge_base
     episodes = memory.episodes
-    index = await episodes._index(TENANT)
     ranking = episodes.ranking
     bm25 = {}  # recall's BM25 query of each question, as `_candidates` builds it
     for q in [*questions, *warmup]:
@@ -640,10 +639,10 @@ async def print_breakdown(
         "conversation.unsummarized": lambda q, v: memory.conversation.unsummarized(SCOPE),
         f"episodes.recall ({recall_budget} tokens)": recall,
         f"  - recall KNN (k={ranking.vector_candidates}, batches)": lambda q, v: episodes._knn(
-            index, _filter(SCOPE), v, ranking.vector_candidates, True
+            TENANT, _filter(SCOPE), v, ranking.vector_candidates, True
         ),
         f"  - recall BM25 (k={ranking.text_candidates})": lambda q, v: _maybe_command(
-            episodes._bm25(index, bm25[q], ranking.text_candidates) if bm25[q] else None
+            episodes._bm25(TENANT, bm25[q], ranking.text_candidates) if bm25[q] else None
         ),
         "knowledge_base.search (hybrid)": lambda q, v: kb.search(SCOPE, q, v, k=5),
         "  - KB vector half (k=10)": lambda q, v: kb._nearest(TENANT, v, 10, ["chunk_index"]),

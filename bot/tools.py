@@ -205,8 +205,9 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
 def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> int:
     """Where the page of `output` from `start` ends: it fits one tool result (the harness would
     cut a longer one) under this turn's passage numbers, which may lengthen it. It ends before
-    a passage's header, so each passage it shows is renumbered and registered whole; else at a
-    line's end, else anywhere. Sized on a copy of `sources`: nothing is registered here."""
+    a passage's header, so each passage it shows is renumbered and registered whole (but one
+    longer than a page); else at a line's end, else anywhere; in the page's second half.
+    Sized on a copy of `sources`: nothing is registered here."""
     limit = start + room
     while True:
         if limit >= len(output):
@@ -219,15 +220,18 @@ def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> in
 
 
 def _last_break(output: str, start: int, limit: int) -> int:
-    """The last place in output[start + 1 : limit + 1] a page may end: before the "\n\n" that
-    opens a passage, else after a newline, else `limit`."""
+    """The last place in the second half of output[start + 1 : limit + 1] a page may end:
+    before the "\n\n" that opens a passage, else after a newline, else `limit`. Never in the
+    first half: a passage longer than the page would end it after its header (its text left,
+    headless, to the next page); it is cut inside its text instead."""
+    floor = start + max(1, (limit - start) // 2)
     passages = [
-        m.start() for m in _PASSAGE_START.finditer(output, start + 1, limit + 32)
+        m.start() for m in _PASSAGE_START.finditer(output, floor, limit + 32)
         if m.start() <= limit
     ]  # fmt: skip
     if passages:
         return passages[-1]
-    line = output.rfind("\n", start + 1, limit)
+    line = output.rfind("\n", floor, limit)
     return line + 1 if line != -1 else limit
 
 

@@ -33,6 +33,7 @@ from memory.governance_erasure import NotFound
 from memory.governance_places import DeletedPlace
 from memory.governance_purge import message_texts
 from memory.governance_tenants import DEFAULT_KEEP_DAYS, TenantErasures
+from memory.governance_tenants import erased_at as tenant_erased_at
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience, scope_of
 from memory.stores.conversation import Message, still_holds
@@ -277,17 +278,27 @@ class Upkeep:
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`. Its model
-        calls are counted to the thread also when the roll failed, but only while the thread
-        is stored: one forgotten or erased meanwhile is not brought back by usage keys."""
+        calls are counted also when the roll failed (`_count_roll`)."""
         for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
             with metered() as meter:
                 try:
                     with contextlib.suppress(SummaryInProgress):  # another rolls it
                         await self.consolidator.roll(scope, self.limits.window_target)
                 finally:
-                    if await self.memory.redis.exists(self.memory.conversation.key(scope)):
-                        usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-                        await self.memory.turn_records.add_usage(scope, usage)
+                    usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
+                    await self._count_roll(scope, usage)
+
+    async def _count_roll(self, scope: Scope, usage: TurnUsage) -> None:
+        """Count a roll's model calls to its thread, tenant and day; only to the tenant and day
+        when the thread was forgotten meanwhile (its usage keys would bring it back), and to
+        none when the whole tenant was erased (its note: memory/governance_tenants.py)."""
+        if not usage.model_calls:
+            return
+        if not await self.memory.redis.exists(self.memory.conversation.key(scope)):
+            if await tenant_erased_at(self.memory.redis, scope.tenant) is not None:
+                return
+            scope = Scope(scope.tenant)
+        await self.memory.turn_records.add_usage(scope, usage)
 
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory

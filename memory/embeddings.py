@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -285,6 +285,18 @@ class OpenAIEmbedder:
         await self.client.close()
 
 
+def cache_key(model: str, text: str) -> str:
+    """Where `CachedEmbedder` keeps the vector of `text`: keyed by model and the SHA-1 of the
+    cleaned text, not by tenant (erasures delete the keys of the texts they take)."""
+    digest = hashlib.sha1(clean_text(text).encode("utf-8")).hexdigest()
+    return embedding_cache_key(model, digest)
+
+
+def cache_keys(model: str, texts: Iterable[str]) -> set[str]:
+    """The cache keys of the non-empty `texts` (`cache_key`)."""
+    return {cache_key(model, t) for t in texts if t}
+
+
 class CachedEmbedder:
     """Wraps an embedder with a Redis cache keyed by model and text hash.
 
@@ -301,8 +313,7 @@ class CachedEmbedder:
         self._inflight: dict[str, asyncio.Future] = {}
 
     def _key(self, text: str) -> str:
-        digest = hashlib.sha1(clean_text(text).encode("utf-8")).hexdigest()
-        return embedding_cache_key(self.model_name, digest)
+        return cache_key(self.model_name, text)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -15,15 +15,14 @@ once no purge has marked it for PURGING_SECONDS; `settle` waits for this process
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Any
 
+from memory.embeddings import cache_keys
 from memory.keys import (
     deleted_message_key,
     edited_message_key,
-    embedding_cache_key,
     erasing_key,
     erasing_pattern,
     purging_key,
@@ -33,7 +32,6 @@ from memory.stores.base import decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.episodic import Episode, indexed
 from memory.stores.episodic_text import MAX_PARTS
-from memory.text import clean_text
 
 SCAN_COUNT = 10_000  # messages marked hidden per HSET
 DELETED_NOTE_SECONDS = 24 * 3600  # how long a platform deletion waits for a queued turn
@@ -103,12 +101,7 @@ class Purge:
     async def uncache(self, texts: Iterable[str]) -> int:
         """Delete the cached vectors of `texts` (memory/embeddings.py `CachedEmbedder`: keyed
         by model and the SHA-1 of the cleaned text); how many there were."""
-        model = self.memory.embedder.model_name
-        keys = {
-            embedding_cache_key(model, hashlib.sha1(clean_text(t).encode("utf-8")).hexdigest())
-            for t in texts
-            if t
-        }
+        keys = cache_keys(self.memory.embedder.model_name, texts)
         return await delete_keys(self.redis, keys) if keys else 0
 
     async def close_sources(self, tenant: str, messages: Iterable[Message]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
@@ -24,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.dead_letters import dead_letter_streams, dead_letters
+from memory.embeddings import cache_keys
 from memory.governance import LOCK_TTL_MS, LOCK_WAIT_SECONDS
 from memory.governance_erasure import Busy, Erasure
 from memory.governance_purge import message_texts
 from memory.keys import (
     InvalidName,
     busy_tenants_key,
-    embedding_cache_key,
     erased_tenant_key,
     forgetting_key,
     messages_key,
@@ -45,7 +44,6 @@ from memory.locks import OwnedLocks
 from memory.scope import Scope, TenantKind, tenant_kind
 from memory.stores.base import decode, delete_keys
 from memory.tasks import payload_tenants
-from memory.text import clean_text
 
 DAY = 86_400.0
 DEFAULT_KEEP_DAYS = 30.0  # ARXIVSCOUT_UNINSTALLED_KEEP_DAYS
@@ -160,14 +158,15 @@ class TenantErasures:
     async def _erase(self, tenant: str) -> TenantErasure:
         """Under the erasure lock, which the drop leaves (every other key of the tenant goes):
         no other erasure of the tenant starts until this one ends."""
-        # noted first, outside its keys: work queued before and run after takes nothing. On
+        erasure = await self._count(tenant)
+        cached = await self._cache_keys(tenant)  # read while its texts are stored,
+        # noted right before the drop (not before the reads above, which may fail with nothing
+        # dropped), outside its keys: work queued before and run after takes nothing. On
         # Redis's clock: it is compared with stream ids (memory/tasks.py `erased_since`)
         seconds, micros = await self.redis.time()
         await self.redis.set(
             erased_tenant_key(tenant), repr(seconds + micros / 1e6), ex=int(ERASED_NOTE_SECONDS)
         )
-        erasure = await self._count(tenant)
-        cached = await self._cache_keys(tenant)  # read while its texts are stored,
         await self.memory.drop_tenant(tenant)
         # deleted after the drop: a task embedding one meanwhile cached it again
         erasure.cached_embeddings = await delete_keys(self.redis, cached) if cached else 0
@@ -204,24 +203,16 @@ class TenantErasures:
         cache is keyed by model and text, not by tenant, so the drop leaves them. One thread's
         messages read at a time; only the keys are kept."""
         keys: set[str] = set()
+        model = self.memory.embedder.model_name
         for thread, _ in await self.memory.conversation.threads(tenant):
             with contextlib.suppress(InvalidName):  # a name no thread has: no messages either
                 messages = await self.memory.conversation.all(Scope(tenant, thread))
-                keys |= self._cache_keys_of(t for m in messages for t in message_texts(m))
+                keys |= cache_keys(model, (t for m in messages for t in message_texts(m)))
         prefix = self.memory.workflows.key_prefix(tenant)
         pipe = self.redis.pipeline(transaction=False)
         async for key in self.redis.scan_iter(match=f"{prefix}*", count=1000):
             pipe.hget(key, "text")
-        return keys | self._cache_keys_of(decode(text) or "" for text in await pipe.execute())
-
-    def _cache_keys_of(self, texts: Iterable[str]) -> set[str]:
-        """As memory/governance_purge.py `Purge.uncache` names them."""
-        model = self.memory.embedder.model_name
-        return {
-            embedding_cache_key(model, hashlib.sha1(clean_text(t).encode("utf-8")).hexdigest())
-            for t in texts
-            if t
-        }
+        return keys | cache_keys(model, (decode(text) or "" for text in await pipe.execute()))
 
     async def _keys_under(self, prefix: str) -> int:
         return sum([1 async for _ in self.redis.scan_iter(match=f"{prefix}*", count=1000)])

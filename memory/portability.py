@@ -4,8 +4,8 @@ One JSON object per line, each with a `kind`. The first line is the header:
 `{"kind": "arxivscout-export", "version": 2, "tenant": ..., "thread": ... (null for a whole
 tenant), "exported_at": ..., "embeddings": {"model": ..., "dims": ...}}`; the last (since
 version 2) the end line, `{"kind": "end", "counts": {"threads": n, "messages": n, ...}}`: a file
-without it was cut short, and is refused (a version 1 file has none), as is one whose lines are
-not those it counts (lines lost from the middle). Between them:
+without it was cut short, and is refused (a version 1 file, which has none, is read as before),
+as is one whose lines are not those it counts (lines lost from the middle). Between them:
 
 - `retention` (a whole tenant's own setting, if it has one): `days`, null for "kept for ever";
 - `thread`: `thread`, `last_active` (its score in the thread list), `summarized` (the
@@ -252,8 +252,8 @@ class Portability:
         clears what it wrote at once and its marker with it (`ImportInterrupted` says what is
         left); only a crash leaves the marker, which holds when that import started. The lock
         is renewed in the background all along (embedding may take long between two records);
-        once it is lost, the import stops (`ImportLost`) and clears nothing: another may have
-        taken the tenant over."""
+        once it is lost (found by the keeper, or by a failed import before it clears), the
+        import stops (`ImportLost`) and clears nothing: another may have taken the tenant over."""
         lock, token = import_lock_key(tenant), uuid.uuid4().hex
         if not await self._locks.acquire(lock, token, self.lock_ttl_ms):
             raise ImportBusy(tenant)
@@ -277,24 +277,35 @@ class Portability:
             except Exception as exc:
                 if held.lost:
                     raise ImportLost(tenant) from exc
-                raise ImportInterrupted(tenant, await self._undo(tenant, started), exc) from exc
+                try:
+                    left = await self._undo(tenant, started, lock, token)
+                except ImportLost as lost:
+                    raise lost from exc
+                raise ImportInterrupted(tenant, left, exc) from exc
             except BaseException:  # cancelled, interrupted: cleared all the same
                 if not held.lost:
-                    await self._undo(tenant, started)
+                    with contextlib.suppress(ImportLost):
+                        await self._undo(tenant, started, lock, token)
                 raise
             # only its own marker: one another import (that took over) set stays
             await self._locks.release(import_partial_key(tenant), repr(started))
 
-    async def _undo(self, tenant: str, started: float) -> Left:
+    async def _undo(self, tenant: str, started: float, lock: str, token: str) -> Left:
         """Clear what a failed import wrote, unless the tenant was used meanwhile (then the
         marker stays, and the next import refuses it); what is left. A failure here leaves the
-        marker: the next import clears it as a crashed one's."""
+        marker: the next import clears it as a crashed one's. The lock is renewed first: the
+        keeper only notices a lapse at its next beat, and if another import took the tenant
+        over meanwhile, what is there is partly its own, so nothing is cleared (`ImportLost`)."""
         try:
             if await self.used_since(tenant, started):
                 return Left.USED
+            ours = await self._locks.renew(lock, token, self.lock_ttl_ms)
         except Exception:
             log.exception("could not tell what a failed import into %s left", tenant)
             return Left.UNKNOWN
+        if not ours:
+            log.warning("the import lock of %s was lost: what it wrote stays", tenant)
+            raise ImportLost(tenant)
         try:
             await self.memory.drop_tenant(tenant)
         except Exception:

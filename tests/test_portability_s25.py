@@ -2,7 +2,8 @@
 the real Redis and MiniLM: a message or record the stores could not read back is refused; a
 Discord thread keeps its channel; a file cut short is refused (an older version's without an
 end line still imports); the import's lock is kept while it embeds, and an import that lost it
-stops without touching what another wrote; a turn's workflow key moves to the importing tenant;
+stops without touching what another wrote (also one that fails before its keeper noticed);
+a turn's workflow key moves to the importing tenant;
 a member's thread export leaves the summarized-prefix counter out; a page import that fails
 while it writes says what the tenant holds. After a second review: a tool log's input of any
 JSON imports, a version 1 summary's extra fields are dropped, a turn's workflow in a third
@@ -22,7 +23,13 @@ from adapters.memory_page.viewer import Viewer
 from memory.connection import connect
 from memory.embeddings import CachedEmbedder
 from memory.governance_places import DeletedPlace
-from memory.keys import import_lock_key, import_partial_key, messages_key, papers_key
+from memory.keys import (
+    import_lock_key,
+    import_partial_key,
+    messages_key,
+    papers_key,
+    threads_key,
+)
 from memory.manager import MemoryManager
 from memory.portability import BadExportLine, ImportLost, Portability, dumps
 from memory.scope import Scope, Visibility
@@ -216,6 +223,43 @@ async def test_an_import_that_lost_its_lock_stops_and_keeps_the_others(memory, g
     assert await memory.redis.get(import_partial_key(other)) == b"1234.5"
     assert await memory.redis.get(import_lock_key(other)) == b"the-other-import"
     assert not await memory.portability.is_empty(other)  # nothing cleared under the other
+    await memory.redis.delete(import_lock_key(other))
+    await memory.drop_tenant(other)
+
+
+def message_write(tenant: str) -> bytes:
+    """The first write of a thread's messages, as it goes to Redis."""
+    key = messages_key(tenant, PUBLIC_THREAD)
+    return f"RPUSH\r\n${len(key)}\r\n{key}".encode()
+
+
+async def test_an_import_failing_after_its_lock_lapsed_clears_nothing(memory, gated, tenant,
+                                                                     other):  # fmt: skip
+    """Its lock lapsed and another import took the tenant over and wrote, then this one fails
+    before its keeper's next beat (a long lock: it renews once in minutes): it checks the lock
+    before clearing, stops (`ImportLost`) and leaves the other's writes."""
+    through_gate, gate = gated
+    await populate(memory, tenant)
+    records = await export(memory, tenant)
+    portability = Portability(through_gate, lock_ttl_ms=600_000)
+    gate.hold(message_write(other))
+    running = asyncio.create_task(portability.import_records(other, records))
+    try:
+        await gate.held.wait()
+        await memory.redis.set(import_lock_key(other), "the-other-import")
+        await memory.redis.set(import_partial_key(other), "1234.5")
+        await memory.redis.zadd(threads_key(other), {"theirs": 1000.0})
+        await memory.redis.set(messages_key(other, PUBLIC_THREAD), "theirs")  # ours fails
+        gate.release.set()
+        with pytest.raises(ImportLost, match="lost its lock"):
+            await running
+    finally:
+        gate.release.set()
+        await asyncio.gather(running, return_exceptions=True)
+    assert await memory.redis.zscore(threads_key(other), "theirs") == 1000.0
+    assert await memory.redis.get(messages_key(other, PUBLIC_THREAD)) == b"theirs"
+    assert await memory.redis.get(import_partial_key(other)) == b"1234.5"
+    assert await memory.redis.get(import_lock_key(other)) == b"the-other-import"
     await memory.redis.delete(import_lock_key(other))
     await memory.drop_tenant(other)
 

@@ -1,7 +1,7 @@
 """A tenant erasure (memory/governance_tenants.py, `MemoryManager.drop_tenant`) against what runs
 beside it: an indexing task writing documents in the middle of it (the drop's order closes every
 interleaving), another process that knew the tenant's indexes (it creates them again instead of
-failing every read, but not after a drop that was no erasure: a layout rebuild), the cached
+failing every read, a day later too, but not during a layout rebuild), the cached
 vectors of the tenant's texts (deleted after the drop, so one cached again meanwhile goes too),
 a rolling summary whose thread went meanwhile (no usage written back for it; one edited keeps
 its usage), and a share read across the erasure (it keeps nothing, queues no turn). Real
@@ -17,6 +17,7 @@ import uuid
 from dataclasses import asdict
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from bot.background import BackgroundWork
@@ -29,16 +30,20 @@ from memory.embeddings import CachedEmbedder
 from memory.governance_purge import message_texts
 from memory.governance_tenants import TenantErasures
 from memory.keys import (
+    INDEX_META_KEY,
+    erased_tenant_key,
     forgetting_key,
     task_stream,
     tenant_key,
     turn_queue_key,
+    upgrade_key,
     usage_key,
     usage_threads_key,
 )
 from memory.manager import MemoryManager
 from memory.scope import Scope
 from memory.stores.conversation import MarkConflict, Message
+from memory.stores.turn_records import day_of
 from memory.tasks import TaskStream
 from tests.agent_world import close_world, open_world
 from tests.support.redis_gate import RedisGate
@@ -113,6 +118,26 @@ async def test_documents_an_indexing_task_writes_during_the_erasure_do_not_survi
     assert [k async for k in memory.redis.scan_iter(match=tenant_key(tenant, "*"))] == []
 
 
+async def test_an_erasure_failing_before_its_drop_leaves_no_erased_note(memory, gated, tenant: str):
+    """Its counts read, Redis goes away: nothing was dropped, so the tenant is not noted as
+    erased (its queued shares and tasks would be refused for a day)."""
+    eraser, gate = gated
+    scope = Scope(tenant, "t1", "C1", user="U1", user_name="Ada")
+    await say(memory, scope, ["the okapi budget is due friday", "Noted."])
+    gate.hold(eraser.episodes.key_prefix(tenant).encode())  # the last count
+    erasing = asyncio.create_task(TenantErasures(eraser).erase(tenant))
+    await asyncio.wait_for(gate.held.wait(), WAIT)
+    gate.cut()
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(erasing, WAIT)
+    gate.mend()
+
+    assert not await memory.redis.exists(erased_tenant_key(tenant))
+    assert await memory.conversation.all(scope)  # nothing dropped
+    await memory.redis.delete(forgetting_key(tenant))  # its lock, left to expire
+    await TenantErasures(memory).erase(tenant)
+
+
 async def test_another_process_reads_and_writes_a_tenant_erased_by_one(
     memory, redis_url: str, local_embedder, tenant: str
 ):
@@ -181,12 +206,11 @@ async def test_a_vector_cached_again_while_the_tenant_is_dropped_goes_too(
     assert await memory.redis.exists(*keys) == 0
 
 
-async def test_a_process_creates_no_index_another_dropped_without_erasing_the_tenant(
+async def test_a_process_reads_a_tenant_erased_over_a_day_before(
     memory, redis_url: str, local_embedder, tenant: str
 ):
-    """A newer process rebuilding the indexes for its layout drops them all, then creates them
-    with its fields: an older process reading meanwhile fails, and creates none with its own
-    layout (the rebuilt one would then lack the new fields); once rebuilt, it reads again."""
+    """Erased long ago (its note gone), the tenant back since: a process that knew its index
+    reads it all the same, creating the index again."""
     client = await connect(redis_url)
     other = await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
     try:
@@ -194,7 +218,40 @@ async def test_a_process_creates_no_index_another_dropped_without_erasing_the_te
         await say(other, scope, ["the okapi budget is due friday", "Noted."])
         vector = await other.embedder.embed_one("okapi budget")
         assert await other.episodes.search(scope, "okapi budget", vector)  # its index known
+
+        await TenantErasures(memory).erase(tenant)
+        await memory.redis.delete(erased_tenant_key(tenant))  # a day later, the note expired
+
+        assert await other.episodes.latest(scope) == []
+        assert await other.episodes.search(scope, "okapi budget", vector) == []
+    finally:
+        await other.close()
+        await TenantErasures(memory).erase(tenant)
+
+
+@pytest.mark.parametrize("rebuild", ["claimed", "recorded"])
+async def test_a_process_creates_no_index_a_layout_rebuild_dropped(
+    memory, redis_url: str, local_embedder, tenant: str, rebuild: str
+):
+    """A newer process rebuilding the indexes for its layout claims the rebuild, drops them all,
+    creates them with its fields and records its layout: an older process reading meanwhile
+    (the claim held, or the new layout recorded) fails, and creates none with its own layout
+    (the rebuilt one would then lack the new fields); once rebuilt, it reads again."""
+    client = await connect(redis_url)
+    other = await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
+    family = other.episodes.family()
+    claim, recorded = upgrade_key(f"index-layout:{family}"), other.episodes._recorded()
+    try:
+        scope = Scope(tenant, "t1", "C1", user="U1", user_name="Ada")
+        await say(other, scope, ["the okapi budget is due friday", "Noted."])
+        vector = await other.embedder.embed_one("okapi budget")
+        assert await other.episodes.search(scope, "okapi budget", vector)  # its index known
+        await memory.redis.set(erased_tenant_key(tenant), "1", ex=60)  # erased once: no matter
         name = other.episodes.index_name(tenant)
+        if rebuild == "claimed":
+            await memory.redis.set(claim, "newlayout", ex=60)
+        else:  # claimed, rebuilt but for this tenant's index yet, and recorded
+            await memory.redis.hset(INDEX_META_KEY, family, recorded.replace("#", "#new"))
         await memory.redis.execute_command("FT.DROPINDEX", name)  # as `_rebuild` does
 
         with pytest.raises(ResponseError):
@@ -203,6 +260,8 @@ async def test_a_process_creates_no_index_another_dropped_without_erasing_the_te
             await other.episodes.latest(scope)
         assert name not in await memory.episodes.existing_indexes()
 
+        await memory.redis.hset(INDEX_META_KEY, family, recorded)
+        await memory.redis.delete(claim)
         await memory.episodes.info(tenant)  # the rebuilding process creates it again
         for _ in range(100):  # Redis indexes the stored messages in the background
             if hits := await other.episodes.search(scope, "okapi budget", vector):
@@ -210,13 +269,18 @@ async def test_a_process_creates_no_index_another_dropped_without_erasing_the_te
             await asyncio.sleep(0.05)
         assert any("okapi" in e.text for e in hits)
     finally:
+        await memory.redis.hset(INDEX_META_KEY, family, recorded)
+        await memory.redis.delete(claim)
         await other.close()
         await TenantErasures(memory).erase(tenant)
 
 
+@pytest.mark.parametrize("gone", ["thread", "tenant"])
 async def test_a_roll_whose_thread_was_forgotten_meanwhile_writes_no_usage_for_it(
-    redis_url: str, tmp_path, tenant: str
+    redis_url: str, tmp_path, tenant: str, gone: str
 ):
+    """The thread forgotten while its summary is written: its call counted to the tenant and
+    the day, not to the thread; the whole tenant erased: to neither."""
     world = await open_world(redis_url, tmp_path)
     memory, scope = world.runtime.memory, Scope(tenant, "rolled", "C1")
     asked, answer = asyncio.Event(), asyncio.Event()
@@ -237,13 +301,23 @@ async def test_a_roll_whose_thread_was_forgotten_meanwhile_writes_no_usage_for_i
             await memory.conversation.append(scope, "user", f"number {i} is {word()} " * 4)
         rolling = asyncio.create_task(upkeep.roll_summaries([{"scope": scope.to_dict()}]))
         await asyncio.wait_for(asked.wait(), WAIT)
-        await memory.governance.forget_thread(tenant, scope.thread)  # while the model writes
+        if gone == "thread":  # while the model writes
+            await memory.governance.forget_thread(tenant, scope.thread)
+        else:
+            await TenantErasures(memory).erase(tenant)
         answer.set()
         with pytest.raises(MarkConflict):
             await asyncio.wait_for(rolling, WAIT)
 
         assert not await memory.redis.exists(usage_key(tenant, scope.thread))
         assert await memory.redis.zscore(usage_threads_key(tenant), scope.thread) is None
+        tenant_usage = await memory.redis.hgetall(usage_key(tenant))
+        day = await memory.redis.hgetall(usage_key(tenant, day=day_of(time.time())))
+        if gone == "thread":
+            assert int(tenant_usage[b"model_calls"]) >= 1
+            assert int(day[b"model_calls"]) >= 1
+        else:
+            assert tenant_usage == {}
     finally:
         await TenantErasures(memory).erase(tenant)
         await close_world(world)

@@ -1,11 +1,15 @@
 """A question pasted in several lines at the interactive prompt is one message: each line was
-sent as its own turn. A terminal (here a real pseudo-terminal) hands input() one line at a
-time; the rest of the paste, already waiting, now joins it."""
+sent as its own turn. The chat turns the terminal's bracketed paste on, and the lines between
+its markers (sent here on a real pseudo-terminal) make one message; lines typed ahead while the
+bot answers stay messages of their own (a `/quit` among them runs), and a line that is not UTF-8
+is skipped alone."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import select
 import sys
 
 import pytest
@@ -15,7 +19,7 @@ from memory.scope import Scope
 from tests.agent_world import close_world, open_world
 from tests.support.scripted_openai import text
 
-PASTE = b"Compare MemGPT with RAG:\n- how each keeps memory\n- which scales better\n"
+PASTE = b"\x1b[200~Compare MemGPT with RAG:\n- how each keeps memory\n- which scales better\n\x1b[201~\n"
 
 
 @pytest.fixture
@@ -69,9 +73,64 @@ async def test_a_line_of_a_paste_that_is_not_utf8_is_skipped_alone(world, tenant
     world.model.responder = answer_then_quit
     out = io.StringIO()
     chat = TerminalChat(world.runtime.turns(), Scope.local("cli:garbled", tenant), out=out)
-    os.write(terminal, b"Compare MemGPT with RAG:\n- how each \xff keeps memory\n- which scales\n")
+    os.write(
+        terminal,
+        b"\x1b[200~Compare MemGPT with RAG:\n- how each \xff keeps memory\n"
+        b"- which scales\x1b[201~\n",
+    )
     assert await chat.run() == 0
     asked = [r["messages"][-1]["content"] for r in world.model_requests()]
     assert len(asked) == 1, asked
     assert "Compare MemGPT with RAG:\n- which scales" in asked[0], asked[0]
     assert "warning: skipped input line 2: not valid UTF-8" in capfd.readouterr().err
+
+
+async def test_lines_typed_ahead_stay_messages_of_their_own(world, tenant, terminal):
+    """Typed while the bot answered the first (here: all waiting before it is read): each line
+    is its own message, and the `/quit` after them ends the chat."""
+    world.model.responder = lambda body: text("Noted.")
+    out = io.StringIO()
+    chat = TerminalChat(world.runtime.turns(), Scope.local("cli:ahead", tenant), out=out)
+    os.write(terminal, b"What is MemGPT?\nWhat is RAG?\n/quit\nNot asked.\n")
+    assert await chat.run() == 0
+    asked = [r["messages"][-1]["content"] for r in world.model_requests()]
+    assert len(asked) == 2, asked
+    assert "What is MemGPT?" in asked[0] and "RAG" not in asked[0], asked[0]
+    assert "What is RAG?" in asked[1] and "/quit" not in asked[1], asked[1]
+
+
+async def test_the_chat_turns_bracketed_paste_on_and_off_again(world, tenant, terminal):
+    """Written to the terminal (stdout one here): on before the first prompt, off at the end."""
+    os.write(terminal, b"/quit\n")
+    with open(os.ttyname(sys.stdin.fileno()), "w", encoding="utf-8") as screen:
+        chat = TerminalChat(world.runtime.turns(), Scope.local("cli:on", tenant), out=screen)
+        assert await chat.run() == 0
+    shown = b""
+    # what the terminal was sent, read in as many pieces (a guard, not a timing: it is all sent)
+    while b"\x1b[?2004l" not in shown and select.select([terminal], [], [], 10)[0]:
+        shown += os.read(terminal, 65536)
+    assert shown.index(b"\x1b[?2004h") < shown.index(b"\x1b[?2004l"), shown
+
+
+async def test_a_pastes_markers_are_not_echoed_as_text(world, tenant, terminal):
+    """The tty echoes what is typed; with ECHOCTL it would show the markers as `^[[200~`. The
+    chat turns that off while it runs (the paste is typed once it has), and back on after."""
+    import termios
+
+    fd = sys.stdin.fileno()
+    assert termios.tcgetattr(fd)[3] & termios.ECHOCTL  # a pty's default: control chars shown
+    world.model.script(text("Noted."))
+    with open(os.ttyname(fd), "w", encoding="utf-8") as screen:
+        chat = TerminalChat(world.runtime.turns(), Scope.local("cli:echo", tenant), out=screen)
+        running = asyncio.create_task(chat.run())
+        for _ in range(2000):  # until the chat has set the terminal up (a guard, not a timing)
+            if not termios.tcgetattr(fd)[3] & termios.ECHOCTL:
+                break
+            await asyncio.sleep(0.01)
+        os.write(terminal, b"\x1b[200~one\ntwo\x1b[201~\n/quit\n")
+        assert await asyncio.wait_for(running, 120) == 0
+    shown = b""
+    while select.select([terminal], [], [], 0.5)[0]:  # what the screen was sent
+        shown += os.read(terminal, 65536)
+    assert b"^[[200~" not in shown and b"one" in shown, shown
+    assert termios.tcgetattr(fd)[3] & termios.ECHOCTL  # the terminal as it was

@@ -2,7 +2,9 @@
 that reads on, each page of the log names the next (in the original log, never a new one),
 and `read_tool_log` is offered in a thread's first turn, before any log exists. A page of a
 knowledge-base search ends between passages, so each one it shows is under this turn's number
-and registered whole (for citing), however its naive end falls."""
+and registered whole (for citing), however its naive end falls; a passage longer than a page,
+with no line break in its text, is cut inside its text (not after its header, which left a
+page of a header alone and the text headless on the next)."""
 
 from __future__ import annotations
 
@@ -172,3 +174,35 @@ async def test_a_knowledge_base_log_is_paged_between_passages(memory, tenant):
     assert len(sources) == 9 + len(logged)  # none registered that no page showed
     for number_, original in enumerate(logged, start=10):
         assert sources.get(number_).content == original.content  # whole, for citing
+
+
+async def test_a_passage_longer_than_a_page_is_cut_inside_its_text(memory, tenant):
+    room = TOOL_RESULT_CHARS - len(HEAD) - LOG_NOTE_CHARS
+    words = "Paging moves memory between a main context and an archival store. "
+    logged = [passage(0, words * 3), passage(1, (words * 80)[: room * 3 // 2]), passage(2, words)]
+    output = KnowledgeBase.segment(logged).render()
+    assert "\n" not in logged[1].content and len(logged[1].content) > room
+    scope = Scope(tenant, "t-long")
+    entry = ToolLogEntry(scope.thread, "search_knowledge_base", {"query": "paging"}, output,
+                         "success", id=LOG_ID)  # fmt: skip
+    await memory.tool_logs.write(scope, entry)
+    sources = SourceRegistry()
+    ctx = ToolContext(scope, memory, arxiv=None, consolidator=None, encoding=None,  # type: ignore[arg-type]
+                      sources=sources)  # fmt: skip
+
+    offset, read_back, texts = 0, "", []
+    while True:
+        page = await read_tool_log(ctx, LOG_ID, offset)
+        assert len(page) <= TOOL_RESULT_CHARS
+        found = PAGE.match(page)
+        assert found is not None, page[-300:]
+        texts.append(found["text"])
+        read_back += found["text"]
+        offset = number(found["end"])
+        if READ_ON.search(page) is None:
+            break
+    assert read_back == output  # every character, once, in order
+    assert all(len(t) >= room // 2 for t in texts[:-1]), [len(t) for t in texts]
+    long_one = sources.get(2)  # its header and the start of its text, on one page
+    assert long_one is not None and long_one.arxiv_id == logged[1].arxiv_id
+    assert long_one.content and logged[1].content.startswith(long_one.content.strip())

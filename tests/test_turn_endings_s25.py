@@ -122,8 +122,11 @@ class Embeddings(ScriptedOpenAI):
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         if self.status is not None:
-            return _error_response(self.status, "the embedding service is overloaded")
+            return _error_response(self.status, f"the service refused key sk-...{SECRET}")
         return await super()._embeddings(request)
+
+
+SECRET = "Zq9x"  # a masked key's suffix, as a provider's 401 text holds one
 
 
 @pytest.mark.parametrize("failure", ["refused", 429, 500, 401, 404])
@@ -133,7 +136,8 @@ async def test_an_embedding_service_failing_is_said_and_the_message_not_claimed_
     """The question is embedded before it is stored: an embedding service that refuses the
     connection, throttles or errs ends the turn with a reply naming it (not Redis, whose
     outage would keep the job waiting for ever) and asking to send the message again; one
-    that refuses the key or knows no such model (not passing) says what to check."""
+    that refuses the key or knows no such model (not passing) says what to check. The reply
+    names the kind of failure, not the provider's text (a key's suffix, an internal URL)."""
     server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port())
     model = Embeddings()
     await model.start()
@@ -162,6 +166,9 @@ async def test_an_embedding_service_failing_is_said_and_the_message_not_claimed_
         await until(lambda: board.placeholders.get("p0", "Thinking…") != "Thinking…")
         reply = board.placeholders["p0"]
         assert reply != MEMORY_DOWN and "embedding model" in reply and "was not saved" in reply
+        assert SECRET not in reply and model.base_url not in reply
+        kind = "connection refused" if failure == "refused" else f"(HTTP {failure})"
+        assert kind in reply
         if failure in (401, 404):  # its setup's: waiting does not help
             assert reply.startswith("Sorry, the embedding model failed") and "check" in reply
             assert "could not reach" not in reply and "in a moment" not in reply

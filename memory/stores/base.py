@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import hashlib
 import json
@@ -27,8 +26,6 @@ from redisvl.schema import IndexSchema
 from memory.embeddings import Embedder
 from memory.keys import (
     INDEX_META_KEY,
-    InvalidName,
-    erased_tenant_key,
     index_name,
     index_prefix,
     upgrade_key,
@@ -423,33 +420,39 @@ class VectorStore:
     async def _search(self, tenant: str | None, command: str, *args: Any) -> Any:
         """`command` (FT.SEARCH, FT.TAGVALS, FT.INFO) on the tenant's index, created on first
         use. An index this process knew but another dropped is created again, and the command
-        sent once more, only when a tenant erasure dropped it (its note: memory/keys.py
-        `erased_tenant_key`), else every read of the tenant would fail until a restart. Any
-        other drop is a layout rebuild or a reindex by a newer process (`_rebuild`, `reindex`),
-        which creates the index again with its own layout: this process, maybe of the old one,
-        must not create it first, so the read fails and the name stays known (the next read
-        finds the rebuilt index). Writes need no such check: records written while the index
-        was missing are indexed by the FT.CREATE (it scans the existing keys)."""
+        sent once more, when the family is still recorded as built by this process's model and
+        layout and no layout rebuild runs (`_recreatable`): a tenant erasure dropped it, maybe
+        long ago, and every read of the tenant would fail until a restart. A drop by a layout
+        rebuild or a reindex of a newer process (`_rebuild`, `reindex`) recreates the index with
+        its own layout: this process, maybe of the old one, must not create it first, so the
+        read fails and the name stays known (the next read finds the rebuilt index). Writes
+        need no such check: records written while the index was missing are indexed by the
+        FT.CREATE (it scans the existing keys)."""
         name = await self._index(tenant)
         try:
             return await self.redis.execute_command(command, name, *args)
         except ResponseError as exc:
-            if not unknown_index(exc) or not await self._erased(tenant):
+            if not unknown_index(exc) or not await self._recreatable(tenant):
                 raise
         self._known.discard(name)
         return await self.redis.execute_command(command, await self._index(tenant), *args)
 
-    async def _erased(self, tenant: str | None) -> bool:
-        """Whether the tenant was erased whole in the last day, and no layout rebuild of this
-        family runs now (its claim: `open`)."""
+    async def _recreatable(self, tenant: str | None) -> bool:
+        """Whether a missing index of the tenant may be created by this process: the family's
+        entry holds exactly this process's model and layout (not REINDEXING; an older-layout
+        process never matches a newer one's), and no layout rebuild holds its claim (`open`).
+        A rebuild claims before it drops and records its layout before it frees the claim: the
+        entry is read before the claim and again after it, so one read finds any rebuild."""
         if not self.TENANT_SCOPED or not tenant:
             return False
-        rebuild = upgrade_key(f"index-layout:{self.family()}")
-        with contextlib.suppress(InvalidName):  # a name no tenant has: never erased
-            notes = [erased_tenant_key(tenant), rebuild]
-            erased, rebuilding = await asyncio.gather(*(self.redis.exists(k) for k in notes))
-            return bool(erased) and not rebuilding
-        return False
+        claim = upgrade_key(f"index-layout:{self.family()}")
+        if not await self._built_by_this() or await self.redis.exists(claim):
+            return False
+        return await self._built_by_this()
+
+    async def _built_by_this(self) -> bool:
+        recorded = await self.redis.hget(INDEX_META_KEY, self.family())
+        return decode(recorded) == self._recorded()
 
 
 def unknown_index(exc: ResponseError) -> bool:
