@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 # What a service failing in passing raises (`in_passing`): no connection or a timeout
 PASSING_ERRORS = (openai.APIConnectionError, aiohttp.ClientError, OSError, TimeoutError)
+PROVIDERS = ("openai", "httpx", "aiohttp")  # whose error text is not said in a reply
 
 LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
 RECOVER_EVERY_SECONDS = 5.0  # how often a process looks for threads whose lease lapsed
@@ -624,14 +625,15 @@ async def _saved(save: Save) -> None:
 def error_kind(exc: BaseException) -> str:
     """What kind of failure `exc` is, fit for a channel: "HTTP 401", "connection refused"
     (also under a client's timeout), "timed out", "no connection", else the class of what
-    caused it. A provider's error text may hold a masked key or an internal address: only our
-    own words (an error with no cause: the wrong dimensions, say) are said whole."""
+    caused it. A provider's error text may hold a masked key or an internal address: an error
+    with a provider's (openai, httpx, aiohttp) in its chain is shortened; our own words (the
+    wrong dimensions, a model not installed, raised from an ImportError) are said whole."""
     chain: list[BaseException] = []
     cause: BaseException | None = exc.__cause__ or exc.__context__
     while cause is not None and all(cause is not seen for seen in chain):
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    if not chain:
+    if not any(type(e).__module__.split(".")[0] in PROVIDERS for e in chain):
         return str(exc)
     statuses = [getattr(e, "status_code", None) for e in chain]
     if status := next((s for s in statuses if isinstance(s, int)), None):

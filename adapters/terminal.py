@@ -32,7 +32,7 @@ Commands:
 # Bracketed paste (xterm's, most terminals'): once turned on, a terminal sends a paste between
 # these markers, so its lines are told from lines typed one by one (or typed ahead).
 PASTE_ON, PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
-PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 
 
 def _markers_unseen() -> Callable[[], None] | None:
@@ -90,26 +90,40 @@ async def in_daemon_thread(read: Callable[..., T], *args: object) -> T:
     return await future
 
 
-def read_pasted(prompt: str) -> list[bytes]:
-    """The next message's lines as read, undecoded (so a line that is not UTF-8 is skipped
-    alone): one line, or all the lines of a bracketed paste (from the line starting with its
-    start marker to the one holding its end marker, both taken out). EOFError at the end."""
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
-    stdin = sys.stdin.buffer
-    line = stdin.readline()
-    if not line:
-        raise EOFError
-    if not line.startswith(PASTE_START):
-        return [line]
-    lines = [line[len(PASTE_START) :]]
-    while PASTE_END not in lines[-1]:
-        more = stdin.readline()
-        if not more:  # Ctrl-D: the end of this message
+def read_pasted(prompt: str) -> list[str | None]:
+    """The next message's lines (None for a line that is not valid UTF-8, skipped alone): one
+    line, or all the lines of a bracketed paste, from the one holding its start marker (the
+    text typed before it begins the message) to the one holding its end marker, markers taken
+    out. EOFError at the end. Read with input(): unlike sys.stdin.buffer it holds no lock while
+    it waits, so Ctrl-C at the prompt leaves no daemon thread that aborts interpreter exit."""
+    first = _line(prompt)
+    if first is None or PASTE_START not in first:
+        return [_unmarked(first)]
+    before, _, rest = first.partition(PASTE_START)
+    lines: list[str | None] = [before + rest]
+    last: str | None = rest
+    while last is None or PASTE_END not in last:
+        try:
+            last = _line("")
+        except EOFError:  # Ctrl-D: the end of this message
             break
-        lines.append(more)
-    lines[-1] = lines[-1].replace(PASTE_END, b"")
-    return lines
+        lines.append(last)
+    return [_unmarked(line) for line in lines]
+
+
+def _line(prompt: str) -> str | None:
+    """input(prompt); None when the line is not valid UTF-8."""
+    try:
+        return input(prompt)
+    except UnicodeDecodeError:
+        return None
+
+
+def _unmarked(line: str | None) -> str | None:
+    """`line` without any paste marker (a stray one would reach the model as raw ESC)."""
+    if line is None:
+        return None
+    return line.replace(PASTE_START, "").replace(PASTE_END, "")
 
 
 def decode_line(raw: bytes | str) -> str:
@@ -205,8 +219,10 @@ class TerminalChat:
             if lines:
                 return "\n".join(lines)
 
-    def _decoded(self, raw: bytes | str) -> str | None:
+    def _decoded(self, raw: bytes | str | None) -> str | None:
         try:
+            if raw is None:  # read_pasted found it not UTF-8
+                raise UnicodeError
             text = decode_line(raw).rstrip("\n")
         except UnicodeError:
             self._skip()
@@ -218,11 +234,12 @@ class TerminalChat:
         self.lines_read += 1
         print(f"warning: skipped input line {self.lines_read}: not valid UTF-8", file=sys.stderr)
 
-    async def _read_raw(self) -> list[bytes | str] | None:
-        """The next line's (or paste's) lines as read, undecoded; None at the end."""
+    async def _read_raw(self) -> list[bytes | str | None] | None:
+        """The next line's (or paste's) lines as read (None: a line found not UTF-8);
+        None at the end."""
         if self.interactive:
             try:
-                return await in_daemon_thread(read_pasted, "you> ")
+                return list(await in_daemon_thread(read_pasted, "you> "))
             except EOFError:
                 return None
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: we decide what is valid
@@ -235,17 +252,18 @@ class TerminalChat:
                 f"ArxivScout — tenant {self.scope.tenant}, thread {self.scope.thread}. "
                 "/help for commands."
             )
-        bracketed = self.interactive and self.out.isatty()
-        if bracketed:  # a paste comes marked: its lines are one message
-            self.say(PASTE_ON, end="")
-        echo = _markers_unseen() if bracketed else None
+        # Bracketed paste only where termios is (Windows' console would print the sequences).
+        echo = _markers_unseen() if self.interactive and self.out.isatty() else None
         try:
+            if echo is not None:  # a paste comes marked: its lines are one message
+                self.say(PASTE_ON, end="")
             return await self._chat()
         finally:  # the end of input, /quit, Ctrl-C (cancelled): the terminal as it was
-            if bracketed:
-                self.say(PASTE_OFF, end="")
             if echo is not None:
-                echo()
+                try:
+                    echo()  # first: a failing write below cannot skip it
+                finally:
+                    self.say(PASTE_OFF, end="")
 
     async def _chat(self) -> int:
         while (line := await self.read_line()) is not None:

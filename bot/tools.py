@@ -206,7 +206,7 @@ def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> in
     """Where the page of `output` from `start` ends: it fits one tool result (the harness would
     cut a longer one) under this turn's passage numbers, which may lengthen it. It ends before
     a passage's header, so each passage it shows is renumbered and registered whole (but one
-    longer than a page); else at a line's end, else anywhere; in the page's second half.
+    longer than a page); else at a line's end in the page's second half, else anywhere.
     Sized on a copy of `sources`: nothing is registered here."""
     limit = start + room
     while True:
@@ -220,17 +220,18 @@ def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> in
 
 
 def _last_break(output: str, start: int, limit: int) -> int:
-    """The last place in the second half of output[start + 1 : limit + 1] a page may end:
-    before the "\n\n" that opens a passage, else after a newline, else `limit`. Never in the
-    first half: a passage longer than the page would end it after its header (its text left,
-    headless, to the next page); it is cut inside its text instead."""
-    floor = start + max(1, (limit - start) // 2)
+    """The last place in output[start + 1 : limit + 1] a page may end: before the "\n\n" that
+    opens a passage (any after the page's start), else after a newline in the page's second
+    half, else `limit`. Only a passage longer than the page has no header in reach: ending at
+    a newline in its header would leave its text headless to the next page; it is cut inside
+    its text instead."""
     passages = [
-        m.start() for m in _PASSAGE_START.finditer(output, floor, limit + 32)
+        m.start() for m in _PASSAGE_START.finditer(output, start + 1, limit + 32)
         if m.start() <= limit
     ]  # fmt: skip
     if passages:
         return passages[-1]
+    floor = start + max(1, (limit - start) // 2)
     line = output.rfind("\n", floor, limit)
     return line + 1 if line != -1 else limit
 

@@ -1,6 +1,7 @@
-"""`arxivscout chat` on a terminal: Ctrl-C at the `you>` prompt ends the chat at once. (The
-prompt's input() ran in asyncio's executor, which asyncio.run joins on its way out: the
-process waited for Enter.)"""
+"""`arxivscout chat` on a terminal: Ctrl-C at the `you>` prompt ends the chat at once, with
+exit code 130. (The prompt's input() ran in asyncio's executor, which asyncio.run joins on its
+way out: the process waited for Enter. Read through sys.stdin.buffer in a daemon thread, the
+prompt held the buffer's lock: interpreter shutdown aborted, SIGABRT.)"""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def test_ctrl_c_at_the_prompt_ends_the_chat(cli_env, tenant):
         os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT
         status = exited(pid, EXIT_SECONDS)
         assert status is not None, "Ctrl-C at the prompt did not end the chat"
+        shown += read_until(fd, pid, lambda out: False, 0.5)  # what it said on its way out
+        code = os.waitstatus_to_exitcode(status)
+        assert code == 130, (code, shown.decode(errors="replace")[-2000:])
     finally:
         try:
             os.kill(pid, signal.SIGKILL)

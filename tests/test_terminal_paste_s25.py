@@ -85,6 +85,20 @@ async def test_a_line_of_a_paste_that_is_not_utf8_is_skipped_alone(world, tenant
     assert "warning: skipped input line 2: not valid UTF-8" in capfd.readouterr().err
 
 
+async def test_a_paste_after_typed_text_continues_its_line(world, tenant, terminal):
+    """`explain: ` typed, then a paste: the start marker mid-line begins the paste, the typed
+    text begins the message, and no marker reaches the model as raw ESC."""
+    world.model.responder = lambda body: text("Explained.")
+    out = io.StringIO()
+    chat = TerminalChat(world.runtime.turns(), Scope.local("cli:midline", tenant), out=out)
+    os.write(terminal, b"explain: \x1b[200~line one\nline two\x1b[201~\n/quit\n")
+    assert await chat.run() == 0
+    asked = [r["messages"][-1]["content"] for r in world.model_requests()]
+    assert len(asked) == 1, asked
+    assert "explain: line one\nline two" in asked[0], asked[0]
+    assert "\x1b" not in asked[0], asked[0]
+
+
 async def test_lines_typed_ahead_stay_messages_of_their_own(world, tenant, terminal):
     """Typed while the bot answered the first (here: all waiting before it is read): each line
     is its own message, and the `/quit` after them ends the chat."""

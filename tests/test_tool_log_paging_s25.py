@@ -202,7 +202,47 @@ async def test_a_passage_longer_than_a_page_is_cut_inside_its_text(memory, tenan
         if READ_ON.search(page) is None:
             break
     assert read_back == output  # every character, once, in order
-    assert all(len(t) >= room // 2 for t in texts[:-1]), [len(t) for t in texts]
+    assert texts[0] == output[: output.index("\n\n[2] [arXiv:")]  # before the long one's header
+    sizes = [len(t) for t in texts]
+    assert all(size >= room // 2 for size in sizes[1:-1]), sizes  # not cut after its header
     long_one = sources.get(2)  # its header and the start of its text, on one page
     assert long_one is not None and long_one.arxiv_id == logged[1].arxiv_id
     assert long_one.content and logged[1].content.startswith(long_one.content.strip())
+
+
+async def test_a_passage_running_past_the_page_starts_the_next_page(memory, tenant):
+    """A passage whose header is in the page's first half and whose text runs past its room
+    (a 900-character passage, then a 2,200-character one): the page ends before that header,
+    not inside its text, so the next page shows it whole, renumbered and registered."""
+    room = TOOL_RESULT_CHARS - len(HEAD) - LOG_NOTE_CHARS
+    words = "Paging moves memory between a main context and an archival store. "
+    logged = [passage(0, (words * 20)[:900]), passage(1, (words * 40)[:2200]), passage(2, words)]
+    output = KnowledgeBase.segment(logged).render()
+    second = output.index("\n\n[2] [arXiv:")
+    assert second < room // 2 and second + len(logged[1].content) > room  # runs past the page
+    scope = Scope(tenant, "t-past")
+    entry = ToolLogEntry(scope.thread, "search_knowledge_base", {"query": "paging"}, output,
+                         "success", id=LOG_ID)  # fmt: skip
+    await memory.tool_logs.write(scope, entry)
+    sources = SourceRegistry()
+    ctx = ToolContext(scope, memory, arxiv=None, consolidator=None, encoding=None,  # type: ignore[arg-type]
+                      sources=sources)  # fmt: skip
+
+    offset, ends, texts = 0, [], []
+    while True:
+        page = await read_tool_log(ctx, LOG_ID, offset)
+        assert len(page) <= TOOL_RESULT_CHARS
+        found = PAGE.match(page)
+        assert found is not None, page[-300:]
+        texts.append(found["text"])
+        offset = number(found["end"])
+        ends.append(offset)
+        if READ_ON.search(page) is None:
+            break
+    assert ends[0] == second  # before the long passage's header, not at the room's end
+    assert texts[1].startswith("\n\n[2] [arXiv:")  # the next page opens with its header
+    assert "".join(texts) == output
+    assert len(sources) == len(logged)
+    for number_, original in enumerate(logged, start=1):
+        assert sources.get(number_).arxiv_id == original.arxiv_id
+        assert sources.get(number_).content == original.content  # whole, for citing

@@ -11,16 +11,17 @@ import asyncio
 import logging
 
 import aiohttp
+import openai
 import pytest
 from aiohttp import web
 
 from adapters.discord_platform import StepStatus
-from adapters.spine import MEMORY_DOWN, Job, Pipeline
+from adapters.spine import MEMORY_DOWN, Job, Pipeline, error_kind
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.agent import EMPTY, AgentEvent
 from bot.llm import openai_client
-from memory.embeddings import OpenAIEmbedder
+from memory.embeddings import EmbeddingError, OpenAIEmbedder
 from memory.errors import memory_unavailable
 from memory.redis_server import EmbeddedRedis
 from memory.scope import Scope
@@ -198,3 +199,27 @@ async def test_an_embedding_error_from_a_refused_connection_is_not_memory_down()
         exc = exc.__cause__ or exc.__context__
     assert any(isinstance(e, ConnectionRefusedError) for e in chain)  # what misled it before
     assert not memory_unavailable(caught.value)
+
+
+def test_our_own_error_raised_from_another_is_said_whole():
+    """Our own instruction, raised from what caused it (as `_load_torch` raises it from an
+    ImportError), reaches the reply whole; a provider's error text is still shortened."""
+    not_installed = (
+        "The local embedding model is not installed: pip install 'arxivscout[local]' "
+        "(or set ARXIVSCOUT_EMBEDDINGS=openai)."
+    )
+    try:
+        try:
+            import arxivscout_no_such_module  # noqa: F401
+        except ImportError as exc:
+            raise EmbeddingError(not_installed) from exc
+    except EmbeddingError as caught:
+        assert isinstance(caught.__cause__, ModuleNotFoundError)
+        assert error_kind(caught) == not_installed
+    try:
+        try:
+            raise openai.OpenAIError(f"bad request for key sk-...{SECRET}")
+        except openai.OpenAIError as exc:
+            raise EmbeddingError(f"OpenAI embeddings failed: {exc}") from exc
+    except EmbeddingError as caught:
+        assert error_kind(caught) == "OpenAIError" and SECRET not in error_kind(caught)
