@@ -35,7 +35,7 @@ from bot.harness import question_once
 from bot.turns import TurnHandler
 from memory.coordination import Taken
 from memory.embeddings import EmbeddingError
-from memory.errors import memory_full, memory_unavailable
+from memory.errors import error_chain, memory_full, memory_unavailable
 from memory.governance_edits import Change
 from memory.scope import Scope
 from memory.text import clean_text
@@ -628,11 +628,7 @@ def error_kind(exc: BaseException) -> str:
     caused it. A provider's error text may hold a masked key or an internal address: an error
     with a provider's (openai, httpx, aiohttp) in its chain is shortened; our own words (the
     wrong dimensions, a model not installed, raised from an ImportError) are said whole."""
-    chain: list[BaseException] = []
-    cause: BaseException | None = exc.__cause__ or exc.__context__
-    while cause is not None and all(cause is not seen for seen in chain):
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
+    chain = list(error_chain(exc))[1:]  # what caused it
     if not any(type(e).__module__.split(".")[0] in PROVIDERS for e in chain):
         return str(exc)
     statuses = [getattr(e, "status_code", None) for e in chain]
@@ -652,14 +648,10 @@ def in_passing(exc: BaseException) -> bool:
     """Whether a service's failure may pass by itself: no connection, a timeout, throttled
     (429), its own error (5xx), read from what caused it. Anything else (401, a model not
     found or not installed, vectors of the wrong size) is its setup's, said as such."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc.__cause__ or exc.__context__
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
+    for cause in list(error_chain(exc))[1:]:
         status = getattr(cause, "status_code", None)
         if isinstance(status, int):
             return status in (408, 429) or status >= 500
         if isinstance(cause, PASSING_ERRORS):
             return True
-        cause = cause.__cause__ or cause.__context__
     return False

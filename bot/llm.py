@@ -25,7 +25,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.errors import ConfigError
 from bot.metering import count_call
-from memory.errors import ServiceError
+from memory.errors import ServiceError, error_chain
 
 log = logging.getLogger(__name__)
 
@@ -448,13 +448,9 @@ def _unreachable(exc: BaseException) -> str | None:
     """Why the server could not be reached, when the exception chain holds a socket error (the
     host name did not resolve, TLS failed, the connection was refused): None when it holds
     none, as for a server that was reached but was too slow (a TimeoutError is an OSError)."""
-    found: OSError | None = None
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
-            found = seen  # the deepest one is the root cause
-        seen = seen.__cause__ or seen.__context__
-    if found is None:
+    sockets = [e for e in error_chain(exc) if isinstance(e, OSError)]
+    found = next((e for e in reversed(sockets) if not isinstance(e, TimeoutError)), None)
+    if found is None:  # the deepest one is the root cause
         return None
     if isinstance(found, ConnectionRefusedError):
         return "connection refused"

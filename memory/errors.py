@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from redis import exceptions as rx
 
 _UNAVAILABLE = (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError, ConnectionRefusedError)
@@ -16,17 +18,24 @@ class ServiceError(RuntimeError):
     refused say, is that service's, so the memory is never taken for down because of it."""
 
 
+def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc`, then what caused it, and so on (its `__cause__`, else its `__context__`); each
+    once, as a chain may loop."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def memory_unavailable(exc: BaseException) -> bool:
     """True when `exc` (or what caused it) says Redis could not be reached, is not ready, or
     is full."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ServiceError):
+    for e in error_chain(exc):
+        if isinstance(e, ServiceError):
             return False
-        if isinstance(exc, _UNAVAILABLE) or _out_of_memory(exc):
+        if isinstance(e, _UNAVAILABLE) or _out_of_memory(e):
             return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
     return False
 
 
@@ -39,10 +48,4 @@ def _out_of_memory(exc: BaseException) -> bool:
 def memory_full(exc: BaseException) -> bool:
     """True when `exc` (or what caused it) is a full Redis refusing a write: reads still work,
     so a turn can run (and call the model) up to that write, again and again."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if _out_of_memory(exc):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(_out_of_memory(e) for e in error_chain(exc))
