@@ -20,10 +20,12 @@ messages back (adapters/discord_platform.py). Everything between is the spine's
   message ids (the gateway can redeliver on resume) and runs a thread's turns one at a time in
   arrival order, across every process sharing the Redis. Jobs hold ids, not discord.py
   objects: the channel is looked up when the job runs.
-- A message is taken again by this process while the memory is unreachable (Discord sends it
-  once); its job is named by the message id and its thread (which has the message's id) is
-  reused, so a retry after a try that got further than it knew answers once. At each new
-  session (READY), what was posted meanwhile is read (adapters/discord_catchup.py).
+- A message is taken again by this process while the memory is unreachable, or while Discord
+  fails in passing to open its thread (Discord sends it once); its job is named by the message
+  id and its thread (which has the message's id) is reused, so a retry after a try that got
+  further than it knew answers once. Only a person who surely addressed the bot (a mention, a
+  DM, a thread the bot opened) is told; chatter in other threads is retried silently. At each
+  new session (READY), what was posted meanwhile is read (adapters/discord_catchup.py).
 - The bot removed from a server (`on_guild_remove`): the server's memory is erased
   ARXIVSCOUT_UNINSTALLED_KEEP_DAYS later, unless it joins again (`on_guild_join`, or the
   server is among its guilds at connect): memory/governance_tenants.py.
@@ -51,6 +53,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
+import aiohttp
 import discord
 from discord import app_commands
 
@@ -80,6 +83,33 @@ Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
+NO_THREAD_ALLOWED = (
+    "I could not open a thread for this (I need the Create Public Threads and Send Messages "
+    "in Threads permissions here)."
+)
+DISCORD_FAILED = (  # Discord answered a server error or a rate limit
+    "Discord answered with an error while I was opening a thread for this. I am trying again "
+    "and will answer in a thread as soon as it works."
+)
+DISCORD_SILENT = (  # the network failed or Discord did not answer in time
+    "Discord did not answer while I was opening a thread for this. I am trying again and will "
+    "answer in a thread as soon as it works."
+)
+UNSENT = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)  # a reply not sent
+
+
+class DiscordFailed(Exception):
+    """Discord failed in passing (a server error, a rate limit, the network) while a message
+    was being taken: it is taken again later, as while the memory is unreachable."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+    @property
+    def notice(self) -> str:
+        """What the person is told: Discord's own error, or no answer from it at all."""
+        return DISCORD_FAILED if isinstance(self.cause, discord.HTTPException) else DISCORD_SILENT
 
 
 def intents() -> discord.Intents:
@@ -119,6 +149,9 @@ class _Client(discord.Client):
     async def setup_hook(self) -> None:
         self.adapter.pipeline.start()  # take over the threads of processes that died
         await self.adapter.commands.sync()
+
+    async def on_connect(self) -> None:  # READY received; `on_ready` once the servers are in
+        self.adapter.catchup.connected()
 
     async def on_ready(self) -> None:
         log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
@@ -170,6 +203,7 @@ class DiscordAdapter:
         self.files = DiscordFiles(self)  # PDFs attached where the bot answers
         self.changes = DiscordChanges(self)  # deletions and edits made on Discord
         self._waiting: dict[asyncio.Task, tuple[str, Take]] = {}  # for the memory to be back
+        self._kept: dict[int, asyncio.Task] = {}  # message id -> its retries (in `_waiting`)
         self.catchup = DiscordCatchUp(self)  # messages posted while no session was up
         self.commands = DiscordCommands(self)  # /summarize, /expand and /memory
         DiscordWatches(
@@ -212,18 +246,52 @@ class DiscordAdapter:
 
     async def handle_message(self, message: discord.Message) -> None:
         """Queue a turn for a message the bot should answer; ignore everything else. Discord
-        does not redeliver: while the memory is unreachable, the message is kept here and
-        tried again (the person is told once). Every step is safe to repeat: a retry after
-        a try that got further than it knew (a push that timed out after Redis ran it, a
-        thread opened before Redis failed) queues the message once, in its thread."""
+        does not redeliver: while the memory is unreachable, or Discord fails in passing to
+        open the message's thread, the message is kept here and tried again (a person who
+        addressed the bot is told once; chatter in threads that may not be the bot's is
+        tried again silently). Every step is safe to repeat: a retry after a try that got
+        further than it knew (a push that timed out after Redis ran it, a thread opened
+        before Redis failed) queues the message once, in its thread. A message already
+        kept (read again by the catch-up, or redelivered) is not kept, nor told, twice."""
         delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
         try:
             await self._take(message, delivery)
         except Exception as exc:
-            if not not_queued_for_now(exc):
+            if isinstance(exc, DiscordFailed):
+                notice: str | None = exc.notice
+            elif not_queued_for_now(exc):  # unsure whether it is for the bot: say so only if
+                notice = NOT_TAKEN if self.addressed(message) else None  # it surely is
+            else:
                 raise
-            await self._reply_quietly(message, NOT_TAKEN)
-            self._retry_later(f"message {message.id}", lambda: self._take(message, delivery))
+            if message.id in self._kept:  # its retries go on; the person was told
+                return
+            self._keep(message, lambda: self._take(message, delivery))
+            if notice is not None:
+                await self._reply_quietly(message, notice)
+
+    def _keep(self, message: discord.Message, take: Take) -> None:
+        """`message`'s retries, one loop per message id."""
+        task = self._retry_later(f"message {message.id}", take)
+        self._kept[message.id] = task
+
+        def forget(done: asyncio.Task) -> None:
+            if self._kept.get(message.id) is done:
+                del self._kept[message.id]
+
+        task.add_done_callback(forget)
+
+    def addressed(self, message: discord.Message) -> bool:
+        """Surely for the bot, whatever the memory knows: a mention, a DM, or a message in a
+        thread the bot opened."""
+        me = self.client.user
+        if me is None or message.author.bot or message.author.id == me.id:
+            return False
+        channel = message.channel
+        return (
+            self.mentions_me(message, me.id)
+            or isinstance(channel, discord.DMChannel)
+            or (isinstance(channel, discord.Thread) and channel.owner_id == me.id)
+        )
 
     async def _take(self, message: discord.Message, delivery: str) -> None:
         route = await self._queue(message, delivery)
@@ -283,8 +351,9 @@ class DiscordAdapter:
                 raise
             self._retry_later(what, take)
 
-    def _retry_later(self, what: str, take: Take) -> None:
-        """Call `take` again every few seconds, for an hour, until the memory is back."""
+    def _retry_later(self, what: str, take: Take) -> asyncio.Task:
+        """Call `take` again every few seconds, for an hour, until the memory (or Discord) is
+        back."""
 
         async def retry() -> None:
             for _ in range(RESUBMIT_TRIES):
@@ -293,38 +362,44 @@ class DiscordAdapter:
                     await take()
                     return
                 except Exception as exc:
-                    if not not_queued_for_now(exc):
+                    if not (isinstance(exc, DiscordFailed) or not_queued_for_now(exc)):
                         log.exception("%s could not be queued", what)
                         return
-            log.error("memory stayed unavailable; %s not taken", what)
+            log.error("memory or Discord stayed unavailable; %s not taken", what)
 
         task = asyncio.create_task(retry())
         self._waiting[task] = (what, take)
         task.add_done_callback(lambda done: self._waiting.pop(done, None))
+        return task
 
     async def stop(self) -> None:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
-        finish or go back to the queue (their progress kept); what waits for the memory gets
-        one last try, and what still cannot be queued is logged (the person was told)."""
+        finish or go back to the queue (their progress kept); what waits for the memory (or
+        for Discord) gets one last try, and what still cannot be taken is logged. Once the
+        memory proves unreachable, the rest is not tried (each try would wait for it); Discord
+        failing for one message says nothing of the others, which are still tried."""
         await self.catchup.stop()
         await self.pipeline.shutdown()
         waiting = list(self._waiting.items())
         for task, _ in waiting:
             task.cancel()
         await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
-        lost: list[str] = []
+        no_memory: list[str] = []
+        failed: list[str] = []  # Discord's failure, or any other error
         for _, (what, take) in waiting:
-            if lost:  # the memory is still unreachable: no more waits
-                lost.append(what)
+            if no_memory:  # the memory is unreachable: no more waits
+                no_memory.append(what)
                 continue
             try:
                 async with asyncio.timeout(SUBMIT_TIMEOUT_SECONDS):
                     await take()
             except Exception as exc:
-                log.warning("%s could not be queued before stopping: %r", what, exc)
-                lost.append(what)
-        if lost:
-            log.error("stopped with the memory unreachable; not taken: %s", ", ".join(lost))
+                log.warning("%s could not be taken before stopping: %r", what, exc)
+                (no_memory if not_queued_for_now(exc) else failed).append(what)
+        if no_memory:
+            log.error("stopped with the memory unreachable; not taken: %s", ", ".join(no_memory))
+        if failed:
+            log.error("stopped with Discord (or another error) failing: %s", ", ".join(failed))
 
     async def route(self, message: discord.Message, mentioned: bool) -> Route | None:
         """Which conversation a message belongs to, or None if the bot should stay quiet."""
@@ -357,18 +432,9 @@ class DiscordAdapter:
     async def _open_thread(self, message: discord.Message, route: Route, text: str) -> Route | None:
         thread = await self._thread_of(message)  # opened by an earlier try of this message
         if thread is None:
-            try:
-                thread = await message.create_thread(name=thread_name(text))
-            except discord.HTTPException as exc:
-                thread = await self._thread_of(message, ask_discord=True)  # it has one already
-                if thread is None:
-                    log.warning("could not open a thread in channel %s: %s", route.channel_id, exc)
-                    await self._reply_quietly(
-                        message,
-                        "I could not open a thread for this (I need the Create Public Threads "
-                        "and Send Messages in Threads permissions here).",
-                    )
-                    return None
+            thread = await self._new_thread(message, route, text)
+            if thread is None:
+                return None
         # the thread is the place from now on: its follow-ups arrive with its own channel id
         scope = replace(
             route.scope, thread=f"discord:{route.scope.tenant}:{thread.id}", channel=str(thread.id)
@@ -377,6 +443,38 @@ class DiscordAdapter:
         await self.places.note_thread(route.scope.tenant, str(route.channel_id), str(thread.id))
         await self.catchup.opened(route.scope.tenant, thread.id, message.id)
         return Route(scope, thread.id)
+
+    async def _new_thread(
+        self, message: discord.Message, route: Route, text: str
+    ) -> discord.Thread | None:
+        """The thread opened from `message`, or None when Discord refuses it (the person is
+        told why). Discord failing in passing (a server error, a rate limit, the network)
+        raises DiscordFailed: the message is taken again later, never dropped."""
+        passing = self.pipeline.platform.passing
+        try:
+            return await message.create_thread(name=thread_name(text))
+        except Exception as exc:
+            failed = exc
+        try:  # a try whose answer was lost (or an earlier one) may have opened it
+            thread = await self._thread_of(message, ask_discord=True)
+        except Exception as exc:
+            if passing(exc):
+                raise DiscordFailed(exc) from exc
+            raise
+        if thread is not None:
+            return thread
+        if passing(failed):
+            log.warning("Discord failed to open a thread in %s: %r", route.channel_id, failed)
+            raise DiscordFailed(failed) from failed
+        if not isinstance(failed, discord.HTTPException):
+            raise failed
+        log.warning("could not open a thread in channel %s: %s", route.channel_id, failed)
+        if isinstance(failed, discord.Forbidden):
+            await self._reply_quietly(message, NO_THREAD_ALLOWED)
+        else:
+            text = f"Discord would not open a thread for this (HTTP {failed.status})."
+            await self._reply_quietly(message, text)  # its own wording is not for people
+        return None
 
     async def _thread_of(
         self, message: discord.Message, ask_discord: bool = False
@@ -408,8 +506,11 @@ class DiscordAdapter:
 
     @staticmethod
     async def _reply_quietly(message: discord.Message, text: str) -> None:
-        with contextlib.suppress(discord.HTTPException):
+        """A reply Discord fails to take (its API, the network) is skipped."""
+        try:
             await message.reply(text)
+        except UNSENT as exc:
+            log.info("a reply could not be sent to message %s: %r", message.id, exc)
 
     async def knows_thread(self, scope: Scope, owner_id: int | None = None) -> bool:
         """A thread the bot opened, or one where it was mentioned before (by any process)."""

@@ -8,15 +8,20 @@ to a new one (READY). So:
   channel where it was mentioned, a thread it takes part in, a DM) is kept in Redis, forward
   only (memory/coordination.py `PlaceCursors`); a place not seen for the cursors' TTL is
   dropped.
+- From a new session's start (`connected`, READY) until its catch-up has planned which places
+  to read (the memory may be unreachable then, and the plan tried again), no cursor moves: a
+  live message taken meanwhile must not move one past what was missed before it.
 - On READY, `start` reads, in each place with something posted after its cursor (most recent
   first, at most `MAX_PLACES`), what was posted since the cursor but within `WINDOW` (older
   messages are not answered that late), oldest first and at most `MAX_MESSAGES`, and hands
   every message to the adapter's `handle_message`, as if the gateway had delivered it: message
   ids are de-duplicated there, and one whose answer was delivered is skipped here (the de-dup
   lasts an hour, the record of a delivered answer a week). Places known to hold something new
-  (cached channels) come before DMs (never cached). A place Discord fails to give (an error, a
-  timeout) is logged and the others are read; until a place is read its cursor stays, so the
-  next READY reads it from there.
+  (cached channels) come before DMs (never cached). Until a place is read its cursor stays.
+- A place Discord fails to give in passing (a server error, a rate limit, the network, a
+  timeout) is logged, the others are read, and it is read again in the session with back-off,
+  at most `REREAD_TRIES` times; one Discord refuses (no access, a bad request) is not. Either
+  way a place given up keeps its cursor, so the next READY reads it from there.
 - A place the bot never saw a message in (a first DM, a first mention in a channel) has no
   cursor: what is posted there while no session is up is not read.
 """
@@ -24,6 +29,7 @@ to a new one (READY). So:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from typing import TYPE_CHECKING
@@ -43,6 +49,8 @@ MAX_PLACES = 100
 MAX_MESSAGES = 500  # per place
 RETRY_EVERY_SECONDS = 5.0
 RETRIES = 60
+REREAD_TRIES = 8  # re-reads of a place Discord failed to give: 5 s, 10 s, ... about 15 minutes
+REREAD_MAX_SECONDS = 300.0  # the back-off's cap
 
 
 def turn_job_id(message_id: int) -> str:
@@ -57,15 +65,22 @@ class DiscordCatchUp:
         self.adapter = adapter
         self.cursors = PlaceCursors(adapter.handler.memory.redis)
         self.known: dict[int, str] = {}  # place -> tenant: every message there moves its cursor
-        self.unread: set[int] = set()  # places this catch-up has not read (yet): cursors kept
+        # places this session's catch-up has not read (yet) -> (tenant, read after): cursors kept
+        self.unread: dict[int, tuple[str, int]] = {}
+        self.failed_reads: dict[int, int] = {}  # of the unread, those to read again -> tries
+        self.plan_pending = False  # a new session whose catch-up has not planned yet
+        self._session = 0  # READYs so far: a catch-up planned in an older one plans again
+        self._wake = asyncio.Event()  # a new READY: the re-reads' back-off ends early
+        self._stopped = False
         self._running: asyncio.Task | None = None
+        self._rereading: asyncio.Task | None = None
 
     async def seen(self, message: discord.Message, tenant: str | None) -> None:
         """`message` passed (taken, ignored or a duplicate); `tenant` when it was for the bot.
         Best effort: a cursor not moved only means a message read twice at the next READY."""
         place = message.channel.id
         tenant = tenant or self.known.get(place)
-        if tenant is None or place in self.unread:  # kept for the next READY to read from
+        if tenant is None or self.plan_pending or place in self.unread:  # kept to read from
             return
         try:
             await self.opened(tenant, place, message.id)
@@ -77,32 +92,77 @@ class DiscordCatchUp:
         await self.cursors.advance(tenant, str(place), str(after))
         self.known[place] = tenant
 
+    def connected(self) -> None:
+        """A new gateway session (discord.py's `connect`, on READY): no cursor moves until
+        its catch-up has planned (`start` follows once discord.py has the servers)."""
+        self.plan_pending = True
+
     def start(self) -> None:
-        """On READY: catch up in the background, unless a catch-up still runs."""
+        """On READY: catch up in the background; a catch-up still running plans again once
+        its current plan is read (what was posted during the last gap is to be read too)."""
+        if self._stopped:
+            return
+        self.plan_pending = True
+        self._session += 1
+        self._wake.set()
         if self._running is None or self._running.done():
             self._running = asyncio.create_task(self._catch_up_safely())
 
     async def stop(self) -> None:
-        if self._running is not None:
-            self._running.cancel()
-            await asyncio.gather(self._running, return_exceptions=True)
+        self._stopped = True
+        tasks = [task for task in (self._running, self._rereading) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _catch_up_safely(self) -> None:
-        """The memory unreachable at connect: tried again every few seconds, for a while."""
+        """The memory unreachable at connect: tried again every few seconds, for a while. A
+        READY meanwhile: planned again. Then places Discord failed to give are read again."""
+        if self._rereading is not None:  # an older session's: it ends at its next step
+            await asyncio.gather(self._rereading, return_exceptions=True)
         for _ in range(RETRIES):
+            session = self._session
             try:
                 await self.catch_up()
-                return
             except Exception as exc:
                 if not not_queued_for_now(exc):
                     log.exception("could not catch up on messages posted while disconnected")
                     return
-            await asyncio.sleep(RETRY_EVERY_SECONDS)
+                await asyncio.sleep(RETRY_EVERY_SECONDS)
+                continue
+            if session == self._session:
+                if self.failed_reads and not self._stopped:
+                    self._rereading = asyncio.create_task(self._reread(session))
+                return
         log.error("memory stayed unavailable: messages posted while disconnected not read")
 
     async def catch_up(self) -> int:
         """Read each place's messages after its cursor, within the window; the number handed
         on."""
+        session = self._session
+        planned, unchanged, dropped, left_out = await self._plan()
+        if session == self._session:  # else a newer READY: the next plan may hold more
+            self.plan_pending = False
+        handed = 0
+        for place, (tenant, after) in list(self.unread.items()):
+            if session != self._session:  # a new READY: plan again (the rest keep cursors)
+                break
+            try:  # one place failing leaves the others to read
+                handed += await self._place(tenant, place, after)
+            except Exception as exc:
+                if not_queued_for_now(exc):
+                    raise
+                self._failed(place, exc)
+        log.info(
+            "caught up on Discord: %d messages in %d places (%d with nothing new; %d more left "
+            "out; %d not seen for %d days, no longer followed)", handed, planned, unchanged,
+            left_out, dropped, self.cursors.ttl // 86400,
+        )  # fmt: skip
+        return handed
+
+    async def _plan(self) -> tuple[int, int, int, int]:
+        """Which places to read, and from where (`unread`): (how many, how many had nothing
+        new, were dropped, were left out)."""
         now = discord.utils.utcnow()
         window_start = discord.utils.time_snowflake(now - WINDOW)
         expired = discord.utils.time_snowflake(now - datetime.timedelta(seconds=self.cursors.ttl))
@@ -129,22 +189,43 @@ class DiscordCatchUp:
         places.sort(reverse=True)
         for _, _, place, tenant in places[MAX_PLACES:]:  # left out: followed from now on
             self.known[place] = tenant
-        self.unread = {place for _, _, place, _ in places[:MAX_PLACES]}
-        handed = 0
-        for _, after, place, tenant in places[:MAX_PLACES]:
-            try:  # one place failing leaves the others to read
-                handed += await self._place(tenant, place, after)
-            except Exception as exc:
-                if not_queued_for_now(exc):
-                    raise
-                log.warning("could not read what was posted in %s meanwhile: %r", place, exc)
-        log.info(
-            "caught up on Discord: %d messages in %d places (%d with nothing new; %d more left "
-            "out; %d not seen for %d days, no longer followed)", handed,
-            min(len(places), MAX_PLACES), unchanged, max(len(places) - MAX_PLACES, 0), dropped,
-            self.cursors.ttl // 86400,
+        self.unread = {place: (tenant, after) for _, after, place, tenant in places[:MAX_PLACES]}
+        self.failed_reads = {}
+        return len(self.unread), unchanged, dropped, max(len(places) - MAX_PLACES, 0)
+
+    async def _reread(self, session: int) -> None:
+        """Read again, with back-off, the places Discord failed to give in passing, until each
+        is read or given up (`_failed`), or a new READY's catch-up takes over."""
+        wait = RETRY_EVERY_SECONDS
+        while self.failed_reads and session == self._session:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+            wait = min(wait * 2, REREAD_MAX_SECONDS)
+            for place in list(self.failed_reads):
+                if session != self._session:
+                    return
+                tenant, after = self.unread[place]
+                try:
+                    await self._place(tenant, place, after)
+                except Exception as exc:  # the memory unreachable counts as a try too
+                    self._failed(place, exc)
+
+    def _failed(self, place: int, exc: Exception) -> None:
+        """Reading `place` failed: read again later if it may pass (at most REREAD_TRIES
+        times), else given up for this session (its cursor kept for the next READY)."""
+        tries = self.failed_reads.get(place, -1) + 1
+        passing = self.adapter.pipeline.platform.passing(exc) or not_queued_for_now(exc)
+        if passing and tries < REREAD_TRIES:
+            self.failed_reads[place] = tries
+            log.warning("could not read what was posted in %s meanwhile: %r", place, exc)
+            return
+        self.failed_reads.pop(place, None)
+        why = f"still failing after {tries} re-reads" if passing else "refused"
+        log.error(
+            "not reading what was posted in %s meanwhile this session (%s: %r); the next "
+            "READY reads it", place, why, exc,
         )  # fmt: skip
-        return handed
 
     def _last_message(self, place: int) -> int | None:
         """The id of the cached channel's last message: whether a history call is needed
@@ -154,12 +235,13 @@ class DiscordCatchUp:
 
     async def _place(self, tenant: str, place: int, after: int) -> int:
         """Hand on what was posted in `place` after `after`. Until all of it is read, its
-        cursor stays (`unread`): a Discord error leaves it for the next READY to read."""
+        cursor stays (`unread`): a Discord error leaves it to read again (`_failed`)."""
         channel = await self.adapter.pipeline.platform.channel(place)
         if channel is None:  # deleted, or no longer visible to the bot
             await self.cursors.drop(tenant, str(place))
             self.known.pop(place, None)
-            self.unread.discard(place)
+            self.unread.pop(place, None)
+            self.failed_reads.pop(place, None)
             return 0
         messages: list[discord.Message] = []
         try:  # discord.py pages on (100 a call) until the present or the limit
@@ -168,12 +250,13 @@ class DiscordCatchUp:
             )
             async for message in history:  # what was read before an error is handed on
                 messages.append(message)
-        except Exception as exc:  # Discord's error, the network's, a timeout: read again later
+        except Exception as exc:  # Discord's error, the network's, a timeout
             if not_queued_for_now(exc):
                 raise
-            log.warning("could not read what was posted in %s meanwhile: %r", place, exc)
+            self._failed(place, exc)
         else:
-            self.unread.discard(place)
+            self.unread.pop(place, None)
+            self.failed_reads.pop(place, None)
             self.known[place] = tenant
         if len(messages) > MAX_MESSAGES:
             log.warning(

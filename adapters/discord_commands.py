@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How long /summarize waits for memory to say whether the thread is one it answers in: it must
-# answer (or defer) within Discord's 3 s, so a Redis that does not answer is said to be down.
-KNOWS_THREAD_SECONDS = 2.0
+# How long /summarize looks up, before its first answer, who sees the channel (Discord, itself
+# bounded by ASK_DISCORD_SECONDS) and whether the thread is one it answers in (memory): one
+# deadline for both, well within Discord's 3 s to answer (or defer), so a Redis that does not
+# answer is said to be down in time, however long Discord took.
+LOOKUPS_SECONDS = 2.0
 
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -85,16 +87,21 @@ class DiscordCommands:
     async def summarize(self, interaction: discord.Interaction) -> None:
         deferred = False
         try:
-            scope = await self.scope(interaction)
             channel = interaction.channel
             owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
+            lookup = "Discord (who sees the channel)"
             try:  # before the defer: a hanging Redis must not outlast Discord's 3 s
-                async with asyncio.timeout(KNOWS_THREAD_SECONDS):
+                async with asyncio.timeout(LOOKUPS_SECONDS):
+                    scope = await self.scope(interaction)  # Discord's part gives up sooner
+                    lookup = "memory (whether the bot answers in the thread)"
                     known = interaction.guild_id is None or await self.adapter.knows_thread(
                         scope, owner_id
                     )
             except TimeoutError:
-                log.warning("/summarize: memory did not answer within %s s", KNOWS_THREAD_SECONDS)
+                log.warning(
+                    "/summarize: %s did not answer within the lookups' %s s", lookup,
+                    LOOKUPS_SECONDS,
+                )  # fmt: skip
                 text = COMMAND_MEMORY_DOWN.format(command="/summarize")
                 await interaction.response.send_message(text, ephemeral=True)
                 return

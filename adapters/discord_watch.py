@@ -50,6 +50,7 @@ from bot.watches import (
     ForeignPlace,
     Undeliverable,
     WatchPlace,
+    WatchRequest,
     WatchService,
     created_text,
     describe,
@@ -60,7 +61,7 @@ from memory.digest import Digest, capped_note, short_authors, when
 from memory.ingest.arxiv_source import check_arxiv_id
 from memory.ingest.errors import IngestError
 from memory.scope import Scope, Visibility
-from memory.stores.watches import DAY, InvalidWatch, Watch
+from memory.stores.watches import InvalidWatch, Watch
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,7 @@ class DiscordWatches:
         @app_commands.describe(
             topic="what to watch, e.g. state-space models",
             period="daily, weekly, or every N days (default daily)",
-            category="an arXiv category, e.g. cs.CL", author="an author's name",
+            category="arXiv categories, e.g. cs.CL or cs.LG cs.AI", author="an author's name",
         )  # fmt: skip
         async def add(
             interaction: discord.Interaction, topic: str, period: str = "daily",
@@ -292,9 +293,15 @@ class DiscordWatches:
             if seconds is None:  # else it would fold into the topic
                 await interaction.response.send_message(bad_period(period), ephemeral=True)
                 return
-            # said as parse_watch reads it ("3 days" alone would fold into the topic)
-            text = f"{topic} every {seconds // DAY} days" + (f" cat:{category}" if category else "")
-            text += f' author:"{author}"' if author else ""
+            # the fields as they are: the topic is never re-read for a period ("weekly
+            # seasonality forecasting" stays the topic of a daily watch); the category field
+            # may name several ("cs.LG cs.AI", "cs.LG, cs.AI": each its own `cat:`), an
+            # author is one name whole
+            request = WatchRequest(
+                " ".join(topic.split()), seconds,
+                [c for c in re.split(r"[\s,]+", category or "") if c],
+                [a for a in [" ".join((author or "").split())] if a],
+            )  # fmt: skip
             if not can_send(interaction):
                 await interaction.response.send_message(CANNOT_POST, ephemeral=True)
                 return
@@ -305,7 +312,7 @@ class DiscordWatches:
                         scope.tenant, str(interaction.channel.parent_id),
                         str(interaction.channel.id),
                     )  # fmt: skip
-                watch = await watches.create(scope, text, place(interaction))
+                watch = await watches.create(scope, request, place(interaction))
             except InvalidWatch as exc:
                 await interaction.response.send_message(str(exc), ephemeral=True)
                 return

@@ -21,16 +21,21 @@ so a redelivered task edits its own message and says the same thing; the turn is
 the message's event id, so never twice. Posting and editing are best effort: a message that
 cannot be edited is posted anew, one that cannot be posted is logged, and the turn is queued
 anyway. What a person can fix (not a PDF, too large, encrypted, no text) is the file's outcome
-at once; what may pass (a download timing out, a 5xx, the embedding API busy, Redis away)
-runs again, and becomes the outcome, in words, on the last delivery: there every failure is
+at once; what may pass (Slack's 5xx, a download or the embedding API failing quickly) is
+tried again within the task (`Patience`: after RETRY_DELAYS, while the task's RETRY_SECONDS
+last; never a step that ran long, a download timing out, nor the PDF's read: only the lookup,
+the download and each embedding call), then it (or Redis away) runs again, and
+becomes the outcome, in words, on the last delivery: there every failure is
 said, and the message's text is queued as a turn all the same (only Redis failing as that is
 kept or queued makes the task run again, while it can). A last delivery that never ends (its
 process died) is not run again: `given_up` says it and queues the turn the same way.
 
 A share whose message was deleted on the platform is not read (the deletion's note lasts a
-day), nor one queued before its sharer was erased (`forget_person`'s note), nor one queued
-before its whole tenant's erasure; one whose read spanned that erasure forgets what it saved
-and queues no turn. A requeued share,
+day), nor one queued before its sharer was erased (`forget_person`'s note), nor one whose
+channel or thread was deleted on the platform (`forget_place`'s note, a day), nor one queued
+before its whole tenant's erasure; one whose read spanned any of these forgets what it saved,
+says so in its messages where they still are ("Not kept: …"), and queues no turn. A requeued
+share,
 or one queued more than LATE_SECONDS ago, may run after a deletion's note lapsed: one whose
 turn was queued already then runs only if its message is still stored (not a tombstone); one
 first run late (the bot down overnight) is read as usual.
@@ -44,12 +49,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import PurePath
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from adapters.spine import in_passing
 from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
 from bot.spent_tasks import last_delivery
+from memory.embeddings import EmbeddingError
 from memory.erased_people import ErasedPeople
 from memory.governance_erasure import NotFound
 from memory.governance_purge import DELETED_NOTE_SECONDS
@@ -62,6 +69,7 @@ from memory.stores.base import decode, delete_keys
 from memory.tasks import TaskStream, requeued
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SHARED_FILES = "shared_files"  # the background task's kind
 STREAM_PREFIX = "shared-files"  # one stream per platform: shared-files-slack, -discord
@@ -69,8 +77,18 @@ CLAIM_IDLE_MS = 600_000  # a dead process's share is taken over after this; the 
 # lasts as long unless renewed (a live process renews it, and keeps its tasks alive, however long
 # a read runs, up to MAX_RUN_MS: bot/background.py)
 MAX_DELIVERIES = 5
+# a failure that may pass (`may_pass`) is tried again after each of these, within the task
+# (`Patience`): most pass in seconds, where the task's redelivery waits CLAIM_IDLE_MS with
+# "Reading…" up; a retry starts only within RETRY_SECONDS of the task's start (all its files),
+# and never after a step that ran LONG_STEP_SECONDS (a download timing out: its redelivery's)
+RETRY_DELAYS = (10.0, 30.0)
+RETRY_SECONDS = 90.0
+LONG_STEP_SECONDS = 20.0
 LATE_SECONDS = DELETED_NOTE_SECONDS / 2  # a share older may outlive its deletion's note
 TENANT_ERASED = "the workspace's memory was erased since"
+PERSON_ERASED = "the person who shared it was erased since"
+PLACE_DELETED = "its channel or thread was deleted"
+ERASED = (TENANT_ERASED, PERSON_ERASED, PLACE_DELETED)  # what a run saved goes with the share
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
 
@@ -160,6 +178,56 @@ def fetch_failed(exc: FetchError) -> str:
     return str(exc) + (" I tried several times; share it again later." if exc.retryable else "")
 
 
+def may_pass(exc: BaseException) -> bool:
+    """Whether a failure is worth trying again in a moment: a download marked so (a timeout, a
+    5xx), or the embedding API unreachable, throttled or erring itself (not a refused key)."""
+    if isinstance(exc, FetchError):
+        return exc.retryable
+    return isinstance(exc, EmbeddingError) and in_passing(exc)
+
+
+class Patience:
+    """One task's retries of its steps that may pass: each step (`attempt`) tried again after
+    each of `delays` while it fails in a way that may pass (`may_pass`), quickly (within
+    `long_step` seconds: a step that ran long, a download timing out, is not run again here),
+    and the retry starts before the task's `deadline` (monotonic; shared by all its files).
+    Then its failure is raised: the task runs again later, or says it on its last delivery."""
+
+    def __init__(self, delays: tuple[float, ...], seconds: float, long_step: float) -> None:
+        self.delays, self.long_step = delays, long_step
+        self.deadline = time.monotonic() + seconds
+
+    async def attempt(self, step: Callable[[], Awaitable[T]]) -> T:
+        delays = iter(self.delays)
+        while True:
+            started = time.monotonic()
+            try:
+                return await step()
+            except Exception as exc:
+                now, delay = time.monotonic(), next(delays, None)
+                if (
+                    not may_pass(exc) or delay is None or now - started > self.long_step
+                    or now + delay > self.deadline
+                ):  # fmt: skip
+                    raise
+                log.info("a shared file's step failed (%r); trying again in %.0f s", exc, delay)
+            await asyncio.sleep(delay)
+
+
+class PatientEmbedder:
+    """The memory's embedder for one save, each call tried again (`Patience`): an embedding
+    failure that may pass redoes that call only, never the PDF's read before it."""
+
+    def __init__(self, embedder: Any, patience: Patience) -> None:
+        self.embedder, self.patience = embedder, patience
+
+    async def embed(self, texts: list[str]) -> Any:
+        return await self.patience.attempt(lambda: self.embedder.embed(texts))
+
+    def __getattr__(self, name: str) -> Any:  # its dimensions, model, and the like
+        return getattr(self.embedder, name)
+
+
 def went_wrong(name: str) -> str:
     """Any other failure of the last delivery (a bug, Redis or the embedding API away)."""
     return (
@@ -179,11 +247,15 @@ class SharedFiles:
         self, memory: Any, encoding: Any, ends: Mapping[str, FileEnd],
         max_bytes: int, max_pages: int | None = None, stream_prefix: str = STREAM_PREFIX,
         lock_seconds: float = CLAIM_IDLE_MS / 1000, max_run_ms: int = MAX_RUN_MS,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS, retry_seconds: float = RETRY_SECONDS,
+        long_step_seconds: float = LONG_STEP_SECONDS,
     ) -> None:  # fmt: skip
         self.memory, self.encoding, self.ends = memory, encoding, dict(ends)
         self.max_bytes, self.max_pages = max_bytes, max_pages
         self.stream_prefix = stream_prefix
         self.lock_seconds, self.max_run_ms = lock_seconds, max_run_ms
+        self.retry_delays, self.retry_seconds = retry_delays, retry_seconds
+        self.long_step_seconds = long_step_seconds
         self.progress = ShareProgress(memory.redis)
         self.workers: dict[str, BackgroundWork] = {}
 
@@ -244,8 +316,8 @@ class SharedFiles:
             # neither they nor its text are taken
             if why := await self.withdrawn(scope, payload):
                 log.info("share %s not read: %s", share, why)
-                if why == TENANT_ERASED:  # a run across the erasure may have saved some
-                    await self._forget_saved(scope, payload)
+                if why in ERASED:  # a run across the erasure may have saved some
+                    await self._not_kept(end, scope, payload, why)
                 return
             if (requeue := requeued(payload)) is not None:  # its cause fixed: read afresh
                 await self.progress.restart(tenant, share, len(payload["files"]), requeue)
@@ -254,19 +326,19 @@ class SharedFiles:
             attempt = await self.progress.attempt(tenant, share)
             last = attempt >= MAX_DELIVERIES or last_delivery()
             failed: Exception | None = None
+            patience = Patience(self.retry_delays, self.retry_seconds, self.long_step_seconds)
             for share_id, file in _file_ids(share, payload["files"]):
                 try:
-                    await self._file(end, scope, payload, share_id, file, last)
+                    await self._file(end, scope, payload, share_id, file, last, patience)
                 except Exception as exc:
                     if not last:
                         raise  # the task runs again, the turn with it
                     # only Redis failing as the outcome is kept: the question is not dropped
                     log.warning("share %s: a file's outcome was not kept: %r", share, exc)
                     failed = failed or exc
-            if await self._tenant_erased(scope, payload):  # while its files were read
-                log.info("share %s: %s; what it saved goes, its turn is not queued",
-                         share, TENANT_ERASED)  # fmt: skip
-                await self._forget_saved(scope, payload)
+            if why := await self._erased(scope, payload):  # while its files were read
+                log.info("share %s: %s; what it saved goes, its turn is not queued", share, why)
+                await self._not_kept(end, scope, payload, why)
                 return
             await self._queue_turn(scope, payload)
             if failed is not None:
@@ -285,8 +357,8 @@ class SharedFiles:
             async with self._locked(tenant, share):
                 if why := await self.withdrawn(scope, payload):
                     log.info("share %s given up, not said: %s", share, why)
-                    if why == TENANT_ERASED:
-                        await self._forget_saved(scope, payload)
+                    if why in ERASED:
+                        await self._not_kept(end, scope, payload, why)
                     return
                 for share_id, file in _file_ids(share, payload["files"]):
                     progress = await self.progress.get(tenant, share_id)
@@ -310,13 +382,9 @@ class SharedFiles:
         tenant, share = scope.tenant, payload["share"]
         if await self.memory.governance.was_deleted(tenant, share):
             return "its message was deleted"
+        if why := await self._erased(scope, payload):
+            return why
         queued_at = float(payload.get("queued_at") or 0)
-        people = (str(payload.get("sharer") or ""), str(scope.user or ""))
-        erased = await ErasedPeople(self.memory.redis).erased_at(tenant, people)
-        if erased is not None and (not queued_at or erased >= queued_at):
-            return "the person who shared it was erased since"
-        if await self._tenant_erased(scope, payload):  # its notes above went with it
-            return TENANT_ERASED
         late = requeued(payload) is not None or (
             queued_at and time.time() - queued_at > LATE_SECONDS
         )
@@ -329,6 +397,26 @@ class SharedFiles:
             return None
         return "its message is no longer stored (deleted, forgotten or expired)"
 
+    async def _erased(self, scope: Scope, payload: dict[str, Any]) -> str | None:
+        """Why nothing the share reads may be kept, if so: its sharer erased after it was
+        queued (`forget_person`'s note, written before their PDFs go: a read spanning it saves
+        after they went), its channel or thread deleted on the platform (`forget_place`'s note,
+        a day: its channel's too, for a thread not in memory yet, as a top-level mention's
+        is until its turn is queued), or its whole tenant erased after it was queued (which
+        took the notes above). A thread forgotten by command leaves no note: a read spanning
+        that keeps its PDF."""
+        tenant, queued_at = scope.tenant, float(payload.get("queued_at") or 0)
+        people = (str(payload.get("sharer") or ""), str(scope.user or ""))
+        erased = await ErasedPeople(self.memory.redis).erased_at(tenant, people)
+        if erased is not None and (not queued_at or erased >= queued_at):
+            return PERSON_ERASED
+        places = self.memory.governance.places
+        if scope.thread and await places.deleted(tenant, [scope.thread]):
+            return PLACE_DELETED
+        if await self._tenant_erased(scope, payload):
+            return TENANT_ERASED
+        return None
+
     async def _tenant_erased(self, scope: Scope, payload: dict[str, Any]) -> bool:
         """Whether the share's whole tenant was erased after it was queued (its note, kept a
         day: memory/governance_tenants.py; both on Redis's clock, `submit`)."""
@@ -336,10 +424,30 @@ class SharedFiles:
         queued_at = float(payload.get("queued_at") or 0)
         return gone is not None and (not queued_at or gone >= queued_at)
 
+    async def _not_kept(
+        self, end: FileEnd, scope: Scope, payload: dict[str, Any], why: str
+    ) -> None:
+        """What a share read across an erasure saved goes (`_forget_saved`), and each of its
+        messages (one may say "Saved") says it was not kept, unless its place went with the
+        erasure (best effort: a message that cannot be edited stays as it is)."""
+        tenant, reply = scope.tenant, payload["reply"]
+        messages = [
+            (await self.progress.get(tenant, share_id)).get("message")
+            for share_id, _ in _file_ids(payload["share"], payload["files"])
+        ]  # read before the progress notes go
+        await self._forget_saved(scope, payload)
+        if why == PLACE_DELETED:
+            return
+        for message in filter(None, messages):
+            try:
+                await end.edit(reply, message, f"Not kept: {why}.")
+            except Exception as exc:
+                log.warning("could not edit a withdrawn share's message (%r)", exc)
+
     async def _forget_saved(self, scope: Scope, payload: dict[str, Any]) -> None:
-        """What a share read across its tenant's erasure saved after the drop: the papers of
-        its files (their record names the file: `origin`), a run before this one's too, and
-        its progress notes."""
+        """What a share read across an erasure (`_erased`) saved after it: the papers of its
+        files (their record names the file: `origin`), a run before this one's too, and its
+        progress notes."""
         tenant, redis = scope.tenant, self.memory.redis
         ids = [share_id for share_id, _ in _file_ids(payload["share"], payload["files"])]
         for paper_id, raw in (await redis.hgetall(papers_key(tenant))).items():
@@ -371,7 +479,7 @@ class SharedFiles:
 
     async def _file(
         self, end: FileEnd, scope: Scope, payload: dict[str, Any], share_id: str,
-        file: dict[str, Any], last: bool,
+        file: dict[str, Any], last: bool, patience: Patience,
     ) -> None:  # fmt: skip
         tenant, reply = scope.tenant, payload["reply"]
         progress = await self.progress.get(tenant, share_id)
@@ -379,7 +487,7 @@ class SharedFiles:
         message: str | None = progress.get("message")
         if outcome is None:
             try:
-                file = await end.describe(file)
+                file = await patience.attempt(lambda: end.describe(file))
             except FetchError as exc:
                 if exc.retryable and not last:
                     raise
@@ -399,7 +507,7 @@ class SharedFiles:
                 await self.progress.set(tenant, share_id, message=message)
         if outcome is None:
             sharer = str(payload.get("sharer") or "")
-            outcome = await self._read(end, scope, share_id, file, last, sharer)
+            outcome = await self._read(end, scope, share_id, file, last, sharer, patience)
         await self.progress.set(tenant, share_id, outcome=outcome)
         if outcome != shown:
             await self._say(end, reply, tenant, share_id, message, outcome)
@@ -441,17 +549,19 @@ class SharedFiles:
         return None
 
     async def _read(
-        self, end: FileEnd, scope: Scope, share_id: str, file: dict, last: bool, sharer: str
-    ) -> str:
-        """The file's outcome; a failure that may pass raises (the task runs again), except
-        on the last delivery, where it is said."""
+        self, end: FileEnd, scope: Scope, share_id: str, file: dict, last: bool, sharer: str,
+        patience: Patience,
+    ) -> str:  # fmt: skip
+        """The file's outcome; a failure that may pass is tried again here (`patience`: the
+        download, each embedding call, not the PDF's read), then raises (the task runs
+        again), except on the last delivery, where it is said."""
         name = file_name(file)
-        memory = self.memory
+        shared = SharedFile(name, file.get("link") or "", share_id, sharer)
+        embedder = PatientEmbedder(self.memory.embedder, patience)
         try:
-            data = await end.fetch(file, self.max_bytes)
-            shared = SharedFile(name, file.get("link") or "", share_id, sharer)
+            data = await patience.attempt(lambda: end.fetch(file, self.max_bytes))
             saved = await save_shared_pdf(
-                data, shared, scope, memory.knowledge_base, memory.embedder, self.encoding,
+                data, shared, scope, self.memory.knowledge_base, embedder, self.encoding,
                 self.max_bytes, self.max_pages,
             )  # fmt: skip
         except IngestError as exc:

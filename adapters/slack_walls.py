@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -51,6 +51,7 @@ from adapters.slack_org import (
     shared_outside,
     workspace_organisation,
 )
+from bot.watch_places import Undeliverable
 from memory.scope import Visibility
 from memory.sharing import SharingChanges
 
@@ -291,14 +292,22 @@ class SlackWalls:
             team, lambda: workspace_organisation(self.client, team)
         )
 
-    async def fresh_place(self, team: str, channel: str) -> Place:
+    async def fresh_place(self, team: str, channel: str, gone: Collection[str] = ()) -> Place:
         """A channel's walls as Slack says them now (conversations.info, not the cache, which
         another process's `channel_shared` did not empty): for what is rare and posted for all
-        of the channel to read (a digest). Slack unable to say: private and shared."""
+        of the channel to read (a digest). Slack unable to say: private and shared. An error
+        of `gone` (the channel deleted: a digest's place refused before arXiv is asked) raises
+        Undeliverable."""
         try:
             async with asyncio.timeout(FRESH_SECONDS):
                 return await self._describe(channel)
-        except (SlackApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except SlackApiError as exc:
+            error = exc.response.get("error", "")
+            if error in gone:
+                raise Undeliverable(f"Slack refused the digest in {channel}: {error}") from exc
+            log.info("Slack could not describe %s of %s (%r): walled", channel, team, exc)
+            return UNKNOWN_PLACE
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.info("Slack could not describe %s of %s (%r): walled", channel, team, exc)
             return UNKNOWN_PLACE
 

@@ -254,8 +254,9 @@ class SlackWatches:
         since the watch was made), or Slack cannot say (fails closed): its digest is read as a
         walled place's, never naming a PDF shared in a public channel. Asked of Slack afresh,
         not of the cache: a digest is posted for the whole channel, and is rare enough to ask
-        (the cache follows `channel_shared` only if Slack's event reached some process)."""
-        place = await self.walls.fresh_place(watch.tenant, watch.channel)
+        (the cache follows `channel_shared` only if Slack's event reached some process).
+        Undeliverable when Slack says the channel is gone (refused before arXiv is asked)."""
+        place = await self.walls.fresh_place(watch.tenant, watch.channel, gone=UNDELIVERABLE)
         return place.shared or place.visibility is not Visibility.PUBLIC
 
     async def _channel_info(self, channel: str) -> dict[str, Any]:
@@ -351,9 +352,14 @@ class SlackWatches:
 
     async def answer(self, reply: dict[str, Any], text: str) -> None:
         if reply.get("response_url"):
-            await AsyncWebhookClient(reply["response_url"]).send(
+            response = await AsyncWebhookClient(reply["response_url"]).send(
                 text=text, response_type="ephemeral", replace_original=False
             )
+            status = response.status_code
+            if status >= 500 or status == 429:  # the Save task tries again (bot/watch_saves.py)
+                raise RuntimeError(f"response_url answered {status}: {response.body}")
+            if status >= 400:  # expired or used up (5 posts): every retry would be refused too
+                log.warning("response_url refused the answer (%s): %s", status, response.body)
         elif reply.get("channel") and reply.get("user"):
             await self.client.chat_postEphemeral(
                 channel=reply["channel"], user=reply["user"], text=text

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from memory.scope import Scope  # noqa: E402
 from memory.tasks import TaskStream  # noqa: E402
 
 TARGET = 150.0  # messages per second
+QUESTION_EVERY = 0.1  # seconds between the foreground questions timed while indexing runs
 LOCOMO = SHARED / "benchmarks" / "locomo" / "locomo-dev.json"
 
 
@@ -46,6 +49,44 @@ async def redis_cpu(client) -> float:
     """Seconds of CPU the Redis server has used (user + system, all its threads)."""
     info = await client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds by thread kind (Linux): the event loop, the background lane's runners, the
+    default executor's (the foreground lane, and the background lane's waits) and the rest."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = names.get(int(task.name), "other (onnx, redis, ...)")
+            kind = name.rstrip("_0123456789").split("-")[0] if name != "MainThread" else "loop"
+            out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+async def question_latencies(memory, tag: str, count: int) -> list[float]:
+    """Seconds a question's embedding takes (the foreground lane, uncached), one every
+    QUESTION_EVERY: what a turn would wait while indexing runs (cancelled to stop, keeping
+    what it measured in `found`)."""
+    found: list[float] = []
+    try:
+        for i in range(count):
+            started = time.perf_counter()
+            await memory.embedder.embed([f"what did {tag} person {i} say about the assay?"])
+            found.append(time.perf_counter() - started)
+            await asyncio.sleep(QUESTION_EVERY)
+    except asyncio.CancelledError:
+        pass
+    return found
+
+
+def _ms(seconds: list[float], percentile: float) -> str:
+    if not seconds:
+        return "-"
+    ordered = sorted(seconds)
+    return f"{ordered[min(len(ordered) - 1, int(len(ordered) * percentile / 100))] * 1000:.0f} ms"
 
 
 async def run(args: argparse.Namespace, url: str) -> None:
@@ -60,17 +101,23 @@ async def run(args: argparse.Namespace, url: str) -> None:
     for i, turn in enumerate(texts):
         scope = Scope("bench", f"bench:{i // 50}", "C1", user=turn.speaker, user_name=turn.speaker)
         stored.append((scope, await memory.conversation.append(scope, "user", turn.content)))
+    idle = await question_latencies(memory, "idle", 20)
     cpu_before, own_before = await redis_cpu(client), time.process_time()
+    threads_before = thread_cpu()
     started = time.perf_counter()
+    busy = asyncio.create_task(question_latencies(memory, "busy", 10**6))
     for i in range(0, len(stored), 2):  # a turn: a question and its answer
         scope = stored[i][0]
         await upkeep.after_messages(scope, [m for _, m in stored[i : i + 2]], 0)
     queued = time.perf_counter() - started
     await background.drain()
     seconds = time.perf_counter() - started
+    busy.cancel()
+    during = await asyncio.gather(busy, return_exceptions=True)
     rate = len(stored) / seconds
     redis_seconds = await redis_cpu(client) - cpu_before
     own_seconds = time.process_time() - own_before
+    threads_after = thread_cpu()
     print(f"{len(stored)} messages queued in {queued:.2f} s, indexed in {seconds:.2f} s: "
           f"{rate:.0f} messages/s (target >= {TARGET:.0f}: {'MET' if rate >= TARGET else 'MISSED'})")  # fmt: skip
     per = 1000 / len(stored)
@@ -78,6 +125,15 @@ async def run(args: argparse.Namespace, url: str) -> None:
           f"Redis {redis_seconds * per:.2f} ms (writes, HNSW inserts); {os.cpu_count()} cores "
           f"allow at most {len(stored) * (os.cpu_count() or 1) / (own_seconds + redis_seconds):.0f} "
           "messages/s at this CPU cost")  # fmt: skip
+
+    split = {k: v - threads_before.get(k, 0.0) for k, v in threads_after.items()}
+    print("  this process's CPU per message by thread: " + ", ".join(
+        f"{kind} {seconds * per:.2f} ms" for kind, seconds in sorted(split.items()) if seconds
+    ))  # fmt: skip
+    loaded = during[0] if isinstance(during[0], list) else []
+    print(f"  a question's embedding (foreground lane): idle p50 {_ms(idle, 50)}, p90 "
+          f"{_ms(idle, 90)}; while indexing p50 {_ms(loaded, 50)}, p90 {_ms(loaded, 90)}, "
+          f"max {_ms(loaded, 100)} ({len(loaded)} questions)")  # fmt: skip
 
     delays = []  # steady state: one turn at a time, time until its answer is searchable
     for i in range(args.steady):

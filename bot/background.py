@@ -68,6 +68,7 @@ class BackgroundWork:
         self._next_claim = 0.0
         self._slots = asyncio.Semaphore(workers)
         self._stop = asyncio.Event()
+        self._closing = False  # set by stop_reading: nothing starts the consumer again
         self._consumer: asyncio.Task | None = None
         self._beating: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
@@ -91,7 +92,8 @@ class BackgroundWork:
                 self._quiet.set()
 
     async def submit(self, kind: str, payload: dict) -> str:
-        """Queue a task (in Redis before this returns) and make sure the consumer runs."""
+        """Queue a task (in Redis before this returns) and make sure the consumer runs, unless
+        this process is closing (`start`): then the task waits in Redis for another."""
         if kind not in self.handlers:
             raise ValueError(f"No handler for background task kind {kind!r}.")
         task_id = await self.stream.add(kind, payload)
@@ -130,7 +132,12 @@ class BackgroundWork:
             delay = seconds
 
     def start(self) -> None:
-        """Start the consumer loop, if it is not running (needs a running event loop)."""
+        """Start the consumer loop, if it is not running (needs a running event loop). Not
+        once closing (`stop_reading`): an event arriving during shutdown (a deletion that
+        queues a task) would restart it, claim what stopping processes handed back, and be
+        killed mid-run."""
+        if self._closing:
+            return
         if self._consumer is None or self._consumer.done():
             self._stop.clear()
             self._next_claim = 0.0  # claim what crashed consumers left, first thing
@@ -142,8 +149,9 @@ class BackgroundWork:
 
     async def drain(self) -> None:
         """Wait until every task on the stream (submitted by anyone) is done and acknowledged.
-        Tasks that keep failing hold this up until they are dead-lettered."""
-        if not await self.stream.pending_count():
+        Tasks that keep failing hold this up until they are dead-lettered. A closing process
+        reads no more: it does not wait."""
+        if self._closing or not await self.stream.pending_count():
             return
         self.start()
         while await self.stream.pending_count():
@@ -154,6 +162,7 @@ class BackgroundWork:
         started, without waiting for the running batches. A process with several workers
         calls this on each before closing any, so that no hand-back waits for another's
         batches (and the platform's kill)."""
+        self._closing = True
         self._stop.set()
         for ticker in list(self._tickers):
             ticker.cancel()

@@ -7,6 +7,7 @@ services), never the model, so no tool call can reach another team's, place's or
 from __future__ import annotations
 
 import copy
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,11 +16,16 @@ from typing import Any, Literal
 from bot.citations import SourceRegistry
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
+from memory.embeddings import EmbeddingError
+from memory.errors import memory_unavailable
 from memory.ingest.arxiv_source import ArxivSource
+from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv
+
+log = logging.getLogger(__name__)
 
 PAPER_TOOLS = ("arxiv_search_candidates", "fetch_and_save_paper_to_kb")  # they show papers by id
 _TOOL_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
@@ -55,8 +61,8 @@ class ToolContext:
     # the audiences of the memory the call showed: its tool log is stored for the narrowest
     # (memory/stores/tool_log.py `log_audience`)
     shown_audiences: set[str] = field(default_factory=set)
-    # the ids of the stored messages the call showed: forgetting one deletes its tool log
-    # (memory/stores/tool_log.py `forget_showing`)
+    # the ids of the stored messages, summaries and tool logs the call showed: forgetting one
+    # deletes its tool log (memory/stores/tool_log.py `forget_showing`)
     shown_messages: set[str] = field(default_factory=set)
 
 
@@ -90,6 +96,21 @@ async def arxiv_search_candidates(ctx: ToolContext, query: str, max_results: int
     return "\n".join(lines)
 
 
+class SaveFailed(RuntimeError):
+    """A paper could not be saved because a service failed; the message names only which kind
+    (the toolbox puts it in the tool's result, its log and so before the model, which may repeat
+    it: a provider's text, a masked key or an internal address, must not be in it)."""
+
+
+def failed_service(exc: BaseException) -> str:
+    """Which service failed, in words fit for a channel."""
+    if memory_unavailable(exc):
+        return "the memory store is unreachable"
+    if isinstance(exc, EmbeddingError):
+        return "the embedding service failed"
+    return "something went wrong on my side"
+
+
 @toolbox.register_tool
 async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
     """Download an arXiv paper's PDF and save its full text, chunked and embedded, to the
@@ -100,9 +121,18 @@ async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
         arxiv_id: the paper's arXiv id, e.g. "2310.08560".
     """
     memory = ctx.memory
-    paper, chunks, already = await fetch_and_save(
-        arxiv_id, ctx.scope, memory.knowledge_base, memory.embedder, ctx.encoding, ctx.arxiv
-    )
+    try:
+        paper, chunks, already = await fetch_and_save(
+            arxiv_id, ctx.scope, memory.knowledge_base, memory.embedder, ctx.encoding, ctx.arxiv
+        )
+    except IngestError:
+        raise  # the paper's own problem, in words for the person
+    except Exception as exc:  # a service away: its provider's text stays in the operator's log
+        log.warning("the tool could not save %s: %r", arxiv_id, exc)
+        raise SaveFailed(
+            f"could not save arXiv:{arxiv_id} right now ({failed_service(exc)}); "
+            "try again in a minute"
+        ) from None
     ctx.sources.show_paper(paper.arxiv_id)
     state = "was already in" if already else f"is now saved ({chunks} passages) to"
     return f"[arXiv:{paper.arxiv_id}] {paper.title} {state} the knowledge base. Link: {paper.link}"
@@ -168,9 +198,10 @@ async def expand_summary(ctx: ToolContext, summary_id: str) -> str:
     Args:
         summary_id: the id shown as [Summary ID: ...] in Summary Memory.
     """
-    covered = (await ctx.memory.summaries.get(ctx.scope, summary_id)).message_ids
+    summary = await ctx.memory.summaries.get(ctx.scope, summary_id)
     expanded = await ctx.consolidator.expand_summary(ctx.scope, summary_id, ctx.shown_audiences)
-    ctx.shown_messages.update(covered)  # what its text and detail were written from
+    ctx.shown_messages.update(summary.message_ids)  # what its text and detail were written from
+    ctx.shown_messages.add(summary.id)  # its text: forgetting the summary takes this log too
     return expanded
 
 
@@ -186,6 +217,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     entry = await ctx.memory.tool_logs.get(ctx.scope, log_id)
     ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
     ctx.shown_messages.update(entry.message_ids)
+    ctx.shown_messages.add(entry.id)  # its output: forgetting that log takes this one too
     output, start = entry.output, min(max(0, int(offset)), len(entry.output))
     called = str(entry.tool_input)
     called = called if len(called) <= LOG_INPUT_CHARS else called[:LOG_INPUT_CHARS] + "…"

@@ -16,10 +16,11 @@ and the stored answer (an `ARTIFACTS` task, bot/harness.py `write_artifacts`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
@@ -232,12 +233,17 @@ class Upkeep:
         edited once their old text was written, are deleted again (`_take_out`)."""
         by_tenant: dict[str, tuple[Scope, list[Episode]]] = {}
         asked: list[tuple[Scope, list[Message], set[str]]] = []  # and the ids written
-        for task in tasks:
-            scope = Scope.from_dict(task["scope"])
-            messages = [Message(**m) for m in task["messages"]]
-            # each message's place and the one before it (its previous_ts), in one read
-            seqs = [m.seq for m in messages] + [m.seq - 1 for m in messages if m.seq > 0]
-            stored = await self.memory.conversation.at(scope, seqs)
+        batch = [
+            (Scope.from_dict(task["scope"]), [Message(**m) for m in task["messages"]])
+            for task in tasks
+        ]
+        # each message's place and the one before it (its previous_ts): every task's reads
+        # go out together, one round trip for the batch rather than one per task
+        places = await self._read_places(
+            (scope, [m.seq for m in messages] + [m.seq - 1 for m in messages if m.seq > 0])
+            for scope, messages in batch
+        )
+        for (scope, messages), stored in zip(batch, places, strict=True):
             kept = [m for m in messages if still_holds(stored.get(m.seq), m)]
             asked.append((scope, messages, {m.id for m in kept}))
             episodes = [
@@ -249,11 +255,21 @@ class Upkeep:
         with background_embedding():
             for scope, episodes in by_tenant.values():
                 await self.memory.episodes.add(scope, episodes)  # embeds messages and parts
-        for scope, messages, written in asked:  # a forget or edit ran meanwhile: before we wrote?
-            now = await self.memory.conversation.at(scope, (m.seq for m in messages))
+        # a forget or edit ran meanwhile: before we wrote?
+        nows = await self._read_places(
+            (scope, [m.seq for m in messages]) for scope, messages, _ in asked
+        )
+        for (scope, messages, written), now in zip(asked, nows, strict=True):
             gone = [m for m in messages if not still_holds(now.get(m.seq), m)]
             if gone:
                 await self._take_out(scope, gone, written, now)
+
+    async def _read_places(
+        self, reads: Iterable[tuple[Scope, list[int]]]
+    ) -> list[dict[int, Message]]:
+        """The thread's messages at these positions (`conversation.at`), for each read."""
+        at = self.memory.conversation.at
+        return list(await asyncio.gather(*(at(scope, seqs) for scope, seqs in reads)))
 
     async def _take_out(
         self, scope: Scope, gone: list[Message], written: set[str], now: dict[int, Message]

@@ -17,6 +17,7 @@ from bot.watch_places import TERMINAL, Poster, WatchPlace, place_of
 from bot.watch_texts import (
     RESERVED,
     USAGE,
+    WatchRequest,
     chat_command,
     created_text,
     describe,
@@ -49,11 +50,14 @@ class WatchCommands:
         self.now = now
 
     async def create(
-        self, scope: Scope, text: str, place: WatchPlace | None, watch_id: str = ""
-    ) -> Watch:
-        """A watch posting to `place`; InvalidWatch when the request is malformed or this
-        process's poster says it cannot post there (the bot is not in the channel)."""
-        request = parse_watch(text)
+        self, scope: Scope, text: str | WatchRequest, place: WatchPlace | None,
+        watch_id: str = "",
+    ) -> Watch:  # fmt: skip
+        """A watch posting to `place`, from a command's text or a request already read from
+        a form's fields (Discord's `/watch add`: its topic never re-read for a period);
+        InvalidWatch when the request is malformed or this process's poster says it cannot
+        post there (the bot is not in the channel)."""
+        request = parse_watch(text) if isinstance(text, str) else text
         place = place or TERMINAL
         poster = self.posters.get(place.platform)
         if poster is not None and (why := await poster.can_post(place, tenant=scope.tenant)):
@@ -164,7 +168,8 @@ class WatchCommands:
         return f"Stopped watching {describe(watch)}{where} (`{watch.id}`)."
 
     async def _pause(self, scope: Scope, watch: Watch, where: str) -> str:
-        await self.store.pause(watch, f"paused by {scope.user or 'someone'}")
+        if not await self.store.pause(watch, f"paused by {scope.user or 'someone'}"):
+            return _not_here(watch.id)  # removed meanwhile
         return (
             f"Paused {describe(watch)}{where} (`{watch.id}`); `/watch resume {watch.id}` "
             "resumes it."
@@ -179,7 +184,8 @@ class WatchCommands:
             return NO_POSTER.format(platform=watch.platform)
         if poster is not None and (why := await poster.can_post(own, tenant=watch.tenant)):
             return why  # e.g. a channel not of this tenant's (an imported watch): stays paused
-        await self.store.resume(watch, self.now())
+        if not await self.store.resume(watch, self.now()):
+            return _not_here(watch.id)  # removed meanwhile
         return (
             f"Resumed {describe(watch)}{where} (`{watch.id}`): a digest comes within a few minutes."
         )

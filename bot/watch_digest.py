@@ -3,8 +3,10 @@
 - A digest task runs alone (a lock per period, renewed while it runs) and claims its period again
   (bot/watch_scheduler.py claimed it first): a duplicate task does nothing, and a task whose
   period a later claim has overtaken folds into the later digest (one catch-up digest).
-- Before posting it records "posting"; a re-run that finds it asks the platform whether the
-  message is there (Slack: the message's metadata in the channel's history; Discord: the send's
+- Before posting it records "posting", only if the watch is still there and not paused (one
+  script: a `/watch remove` or `pause` during the build, which takes a while of arXiv's
+  answers, posts nothing and leaves `since` where it was); a re-run that finds it asks the
+  platform whether the message is there (Slack: the message's metadata in the channel's history; Discord: the send's
   nonce, which Discord refuses to use twice), so a crash between posting and recording does not
   post twice. Then the period is recorded as posted with the papers it showed, and the watch's
   `since` moves on.
@@ -13,6 +15,8 @@
   it (`PostingRestricted`), then `/watch resume <id>`). A channel not of the watch's tenant
   (`ForeignPlace`: the poster checks it at every post) is refused the same way, and the poster
   tells only a person of the tenant; a place gone is refused before arXiv is asked (`walled`).
+  A watch whose topic arXiv cannot search (saved before `create` refused such topics) is paused
+  the same way, before arXiv is asked (its query would be every paper of the period).
   A digest arXiv did not answer is tried again later with a growing delay
   (the watch stays due, at `retry_at`); after RETRY_TELL_AFTER failures in a row the place is
   told once.
@@ -38,7 +42,7 @@ from bot.watch_texts import describe, utc_minute
 from memory.digest import Digest, DigestBuilder, digest_text
 from memory.embeddings import background_embedding
 from memory.ingest.errors import IngestError
-from memory.stores.watches import LOCK_SECONDS, Watch, WatchStore
+from memory.stores.watches import LOCK_SECONDS, REMAKE, Watch, WatchStore, unsearchable
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,12 @@ def resume_advice(watch: Watch, exc: Undeliverable) -> str:
     )
 
 
+def unsearchable_advice(watch: Watch) -> str:
+    """What the creator of a watch paused for its unsearchable topic does next (resuming it
+    changes nothing: its next digest pauses it again)."""
+    return f"I paused it: {REMAKE}, and `/watch remove {watch.id}` this one."
+
+
 def retry_delay(failures: int, period: int) -> float:
     """After `failures` failed tries in a row (1, 2, …): 1, 2, 4 … minutes, at most 6 hours
     or a period."""
@@ -132,8 +142,9 @@ class DigestTasks:
     async def digest(self, payload: dict) -> str:
         """One period's digest, once: returns what happened ("posted", "empty", "done"
         (already), "gone" (watch removed), "other" (another task has the period), "folded" (a
-        later period covers it), "paused", "failed" (the place refused it: paused, its
-        creator told), "retry" (arXiv did not answer: due again later))."""
+        later period covers it), "paused", "failed" (the place refused it, or arXiv cannot
+        search its topic: paused, its creator told), "retry" (arXiv did not answer: due
+        again later))."""
         tenant, watch_id, due = payload["tenant"], payload["watch"], str(payload["due"])
         until = float(payload["until"])
         token = str(payload.get("token") or "")
@@ -169,6 +180,10 @@ class DigestTasks:
                 if ref is not None:  # posted before a crash: record it, post nothing
                     await self.store.finish(watch, due, until, self.now(), ref, record.papers)
                     return "done"
+            if not watch.searchable:  # saved before such topics were refused: never asked
+                why = unsearchable(watch.query)  # (it would be every paper of the period)
+                await self._paused(watch, due, poster, why, unsearchable_advice(watch))
+                return "failed"
             try:  # a place gone is refused before arXiv is asked
                 walled = await walled_now(poster, watch)
             except Undeliverable as exc:
@@ -182,7 +197,10 @@ class DigestTasks:
             if not digest.items:
                 await self.store.finish(watch, due, until, self.now())
                 return "empty"
-            await self.store.posting(tenant, watch_id, due, self.now(), digest.arxiv_ids)
+            state = await self.store.posting(tenant, watch_id, due, self.now(), digest.arxiv_ids)
+            if state != "ok":  # removed or paused while arXiv was asked: nothing posted
+                await self.store.settle(tenant, watch_id, due, state)  # `since` stays
+                return state
             try:
                 ref = await poster.post(watch, digest, marker)
             except Undeliverable as exc:
@@ -200,11 +218,16 @@ class DigestTasks:
         watch paused, and its creator told what to do for its reason (`resume_advice`; the
         poster tells only a person of the watch's tenant)."""
         log.warning("watch %s in %s: %s", watch.id, watch.tenant, exc)
-        await self.store.settle(watch.tenant, watch.id, due, "failed", str(exc))
-        await self.store.pause(watch, str(exc))
+        await self._paused(watch, due, poster, str(exc), resume_advice(watch, exc))
+
+    async def _paused(self, watch: Watch, due: str, poster: Poster, why: str, advice: str) -> None:
+        """The period given up and the watch paused for `why`, its creator told (`advice`)."""
+        await self.store.settle(watch.tenant, watch.id, due, "failed", why)
+        if not await self.store.pause(watch, why):  # removed meanwhile (its place deleted)
+            return  # no one to tell: its removal said so
         text = (
             f"I could not post the digest of your watch {describe(watch)} (`{watch.id}`): "
-            f"{exc}. {resume_advice(watch, exc)}"
+            f"{why}. {advice}"
         )
         try:
             await poster.tell(watch, text)
@@ -240,7 +263,10 @@ class DigestTasks:
         self, watch: Watch, since: float | None = None, record: bool = False
     ) -> Digest:
         """The digest as it would be now (`watch run` of a chat watch); records nothing, not
-        even what arXiv gave (`record`: a terminal watch's run, its delivery)."""
+        even what arXiv gave (`record`: a terminal watch's run, its delivery). IngestError for
+        a topic arXiv cannot search (never asked: it would be every paper of the period)."""
+        if not watch.searchable:
+            raise IngestError(f"{unsearchable(watch.query)}; {REMAKE}.")
         try:
             walled = await walled_now(self.posters.get(watch.platform), watch)
         except Undeliverable:  # its place is gone: previewed as a walled place's

@@ -3,7 +3,9 @@
 Kept apart from the service so that every side (chat, slash commands, the terminal's
 `arxivscout watch`, the digest task's notices) reads a request and words a watch the same way.
 
-- `parse_watch` reads "state-space models weekly cat:cs.LG author:Gu" (a slash command's text).
+- `parse_watch` reads "state-space models weekly cat:cs.LG author:Gu" (a slash command's text):
+  a period is read only as the topic's last phrase ("daily", "weekly", "every N days", "every
+  day|week"), so a topic's own words ("3D reconstruction", "weekly seasonality") stay in it.
 - A chat message is a watch command only in an explicit form (`chat_command`): "watch: <topic>",
   or "watch <topic>" naming a period or an option ("weekly", "every 3 days", "cat:", "author:"),
   or "watch list|remove|pause|resume|help …"; never with a question mark, nor "watch out", "watch
@@ -22,8 +24,10 @@ from dataclasses import dataclass, field
 from memory.stores.watches import DAY, InvalidWatch, Watch
 
 _PERIOD = re.compile(r"^(?:every\s*)?(\d{1,3})\s*(?:d|days?)$", re.I)
-_OPTION = re.compile(
-    r"\b(cat|category|au|author):(\"[^\"]+\"|\S+)|\bevery\s+\d{1,3}\s+days?\b", re.I
+_OPTION = re.compile(r"\b(cat|category|au|author):(\"[^\"]+\"|\S+)", re.I)
+# the period a topic ends with: never a bare "3d" or "week" (words of topics: "3D reconstruction")
+_TRAILING_PERIOD = re.compile(
+    r"(?:^|\s)(daily|weekly|every\s+(?:day|week|\d{1,3}\s*(?:d|days?)))\s*$", re.I
 )
 RESERVED = ("list", "remove", "delete", "stop", "pause", "resume", "help")
 _CHAT = re.compile(r"^\s*watch(:|\s)\s*(.*)$", re.I | re.S)
@@ -78,23 +82,20 @@ def chat_command(text: str) -> str | None:
 
 
 def parse_watch(text: str) -> WatchRequest:
-    """A watch's topic and options from free text; InvalidWatch when nothing is asked."""
+    """A watch's topic and options from free text; InvalidWatch when nothing is asked. The
+    period is the topic's last phrase only (`_TRAILING_PERIOD`), read once the options are out."""
     request = WatchRequest("")
-    rest = []
     for found in _OPTION.finditer(text):
-        if found.group(1) is None:
-            request.period = parse_period(found.group(0)) or request.period
-            continue
         value = found.group(2).strip('"').replace("_", " ").strip()
         target = request.categories if found.group(1).lower() in ("cat", "category") else None
         (target if target is not None else request.authors).append(value)
-    for word in _OPTION.sub(" ", text).split():
-        period = parse_period(word)
-        if period is not None:
-            request.period = period
-        else:
-            rest.append(word)
-    request.query = " ".join(rest).strip(" .,:;\"'")
+    topic = " ".join(_OPTION.sub(" ", text).split())
+    if found := _TRAILING_PERIOD.search(topic):
+        period = parse_period(" ".join(found.group(1).split()))
+        if period is None:  # "every 0 days"
+            raise InvalidWatch("A watch's period is at least a day. " + USAGE)
+        request.period, topic = period, topic[: found.start()]
+    request.query = topic.strip(" .,:;\"'")
     if not (request.query or request.categories or request.authors):
         raise InvalidWatch("What should I watch? " + USAGE)
     return request

@@ -8,7 +8,8 @@ and returns only items of those; nothing here decides who may see what beyond th
 live beside it, one module a part:
 - memory/browse_threads.py: the thread list, a page of a thread (messages, summaries, tool
   calls), one message, summary or tool log; a thread's audience is its first message's;
-- memory/browse_knowledge.py: papers and their passages, entities and workflows;
+- memory/browse_knowledge.py: papers and their passages, entities and workflows (a page of
+  them at a time: `Listing`);
 - memory/browse_search.py: search over past messages and passages (`Relevance`), and people's
   display names;
 - memory/browse_reader.py: `Reader` and `sees`, what a reader may see.
@@ -16,7 +17,14 @@ live beside it, one module a part:
 
 from __future__ import annotations
 
-from memory.browse_knowledge import EntityInfo, KnowledgeReads, PaperInfo, PassageView, WorkflowInfo
+from memory.browse_knowledge import (
+    EntityInfo,
+    KnowledgeReads,
+    Listing,
+    PaperInfo,
+    PassageView,
+    WorkflowInfo,
+)
 from memory.browse_reader import Audiences, Reader, sees
 from memory.browse_search import Relevance, SearchReads, SearchResults
 from memory.browse_threads import (
@@ -33,6 +41,7 @@ __all__ = [
     "Audiences",
     "Browse",
     "EntityInfo",
+    "Listing",
     "MessageView",
     "PaperInfo",
     "PassageView",

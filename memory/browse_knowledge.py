@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
+
+from redisvl.query import FilterQuery
 
 from memory.browse_reader import Audiences, Reads, sees
 from memory.keys import papers_key
 from memory.links import web_link
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import decode
+from memory.stores.base import decode, search_rows
 from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv, is_shared_pdf, paper_label
 
 
@@ -142,6 +144,15 @@ class WorkflowInfo:
 Learned = TypeVar("Learned", EntityInfo, WorkflowInfo)
 
 
+@dataclass
+class Listing(Generic[Learned]):
+    """Some of a list, newest first (`limit` from `offset`), and how long the whole list is
+    (what the reader may see): the page says the real count and how many pages there are."""
+
+    items: list[Learned]
+    total: int
+
+
 class KnowledgeReads(Reads):
     # -- papers --------------------------------------------------------------------------------
 
@@ -180,13 +191,27 @@ class KnowledgeReads(Reads):
         self, tenant: str, audiences: Audiences, limit: int = 500
     ) -> list[EntityInfo]:
         """The entities `audiences` may see, latest updated first."""
-        return await self._listed(self.memory.entities, EntityInfo, tenant, audiences, limit)
+        return (await self.entity_listing(tenant, audiences, limit)).items
 
     async def workflows(
         self, tenant: str, audiences: Audiences, limit: int = 500
     ) -> list[WorkflowInfo]:
         """The workflows `audiences` may see, latest first."""
-        return await self._listed(self.memory.workflows, WorkflowInfo, tenant, audiences, limit)
+        return (await self.workflow_listing(tenant, audiences, limit)).items
+
+    async def entity_listing(
+        self, tenant: str, audiences: Audiences, limit: int, offset: int = 0
+    ) -> Listing[EntityInfo]:
+        """`limit` of the entities `audiences` may see from `offset`, and how many there are."""
+        store = self.memory.entities
+        return await self._listed(store, EntityInfo, tenant, audiences, limit, offset)
+
+    async def workflow_listing(
+        self, tenant: str, audiences: Audiences, limit: int, offset: int = 0
+    ) -> Listing[WorkflowInfo]:
+        """`limit` of the workflows `audiences` may see from `offset`, and how many there are."""
+        store = self.memory.workflows
+        return await self._listed(store, WorkflowInfo, tenant, audiences, limit, offset)
 
     async def entity(self, tenant: str, entity_id: str, audiences: Audiences) -> EntityInfo | None:
         """One entity by its id, when `audiences` may see it."""
@@ -199,22 +224,33 @@ class KnowledgeReads(Reads):
         return await self._item(self.memory.workflows, WorkflowInfo, tenant, workflow_id, audiences)
 
     async def _listed(
-        self, store: Any, info: type[Learned], tenant: str, audiences: Audiences, limit: int
-    ) -> list[Learned]:
-        """The store's records `audiences` may see, newest first (`info.NEWEST`)."""
+        self,
+        store: Any,
+        info: type[Learned],
+        tenant: str,
+        audiences: Audiences,
+        limit: int,
+        offset: int,
+    ) -> Listing[Learned]:
+        """The store's records `audiences` may see, newest first (`info.NEWEST`): one FT.SEARCH
+        (LIMIT offset limit), whose reply counts them all too."""
         if audiences is not None and not audiences:
-            return []  # an empty tag filter would match everything
+            return Listing([], 0)  # an empty tag filter would match everything
         scope = self.reader(tenant, audiences)
         where = None if audiences is None else store.audience_filter(scope)
-        rows = await store._list(
-            tenant, list(info.FIELDS), limit, where, sort_by=(info.NEWEST, "DESC")
-        )
+        query = FilterQuery(
+            filter_expression=where if where is not None else "*",
+            return_fields=list(info.FIELDS), sort_by=(info.NEWEST, "DESC"),
+        )  # fmt: skip
+        query.paging(max(0, offset), max(0, limit))
+        reply = await store._search(tenant, "FT.SEARCH", *query.get_args())
         prefix = store.key_prefix(tenant)
-        return [
+        items = [
             info.of(r["id"][len(prefix) :], r)
-            for r in rows
+            for r in search_rows(reply, query)
             if r["id"].startswith(prefix) and scope.can_see(decode(r.get("audience")) or PUBLIC)
         ]
+        return Listing(items, _total(reply))
 
     async def _item(
         self, store: Any, info: type[Learned], tenant: str, item_id: str, audiences: Audiences
@@ -227,3 +263,10 @@ class KnowledgeReads(Reads):
         if not sees(audiences, decode(row["audience"]) or PUBLIC):
             return None
         return info.of(item_id, row)
+
+
+def _total(reply: Any) -> int:
+    """How many records an FT.SEARCH matched, whatever its LIMIT (RESP2 or RESP3)."""
+    if isinstance(reply, dict):
+        return int(reply.get(b"total_results", reply.get("total_results", 0)))
+    return int(reply[0]) if reply else 0

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -50,6 +51,7 @@ from memory.governance_threads import RETRIES, ThreadEraser, Threads, covered_by
 from memory.keys import (
     busy_threads_key,
     deleted_message_key,
+    erased_tenant_key,
     forgetting_key,
     papers_key,
     threads_key,
@@ -213,7 +215,8 @@ class Governance:
         """The summary goes; a new one written by the deterministic compaction (over its
         remaining messages, or listing its children for a merged one) takes its place and its
         id, so every message stays in the window or under a summary. The summaries it was
-        merged into are rewritten too (`merged_note`)."""
+        merged into are rewritten too (`merged_note`), and the tool logs of the calls that
+        expanded it or them go (`forget_showing`)."""
         summaries = self.memory.summaries
         async with self._exclusive(tenant):
             old = (await summaries.get_many(tenant, [summary_id])).get(summary_id)
@@ -247,14 +250,32 @@ class Governance:
             else:
                 raise Busy("The summary kept moving while it was being forgotten; try again.")
             rewritten = await self._threads.rewrite_ancestors(tenant, {new.parent} - {""})
-            return Erasure(summaries=1 + rewritten)
+            # the logs of the calls that expanded it or a summary it was merged into: the
+            # old texts live on there
+            expanded = [summary_id, *await self._ancestors(tenant, new.parent)]
+            shown = await self.memory.tool_logs.forget_showing(tenant, expanded)
+            return Erasure(summaries=1 + rewritten, tool_logs=shown)
+
+    async def _ancestors(self, tenant: str, parent: str) -> list[str]:
+        """The summaries a summary was merged into: `parent`, its parent, up to the top."""
+        chain: list[str] = []
+        while parent and parent not in chain:
+            chain.append(parent)
+            found = (await self.memory.summaries.get_many(tenant, [parent])).get(parent)
+            parent = found.parent if found is not None else ""
+        return chain
 
     async def forget_tool_log(self, tenant: str, log_id: str) -> Erasure:
+        """The log, and the logs of the calls that read it back (`read_tool_log`), those
+        first: a retry after a failure in between finds the log still there, and its copies."""
         store = self.memory.tool_logs
+        copies = await store.forget_showing(tenant, [log_id])
         thread = decode(await self.redis.hget(store.key(tenant, log_id), "thread_id"))
         if thread is None:
+            if copies:  # the log went before (an erasure stopped after it): its copies now
+                return Erasure(tool_logs=copies)
             raise NotFound("tool log", log_id)
-        return Erasure(tool_logs=await store.remove(tenant, {thread: [log_id]}))
+        return Erasure(tool_logs=copies + await store.remove(tenant, {thread: [log_id]}))
 
     async def forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
         """A paper's chunks (its passages) and its entry in the tenant's papers."""
@@ -388,24 +409,42 @@ class Governance:
                     queue_deleted_note(pipe, tenant, source)
                 await pipe.execute()
 
-    async def forget_older_than(self, tenant: str, cutoff: float) -> Erasure:
-        """Retention: conversation memory said before `cutoff` (seconds since the epoch), and
-        the PDFs shared privately before it in the threads that went whole (as `forget_thread`
-        does; a PDF shared alone adds no message, so a quiet thread can go with a new one);
-        papers from arXiv and the team's PDFs, entities and workflows are kept
-        (`Sweeps.expiry`, `Sweeps.expire`)."""
+    async def sweep_retention(
+        self, tenant: str, cutoff: float, queued_at: float = math.inf,
+        record: Callable[[Erasure], Awaitable[None]] | None = None,
+    ) -> Erasure | None:  # fmt: skip
+        """Retention (memory/retention.py): conversation memory said before `cutoff` (seconds
+        since the epoch), and the PDFs shared privately before it in the threads that went
+        whole (as `forget_thread` does; a PDF shared alone adds no message, so a quiet thread
+        can go with a new one); papers from arXiv and the team's PDFs, entities and workflows
+        are kept (`Sweeps.expiry`, `Sweeps.expire`). Then `record` what went, under the same
+        erasure lock. A queued sweep does nothing, writes nothing and returns None when the
+        whole tenant was erased at or after `queued_at` (its note, on Redis's clock:
+        memory/keys.py `erased_tenant_key`; not queued, it runs). A whole-tenant erasure takes
+        the same lock, so none starts between the check and the record, which would outlive it
+        in the erased tenant."""
         async with self._exclusive(tenant):
-            expiry = await self._sweeps.expiry(tenant, cutoff)
-            erasure = await self._sweeps.expire(tenant, expiry)
-            dropped = set(expiry.dropped)
-            if dropped:
-                erasure += await self._private_pdfs(
-                    tenant,
-                    lambda pdf: (
-                        pdf.get("thread") in dropped and float(pdf.get("ingested_at") or 0) < cutoff
-                    ),
-                )
-            return erasure + await self._turns(tenant, before=cutoff)
+            erased = decode(await self.redis.get(erased_tenant_key(tenant)))
+            if erased is not None and float(erased) >= queued_at:
+                return None
+            erasure = await self._older_than(tenant, cutoff)
+            if record is not None:
+                await record(erasure)
+            return erasure
+
+    async def _older_than(self, tenant: str, cutoff: float) -> Erasure:
+        """`sweep_retention`'s erasure, under the lock."""
+        expiry = await self._sweeps.expiry(tenant, cutoff)
+        erasure = await self._sweeps.expire(tenant, expiry)
+        dropped = set(expiry.dropped)
+        if dropped:
+            erasure += await self._private_pdfs(
+                tenant,
+                lambda pdf: (
+                    pdf.get("thread") in dropped and float(pdf.get("ingested_at") or 0) < cutoff
+                ),
+            )
+        return erasure + await self._turns(tenant, before=cutoff)
 
     async def _turns(self, tenant: str, **which: Any) -> Erasure:
         """The turn records (question, answer, feedback) of what is forgotten: a thread's, a

@@ -9,7 +9,8 @@ Slack's latest thread per person in the channel, Discord's record of the threads
   id names only itself: the adapter records the threads the bot takes part in under each
   channel (`note_thread`); a deleted channel's are those and the channel's own conversation.
 - Turns there: a turn still queued cannot be answered (its post fails) and must store nothing.
-  Before the threads go, each is noted as deleted for a day, and so is the message of each turn
+  Before the threads go, the place and each thread are noted as deleted for a day (a Slack
+  thread not in memory yet is found by its channel's note), and so is the message of each turn
   queued or running there (`queue_deleted_note`): a queued turn is then skipped
   (adapters/spine.py), and a running one, which may store its answer after the erasure, ends by
   queueing its message's erasure, which finds the thread noted and forgets it whole again
@@ -78,6 +79,11 @@ redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
 return 1
 """
+
+
+def _is_slack(thread: str) -> bool:
+    """A Slack thread's id (`slack:<team>:<channel>:<ts>`), which names its channel."""
+    return thread.startswith("slack:") and thread.count(":") == 3
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,13 @@ class Places:
         return bool(keys) and bool(await self.redis.exists(*keys))
 
     async def threads_of(self, place: DeletedPlace) -> list[str]:
-        """The place's threads in memory, or with turns queued (Slack), or recorded (Discord)."""
+        """The place's threads in memory, or with turns queued (Slack), or recorded (Discord).
+        First the place itself is noted as deleted, for a day (its `own_thread`, `deleted`): a
+        Slack thread of it neither stored nor busy yet is not found here (a top-level mention
+        starts one; its shared PDF may be read meanwhile: adapters/shared_files.py `_erased`),
+        and its id names the channel, so `deleted` finds it by that note."""
         tenant = place.tenant
+        await self.redis.set(deleted_thread_key(tenant, place.own_thread), 1, ex=PLACE_NOTE_SECONDS)
         if place.platform == "slack":
             found: set[str] = set()
             for key in (threads_key(tenant), busy_threads_key(tenant)):
@@ -214,13 +225,15 @@ class Places:
         return sources
 
     async def deleted(self, tenant: str, threads: Iterable[str]) -> list[str]:
-        """Those of `threads` whose channel or thread was deleted on the platform in the last day."""
+        """Those of `threads` whose channel or thread was deleted on the platform in the last
+        day: each noted itself (`note`), or, a Slack thread, its channel (`threads_of`)."""
         threads = list(threads)
         if not threads:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for thread in threads:
-            pipe.exists(deleted_thread_key(tenant, thread))
+            places = {thread, *([thread.rsplit(":", 1)[0] + ":"] if _is_slack(thread) else [])}
+            pipe.exists(*(deleted_thread_key(tenant, place) for place in places))
         return [t for t, found in zip(threads, await pipe.execute(), strict=True) if found]
 
     async def clear(

@@ -16,8 +16,8 @@ from memory.governance_erasure import Erasure, NotFound
 from memory.governance_learned import mark_forgotten
 from memory.governance_purge import Purge
 from memory.governance_threads import ThreadEraser, Threads
-from memory.keys import tenant_key, threads_key
-from memory.scope import legacy_audience
+from memory.keys import dm_people_key, tenant_key, threads_key
+from memory.scope import TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
@@ -25,6 +25,18 @@ from memory.stores.watches import WatchStore
 
 PAGE = 1000  # records found (and deleted) per search
 SCAN_COUNT = 10_000
+
+# Delete the DM places (ARGV[2..]) of the DM-people hash (KEYS[1], `dm_people_key`) that still
+# name the person ARGV[1]: not one recorded as someone else's, nor one an append re-wrote.
+_FORGET_DM_PLACES = """
+local removed = 0
+for i = 2, #ARGV do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1] then
+    removed = removed + redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return removed
+"""
 
 
 async def delete_where(
@@ -62,6 +74,7 @@ class Sweeps:
         self.redis = memory.redis
         self.threads = threads
         self.purge = purge
+        self._forget_dm_places = memory.redis.register_script(_FORGET_DM_PLACES)
 
     async def person(self, tenant: str, user: str) -> Erasure:
         """Erase one person (a platform user id) from every store of the tenant: each message
@@ -72,8 +85,10 @@ class Sweeps:
         learned in their DMs (the whole record: a merged description cannot be taken apart),
         the watches made in their DMs (which would keep posting to them), the dead letters of
         tasks that name them, and the cached vectors of all those texts. Not what others said
-        about them, nor the assistant's answers to them outside their DMs. `NotFound` when
-        nothing is theirs."""
+        about them, nor the assistant's answers to them outside their DMs. Their DM places are
+        known by the record appends keep (`_dm_places`), or, for a Discord person, by their DM
+        tenant (`dm-<user>`): a DM thread goes whole even where only tombstones of their
+        messages remain. `NotFound` when nothing is theirs."""
         threads = [t for t, _ in await self.memory.conversation.threads(tenant)]
         lists = await self.threads.read(tenant, threads)
 
@@ -81,30 +96,38 @@ class Sweeps:
             return m.role == "user" and m.author == user and not m.forgotten
 
         spoke = {t for t in lists if any(map(theirs, lists.messages(t)))}
-        place = {t: _audience(lists.messages(t)[0], t) for t in spoke}
-        dms = {t for t in spoke if place[t].startswith("dm:")}
+        place = {t: _audience(lists.messages(t)[0], t) for t in lists if lists.messages(t)}
+        own = await self._dm_places(tenant, user, lists, place)
+        whole_tenant = tenant == f"dm-{user}" and tenant_kind(tenant) is TenantKind.DISCORD_DM
+        dms = {t for t in lists if whole_tenant or place.get(t, "") in own}
+        dms |= {t for t in spoke if place[t].startswith("dm:")}
+        own |= {place[t] for t in dms if t in place}
         others = lists.only(spoke - dms)
         logs = await self._tool_logs_of(tenant, others, user)
         asked = [m.id for t in spoke for m in filter(theirs, lists.messages(t))]  # before they go
         erasure = await self.threads.erase_threads(tenant, lists.only(dms))
         erasure += await self.threads.forget_messages(tenant, others, theirs)
         erasure += Erasure(tool_logs=await self.memory.tool_logs.remove(tenant, logs))
-        erasure += await self._forget_learned(tenant, user, {place[t] for t in dms})
+        read_back = [i for ids in logs.values() for i in ids]  # by `read_tool_log` calls
+        erasure += Erasure(tool_logs=await self.memory.tool_logs.forget_showing(tenant, read_back))
+        erasure += await self._forget_learned(tenant, user, own)
         await mark_forgotten(self.redis, tenant, asked)  # what they taught went above
         await self._forget_last_threads(tenant, user)
         watches = WatchStore(self.redis)
-        await watches.remove_in(tenant, {place[t] for t in dms})
+        await watches.remove_in(tenant, own)
         await self.threads.drop_dead_letters(Forgotten(tenant, people=frozenset({user})))
-        if not erasure.total and not spoke:
+        if own:  # last: a run again after a failure still finds their DMs
+            await self._forget_dm_places(keys=[dm_people_key(tenant)], args=[user, *sorted(own)])
+        if not erasure.total and not spoke and not dms:
             raise NotFound("person", user)
         return erasure
 
     async def expiry(self, tenant: str, cutoff: float) -> Expiry:
         """What a retention sweep finds: every thread, read; which go whole and which in part.
         `expire` then forgets what was said before `cutoff` (seconds since the epoch): messages
-        (tombstones), summaries over them (rewritten), tool logs, episodic entries, cached
-        vectors, the dead letters of tasks queued before it (or carrying older messages); a
-        thread whose every message is older goes whole."""
+        (tombstones), summaries over them (rewritten), tool logs (and the later logs that read
+        one back), episodic entries, cached vectors, the dead letters of tasks queued before it
+        (or carrying older messages); a thread whose every message is older goes whole."""
         listed = await self.redis.zrange(threads_key(tenant), 0, -1, withscores=True)
         lists = await self.threads.read(tenant, [decode(t) for t, _ in listed])
         last = {decode(t): score for t, score in listed}
@@ -144,7 +167,9 @@ class Sweeps:
         logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
         expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
         await self.threads.drop_dead_letters(Forgotten(tenant, before=cutoff))
-        return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
+        erasure += Erasure(tool_logs=await store.remove(tenant, expired))
+        read_back = [i for ids in expired.values() for i in ids]  # their copies, by `read_tool_log`
+        return erasure + Erasure(tool_logs=await store.forget_showing(tenant, read_back))
 
     # -- a person's other traces -----------------------------------------------------------------
 
@@ -165,6 +190,27 @@ class Sweeps:
                 if author == user:
                     out.setdefault(thread, []).append(log_id)
         return out
+
+    async def _dm_places(
+        self, tenant: str, user: str, lists: Threads, place: dict[str, str]
+    ) -> set[str]:
+        """The audiences of `user`'s DM places (`dm_people_key`). A DM thread stored before
+        the record was kept is recorded first, by the author of any message still holding one
+        (a DM has one person): one whose own messages are all tombstones cannot be told."""
+        key = dm_people_key(tenant)
+        known = {
+            decode(a) or "": decode(u) or "" for a, u in (await self.redis.hgetall(key)).items()
+        }
+        found: dict[str, str] = {}
+        for thread, audience in place.items():
+            if not audience.startswith("dm:") or audience in known or audience in found:
+                continue
+            authors = {m.author for m in lists.messages(thread) if m.role == "user" and m.author}
+            if len(authors) == 1:
+                found[audience] = authors.pop()
+        if found:
+            await self.redis.hset(key, mapping=found)
+        return {audience for audience, person in {**known, **found}.items() if person == user}
 
     async def _forget_learned(self, tenant: str, user: str, audiences: set[str]) -> Erasure:
         """Entities and workflows whose authors include `user` or learned in their DMs."""

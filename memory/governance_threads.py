@@ -15,7 +15,8 @@ over them rewritten, a thread's keys deleted.
 - A Discord thread that goes whole leaves its channel's record of threads too
   (memory/governance_places.py `unlist`), whichever erasure took it.
 - The tool logs that showed a forgotten message go too, in any thread (memory/stores/tool_log.py
-  `forget_showing`): another turn's search, an expanded summary, a log read back.
+  `forget_showing`): another turn's search, an expanded summary, a log read back; and so do
+  those that read back a deleted thread's log or expanded one of its summaries.
 - The dead letters of tasks that carried what went (a thread's, a message's: its id, platform
   id or text) are deleted too (memory/dead_letters.py `forget_dead_letters`), once the
   messages are hidden from search: each pass reads every dead letter of the deployment, so an
@@ -333,6 +334,11 @@ class ThreadEraser:
             await self._delete(keys=keys, args=args, client=pipe)
         deleted = [t for t, ok in zip(threads, await pipe.execute(), strict=True) if int(ok)]
         changed = [t for t in threads if t not in set(deleted)]
+        # the logs elsewhere that read back one of their logs or expanded one of their
+        # summaries: those texts live on there (an index under a message id finds the rest)
+        copied = [i for t in deleted for i, _ in tool_logs[t]]
+        copied += [s.id for s in found.values() if s.thread_id in set(deleted)]
+        shown += await logs.forget_showing(tenant, copied)
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]

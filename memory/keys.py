@@ -488,6 +488,14 @@ def learned_key(tenant: str, question_id: str) -> str:
     return tenant_key(tenant, "learned", question_id)
 
 
+def dm_people_key(tenant: str) -> str:
+    """Hash: each DM place's audience (`dm:<channel>`) -> the person whose DM it is, written
+    when a message of a DM thread is stored (memory/stores/conversation.py): erasing the person
+    takes every thread of their DMs whole, even where their own messages are tombstones (which
+    keep no author) and only the bot's answers remain (memory/governance_sweeps.py)."""
+    return tenant_key(tenant, "dm-people")
+
+
 def shown_in_logs_key(tenant: str, message_id: str) -> str:
     """Set of the tool logs whose output showed the stored message `message_id`
     (memory/stores/tool_log.py): forgetting the message deletes them, so its text does not

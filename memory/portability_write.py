@@ -4,7 +4,8 @@ through the stores' key layout, in batches.
 The same keys the stores write: thread scores, summarized-prefix counters, the thread indexes
 of summaries and tool logs, papers after their chunks, watches (through their store, with
 their due index), the per-question records of what each question taught (rebuilt from the
-entities' piece owners and the workflows' questions). A watch comes in paused, whatever its
+entities' piece owners and the workflows' questions), whose DM each DM place is (from its
+messages' authors: `Writer._dm_people`). A watch comes in paused, whatever its
 file said (or dropped when its platform cannot be the tenant's): its channel may be anyone's,
 and is checked by its platform when it is resumed. Messages are indexed for episodic recall
 as they are written; vectors are reused when the export's embedding model is the configured
@@ -27,6 +28,7 @@ import numpy as np
 from memory.embeddings import background_embedding
 from memory.keys import (
     InvalidName,
+    dm_people_key,
     learned_key,
     messages_key,
     papers_key,
@@ -96,6 +98,7 @@ class Writer:
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
         self.threads: dict[str, _ThreadState] = {}
+        self.dm_people: dict[str, set[str]] = {}  # each DM place's authors (`_dm_people`)
         self.papers: dict[str, str] = {}
         self.vectors: dict[str, list[dict]] = {kind: [] for kind in VECTOR_KINDS}
         self.stores: dict[str, Any] = {
@@ -201,6 +204,9 @@ class Writer:
         # its position here (a member's export of a thread leaves out what they may not see)
         self.pipe.rpush(messages_key(self.tenant, thread), dumps({**message, "seq": seq}))
         state.count += 1
+        audience = message.get("audience") or ""
+        if message["role"] == "user" and message.get("author") and audience.startswith("dm:"):
+            self.dm_people.setdefault(audience, set()).add(message["author"])
         if message.get("forgotten") or not message["content"].strip():
             return
         state.episodes.append(
@@ -259,6 +265,17 @@ class Writer:
         for r, v in zip(records, values, strict=True):
             self._lessons(kind, prefix + r["id"], v)
 
+    def _dm_people(self) -> None:
+        """Record whose DM each imported DM place is (memory/keys.py `dm_people_key`), as
+        appends do: erasing that person then takes the place's threads whole, those of
+        tombstones and answers too. The export keeps no such record: a place is known by the
+        author of its messages, when it has one (a DM has one person; two: none is recorded).
+        A place already recorded in this tenant keeps its record: the file is whoever uploaded
+        it. A place whose messages are all tombstones cannot be told."""
+        people = {a: authors.pop() for a, authors in self.dm_people.items() if len(authors) == 1}
+        for audience, person in people.items():
+            self.pipe.hsetnx(dm_people_key(self.tenant), audience, person)
+
     def _lessons(self, kind: str, key: str, values: dict[str, Any]) -> None:
         """Rebuild the per-question records (memory/governance_learned.py) from what the
         records keep: an entity's piece owners, a workflow's question; so forgetting a
@@ -276,6 +293,7 @@ class Writer:
             await self._episodes(thread)
         for kind in VECTOR_KINDS:
             await self._vectors(kind)
+        self._dm_people()
         if self.papers:  # last: a paper counts as present once its chunks are searchable
             self.pipe.hset(papers_key(self.tenant), mapping=self.papers)
         self.held()

@@ -12,11 +12,13 @@ task stream (memory/tasks.py), and the stream's consumer group gives each task t
 or to another when that one dies before it acknowledges the task. A sweep reads the period again
 when it runs, so one turned off meanwhile removes nothing. It forgets conversation memory
 (messages, summaries over them, tool logs, episodic entries, dead letters) said or queued
-before now minus the period, through `Governance.forget_older_than`, and the PDFs shared
+before now minus the period, through `Governance.sweep_retention`, and the PDFs shared
 privately in a thread that went whole; papers from arXiv, the team's PDFs, entities and
 workflows are kept. The process that takes the interval's claim also finishes the purges of
 forgotten messages' episodic documents that stopped processes left
-(`Governance.purge_leftovers`), for every tenant.
+(`Governance.purge_leftovers`), for every tenant. A sweep queued before the whole tenant was
+erased and run after it does nothing (`Governance.sweep_retention`): it would write its note
+back into the erased tenant.
 """
 
 from __future__ import annotations
@@ -119,9 +121,10 @@ class Retention:
         if not await self.redis.set(sweep_claim_key(bucket), str(now), nx=True, ex=ttl):
             return []
         queued = []
+        seconds, micros = await self.redis.time()  # the clock of the erased-tenant notes
         for tenant in await self.memory.conversation.tenants():
             if await self.period(tenant) is not None:
-                await submit(SWEEP, {"tenant": tenant})
+                await submit(SWEEP, {"tenant": tenant, "queued_at": seconds + micros / 1e6})
                 queued.append(tenant)
         try:  # after the sweeps are queued: a failure here does not keep them back
             await self.memory.governance.purge_leftovers()
@@ -129,25 +132,37 @@ class Retention:
             log.exception("the purges stopped processes left could not be finished")
         return queued
 
-    async def sweep(self, tenant: str, now: float | None = None) -> Any:
-        """Forget the tenant's conversation memory older than its period (read now); returns
-        the `Erasure`, or None when the tenant keeps everything."""
+    async def sweep(
+        self, tenant: str, now: float | None = None, queued_at: float | None = None
+    ) -> Any:
+        """Forget the tenant's conversation memory older than its period (read now) and note
+        the sweep (`last_sweep`); returns the `Erasure`, or None when the tenant keeps
+        everything, or when the whole tenant was erased at or after `queued_at` (a sweep queued
+        before the erasure: nothing is written back into the erased tenant)."""
         period = await self.period(tenant)
         if period is None:
             return None
         now = time.time() if now is None else now
-        erasure = await self.memory.governance.forget_older_than(tenant, now - period)
-        swept = {"at": repr(now), "cutoff": repr(now - period), **asdict(erasure)}
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(retention_swept_key(tenant), mapping=swept)
-        pipe.hincrby(retention_swept_key(tenant), "sweeps", 1)
-        await pipe.execute()
-        return erasure
+
+        async def note(erasure: Any) -> None:  # under the erasure lock
+            swept = {"at": repr(now), "cutoff": repr(now - period), **asdict(erasure)}
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hset(retention_swept_key(tenant), mapping=swept)
+            pipe.hincrby(retention_swept_key(tenant), "sweeps", 1)
+            await pipe.execute()
+
+        queued = math.inf if queued_at is None else queued_at  # not queued: run now
+        return await self.memory.governance.sweep_retention(tenant, now - period, queued, note)
 
     async def sweep_tasks(self, payloads: list[dict]) -> None:
-        """The `sweep_retention` handler: each tenant once, however often it was queued."""
-        for tenant in dict.fromkeys(str(p["tenant"]) for p in payloads):
-            await self.sweep(tenant)
+        """The `sweep_retention` handler: each tenant once, however often it was queued (as of
+        its latest queueing; a task from before `queued_at` was kept counts as queued at 0)."""
+        queued: dict[str, float] = {}
+        for payload in payloads:
+            tenant, at = str(payload["tenant"]), float(payload.get("queued_at") or 0)
+            queued[tenant] = max(queued.get(tenant, at), at)
+        for tenant, at in queued.items():
+            await self.sweep(tenant, queued_at=at)
 
     async def last_sweep(self, tenant: str) -> dict[str, float] | None:
         """When the tenant was last swept (`at`, `cutoff`), what went (per store), and how many

@@ -119,7 +119,7 @@ async def test_retention_drops_the_dead_letters_older_than_its_cutoff(memory, te
     recent = await memory.conversation.append(scope, "user", "said today")
     await bury(stream, "episodes", episodes(scope, [old], "episodes-old"))  # queued again today
     await bury(stream, "episodes", episodes(scope, [recent], "episodes-recent"))
-    await memory.governance.forget_older_than(tenant, now - 86400)
+    await memory.governance.sweep_retention(tenant, now - 86400)
     assert await left(stream) == ["episodes-recent"]
 
     # the sweep: every task queued before its cutoff (a day before `now`) goes
@@ -168,7 +168,7 @@ async def test_a_retention_sweep_reads_the_dead_letters_once(memory, tenant, str
     scope = Scope(tenant, "t", channel="C1", user="U1")
     await memory.conversation.append(scope, "user", "said today")
     await bury(stream, "roll", {"scope": scope.to_dict(), "tag": "roll"})
-    sweep = memory.governance.forget_older_than
+    sweep = memory.governance.sweep_retention
 
     seen = await commands(redis_url, memory, lambda: sweep(tenant, time.time() - 86400))
     assert seen.count(f"XRANGE {stream.dead_stream}") == 1

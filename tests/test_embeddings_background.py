@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from dataclasses import asdict
 
@@ -14,7 +15,12 @@ from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
 from bot.upkeep import Upkeep
 from memory.connection import connect
-from memory.embeddings import CachedEmbedder, LocalEmbedder, background_embedding
+from memory.embeddings import (
+    BACKGROUND_NICE,
+    CachedEmbedder,
+    LocalEmbedder,
+    background_embedding,
+)
 from memory.keys import task_stream
 from memory.manager import MemoryManager
 from memory.scope import Scope
@@ -49,13 +55,60 @@ async def test_background_vectors_are_the_int8_models_close_to_the_turns():
     with background_embedding():
         indexing = await embedder.embed(TEXTS)
     assert embedder._onnx_background and embedder._onnx_background is not embedder._onnx
+    # every core, one single-thread run each: side by side, not one run split over the cores
     threads = embedder._onnx_background.session.get_session_options().intra_op_num_threads
-    assert threads == os.cpu_count()
+    assert threads == 1
+    assert embedder._background_pool._max_workers == os.cpu_count()
     assert "int8" in embedder._onnx_background.path.name
     cosines = (turn * indexing).sum(axis=1)
     assert cosines.min() >= 0.97 and not np.allclose(cosines, 1.0, atol=1e-6)
     # and it ranks like the float model: each text is nearest to itself
     assert (np.argmax(indexing @ turn.T, axis=1) == np.arange(len(TEXTS))).all()
+
+
+class WaitsToLoadBackground(LocalEmbedder):
+    """The local model, whose background session loads only once `loaded` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loading = threading.Event()
+        self.loaded = threading.Event()
+
+    def _load_onnx(self, threads: int | None = None, quantized: bool = False):
+        if quantized:
+            self.loading.set()
+            self.loaded.wait()
+        return super()._load_onnx(threads, quantized)
+
+
+async def test_a_question_does_not_wait_for_the_background_session_to_load():
+    embedder = WaitsToLoadBackground()
+    await embedder.embed(["warm-up"])
+
+    async def indexing() -> np.ndarray:
+        with background_embedding():
+            return await embedder.embed(TEXTS)
+
+    started = asyncio.create_task(indexing())
+    try:
+        await asyncio.to_thread(embedder.loading.wait)
+        question = await asyncio.wait_for(embedder.embed(["a question meanwhile"]), 30)
+        assert question.shape == (1, embedder.dims) and not started.done()
+    finally:
+        embedder.loaded.set()
+    assert (await started).shape == (len(TEXTS), embedder.dims)
+
+
+async def test_background_runs_are_niced_below_the_turns():
+    embedder = LocalEmbedder()
+    with background_embedding():
+        await embedder.embed(TEXTS)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    runners = list(embedder._background_pool._threads)
+    assert runners
+    for runner in runners:
+        nice = os.getpriority(os.PRIO_PROCESS, runner.native_id)
+        assert nice == min(19, own + BACKGROUND_NICE)
 
 
 async def test_turns_and_background_work_never_share_a_pass():

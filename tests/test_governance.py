@@ -491,7 +491,7 @@ async def test_forgetting_what_is_older_than_a_date_keeps_papers_and_knowledge(m
     await memory.entities.upsert(mixed, [Entity("Kestrel", "system", "billing")])
     await memory.workflows.add(mixed, "bill", ["x -> success"], "ok")
 
-    erasure = await memory.governance.forget_older_than(tenant, time.time() - 30 * 86400)
+    erasure = await memory.governance.sweep_retention(tenant, time.time() - 30 * 86400)
 
     assert erasure.threads == 1 and erasure.messages == 2 + 2 and erasure.tool_logs == 1
     assert [t for t, _ in await memory.conversation.threads(tenant)] == ["mixed"]
@@ -505,7 +505,7 @@ async def test_forgetting_what_is_older_than_a_date_keeps_papers_and_knowledge(m
     assert len(await memory.entities.all(mixed, everywhere=True)) == 1
     assert len(await memory.workflows.all(mixed, everywhere=True)) == 1
     # a second sweep finds nothing more
-    assert await memory.governance.forget_older_than(tenant, time.time() - 30 * 86400) == Erasure()
+    assert await memory.governance.sweep_retention(tenant, time.time() - 30 * 86400) == Erasure()
     assert await memory.redis.zscore(threads_key(tenant), "mixed")
 
 

@@ -213,7 +213,7 @@ async def test_retention_and_a_persons_erasure_drop_the_records_of_what_question
     memory = world.runtime.memory
     first = await ask(world, Scope(tenant, "ta", user="U1"), "What is Kestrel?", "A scheduler.")
     assert await memory.redis.exists(learned_key(tenant, first))
-    await memory.governance.forget_older_than(tenant, time.time() + 60)
+    await memory.governance.sweep_retention(tenant, time.time() + 60)
     assert await memory.governance.learned.forgotten(tenant, first)
     assert 0 < await memory.redis.ttl(learned_key(tenant, first)) <= 86_400
     assert [e.description for e in await kestrel(world, tenant)] == ["A scheduler."]  # kept

@@ -77,7 +77,7 @@ async def test_retention_drops_threads_from_their_channel_record(world):
     members = await memory.redis.smembers(place_threads_key(tenant, str(channel.id)))
     assert {m.decode() for m in members} == {str(walrus.id), str(old)}
 
-    erasure = await memory.governance.forget_older_than(tenant, time.time() + 60)
+    erasure = await memory.governance.sweep_retention(tenant, time.time() + 60)
     assert erasure.threads == 2 and await stored_threads(memory, tenant) == set()
     members = await memory.redis.smembers(place_threads_key(tenant, str(channel.id)))
     assert {m.decode() for m in members} == {str(old)}

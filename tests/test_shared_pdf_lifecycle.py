@@ -93,7 +93,7 @@ async def test_a_thread_that_grew_during_the_sweep_is_not_dropped(memory, tenant
     assert expiry.whole == [scope.thread]
     await say(memory, scope, time.time())
     await sweeps.expire(tenant, expiry)
-    assert expiry.dropped == []  # what `Governance.forget_older_than` takes the PDFs of
+    assert expiry.dropped == []  # what `Governance.sweep_retention` takes the PDFs of
 
 
 # -- how they are named ------------------------------------------------------------------------

@@ -443,6 +443,9 @@ def share_payload(scope: Scope, share: str, name: str = "x.pdf", turn: str | Non
 
 
 def stub_files(memory, end: StubEnd, **options) -> SharedFiles:
+    """A SharedFiles over `end`; a failure that may pass is not tried again within the task
+    unless `retry_delays` is given (tests/test_shared_files_retry.py): each run is one try."""
+    options.setdefault("retry_delays", ())
     return SharedFiles(memory, encoding_for("gpt-5-mini"), {"slack": end},
                        max_bytes=10**7, **options)  # fmt: skip
 

@@ -49,7 +49,7 @@ async def erase(memory, how: str, scope: Scope) -> None:
     elif how == "person":
         await governance.forget_person(scope.tenant, scope.user)
     else:  # retention: the thread is older than the period, and goes whole
-        await governance.forget_older_than(scope.tenant, time.time())
+        await governance.sweep_retention(scope.tenant, time.time())
 
 
 @pytest.mark.parametrize("how", ["memory page", "person", "retention"])

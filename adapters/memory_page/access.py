@@ -49,7 +49,11 @@ from memory.web_sessions import ViewerCache
 log = logging.getLogger(__name__)
 
 SLACK_PAGE = 200  # users.conversations page size (Slack allows up to 1,000; suggests 200)
-ARCHIVED_THREADS = 100  # per Discord channel and kind, the most recently archived threads asked
+ARCHIVED_PAGE = 100  # archived threads Discord gives in one answer (its most)
+ARCHIVED_THREADS = 1_000  # per Discord channel and kind, at most: ten answers, newest first
+ARCHIVED_SECONDS = 8.0  # after this, no further page of archives is asked (the first always is)
+MEMBERSHIP_SECONDS = 15.0  # after this (from the ask's start), no thread membership is asked
+MEMBERSHIP_CHECKS = 5  # private threads' memberships asked at once
 ASK_TIMEOUT_SECONDS = 20.0
 RATE_LIMIT_WAIT = 30.0  # Discord's rate limits waited out, in seconds (discord.py's least)
 PRIVATE_JOINED = {"private": True, "joined": True}
@@ -247,9 +251,16 @@ class DiscordDirectory:
     Discord's short rate limits discord.py waits out itself; a wait longer than
     `RATE_LIMIT_WAIT` is a page saying when to try again (`Retry-After`)."""
 
-    def __init__(self, token: str | None = None, client: Any = None) -> None:
+    def __init__(
+        self, token: str | None = None, client: Any = None, *,
+        archived_seconds: float = ARCHIVED_SECONDS, membership_seconds: float = MEMBERSHIP_SECONDS,
+    ) -> None:  # fmt: skip
         self.token = token
         self.client = client  # a logged-in discord.Client, or made on first use from `token`
+        # how long from an ask's start archives are paged, and memberships asked: both end
+        # before ASK_TIMEOUT_SECONDS, so a huge server gives a page that shows less, not none
+        self.archived_seconds = archived_seconds
+        self.membership_seconds = membership_seconds
         self._lock = asyncio.Lock()
         self._owned = client is None
 
@@ -312,6 +323,7 @@ class DiscordDirectory:
         return self.client
 
     async def _ask(self, tenant: str, user: str) -> Viewer:
+        start = asyncio.get_running_loop().time()
         client = await self._login()
         guild = await client.fetch_guild(int(tenant), with_counts=False)
         member = await guild.fetch_member(int(user))
@@ -320,9 +332,10 @@ class DiscordDirectory:
         hidden = hidden_channels(channels, member)
         threads = {t.id: t for t in await guild.active_threads()}  # the server's, in one call
         for channel in viewed.values():
-            threads.update((t.id, t) for t in await _archived(channel, channel.id in hidden))
+            archived = await _archived(channel, channel.id in hidden, start + self.archived_seconds)
+            threads.update((t.id, t) for t in archived)
         own = private_threads(channels, member, threads.values())
-        opened = [t for t in own if await _opens(t, viewed[t.parent_id], member)]
+        opened = await _opened(own, viewed, member, start + self.membership_seconds)
         return discord_viewer(tenant, member, channels, opened)
 
     async def close(self) -> None:
@@ -335,11 +348,13 @@ def _token_refused() -> DirectoryError:
                           "check DISCORD_TOKEN.", status=502)  # fmt: skip
 
 
-async def _archived(channel: Any, hidden: bool) -> list[Any]:
-    """A viewed channel's most recently archived threads whose memory is their own: the private
-    ones the bot is in (it answers in a private thread only once added, so its memory is there)
-    and, in a channel hidden from @everyone, the public ones. One call per channel in the open
-    (none for forums and announcement channels, which hold no private threads), two if hidden."""
+async def _archived(channel: Any, hidden: bool, deadline: float) -> list[Any]:
+    """A viewed channel's archived threads whose memory is their own: the private ones the bot
+    is in (it answers in a private thread only once added, so its memory is there) and, in a
+    channel hidden from @everyone, the public ones. One call per channel in the open (none for
+    forums and announcement channels, which hold no private threads), two if hidden; more for a
+    channel with over `ARCHIVED_PAGE` of a kind (`_all_pages`): a thread left out is one whose
+    memory its people cannot see on the page."""
     import discord
 
     if not isinstance(channel, discord.TextChannel | discord.ForumChannel):
@@ -349,17 +364,77 @@ async def _archived(channel: Any, hidden: bool) -> list[Any]:
     asks = ([{}] if hidden else []) + ([PRIVATE_JOINED] if holds_private else [])
     for ask in asks:
         with contextlib.suppress(discord.Forbidden):  # a channel the bot may not read
-            found += [t async for t in channel.archived_threads(limit=ARCHIVED_THREADS, **ask)]
+            threads = channel.archived_threads(limit=ARCHIVED_THREADS, **ask)
+            found += await _all_pages(threads, deadline, channel.id)
     return found
 
 
-async def _opens(thread: Any, parent: Any, member: Any) -> bool:
-    """Whether `member` may open `thread` of `parent`, a channel they view: a public thread, or
-    a private thread they are in (or may manage: Manage Threads shows every private thread)."""
+async def _all_pages(threads: Any, deadline: float, channel: int) -> list[Any]:
+    """discord.py's pages of archived threads (it asks the next while Discord says `has_more`),
+    up to `ARCHIVED_THREADS`: the first page always, a next one only before `deadline` (loop
+    time), so a server with huge archives still answers in time. Stopping early only hides
+    memory (a thread not found is not the member's), never shows more."""
+    found: list[Any] = []
+    async with contextlib.aclosing(threads):
+        async for thread in threads:
+            found.append(thread)
+            full_page = len(found) % ARCHIVED_PAGE == 0
+            if full_page and asyncio.get_running_loop().time() >= deadline:
+                log.warning("Discord channel %s: archived threads listed only to %d (no time "
+                            "left)", channel, len(found))  # fmt: skip
+                break
+    return found
+
+
+async def _opened(
+    threads: list[Any], parents: dict[int, Any], member: Any, deadline: float
+) -> list[Any]:
+    """Those of `threads` (of channels in `parents`, which `member` views) that they may open: a
+    public thread, or a private thread they may manage (Manage Threads shows every private
+    thread) or are in. Being in one is one call per thread, so those are asked
+    `MEMBERSHIP_CHECKS` at a time (active threads first, then each channel's archives newest
+    first) until `deadline` (loop time): a server with many would otherwise pass
+    ASK_TIMEOUT_SECONDS. A thread not asked by then is not opened: hidden, never shown."""
+    opened: list[Any] = []
+    waiting: list[Any] = []  # private threads whose membership is asked
+    for thread in threads:
+        seen = _opens_unasked(thread, parents[thread.parent_id], member)
+        (opened if seen else waiting).append(thread)
+    loop = asyncio.get_running_loop()
+    unasked = iter(waiting)  # shared by the workers: each thread is taken by one of them
+    answered = 0
+
+    async def ask() -> None:
+        nonlocal answered
+        for thread in unasked:
+            if loop.time() >= deadline:
+                return
+            if await _in_thread(thread, member):
+                opened.append(thread)
+            answered += 1
+
+    try:
+        async with asyncio.timeout_at(deadline), asyncio.TaskGroup() as workers:
+            for _ in range(min(MEMBERSHIP_CHECKS, len(waiting))):
+                workers.create_task(ask())
+    except TimeoutError:  # the answers still awaited are dropped: those threads stay hidden
+        pass
+    except BaseExceptionGroup as failed:  # Discord's error, as `viewer` tells it to the page
+        raise failed.exceptions[0] from None
+    if answered < len(waiting):
+        log.warning("Discord: membership of %d private threads not asked in time: their memory "
+                    "is hidden", len(waiting) - answered)  # fmt: skip
+    return opened
+
+
+def _opens_unasked(thread: Any, parent: Any, member: Any) -> bool:
+    """A public thread, or one of a channel where `member` has Manage Threads: no call."""
+    return not thread.is_private() or parent.permissions_for(member).manage_threads
+
+
+async def _in_thread(thread: Any, member: Any) -> bool:
     import discord
 
-    if not thread.is_private() or parent.permissions_for(member).manage_threads:
-        return True
     try:
         await thread.fetch_member(member.id)
         return True

@@ -43,7 +43,7 @@ from adapters.memory_page.transfer import (
     visible,
 )
 from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
-from memory.browse import PAGE_SIZE
+from memory.browse import PAGE_SIZE, Listing
 from memory.governance import Busy, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
@@ -52,7 +52,7 @@ from memory.scope import PUBLIC
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).with_name("templates")
-THREADS_PER_PAGE = 50
+PER_PAGE = 50  # threads, entities or workflows listed on one page
 TURNS_SHOWN = 100  # of a thread's turns, newest first, in its usage table
 SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
@@ -189,6 +189,26 @@ def erased(erasure: Any) -> str:
     return f"Forgotten: {counts}." if counts else "Nothing was left to forget."
 
 
+@dataclass(frozen=True)
+class Paging:
+    """Which page of a list (threads, entities, workflows) is shown: `?page=`, 1-based, held to
+    the pages there are, `PER_PAGE` a page. The templates' `ui.pager` links its neighbours."""
+
+    number: int
+    pages: int
+    total: int  # how many the viewer may see in all
+
+    @classmethod
+    def of(cls, request: web.Request, total: int) -> Paging:
+        pages = max(1, math.ceil(total / PER_PAGE))
+        return cls(min(max(1, _int(request.query.get("page"), 1)), pages), pages, total)
+
+    @property
+    def start(self) -> int:
+        """The position of the page's first item in the whole list."""
+        return (self.number - 1) * PER_PAGE
+
+
 def safe_back(value: str | None, default: str) -> str:
     """A path of the memory page to return to (never another site)."""
     value = (value or "").strip()
@@ -259,14 +279,13 @@ class Pages:
         v = self.viewer(request)
         threads = await self.browse.threads(v.tenant, self.seen(v))
         threads = [t for t in threads if v.can_see(t.audience)]
-        pages = max(1, math.ceil(len(threads) / THREADS_PER_PAGE))
-        number = min(max(1, _int(request.query.get("page"), 1)), pages)
-        shown_threads = threads[(number - 1) * THREADS_PER_PAGE : number * THREADS_PER_PAGE]
+        paging = Paging.of(request, len(threads))
+        shown_threads = threads[paging.start : paging.start + PER_PAGE]
         days = await self.memory.retention.get(v.tenant) if v.manages else None
         usage = await self.memory.turn_records.usage(v.tenant) if v.manages else None
         return self.render(
-            request, "overview.html", threads=shown_threads, total=len(threads), page=number,
-            pages=pages, retention_days=days, usage=usage,
+            request, "overview.html", threads=shown_threads, paging=paging, retention_days=days,
+            usage=usage,
         )  # fmt: skip
 
     @page
@@ -304,20 +323,23 @@ class Pages:
 
     @page
     async def workflows(self, request: web.Request) -> web.StreamResponse:
-        return await self._learned(request, self.browse.workflows, "workflows")
+        return await self._learned(request, self.browse.workflow_listing, "workflows")
 
     @page
     async def entities(self, request: web.Request) -> web.StreamResponse:
-        return await self._learned(request, self.browse.entities, "entities")
+        return await self._learned(request, self.browse.entity_listing, "entities")
 
     async def _learned(
-        self, request: web.Request, read: Callable[..., Awaitable[list[Any]]], kind: str
+        self, request: web.Request, read: Callable[..., Awaitable[Listing[Any]]], kind: str
     ) -> web.StreamResponse:
-        """Workflows or entities the viewer may see, with who they were learned from."""
+        """A page of the workflows or entities the viewer may see, with who they were learned
+        from. They are counted first (no item read), so `?page=` past the end shows the last."""
         v = self.viewer(request)
-        found = [x for x in await read(v.tenant, self.seen(v)) if v.can_see(x.audience)]
+        paging = Paging.of(request, (await read(v.tenant, self.seen(v), 0)).total)
+        listing = await read(v.tenant, self.seen(v), PER_PAGE, paging.start)
+        found = [x for x in listing.items if v.can_see(x.audience)]
         names = await self.names(v, (a for x in found for a in x.authors))
-        return self.render(request, f"{kind}.html", names=names, **{kind: found})
+        return self.render(request, f"{kind}.html", names=names, paging=paging, **{kind: found})
 
     async def names(self, v: Viewer, users: Iterable[str]) -> dict[str, str]:
         """Display names of user ids (provenance), the viewer's own from their sign-in."""

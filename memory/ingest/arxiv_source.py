@@ -29,6 +29,7 @@ import math
 import re
 import threading
 import time
+import unicodedata
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -225,6 +226,35 @@ def _stamp(seconds: float) -> str:
     return time.strftime("%Y%m%d%H%M", time.gmtime(seconds))
 
 
+# letters NFKD does not take apart into an ASCII letter and accents
+_UNDECOMPOSED = str.maketrans({
+    "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe",
+    "Œ": "OE", "đ": "d", "Đ": "D", "þ": "th", "Þ": "TH", "ı": "i",
+})  # fmt: skip
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def query_words(query: str | None) -> list[str]:
+    """The words arXiv is asked for (`all:`), folded to ASCII first (a few letters by a table,
+    then NFKD with its accents dropped): "Schrödinger bridges" asks for Schrodinger and
+    bridges, not "Schr" and "dinger", and "Bjørn" for Bjorn. Anything else not ASCII (a
+    Chinese word) ends a word rather than joining its neighbours into one that is none."""
+    folded = unicodedata.normalize("NFKD", (query or "").translate(_UNDECOMPOSED))
+    folded = _NON_ASCII.sub(" ", "".join(c for c in folded if not unicodedata.combining(c)))
+    return _QUERY_WORD.findall(folded)
+
+
+def _field_values(values: list[str] | None) -> list[str]:
+    return [v for v in (_FIELD_VALUE.sub("", v).strip() for v in values or []) if v]
+
+
+def searchable(query: str, categories: list[str] | None, authors: list[str] | None) -> bool:
+    """Whether `submitted_query` asks arXiv for more than a date range: a topic with no word
+    it can search (all Chinese, all punctuation) and no category nor author would ask for
+    every paper submitted in the period."""
+    return bool(query_words(query) or _field_values(categories) or _field_values(authors))
+
+
 def submitted_query(
     query: str, since: float, until: float, categories: list[str] | None = None,
     authors: list[str] | None = None,
@@ -232,9 +262,8 @@ def submitted_query(
     """arXiv's search_query for a topic's papers submitted in [since, until]: every word of the
     topic (`all:`), any of the categories (`cat:`), any of the authors (`au:`), and the
     `submittedDate` range (GMT, to the minute)."""
-    parts = [" AND ".join(f"all:{w}" for w in _QUERY_WORD.findall(query or ""))]
-    cats = [c for c in (_FIELD_VALUE.sub("", c).strip() for c in categories or []) if c]
-    names = [a for a in (_FIELD_VALUE.sub("", a).strip() for a in authors or []) if a]
+    parts = [" AND ".join(f"all:{w}" for w in query_words(query))]
+    cats, names = _field_values(categories), _field_values(authors)
     parts.append(" OR ".join(f"cat:{c}" for c in cats))
     parts.append(" OR ".join(f'au:"{a}"' if " " in a else f"au:{a}" for a in names))
     parts.append(f"submittedDate:[{_stamp(since)} TO {_stamp(until)}]")

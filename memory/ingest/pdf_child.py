@@ -4,7 +4,8 @@ pdfium is C++ fed with whatever a person shares: a crafted file can make it cras
 memory or run for minutes. In the bot's own process that would take the bot down (and its
 task, claimed again, would take the next one down too). Here a fresh Python process (started
 with `python -m memory.ingest.pdf_child`; it imports only the reader) gets the bytes on stdin,
-limits its address space (RLIMIT_AS) before it opens them, and writes the text as JSON on
+limits its address space (RLIMIT_AS, where the system allows it: not on macOS, where the
+timeout alone bounds a read) before it opens them, and writes the text as JSON on
 stdout; the parent kills it after `timeout`. JSON, not pickle: what comes back from a process
 that parsed a hostile file is data to check, never code to run. The child gets no secrets:
 its environment is what the interpreter needs to start (PATH, locale, TMPDIR, and the
@@ -41,6 +42,7 @@ _PROJECT = Path(__file__).resolve().parents[2]  # where `memory` is, for the chi
 # what the child keeps of the environment: what Python needs to start, no tokens
 _ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHOME")
 CHILD_MODULE = "memory.ingest.pdf_child"  # the module run as the child
+STATM = "/proc/self/statm"  # the child's mapped size, for its memory cap (Linux only)
 CHILDREN = 2  # readers one process runs at once (each may take READ_MEMORY_MB more)
 # what a child that never got to the PDF says: it could not import, or load a library
 _LAUNCH_FAILED = re.compile(
@@ -52,6 +54,7 @@ _STOPPED_FROM_OUTSIDE = {  # Windows has no SIGHUP
     -getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
 }
 _children: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per loop
+_uncapped_said = False  # whether a child said it runs without its memory cap (logged once)
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,11 @@ def _outcome(name: str, code: int, out: bytes, err: bytes, memory_mb: int) -> Pd
     except ValueError:
         reply = None
     if code == 0 and isinstance(reply, dict):
+        if reply.get("uncapped"):
+            _say_uncapped(str(reply["uncapped"]))
+        if "unprepared" in reply:  # it never opened the file: the task tries again
+            log.error("the PDF reader could not prepare for %s: %s", name, reply["unprepared"])
+            raise RuntimeError(f"the PDF reader could not start: {reply['unprepared']}")
         if "refused" in reply:
             raise IngestError(str(reply["refused"]))
         if reply.get("memory"):
@@ -141,6 +149,15 @@ def _too_big(name: str, memory_mb: int) -> str:
     return f"{name}: reading it needs more memory than I allow for one PDF ({memory_mb} MB)."
 
 
+def _say_uncapped(why: str) -> None:
+    """Warn, once per process, that the readers run without their memory cap (the system
+    refused it): only their timeout bounds them, which the operator should know."""
+    global _uncapped_said
+    if not _uncapped_said:
+        _uncapped_said = True
+        log.warning("the PDF reader runs without its memory cap (%s); its timeout bounds it", why)
+
+
 def _pdf_text(reply: dict[str, Any]) -> PdfText:
     """The child's text, checked: its output is data from a process that parsed the file.
     A reply of the wrong shape is a RuntimeError (retried): our child wrote it, not the file."""
@@ -154,14 +171,21 @@ def _pdf_text(reply: dict[str, Any]) -> PdfText:
         raise RuntimeError(f"the PDF reader's reply is malformed: {exc!r}") from exc
 
 
-def _limit_memory(extra_mb: int) -> None:
-    """Cap the address space at what the process maps now plus `extra_mb`."""
+def _limit_memory(extra_mb: int, statm: str = STATM) -> str | None:
+    """Cap the address space at what the process maps now (read from `statm`) plus
+    `extra_mb`; None when capped, else why not. Where it cannot be set (no /proc on macOS, a
+    system refusing RLIMIT_AS) the read goes on without it: the timeout still bounds it, and a
+    missing cap is not the file's fault (the parent logs why, once: `_outcome`)."""
     import resource
 
-    with open("/proc/self/statm") as statm:
-        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = mapped + extra_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        with open(statm) as pages:
+            mapped = int(pages.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = mapped + extra_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (OSError, ValueError, IndexError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _kill_me_first() -> None:
@@ -174,10 +198,12 @@ def _kill_me_first() -> None:
         pass
 
 
-def prepare(memory_mb: int) -> None:
-    """What the child does before it opens a PDF: first to die, and its memory capped."""
+def prepare(memory_mb: int, statm: str = STATM) -> str | None:
+    """What the child does before it opens a PDF: first to die, and its memory capped where
+    the system allows it (`_limit_memory`; `statm`: where its mapped size is read). Returns
+    why it is not capped, if it is not."""
     _kill_me_first()
-    _limit_memory(memory_mb)
+    return _limit_memory(memory_mb, statm)
 
 
 def ignore_platform_stop() -> None:
@@ -189,7 +215,11 @@ def _main() -> None:
     ignore_platform_stop()  # first thing (one that came earlier is retried, see _outcome)
     limits = json.loads(sys.argv[1])
     data = sys.stdin.buffer.read()
-    prepare(int(limits["memory_mb"]))
+    try:
+        uncapped = prepare(int(limits["memory_mb"]))
+    except Exception as exc:  # before the file is opened: our setup's failure, not the file's
+        sys.stdout.write(json.dumps({"unprepared": f"{type(exc).__name__}: {exc}"}))
+        return
     try:
         text = read_pdf(data, limits["name"], limits["max_pages"], limits["max_chars"])
         reply: dict[str, Any] = {
@@ -201,6 +231,8 @@ def _main() -> None:
     except MemoryError:
         reply = {"memory": True}
     del data
+    if uncapped:
+        reply["uncapped"] = uncapped
     sys.stdout.write(json.dumps(reply))
 
 

@@ -100,11 +100,15 @@ class IngestReport:
 
 
 class _Ingestor:
-    """The state of one run: what was seen, the report, the progress bar."""
+    """The state of one run: what was seen, the report, the progress bar. `reraise`: one
+    paper for a caller that handles a service's failure itself (`fetch_and_save`): only an
+    IngestError (said to the person as is) is reported; any other failure (Redis, the
+    embedding API, the PDF reader's start) propagates as raised, its provider's text (a masked
+    key, a server path) never becoming a message for the channel."""
 
-    def __init__(self, scope, kb, embedder, encoding, report, bar=None) -> None:
+    def __init__(self, scope, kb, embedder, encoding, report, bar=None, reraise=False) -> None:
         self.scope, self.kb, self.embedder, self.encoding = scope, kb, embedder, encoding
-        self.report, self.bar = report, bar
+        self.report, self.bar, self.reraise = report, bar, reraise
         self.seen: set[str] = set()
 
     def tick(self) -> None:
@@ -173,6 +177,10 @@ class _Ingestor:
         return written
 
     def fail(self, source: str, exc: Exception) -> None:
+        """Report `source` failed; when called in an except clause with `reraise`, a failure
+        other than an IngestError is raised again instead (the caller's to handle)."""
+        if self.reraise and not isinstance(exc, IngestError):
+            raise exc
         self.report.failed.append((source, _described(exc)))
         self.tick()
 
@@ -326,9 +334,12 @@ async def fetch_and_save(
 ) -> tuple[Paper, int, bool]:
     """Fetch one arXiv paper into the knowledge base: (paper, chunks, already_present).
 
-    For the agent's tool: the text goes straight to the store, never into the conversation.
-    A newer version than the stored one replaces it. Raises IngestError with a message fit
-    for the user.
+    For the agent's tool and the Save button: the text goes straight to the store, never
+    into the conversation. A newer version than the stored one replaces it. Raises
+    IngestError with a message fit for the user; any other failure (Redis, the embedding API)
+    as it was raised, for the caller to say in its own words (its provider's text is not for
+    the channel): the agent's tool raises `SaveFailed` naming the service (bot/tools.py), the
+    Save task says to press Save again (bot/watch_saves.py).
     """
     arxiv_id = check_arxiv_id(arxiv_id)
     record = await kb.paper(scope, arxiv_id)
@@ -338,7 +349,8 @@ async def fetch_and_save(
     if why:
         raise IngestError(f"arXiv {base_arxiv_id(arxiv_id)}: {why}")
     report = IngestReport()
-    await _Ingestor(scope, kb, embedder, encoding, report).arxiv_papers([arxiv_id], arxiv)
+    ingestor = _Ingestor(scope, kb, embedder, encoding, report, reraise=True)
+    await ingestor.arxiv_papers([arxiv_id], arxiv)
     if report.failed:
         raise IngestError(report.failed[0][1])
     record = await kb.paper(scope, arxiv_id)

@@ -14,6 +14,8 @@ author, `forgotten` set; its id, role, position, timestamp and summary id are ke
 position moves and the summarized prefix stays a prefix. Replacing it is a compare-and-set
 too (`replace`). Every reader of messages skips tombstones: the recent window, summaries'
 notes, episodic indexing, `all`; only the summarizers' snapshots keep them, for their positions.
+A tombstone keeps no author, so the append of a DM's message records whose DM the place is
+(`dm_people_key`): erasing that person takes the DM's threads whole (memory/governance_sweeps.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from redis.asyncio import Redis
 from memory.keys import (
     appended_id_key,
     appended_key,
+    dm_people_key,
     messages_key,
     summarized_count_key,
     summarizing_key,
@@ -39,7 +42,7 @@ from memory.keys import (
     threads_key,
 )
 from memory.locks import OwnedLocks
-from memory.scope import Scope
+from memory.scope import Scope, Visibility
 from memory.stores.base import Segment, decode
 from memory.text import clean_text
 from memory.tokens import count_tokens
@@ -54,19 +57,22 @@ MAX_MESSAGE_CHARS = 200_000
 # With third and fourth keys (an idempotency key, see `appended_key`, and `appended_id_key`),
 # the append records where it stored which message (its position stays a bare number, as the
 # version before reads it), and a second append under it stores nothing and returns that
-# record. Returns {seq, ""} when stored, {-1, "<seq> <id>"} when appended before.
+# record. A DM's message (ARGV[6] its audience, ARGV[7] its person) records whose DM the place
+# is in the tenant's DM-people hash (KEYS[3], `dm_people_key`). Returns {seq, ""} when stored,
+# {-1, "<seq> <id>"} when appended before.
 _APPEND_SCRIPT = """
-if KEYS[3] then
-  local prior = redis.call('GET', KEYS[3])
-  if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[4]) or '')} end
+if KEYS[4] then
+  local prior = redis.call('GET', KEYS[4])
+  if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[5]) or '')} end
 end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-if KEYS[3] then
-  redis.call('SET', KEYS[3], seq, 'EX', ARGV[4])
-  redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[4])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
+if KEYS[4] then
+  redis.call('SET', KEYS[4], seq, 'EX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[4])
 end
 return {seq, ''}
 """
@@ -284,13 +290,13 @@ class ConversationStore:
         )  # fmt: skip
         if timestamp is not None:
             message.timestamp = float(timestamp)
-        keys = [self.key(scope), threads_key(scope.tenant)]
+        keys = [self.key(scope), threads_key(scope.tenant), dm_people_key(scope.tenant)]
         if once:
             keys += [appended_key(scope.tenant, once), appended_id_key(scope.tenant, once)]
-        seq, prior = await self._append(
-            keys=keys,
-            args=[message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id],
-        )
+        dm = scope.visibility is Visibility.DM and bool(scope.user)  # whose DM: erasure finds it
+        args = [message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id,
+                scope.audience if dm else "", scope.user if dm else ""]  # fmt: skip
+        seq, prior = await self._append(keys=keys, args=args)
         if int(seq) >= 0:
             message.seq = int(seq)
             return message

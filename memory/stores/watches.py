@@ -27,6 +27,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memory.ingest.arxiv_source import searchable
 from memory.keys import (
     digest_key,
     digest_lock_key,
@@ -86,7 +87,7 @@ return redis.call('HINCRBY', KEYS[1], 'failures', 1)
 # KEYS: the watch, the digest, the posted set. ARGV: state, until, now, ref, posted-kept, TTL,
 # then the posted arXiv ids. `since` never moves back (a late catch-up of an older period).
 _FINISH = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then return 0 end
 redis.call('HSET', KEYS[2], 'state', ARGV[1], 'ref', ARGV[4], 'finished', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 local since = tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
@@ -101,8 +102,55 @@ return 1
 """
 
 
+# KEYS: the watch, the period's digest. ARGV: now, the papers (JSON). About to post: "posting"
+# only while the watch is there and running (a `/watch remove` or `pause` during the build wins).
+_POSTING = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then return 'gone' end
+if redis.call('HGET', KEYS[1], 'paused') then return 'paused' end
+redis.call('HSET', KEYS[2], 'state', 'posting', 'posting_since', ARGV[1], 'papers', ARGV[2])
+return 'ok'
+"""
+
+# KEYS: the watch. ARGV: why. Paused only if it is there: a removed watch is not made again as a
+# hash of `paused` alone.
+_PAUSE = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'paused', ARGV[1])
+return 1
+"""
+
+# KEYS: the watch. ARGV: now. Resumed only if it is there (see _PAUSE).
+_RESUME = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then return 0 end
+redis.call('HDEL', KEYS[1], 'paused', 'failures', 'failing_since')
+redis.call('HSET', KEYS[1], 'next_due', ARGV[1])
+return 1
+"""
+
+# KEYS: the watch, its seen set. ARGV: until, kept after, then the arXiv ids. Kept only while
+# the watch is there: a digest built across `/watch remove` does not make its set again.
+_GIVEN = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then return 0 end
+for i = 3, #ARGV do redis.call('ZADD', KEYS[2], 'LT', ARGV[1], ARGV[i]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2])
+return 1
+"""
+
+
 class InvalidWatch(ValueError):
     """A watch that cannot be made (empty topic, bad period, a place that cannot be posted to)."""
+
+
+REMAKE = "make it again in English words, or with a category or an author"
+
+
+def unsearchable(query: str) -> str:
+    """Why a watch whose topic has no word arXiv can search, and no category nor author, is
+    refused (`create`) or paused (`restore`, and a digest of one saved before it was refused):
+    its arXiv query would be every paper submitted in the period."""
+    return (
+        f"I cannot search arXiv for “{query[:80]}”: its search reads only Latin letters and digits"
+    )
 
 
 @dataclass
@@ -161,6 +209,11 @@ class Watch:
         days = self.period / DAY
         return f"every {days:g} days" if days >= 1 else f"every {self.period} s"
 
+    @property
+    def searchable(self) -> bool:
+        """Whether its arXiv query asks for more than the period (memory/ingest/arxiv_source.py)."""
+        return searchable(self.query, self.categories, self.authors)
+
     def next_after(self, now: float) -> int:
         """The first period end after `now`, counted from the watch's creation (its phase)."""
         anchor = int(self.created_at)
@@ -175,14 +228,15 @@ class DigestRecord:
     claimed: float = 0.0
     token: str = ""  # the claim's: only the task carrying it runs the period
     next: int = 0  # the `next_due` the claim set
-    state: str = ""  # "", "posting", "posted", "empty", "failed", "folded", "retry"
+    state: str = ""  # "", "posting", "posted", "empty", "failed", "folded", "retry", "gone",
+    # "paused" (the last two: removed or paused while its digest was built, nothing posted)
     ref: str = ""
     posting_since: float = 0.0
     papers: list[str] = field(default_factory=list)  # the arXiv ids being (or) posted
 
     @property
     def finished(self) -> bool:
-        return self.state in ("posted", "empty", "failed", "folded", "retry")
+        return self.state in ("posted", "empty", "failed", "folded", "retry", "gone", "paused")
 
 
 class WatchStore:
@@ -193,6 +247,10 @@ class WatchStore:
         self._retry = redis.register_script(_RETRY)
         self._finish = redis.register_script(_FINISH)
         self._renew = redis.register_script(_RENEW)
+        self._posting = redis.register_script(_POSTING)
+        self._pause = redis.register_script(_PAUSE)
+        self._resume = redis.register_script(_RESUME)
+        self._given = redis.register_script(_GIVEN)
 
     # -- the watches -------------------------------------------------------------------------
 
@@ -207,6 +265,11 @@ class WatchStore:
         query = " ".join((query or "").split())
         if not query and not categories and not authors:
             raise InvalidWatch("A watch needs a topic, a category or an author.")
+        if not searchable(query, categories, authors):
+            raise InvalidWatch(
+                f"{unsearchable(query)}. Say the topic in English words, or add a category "
+                "(cat:cs.CL) or an author (author:Name)."
+            )
         if period < MIN_PERIOD:
             raise InvalidWatch("A watch's period is at least an hour.")
         now = time.time() if now is None else now
@@ -234,7 +297,7 @@ class WatchStore:
         if not watch_id or any(c in watch_id for c in ":{}| \n"):
             return None
         row = await self.redis.hgetall(watch_key(tenant, watch_id))
-        return Watch.from_fields(row) if row else None
+        return Watch.from_fields(row) if _whole(row) else None
 
     async def all(self, tenant: str) -> list[Watch]:
         ids = sorted(decode(i) for i in await self.redis.smembers(watches_key(tenant)))
@@ -242,7 +305,7 @@ class WatchStore:
         for watch_id in ids:
             pipe.hgetall(watch_key(tenant, watch_id))
         rows = await pipe.execute() if ids else []
-        watches = [Watch.from_fields(row) for row in rows if row]
+        watches = [Watch.from_fields(row) for row in rows if _whole(row)]
         return sorted(watches, key=lambda w: w.created_at)
 
     async def visible(self, scope: Scope, channel: str | None = None) -> list[Watch]:
@@ -268,21 +331,24 @@ class WatchStore:
         await pipe.execute()
         return True
 
-    async def pause(self, watch: Watch, why: str) -> None:
-        """Its place refused a digest: no period is claimed until it is resumed."""
-        await self.redis.hset(watch_key(watch.tenant, watch.id), "paused", why[:300] or "refused")
+    async def pause(self, watch: Watch, why: str) -> bool:
+        """Its place refused a digest (or someone paused it): no period is claimed until it is
+        resumed. False when the watch is gone (removed meanwhile): nothing is written."""
+        if not await self._pause(keys=[watch_key(watch.tenant, watch.id)],
+                                 args=[why[:300] or "refused"]):  # fmt: skip
+            return False
         await self.redis.zrem(watches_due_key(), _member(watch))
         watch.paused = why
+        return True
 
-    async def resume(self, watch: Watch, now: float) -> None:
-        """Due again at once; its next digest covers everything since the last one."""
-        key = watch_key(watch.tenant, watch.id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(key, "paused", "failures", "failing_since")
-        pipe.hset(key, "next_due", str(int(now)))
-        await pipe.execute()
+    async def resume(self, watch: Watch, now: float) -> bool:
+        """Due again at once; its next digest covers everything since the last one. False when
+        the watch is gone (removed meanwhile)."""
+        if not await self._resume(keys=[watch_key(watch.tenant, watch.id)], args=[str(int(now))]):
+            return False
         watch.paused, watch.next_due = "", int(now)
         await self.redis.zadd(watches_due_key(), {_member(watch): watch.next_due})
+        return True
 
     async def restore(self, watch: Watch, posted: dict[str, float], now: float) -> Watch:
         """A watch read from an export (memory/portability.py), written into `watch.tenant` with
@@ -291,8 +357,13 @@ class WatchStore:
         posts nothing at once, and the next digest covers everything since the last one
         (`since` is kept). A paused watch stays paused, off the due index. A creation time
         after `now` (the exporting machine's clock ran ahead) is taken as `now`: the import
-        must not look like a watch made since it began (`Portability.used_since`)."""
+        must not look like a watch made since it began (`Portability.used_since`). A watch
+        `create` would refuse now, its topic unsearchable (saved before that was refused), is
+        kept but paused with that reason: `/watch list` says why, and it never asks arXiv for
+        every paper of a period."""
         watch.created_at = min(watch.created_at, now)
+        if not watch.searchable:
+            watch.paused = f"{unsearchable(watch.query)}; {REMAKE}"
         if not watch.paused and watch.next_due <= now:
             watch.next_due = watch.next_after(now)
         data = watch.fields()
@@ -344,9 +415,10 @@ class WatchStore:
 
     # -- the schedule ----------------------------------------------------------------------
 
-    async def due(self, now: float, limit: int = 200) -> list[tuple[str, str]]:
-        """(tenant, watch id) of the watches due at `now`, most overdue first."""
-        members = await self.redis.zrangebyscore(watches_due_key(), "-inf", now, 0, limit)
+    async def due(self, now: float, limit: int = 200, offset: int = 0) -> list[tuple[str, str]]:
+        """(tenant, watch id) of the watches due at `now`, most overdue first, from the
+        `offset`th (past those a scheduler left for another platform's processes)."""
+        members = await self.redis.zrangebyscore(watches_due_key(), "-inf", now, offset, limit)
         return [tuple(decode(m).split("|", 1)) for m in members]  # type: ignore[misc]
 
     async def reindex(self, watch: Watch | None, tenant: str, watch_id: str) -> None:
@@ -422,17 +494,25 @@ class WatchStore:
 
     async def posting(
         self, tenant: str, watch_id: str, due: str, now: float, arxiv_ids: list[str]
-    ) -> None:
-        """About to post these papers: a re-run that finds this looks for the message first."""
-        key = digest_key(tenant, watch_id, due)
-        mapping = {"state": "posting", "posting_since": repr(now), "papers": json.dumps(arxiv_ids)}
-        await self.redis.hset(key, mapping=mapping)
+    ) -> str:
+        """About to post these papers: a re-run that finds this looks for the message first.
+        Recorded only if the watch is still there and running, checked with the write (its
+        digest took a while to build): "ok", else "gone" or "paused" (nothing recorded)."""
+        said = await self._posting(
+            keys=[watch_key(tenant, watch_id), digest_key(tenant, watch_id, due)],
+            args=[repr(now), json.dumps(arxiv_ids)],
+        )
+        return decode(said)
 
     async def settle(self, tenant: str, watch_id: str, due: str, state: str, why: str = "") -> None:
         """The period ends without a post, `since` where it was: "failed" (the platform
-        refused it), "folded" (a later period covers it), "retry" (arXiv did not answer)."""
+        refused it), "folded" (a later period covers it), "retry" (arXiv did not answer),
+        "gone" or "paused" (removed or paused while its digest was built)."""
         key = digest_key(tenant, watch_id, due)
-        await self.redis.hset(key, mapping={"state": state, "error": why[:500]})
+        pipe = self.redis.pipeline(transaction=True)  # a removed watch's record lapses too
+        pipe.hset(key, mapping={"state": state, "error": why[:500]})
+        pipe.expire(key, DIGEST_TTL)
+        await pipe.execute()
 
     async def finish(
         self, watch: Watch, due: str, until: float, now: float, ref: str = "",
@@ -461,13 +541,12 @@ class WatchStore:
         self, watch: Watch, arxiv_ids: list[str], until: float, kept_after: float
     ) -> None:
         """A digest up to `until` was given these papers by arXiv: each keeps its earliest
-        digest's `until` (ZADD LT); those before `kept_after` go (no window reaches them)."""
-        key = watch_seen_key(watch.tenant, watch.id)
-        pipe = self.redis.pipeline(transaction=True)
-        if arxiv_ids:
-            pipe.zadd(key, dict.fromkeys(arxiv_ids, until), lt=True)
-        pipe.zremrangebyscore(key, "-inf", f"({kept_after!r}")
-        await pipe.execute()
+        digest's `until` (ZADD LT); those before `kept_after` go (no window reaches them).
+        Nothing is kept for a watch removed meanwhile (its set is not made again)."""
+        await self._given(
+            keys=[watch_key(watch.tenant, watch.id), watch_seen_key(watch.tenant, watch.id)],
+            args=[repr(until), repr(kept_after), *arxiv_ids],
+        )
 
     async def seen(self, watch: Watch, arxiv_ids: list[str]) -> set[str]:
         """Which of these papers an earlier digest was given and finished (its `until` is at
@@ -479,6 +558,12 @@ class WatchStore:
         return {
             a for a, s in zip(arxiv_ids, scores, strict=True) if s is not None and s <= watch.since
         }
+
+
+def _whole(row: dict[Any, Any]) -> bool:
+    """A watch's hash as `create` wrote it: one with no id (a field written after its removal)
+    is no watch."""
+    return any(decode(name) == "id" for name in row)
 
 
 def _in_dm(watch: Watch) -> bool:

@@ -1,0 +1,339 @@
+"""Taking a Discord message when something fails on the way: the memory unreachable in a thread
+that may not be the bot's (or at connect, before the catch-up has planned), Discord failing to
+open a mention's thread, stopping while messages wait, a place whose history Discord failed to
+give, and /summarize within Discord's 3 s when both Discord and Redis are slow."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import discord
+import pytest
+
+from adapters.discord import DISCORD_FAILED, DISCORD_SILENT, NO_THREAD_ALLOWED, DiscordAdapter
+from adapters.spine import NOT_TAKEN
+from memory.keys import discord_cursor_tenants_key, joined_key
+from tests import test_discord
+from tests.agent_world import close_world, open_world
+from tests.support.redis_gate import RedisGate
+from tests.test_discord import back_and_taken, new_adapter, settle, stoppable
+from tests.test_discord_catchup import holds, now_id, ready, unreadable
+
+world, fake, adapter = test_discord.world, test_discord.fake, test_discord.adapter
+tenants_key = discord_cursor_tenants_key()
+
+
+async def answered(world, adapter: DiscordAdapter, fake, channel_id: int, count: int) -> list[str]:
+    """What the bot posted in `channel_id`, once it is `count` messages (or 30 s passed):
+    retries come every few seconds."""
+    for _ in range(300):
+        if len(fake.texts(channel_id)) >= count and not adapter._waiting:
+            break
+        await asyncio.sleep(0.1)
+    await settle(world, adapter)
+    return fake.texts(channel_id)
+
+
+# -- 1. the memory unreachable: a notice only where the bot surely answers ---------------------
+
+
+async def test_chatter_in_a_thread_not_the_bots_gets_no_notice_while_memory_is_down(tmp_path, fake):
+    """Whether the bot takes part in a thread someone else opened is in Redis: while it is
+    unreachable, a message there that does not mention the bot is kept and tried again
+    silently. Once Redis is back, a thread the bot was mentioned in gets its answer; a thread
+    it never joined stays quiet."""
+    async with stoppable(tmp_path, fake) as (server, world, adapter):
+        guild, user = fake.guild(), fake.user()
+        joined = fake.thread(guild, owner_id=user.id)
+        await adapter.handle_message(fake.mention(joined, user, "hi"))
+        await settle(world, adapter)
+        strangers = fake.thread(guild, owner_id=user.id)  # the bot was never there
+        server.stop()
+        await adapter.handle_message(fake.message(strangers, user, "lunch?"))
+        await adapter.handle_message(fake.message(joined, user, "still there?"))
+        asked = fake.mention(strangers, user, "are you up?")  # addressed: told
+        await adapter.handle_message(asked)
+        assert fake.texts(strangers.id) == [NOT_TAKEN]
+        assert fake.texts(joined.id) == ["Answer: hi"]
+        await back_and_taken(server, world, adapter)
+        assert await answered(world, adapter, fake, joined.id, 2) == [
+            "Answer: hi",
+            "Answer: still there?",
+        ]
+        assert await answered(world, adapter, fake, strangers.id, 2) == [
+            NOT_TAKEN,
+            "Answer: are you up?",
+        ]
+
+
+async def test_a_message_kept_for_the_memory_is_kept_and_told_once(tmp_path, fake):
+    """The same message taken twice while Redis is down (the catch-up reads back one the
+    gateway delivered; a resumed session redelivers it): one notice, one retry loop, one
+    answer."""
+    async with stoppable(tmp_path, fake) as (server, world, adapter):
+        user = fake.user()
+        thread = fake.thread(fake.guild(), owner_id=fake.bot.id)
+        server.stop()
+        message = fake.message(thread, user, "still there?")
+        await adapter.handle_message(message)
+        await adapter.handle_message(message)
+        assert fake.texts(thread.id) == [NOT_TAKEN]
+        assert len(adapter._waiting) == 1
+        await back_and_taken(server, world, adapter)
+        assert await answered(world, adapter, fake, thread.id, 2) == [
+            NOT_TAKEN,
+            "Answer: still there?",
+        ]
+
+
+async def test_a_live_message_while_memory_is_down_at_connect_leaves_the_missed_to_read(
+    redis_url, tmp_path
+):
+    """Redis is unreachable at READY: the catch-up has not planned yet when a live message,
+    kept meanwhile, is queued. Its place's cursor must not move past the message missed
+    before it, so the catch-up, planning after, still reads and answers that one."""
+    gate = RedisGate(redis_url)
+    world = await open_world(await gate.start(), tmp_path)
+    world.model.responder = test_discord.echo
+    try:
+        fake = test_discord.FakeDiscord()
+        adapter = new_adapter(world, fake)
+        guild, user = fake.guild(), fake.user()
+        thread = fake.thread(guild, owner_id=fake.bot.id)
+        asked = fake.message(thread, user, "find MemGPT", message_id=now_id())
+        await adapter.handle_message(asked)  # the cursor: this message
+        await settle(world, adapter)
+        missed = fake.message(thread, user, "who wrote it?", message_id=now_id())  # offline
+        live = fake.message(thread, user, "and its code?", message_id=now_id())
+        holds(thread, asked, missed, live)
+        gate.cut()  # a new session, the memory unreachable
+        adapter.client._connection._guilds[guild.id] = guild
+        await adapter.client.on_connect()
+        await adapter.handle_message(live)  # kept, tried again in a few seconds
+        await adapter.client.on_ready()  # the catch-up's plan fails; tried again later too
+        gate.hold(f"SMEMBERS\r\n${len(tenants_key)}\r\n{tenants_key}".encode())
+        gate.mend()
+        await gate.held.wait()  # the catch-up's plan waits, so the live message goes first
+        for _ in range(300):
+            if not adapter._waiting:
+                break
+            await asyncio.sleep(0.1)
+        assert not adapter._waiting
+        gate.release.set()
+        await adapter.catchup._running
+        await settle(world, adapter)
+        assert sorted(fake.texts(thread.id)) == sorted([
+            "Answer: find MemGPT", NOT_TAKEN, "Answer: who wrote it?", "Answer: and its code?",
+        ])  # fmt: skip
+        await adapter.catchup.stop()
+        await adapter.pipeline.close()
+    finally:
+        gate.release.set()
+        await close_world(world)
+        await gate.close()
+
+
+# -- 2. Discord failing to open a mention's thread --------------------------------------------
+
+
+def server_error() -> Exception:
+    return discord.DiscordServerError(mock.Mock(status=503, reason="Unavailable"), "unavailable")
+
+
+def rate_limited() -> Exception:
+    return discord.HTTPException(mock.Mock(status=429, reason="Too Many Requests"), "limited")
+
+
+def forbidden() -> Exception:
+    return discord.Forbidden(
+        mock.Mock(status=403, reason="Forbidden"),
+        {"code": 50013, "message": "Missing Permissions"},
+    )
+
+
+def fails_once(message: Any, error: Exception) -> None:
+    """The first `create_thread` of `message` fails with `error`; the next ones open it."""
+    opens = message.create_thread.side_effect
+    errors = [error]
+
+    async def create_thread(**kw: Any) -> Any:
+        if errors:
+            raise errors.pop()
+        return await opens(**kw)
+
+    message.create_thread.side_effect = create_thread
+
+
+@pytest.mark.parametrize(
+    ("error", "notice"),
+    [
+        (server_error, DISCORD_FAILED),
+        (rate_limited, DISCORD_FAILED),
+        (lambda: aiohttp.ClientOSError(104, "reset"), DISCORD_SILENT),
+        (TimeoutError, DISCORD_SILENT),
+    ],
+)
+async def test_a_thread_discord_failed_to_open_is_opened_on_a_retry(
+    world, fake, adapter, error, notice
+):
+    """A mention in a channel whose thread Discord fails to open in passing (a 5xx, a 429,
+    the network, no answer): the person is told what failed and that it is retried; the same
+    delivery opens the thread a few seconds later and the question is answered there."""
+    channel, user = fake.text_channel(fake.guild()), fake.user()
+    message = fake.mention(channel, user, "find MemGPT")
+    fails_once(message, error())
+    await adapter.handle_message(message)
+    assert fake.texts(channel.id) == [notice]
+    assert await answered(world, adapter, fake, message.id, 1) == ["Answer: find MemGPT"]
+    assert message.create_thread.await_count == 2
+    assert fake.texts(channel.id) == [notice]
+
+
+async def test_a_thread_refused_for_permissions_says_so_once(world, fake, adapter):
+    channel, user = fake.text_channel(fake.guild()), fake.user()
+    message = fake.mention(channel, user, "find MemGPT")
+    fails_once(message, forbidden())
+    await adapter.handle_message(message)
+    await settle(world, adapter)
+    assert fake.texts(channel.id) == [NO_THREAD_ALLOWED]
+    assert not adapter._waiting  # not retried: only a person can give the permission
+    assert message.id not in fake.channels
+
+
+async def test_a_thread_refused_otherwise_names_the_status_only(world, fake, adapter):
+    """Discord's own wording of a refusal is for developers: the person sees its status."""
+    channel, user = fake.text_channel(fake.guild()), fake.user()
+    message = fake.mention(channel, user, "find MemGPT")
+    refused = {"code": 50035, "message": "Invalid Form Body", "errors": {"name": "too long"}}
+    fails_once(message, discord.HTTPException(mock.Mock(status=400, reason="Bad"), refused))
+    await adapter.handle_message(message)
+    await settle(world, adapter)
+    assert fake.texts(channel.id) == ["Discord would not open a thread for this (HTTP 400)."]
+    assert not adapter._waiting
+
+
+async def test_stopping_tries_every_kept_message_past_a_discord_failure(tmp_path, fake):
+    """At shutdown, a message whose thread Discord still fails to open does not stop the
+    last try of the next one, kept for Redis (back by then): that one is queued."""
+    async with stoppable(tmp_path, fake) as (server, world, adapter):
+        guild, user = fake.guild(), fake.user()
+        mention = fake.mention(fake.text_channel(guild), user, "find MemGPT")
+        mention.create_thread.side_effect = server_error()  # every time
+        await adapter.handle_message(mention)
+        thread = fake.thread(guild, owner_id=fake.bot.id)
+        server.stop()
+        await adapter.handle_message(fake.message(thread, user, "still there?"))
+        assert len(adapter._waiting) == 2  # the Discord failure first
+        server.ensure_running()
+        await adapter.stop()
+        queued = await world.runtime.memory.turns.busy("discord")
+        assert f"discord:{guild.id}:{thread.id}" in [scope.thread for scope in queued]
+
+
+# -- 3. a place Discord failed to give is read again within the session -----------------------
+
+
+async def test_a_place_discord_failed_to_give_is_read_again_without_a_new_session(world, fake):
+    guild, user = fake.guild(), fake.user()
+    thread = fake.thread(guild, owner_id=fake.bot.id)
+    before = new_adapter(world, fake)
+    asked = fake.message(thread, user, "find MemGPT", message_id=now_id())
+    await before.handle_message(asked)
+    await settle(world, before)
+    await before.pipeline.close()
+    missed = fake.message(thread, user, "who wrote it?", message_id=now_id())
+    unreadable(thread, TimeoutError())
+    after = new_adapter(world, fake)
+    await ready(after, guild)  # the read times out
+    await settle(world, after)
+    assert fake.texts(thread.id) == ["Answer: find MemGPT"]
+    holds(thread, asked, missed)  # Discord gives it again; no new session
+    assert await answered(world, after, fake, thread.id, 2) == [
+        "Answer: find MemGPT",
+        "Answer: who wrote it?",
+    ]
+    assert not after.catchup.unread
+    await after.catchup.stop()
+    await after.pipeline.close()
+
+
+async def test_a_place_discord_refuses_is_not_read_again_in_the_session(world, fake, caplog):
+    """A refusal (a bad request) will not pass: the place is not read again until the next
+    READY, which reads it from its kept cursor."""
+    guild, user = fake.guild(), fake.user()
+    thread = fake.thread(guild, owner_id=fake.bot.id)
+    before = new_adapter(world, fake)
+    asked = fake.message(thread, user, "find MemGPT", message_id=now_id())
+    await before.handle_message(asked)
+    await settle(world, before)
+    await before.pipeline.close()
+    missed = fake.message(thread, user, "who wrote it?", message_id=now_id())
+    unreadable(thread, discord.HTTPException(mock.Mock(status=400, reason="Bad"), "bad"))
+    after = new_adapter(world, fake)
+    with caplog.at_level(logging.ERROR, logger="adapters.discord_catchup"):
+        await ready(after, guild)
+    assert "not reading what was posted in" in caplog.text
+    assert after.catchup._rereading is None  # nothing to read again
+    assert thread.id in after.catchup.unread  # its cursor kept
+    holds(thread, asked, missed)
+    await ready(after, guild)
+    await settle(world, after)
+    assert fake.texts(thread.id) == ["Answer: find MemGPT", "Answer: who wrote it?"]
+    await after.catchup.stop()
+    await after.pipeline.close()
+
+
+# -- 4. /summarize answers within Discord's 3 s -----------------------------------------------
+
+
+DISCORD_DEADLINE_SECONDS = 3.0  # an interaction not answered by then is Unknown to Discord
+
+
+async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_url, tmp_path):
+    """Discord never says who sees the channel (its lookup gives up at ASK_DISCORD_SECONDS,
+    1.5 s), then Redis holds the check of the thread: the memory-down word still goes out
+    before Discord's deadline (past it, the interaction is unknown and the person sees "The
+    application did not respond"). The lookups share one 2.0 s limit; each with a limit of
+    its own would answer after 1.5 + 2.0 = 3.5 s: a second's margin either side of the 3 s,
+    on the loop's clock, so a loaded machine only makes the old way later."""
+    gate = RedisGate(redis_url)
+    world = await open_world(await gate.start(), tmp_path)
+    try:
+        fake = test_discord.FakeDiscord()
+        adapter = new_adapter(world, fake)
+        user = fake.user()
+        joined = fake.thread(fake.guild(), owner_id=user.id)  # the bot must ask memory
+
+        async def no_answer(channel_id: int) -> Any:
+            await asyncio.Event().wait()  # until the lookup gives up (cancelled)
+
+        adapter.client.fetch_channel.side_effect = no_answer
+        summarize = fake.interaction(joined, user)
+        summarize.channel = None  # uncached: who sees it is asked of Discord
+        scope = await adapter.commands.scope(fake.interaction(joined, user))
+        gate.hold(joined_key(scope.tenant, scope.thread).encode())
+        loop = asyncio.get_running_loop()
+        started: list[float] = []
+
+        async def send_message(content: str, **kw: Any) -> None:
+            if loop.time() - started[0] > DISCORD_DEADLINE_SECONDS:
+                raise discord.NotFound(
+                    mock.Mock(status=404, reason="Not Found"),
+                    {"code": 10062, "message": "Unknown interaction"},
+                )
+
+        summarize.response.send_message.side_effect = send_message
+        callback = adapter.tree.get_command("summarize").callback
+        started.append(loop.time())
+        await callback(summarize)
+        args, kwargs = summarize.response.send_message.await_args
+        assert "unreachable right now, so /summarize could not run" in args[0]
+        assert kwargs == {"ephemeral": True}
+    finally:
+        gate.release.set()
+        await close_world(world)
+        await gate.close()

@@ -1,0 +1,116 @@
+"""A share whose read spans an erasure keeps nothing, says so in its message ("Not kept"),
+and queues no turn (adapters/shared_files.py `_erased`): its sharer erased (`forget_person`
+notes them, then takes their PDFs while nothing is saved yet, so the PDF saved after would stay
+with their id and their question be answered), or its channel deleted on the platform
+(`forget_place`'s note, also for a thread not in memory yet). The platform end erases while the
+file downloads: the end is the test's, no code of ours patched. Real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from adapters.slack import thread_id
+from memory.governance_places import DeletedPlace
+from memory.keys import turn_queue_key
+from memory.scope import Scope, Visibility
+from tests.test_shared_pdfs import StubEnd, share_payload, shared_pdf, stub_files
+from tests.test_shares_after_erasure import QUESTION, dm_of
+
+
+@pytest.fixture(autouse=True)
+async def dropped_after(memory, tenant):
+    yield
+    await memory.drop_tenant(tenant)
+
+
+class ErasingEnd(StubEnd):
+    """A platform whose download returns once `erase` ran: the read spans the erasure."""
+
+    def __init__(self, data: bytes, erase) -> None:
+        super().__init__(data)
+        self.erase, self.erased = erase, 0
+
+    async def fetch(self, file, max_bytes):
+        if not self.erased:
+            self.erased += 1
+            await self.erase()
+        return await super().fetch(file, max_bytes)
+
+
+def channel_of(tenant: str, visibility: Visibility) -> Scope:
+    return Scope(tenant, thread_id(tenant, "C1", "1700000000.000100"), channel="C1", user="U1",
+                 visibility=visibility)  # fmt: skip
+
+
+async def kept_nothing(memory, scope: Scope) -> bool:
+    queued = await memory.redis.llen(turn_queue_key(scope.tenant, scope.thread))
+    return (await memory.knowledge_base.papers(scope, everywhere=True), queued) == ([], 0)
+
+
+@pytest.mark.parametrize("visibility", [Visibility.DM, Visibility.PUBLIC])
+async def test_a_share_read_across_its_sharers_erasure_keeps_nothing(memory, tenant, visibility):
+    scope = dm_of(tenant, "U1") if visibility is Visibility.DM else channel_of(tenant, visibility)
+    await memory.conversation.append(scope, "user", "earlier words")  # theirs, to erase
+    end = ErasingEnd(shared_pdf("Secret Paper"),
+                     lambda: memory.governance.forget_person(tenant, "U1"))  # fmt: skip
+    files = stub_files(memory, end)
+    payload = share_payload(scope, f"slack:{scope.channel}:{time.time_ns()}", turn=QUESTION)
+    payload.update(queued_at=time.time(), sharer="U1")
+    await files.one(payload)  # the PDF saved after the erasure took their PDFs
+    assert end.erased == 1
+    assert await kept_nothing(memory, scope)
+    # its message said "Saved" a moment before; it no longer does
+    assert end.edits[-1][1] == "Not kept: the person who shared it was erased since."
+    await files.one(payload)  # delivered again: nothing read, nothing queued
+    assert await kept_nothing(memory, scope)
+
+
+async def test_a_share_read_across_its_channels_deletion_keeps_nothing(memory, tenant):
+    scope = channel_of(tenant, Visibility.PRIVATE)
+    await memory.conversation.append(scope, "user", "earlier words")  # the thread is listed
+    place = DeletedPlace(tenant, "slack", "C1")
+    end = ErasingEnd(shared_pdf("Walled Paper"), lambda: memory.governance.forget_place(place))
+    files = stub_files(memory, end)
+    payload = share_payload(scope, f"slack:C1:{time.time_ns()}", turn=QUESTION)
+    payload.update(queued_at=time.time(), sharer="U1")
+    await files.one(payload)
+    assert end.erased == 1
+    assert await kept_nothing(memory, scope)
+
+
+async def test_a_new_threads_share_read_across_its_channels_deletion_keeps_nothing(memory, tenant):
+    """A top-level mention with a PDF starts its thread: nothing of it is stored, nor busy,
+    until this share queues its turn, and the channel holds nothing else: its deletion finds no
+    thread to note, the channel's own note says it."""
+    scope = channel_of(tenant, Visibility.PUBLIC)
+    place = DeletedPlace(tenant, "slack", "C1")
+    end = ErasingEnd(shared_pdf("Unseen Paper"), lambda: memory.governance.forget_place(place))
+    files = stub_files(memory, end)
+    payload = share_payload(scope, f"slack:C1:{time.time_ns()}", turn=QUESTION)
+    payload.update(queued_at=time.time(), sharer="U1")
+    await files.one(payload)
+    assert end.erased == 1
+    assert await kept_nothing(memory, scope)
+    other = Scope(tenant, thread_id(tenant, "C2", "1700000000.000200"), channel="C2")
+    assert await memory.governance.places.deleted(tenant, [scope.thread, other.thread]) == [
+        scope.thread
+    ]  # another channel's thread is not taken for deleted
+
+
+async def test_another_persons_share_read_meanwhile_is_kept(memory, tenant):
+    """The check is the sharer's: someone else erased during the read changes nothing."""
+    other = dm_of(tenant, "U2")
+    await memory.conversation.append(other, "user", "their words")
+    scope = dm_of(tenant, "U1")
+    end = ErasingEnd(
+        shared_pdf("Kept Paper"), lambda: memory.governance.forget_person(tenant, "U2")
+    )
+    files = stub_files(memory, end)
+    payload = share_payload(scope, f"slack:D-U1:{time.time_ns()}", turn=QUESTION)
+    payload.update(queued_at=time.time(), sharer="U1")
+    await files.one(payload)
+    [paper] = await memory.knowledge_base.papers(scope)
+    assert paper["title"] == "Kept Paper"
+    assert await memory.redis.llen(turn_queue_key(tenant, scope.thread)) == 1
