@@ -769,7 +769,7 @@ async def print_recall_stages(
         store._score(SCOPE, read, candidates)
         read.feedback = store._feedback(candidates)
         clock.append(time.perf_counter())
-        await store._expand(SCOPE, candidates, where, shown, v, read.plain)
+        await store._expand(SCOPE, candidates, where, shown, v, read.plain, read.seen_words)
         sizes["with neighbours"].append(len(candidates))
         clock.append(time.perf_counter())
         store._score(SCOPE, read, candidates)

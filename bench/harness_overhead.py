@@ -201,7 +201,7 @@ def instrument(runtime: AgentRuntime) -> Probe:
     ):  # fmt: skip
         probe.wrap(getattr(mem, store), method, f"    read {store}.{method} (concurrent)")
     probe.wrap(mem.episodes, "find", "    read episodes.find (concurrent)")
-    probe.wrap(mem.episodes, "pick", "    read episodes.pick (after the reads)")
+    probe.wrap(mem.episodes, "pick_rendered", "    read episodes.pick_rendered (after the reads)")
     probe.wrap(memory.context, "count_tokens_many", "    count_tokens (segments)")
     probe.wrap(harness, "usage_percent", "  usage_percent (tiktoken)")
     probe.wrap(harness, "select_tools", "  select_tools")

@@ -217,11 +217,10 @@ async def assemble_context(
     # heading may together pass the budget (by < 100 tokens): the invariant wins over it.
     room = max(window_room, budget - summary_tokens - episodic_empty)
     conversation_text, conversation_tokens = newest_that_fit(conversation, room, model)
-    episodes = await memory.episodes.pick(
+    episodes, episodic_text, episodic_tokens = await memory.episodes.pick_rendered(
         found, budget - summary_tokens - conversation_tokens, model,
-        exclude_ids=frozenset(m.id for m in window),
+        exclude_ids=frozenset(m.id for m in window), empty_tokens=episodic_empty,
     )  # fmt: skip
-    episodic_text = EpisodicStore.render(episodes)
     others: list[Segment] = [
         KnowledgeBase.segment(passages),
         WorkflowStore.segment([text for _, text in workflows]),
@@ -231,7 +230,7 @@ async def assemble_context(
     counts = count_tokens_many(texts, model)
     rendered = [
         ContextSegment("Conversation", conversation_text, conversation_tokens),
-        ContextSegment("Episodic", episodic_text, count_tokens(episodic_text, model)),
+        ContextSegment("Episodic", episodic_text, episodic_tokens),
         *(ContextSegment(s.name, t, n) for s, t, n in zip(others, texts, counts, strict=True)),
         ContextSegment("Summary", summary_text, summary_tokens),
     ]

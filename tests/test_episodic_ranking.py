@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.scope import Scope
+from memory.stores import episodic_ranking
 from memory.stores.episodic import Episode, EpisodicStore, Ranking
 from memory.stores.episodic_candidates import _Candidate, _Filter, _Question
 from memory.stores.episodic_query import _filter
@@ -41,8 +42,24 @@ def test_feedback_words_are_shared_by_the_best_and_rare_among_all():
 
 
 def test_row_words_leave_out_what_names_no_subject():
-    words = row_words("Ana: We fired the new kiln, it's great!", frozenset({"ana", "great"}))
-    assert words == {"fired", "the", "new", "kiln", "it's"}
+    text, skip = "Ana: We fired the new kiln, it's great!", frozenset({"ana", "great"})
+    seen: dict[bytes | str, frozenset[str]] = {}
+    assert row_words(text, skip, seen) == {"fired", "the", "new", "kiln", "it's"}
+    # A reply's field as sent: bytes, decoded (a bad byte replaced) as `decode` does.
+    assert row_words(text.encode(), skip, seen) == {"fired", "the", "new", "kiln", "it's"}
+    assert row_words(b"Kiln \xff glaze", skip, seen) == {"kiln", "glaze"}
+    every = {"ana", "fired", "the", "new", "kiln", "it's", "great"}
+    assert row_words(text, frozenset({"the"}), seen) == every - {"the"}  # remembered unskipped
+    assert seen.keys() == {text, text.encode(), b"Kiln \xff glaze"}  # the recall's, only
+
+
+def test_no_row_text_outlives_its_recall():
+    """Rows' words are remembered per recall (`_Question.seen_words`), never in a cache of
+    the process, which would keep forgotten messages' texts in memory."""
+    cached = [
+        name for name, value in vars(episodic_ranking).items() if hasattr(value, "cache_info")
+    ]
+    assert cached == []
 
 
 def _candidate(i: int, words: set[str], cosine: float, text_score: float) -> _Candidate:
@@ -95,6 +112,7 @@ async def test_candidates_carry_the_words_of_their_rows_when_feedback_is_on(stor
         found = await store._candidates(scope, read, vector, where)
         assert "m-0" in found
         assert (found["m-0"].words is not None) is carried
+        assert bool(read.seen_words) is carried  # this recall's, gone with it
     assert {"glaze", "glossy"} <= (found["m-0"].words or frozenset())
     assert "kiln" not in (found["m-0"].words or frozenset())  # the question's: BM25 has it
     assert "ana" not in (found["m-0"].words or frozenset())  # an author's name is no subject

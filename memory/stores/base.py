@@ -88,6 +88,12 @@ def decode(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def decoded(row: dict[bytes, Any]) -> dict[bytes, Any]:
+    """A reply row with every value decoded (as `decode`) in one pass: cheaper than a call per
+    field when a row's fields are all read, as recall's chosen messages' are."""
+    return {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in row.items()}
+
+
 class VectorStore:
     """RedisVL indexes of hashes with one embedding each: one index per tenant.
 

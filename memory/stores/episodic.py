@@ -311,25 +311,62 @@ class EpisodicStore(EpisodicScoring, EpisodicSearch):
     ) -> list[Episode]:
         """Recall's second half: score what `find` found, read around the best, pack the
         budget, and read the chosen messages' texts."""
+        return (await self.pick_rendered(found, budget_tokens, model, exclude_ids))[0]
+
+    async def pick_rendered(
+        self,
+        found: Found,
+        budget_tokens: int,
+        model: str,
+        exclude_ids: frozenset[str],
+        empty_tokens: int | None = None,
+    ) -> tuple[list[Episode], str, int]:
+        """`pick`, with the chosen messages' rendering (`render`) and its tokens in `model`:
+        the budget check has both at hand, and context assembly shows them. `empty_tokens`:
+        the empty segment's tokens in `model`, when the caller counted them already."""
+        empty = self.render([])
+        if empty_tokens is None:
+            empty_tokens = count_tokens(empty, model)
+        picked = await self._pick(found, budget_tokens, model, exclude_ids, empty_tokens)
+        if picked is None or not picked[0]:
+            return [], empty, empty_tokens
+        return picked
+
+    async def _pick(
+        self,
+        found: Found,
+        budget_tokens: int,
+        model: str,
+        exclude_ids: frozenset[str],
+        empty_tokens: int,
+    ) -> tuple[list[Episode], str, int] | None:
+        """The chosen messages, rendered and counted; None when none fit."""
         scope, read, where, candidates = found.scope, found.read, found.where, found.candidates
-        if count_tokens(self.render([]), model) > budget_tokens:
-            return []
+        if empty_tokens > budget_tokens:
+            return None
         for episode_id in exclude_ids & candidates.keys():
             del candidates[episode_id]
         if not candidates:
-            return []
+            return None
         self._score(scope, read, candidates)  # to know the best, whose neighbours to read
         read.feedback = self._feedback(candidates)
-        await self._expand(scope, candidates, where, exclude_ids, found.vector, read.plain)
+        await self._expand(
+            scope, candidates, where, exclude_ids, found.vector, read.plain, read.seen_words
+        )
         self._score(scope, read, candidates)
         self._smooth(candidates)
         units = self._pack(candidates, budget_tokens, model)
         places = {i: (candidates[i].thread, candidates[i].seq) for unit in units for i in unit}
         fetched = await self._fetch(scope, places)
         chosen = [[fetched[i] for i in unit if i in fetched] for unit in units]
-        while chosen and count_tokens(self.render(_ordered(chosen)), model) > budget_tokens:
+        rendered: dict[tuple[str, ...], str] = {}  # threads' items: a pop changes one or two
+        while chosen:
+            episodes = _ordered(chosen)
+            text = self.segment(episodes, rendered).render()
+            if (tokens := count_tokens(text, model)) <= budget_tokens:
+                return episodes, text, tokens
             chosen.pop()  # the estimate fell short: drop the least valuable
-        return _ordered(chosen)
+        return None
 
     # -- rendering -----------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ class _Question:
     periods: list[tuple[float, float]]
     plain: frozenset[str] = frozenset()  # words that say nothing of a subject here
     feedback: dict[str, float] = field(default_factory=dict)  # see `episodic_ranking`
+    # Its candidates' words by their rows' texts (`row_words`): this recall's only.
+    seen_words: dict[bytes | str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -78,31 +78,22 @@ def indexed(e: Episode) -> Episode:
 # -- rendering ---------------------------------------------------------------------------------
 
 
-def segment(episodes: list[Episode]) -> Segment:
+def segment(episodes: list[Episode], rendered: dict[tuple[str, ...], str] | None = None) -> Segment:
     """Threads in the order given, each oldest first, one `Name: text` line a message; the
     day starts the line where it changes (`8 May 2023`, the year only when it changes), and
-    a blank line marks skipped messages."""
+    a blank line marks skipped messages. `rendered` remembers each thread's item by its
+    messages' ids, for a caller rendering subsets of the same messages again (`pick`)."""
+    rendered = {} if rendered is None else rendered
     threads: dict[str, list[Episode]] = {}
     for e in episodes:
         threads.setdefault(e.thread, []).append(e)
     items = []
     for members in threads.values():
         members.sort(key=lambda e: e.seq)
-        lines = [_thread_line(members[0])]
-        last: Episode | None = None
-        year = 0
-        for e in members:
-            if last is not None and e.seq != last.seq + 1:
-                lines.append("\n")
-            when = ""
-            if last is None or e.date != last.date:
-                day = time.gmtime(e.ts)
-                when = f"{day.tm_mday} {calendar.month_abbr[day.tm_mon]}"
-                when += f" {day.tm_year}" if day.tm_year != year else ""
-                year = day.tm_year
-            lines.append(e.line(when))
-            last = e
-        items.append("".join(lines).rstrip("\n"))
+        key = tuple(e.id for e in members)
+        if (item := rendered.get(key)) is None:
+            item = rendered[key] = _thread_item(members)
+        items.append(item)
     return Segment(
         name="Episodic",
         description="earlier messages of this team's threads that bear on the question.",
@@ -111,6 +102,27 @@ def segment(episodes: list[Episode]) -> Segment:
         items=items,
         empty_note="(no related earlier messages)",
     )
+
+
+def _thread_item(members: list[Episode]) -> str:
+    """A thread's item: its header, then its messages (in order of `seq`) a line each."""
+    lines = [_thread_line(members[0])]
+    last: Episode | None = None
+    last_day: tuple[int, int, int] | None = None  # `last.date`, as numbers: read once each
+    year = 0
+    for e in members:
+        if last is not None and e.seq != last.seq + 1:
+            lines.append("\n")
+        when = ""
+        day = time.gmtime(e.ts)
+        this_day = (day.tm_year, day.tm_mon, day.tm_mday)
+        if this_day != last_day:
+            when = f"{day.tm_mday} {calendar.month_abbr[day.tm_mon]}"
+            when += f" {day.tm_year}" if day.tm_year != year else ""
+            year = day.tm_year
+        lines.append(e.line(when))
+        last, last_day = e, this_day
+    return "".join(lines).rstrip("\n")
 
 
 def _thread_line(e: Episode) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from redisvl.utils.token_escaper import TokenEscaper
 
 from memory.scope import PUBLIC, Scope
-from memory.stores.base import decode
+from memory.stores.base import decoded
 from memory.stores.episodic_episode import Episode
 
 SEP = "\x1f"  # tag separator: validated thread ids, like channel and user ids, never hold it
@@ -33,6 +34,13 @@ def _names(e: Episode) -> list[str]:
 
 def _pos(thread: str, seq: int) -> str:
     return f"{seq}@{thread}"
+
+
+@lru_cache(maxsize=65_536)
+def _pos_tag(thread: str, seq: int) -> str:
+    """`_pos` escaped for a tag clause: remembered, as recall asks for a hundred places a
+    question, mostly the same ones, and escaping runs a regex with a callback per character."""
+    return _TAG_ESCAPER.escape(_pos(thread, seq))
 
 
 def _tags(field_name: str, values: Iterable[str]) -> str:
@@ -110,12 +118,12 @@ def _rows(reply: Any) -> list[tuple[float, dict[bytes, Any]]]:
 
 
 def _episode(row: dict[bytes, Any]) -> Episode:
-    def text(name: str) -> str:
-        return decode(row.get(name.encode())) or ""
-
+    """A message from its `_fetch` row: every field decoded at once (a hundred rows a recall)."""
+    field = decoded(row).get
     return Episode(
-        id=text("msg"), thread=text("thread"), channel=text("channel"),
-        audience=text("audience") or PUBLIC, author=text("author"),
-        author_name=text("author_name"), role=text("role") or "user", text=text("text"),
-        ts=float(text("ts") or 0), seq=int(float(text("seq") or 0)),
+        id=field(b"msg") or "", thread=field(b"thread") or "", channel=field(b"channel") or "",
+        audience=field(b"audience") or PUBLIC, author=field(b"author") or "",
+        author_name=field(b"author_name") or "", role=field(b"role") or "user",
+        text=field(b"text") or "", ts=float(field(b"ts") or 0),
+        seq=int(float(field(b"seq") or 0)),
     )  # fmt: skip

@@ -13,24 +13,27 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from memory.stores.base import decode
 
 MIN_CHARS = 3  # shorter words say little about a subject
 _WORD = re.compile(rf"[a-z][a-z']{{{MIN_CHARS - 1},}}")  # the length test in the regex: fast
 
 
-def row_words(text: str, skip: frozenset[str]) -> frozenset[str]:
-    """The distinct words of a candidate's text that could name a subject."""
-    return _words(text).difference(skip)
-
-
-@lru_cache(maxsize=32_768)
-def _words(text: str) -> frozenset[str]:
-    """Remembered: the same messages come back as candidates question after question."""
-    return frozenset(_WORD.findall(text.lower()))
+def row_words(
+    raw: bytes | str, skip: frozenset[str], seen: dict[bytes | str, frozenset[str]]
+) -> frozenset[str]:
+    """The distinct words of a candidate's text (a reply's field as sent: bytes, or str from a
+    decoding client) that could name a subject. `seen` remembers each text's words for one
+    recall (a row comes back from several of its queries), and goes with it: a global cache
+    would keep forgotten messages' texts in memory."""
+    words = seen.get(raw)
+    if words is None:
+        words = seen[raw] = frozenset(_WORD.findall(decode(raw).lower()))
+    return words.difference(skip)
 
 
 def feedback_terms(
@@ -57,6 +60,8 @@ def feedback_score(words: frozenset[str] | None, terms: dict[str, float]) -> flo
     """How much of the feedback vocabulary a candidate holds (0 when its words are unknown)."""
     if not words or not terms:
         return 0.0
+    if words.isdisjoint(terms):  # most candidates: as the sum below would, 0
+        return 0
     return sum(weight for w, weight in terms.items() if w in words)
 
 

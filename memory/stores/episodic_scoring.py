@@ -53,13 +53,13 @@ class EpisodicScoring:
                         feedback_score(c.words, question.feedback)
                     )
                     c.own = max(low, float(own))
-        named = set(question.named)
+        named, periods = set(question.named), question.periods
         for c in candidates.values():
             own = c.own
-            own += r.author_bonus * bool(named.intersection(c.names))
+            own += r.author_bonus * (bool(named) and not named.isdisjoint(c.names))
             own += r.thread_bonus * (c.thread == scope.thread)
             own += r.opener_bonus * c.opens - r.question_penalty * c.asks
-            own += r.date_bonus * any(start <= c.ts < end for start, end in question.periods)
+            own += r.date_bonus * (bool(periods) and any(s <= c.ts < e for s, e in periods))
             c.own = c.score = own
 
     def _feedback(self, candidates: dict[str, _Candidate]) -> dict[str, float]:
@@ -76,13 +76,19 @@ class EpisodicScoring:
         """A message borrows from its best neighbour within two messages: the answer sits
         next to the question, the story goes on in the speaker's next message."""
         r = self.ranking
-        at = {(c.thread, c.seq): c.own for c in candidates.values()}
-        low = min(at.values(), default=0.0)
+        at: dict[str, dict[int, float]] = {}  # thread -> seq -> own score
+        for c in candidates.values():
+            at.setdefault(c.thread, {})[c.seq] = c.own
+        low = min((own for seqs in at.values() for own in seqs.values()), default=0.0)
         weights = ((-2, r.smoothing_far), (-1, r.smoothing), (1, r.smoothing), (2, r.smoothing_far))
         for c in candidates.values():
-            near = [w * (at[(c.thread, c.seq + d)] - low) for d, w in weights
-                    if (c.thread, c.seq + d) in at]  # fmt: skip
-            c.score = c.own + max(near, default=0.0)
+            seqs, best = at[c.thread], None  # the first largest borrowed, as `max` picks it
+            for d, w in weights:
+                if (own := seqs.get(c.seq + d)) is not None:
+                    lent = w * (own - low)
+                    if best is None or lent > best:
+                        best = lent
+            c.score = c.own + (0.0 if best is None else best)
 
     # -- packing -------------------------------------------------------------------------------
 

@@ -23,14 +23,13 @@ from memory.stores.base import VectorStore, decode, vector_bytes
 from memory.stores.episodic_candidates import Ranking, _Candidate, _Filter, _Question
 from memory.stores.episodic_episode import Episode
 from memory.stores.episodic_query import (
-    _TAG_ESCAPER,
     _TEXT_ESCAPER,
     _WORD,
     FIELDS,
     ROW,
     WORDS_ROW,
     _episode,
-    _pos,
+    _pos_tag,
     _rows,
     _tags,
 )
@@ -104,23 +103,23 @@ class EpisodicSearch(VectorStore):
             query = f"({union}) {where.lookup}".strip()
             bm25.append(self._bm25(tenant, query, max(r.text_candidates, least)))
         replies = await asyncio.gather(*knn, *bm25)
-        out: dict[str, _Candidate] = {}
+        out: dict[Any, _Candidate] = {}  # by the row's `msg` as sent: decoded once, if new
         for reply in replies[: len(knn)]:
             for _, row in _rows(reply):
                 cosine = 1.0 - float(row[b"dist"])
-                c = out.get(decode(row[b"msg"]))
+                c = out.get(row[b"msg"])
                 if c is None:
-                    c = _Candidate.from_row(row)
-                    out[c.id] = c
+                    c = out[row[b"msg"]] = _Candidate.from_row(row)
                 c.cosine = max(c.cosine if c.cosine is not None else -1.0, cosine)
-                _add_words(c, row, question.plain)
+                _add_words(c, row, question.plain, question.seen_words)
         for reply in replies[len(knn) :]:
             for score, row in _rows(reply):
-                c = out.get(decode(row[b"msg"])) or _Candidate.from_row(row)
-                out[c.id] = c
+                c = out.get(row[b"msg"])
+                if c is None:
+                    c = out[row[b"msg"]] = _Candidate.from_row(row)
                 c.text_score = float(score)
-                _add_words(c, row, question.plain)
-        return {i: c for i, c in out.items() if where.admits(c)}
+                _add_words(c, row, question.plain, question.seen_words)
+        return {c.id: c for c in out.values() if where.admits(c)}
 
     def _bm25(self, tenant: str, query: str, k: int) -> Any:
         return self._search(
@@ -145,7 +144,7 @@ class EpisodicSearch(VectorStore):
 
     async def _at(self, tenant: str, places: set[tuple[str, int]], where: str) -> list[_Candidate]:
         """The messages at these (thread, seq) places: one tag lookup."""
-        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
+        tags = "|".join(_pos_tag(t, s) for t, s in sorted(places))
         reply = await self._search(
             tenant, "FT.SEARCH", f"@pos:{{{tags}}} {where}".strip(),
             "RETURN", len(ROW), *ROW, "LIMIT", 0, len(places), "DIALECT", 2,
@@ -159,17 +158,20 @@ class EpisodicSearch(VectorStore):
         where: _Filter,
         vector: np.ndarray,
         plain: frozenset[str] = frozenset(),
+        seen_words: dict[bytes | str, frozenset[str]] | None = None,
     ) -> list[_Candidate]:
         """The messages at these (thread, seq) places with their cosine to the question: one
-        KNN restricted to them (exact: RediSearch scans so few), filtered like every KNN."""
-        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in sorted(places))
+        KNN restricted to them (exact: RediSearch scans so few), filtered like every KNN.
+        `seen_words`: the recall's words of rows already read (`_Question.seen_words`)."""
+        seen_words = {} if seen_words is None else seen_words
+        tags = "|".join(_pos_tag(t, s) for t, s in sorted(places))
         where_here = f"@pos:{{{tags}}} {where.clause}"
         reply = await self._knn(tenant, where_here, vector, len(places), False)
         out = []
         for _, row in _rows(reply):
             c = _Candidate.from_row(row)
             c.cosine = 1.0 - float(row[b"dist"])
-            _add_words(c, row, plain)
+            _add_words(c, row, plain, seen_words)
             out.append(c)
         return out
 
@@ -181,9 +183,11 @@ class EpisodicSearch(VectorStore):
         exclude_ids: frozenset[str],
         vector: np.ndarray,
         plain: frozenset[str] = frozenset(),
+        seen_words: dict[bytes | str, frozenset[str]] | None = None,
     ) -> None:
         """Add the messages around the best candidates: as candidates of their own (scored by
-        their neighbours) and as context for short hits."""
+        their neighbours) and as context for short hits. `plain` and `seen_words` are the
+        question's (`_Question`)."""
         r = self.ranking
         have = {(c.thread, c.seq) for c in candidates.values()}
         best = sorted(candidates.values(), key=lambda c: -c.own)[: r.context_neighbours]
@@ -192,7 +196,9 @@ class EpisodicSearch(VectorStore):
         unmeasured = {(c.thread, c.seq) for c in candidates.values() if c.cosine is None}
         if not wanted | unmeasured:
             return
-        for c in await self._measure(scope.tenant, wanted | unmeasured, where, vector, plain):
+        for c in await self._measure(
+            scope.tenant, wanted | unmeasured, where, vector, plain, seen_words
+        ):
             known = candidates.get(c.id)
             if known is not None:
                 if known.cosine is None:
@@ -210,7 +216,7 @@ class EpisodicSearch(VectorStore):
         asked in the same round trip."""
         if not places:
             return {}
-        tags = "|".join(_TAG_ESCAPER.escape(_pos(t, s)) for t, s in places.values())
+        tags = "|".join(_pos_tag(t, s) for t, s in places.values())
         ids = list(places)
         reply, erasing = await asyncio.gather(
             self._search(
@@ -229,8 +235,13 @@ class EpisodicSearch(VectorStore):
         }
 
 
-def _add_words(c: _Candidate, row: dict[bytes, Any], plain: frozenset[str]) -> None:
+def _add_words(
+    c: _Candidate,
+    row: dict[bytes, Any],
+    plain: frozenset[str],
+    seen_words: dict[bytes | str, frozenset[str]],
+) -> None:
     """Join a row's words (a message's text, or a part's) to its candidate's, when returned."""
     text = row.get(b"text") or row.get(b"part")
     if text is not None:
-        c.words = row_words(decode(text), plain) | (c.words or frozenset())
+        c.words = row_words(text, plain, seen_words) | (c.words or frozenset())
