@@ -75,7 +75,13 @@ from adapters.slack_delivery import (
 from adapters.slack_feedback import SlackFeedback
 from adapters.slack_files import SlackFiles, slack_reply
 from adapters.slack_home import BUTTON_ACTION, SlackHome
-from adapters.slack_summarize import CLAIM_IDLE_MS, STREAM, SlackSummaries
+from adapters.slack_summarize import (
+    CLAIM_IDLE_MS,
+    GIVEN_UP,
+    SHORTCUT_NOT_TAKEN,
+    STREAM,
+    SlackSummaries,
+)
 from adapters.slack_walls import CACHE_SECONDS, SlackWalls
 from adapters.slack_watch import SlackWatches
 from adapters.spine import (
@@ -83,6 +89,7 @@ from adapters.spine import (
     Job,
     MemoryUnavailable,
     Pipeline,
+    not_queued_for_now,
     unavailable_raised,
 )
 from adapters.text import link_arxiv, slack_question, split_message
@@ -119,13 +126,19 @@ def thread_id(team: str, channel: str, thread_ts: str) -> str:
     return f"slack:{team}:{channel}:{thread_ts}"
 
 
+def stored_thread(in_dm: bool, ts: str, thread_ts: str | None) -> str:
+    """The thread a person's message (`ts`, in the thread `thread_ts`, if any) is stored in,
+    and so what a summary of it is of: the thread it is in; outside threads, a DM's whole
+    conversation (DM: its messages are one conversation), else the thread under it."""
+    return thread_ts or (DM if in_dm else ts)
+
+
 def stored_in(team: str, event: dict, message: dict) -> list[str]:
     """The threads `_queue_turn` may have stored a person's message (`message`: its ts and
     thread_ts) of `event`'s channel in: its thread, or a DM's conversation (a DM's message
     with replies under it was stored there, not in their thread)."""
-    channel, ts = event["channel"], message["ts"]
-    in_dm = slack_in_dm(event)
-    thread_ts = message.get("thread_ts") or (DM if in_dm else ts)
+    channel, ts, in_dm = event["channel"], message["ts"], slack_in_dm(event)
+    thread_ts = stored_thread(in_dm, ts, message.get("thread_ts"))
     places = [thread_ts, DM] if in_dm and thread_ts == ts else [thread_ts]
     return [thread_id(team, channel, t) for t in places]
 
@@ -174,12 +187,14 @@ def slack_retry(request: AsyncBoltRequest) -> bool:
 
 
 def parse_thread_link(text: str) -> tuple[str, str] | None:
-    """(channel, thread_ts) from a Slack message link, or None."""
+    """(channel, thread_ts) from a Slack message link (`stored_thread`: a DM's message
+    outside threads is its DM's conversation), or None."""
     match = _THREAD_LINK.search(text)
     if not match:
         return None
-    ts = match["thread"] or f"{match['ts'][:10]}.{match['ts'][10:]}"
-    return match["channel"], ts
+    ts = f"{match['ts'][:10]}.{match['ts'][10:]}"
+    channel = match["channel"]
+    return channel, stored_thread(channel.startswith("D"), ts, match["thread"])
 
 
 class SlackAdapter:
@@ -507,25 +522,33 @@ class SlackAdapter:
         for another. On a message of the channel the person is reading, so theirs to
         summarize; the summary goes to its thread (or, the bot not in the channel, to the
         shortcut's response_url). Memory unable to take it in time: tried again after the
-        answer, which tells the person (NOT_TAKEN) if memory still cannot."""
+        answer, which tells only the person (SHORTCUT_NOT_TAKEN) if memory still cannot."""
         message, channel = shortcut["message"], shortcut["channel"]["id"]
-        in_dm = channel.startswith("D")  # a DM's messages outside threads are one conversation
-        thread_ts = message.get("thread_ts") or (DM if in_dm else message["ts"])
-        taken = await self.summaries.take_shortcut(shortcut, thread_ts)
+        in_dm = channel.startswith("D")
+        thread_ts = stored_thread(in_dm, message["ts"], message.get("thread_ts"))
+        taken, event_id = await self.summaries.take_shortcut(shortcut, thread_ts)
         await ack()
         if not taken:
-            self._hold(asyncio.create_task(self._summarize_untaken(shortcut, thread_ts)))
+            untaken = self._summarize_untaken(shortcut, thread_ts, event_id)
+            self._hold(asyncio.create_task(untaken))
 
-    async def _summarize_untaken(self, shortcut: dict, thread_ts: str) -> None:
-        """A shortcut whose task memory could not take: its summary queued from this process,
-        or the person told (Slack sends no shortcut twice)."""
+    async def _summarize_untaken(self, shortcut: dict, thread_ts: str, event_id: str) -> None:
+        """A shortcut whose task memory did not take in time: its summary queued from this
+        process under the task's own event id (memory only slow, the task may be in Redis all
+        the same: summarized once), or the person told, only them (nothing is kept of a
+        shortcut, which Slack never sends twice: they run it again)."""
         channel, user = shortcut["channel"]["id"], shortcut["user"]["id"]
         try:
-            await self.queue_summary(slack_team(shortcut), channel, thread_ts, user, shortcut)
-        except MemoryUnavailable:
-            pass  # told (NOT_TAKEN)
-        except Exception:
-            log.exception("a Summarize thread shortcut in %s failed", channel)
+            await self.queue_summary(
+                slack_team(shortcut), channel, thread_ts, user, shortcut, notify=False,
+                event_id=event_id,
+            )  # fmt: skip
+        except Exception as exc:
+            down = not_queued_for_now(exc)
+            if not down:
+                log.exception("a Summarize thread shortcut in %s failed", channel)
+            text = SHORTCUT_NOT_TAKEN if down else GIVEN_UP
+            await self.summaries.answer(shortcut.get("response_url"), text)
 
     # -- translation -----------------------------------------------------------------------
 

@@ -10,8 +10,9 @@
   for in the thread, or, if Slack cannot say, by the re-run before it posts: never posted
   twice. Blocks Slack refuses are sent once more as mrkdwn sections (the 👍/👎 buttons
   kept), then as plain text.
-- Where the bot may not post, a command's or shortcut's response_url carries the answer (5 posts
-  at most).
+- Where the bot may not post (not in the channel, the channel archived, the thread's message
+  gone: any error Slack does not make in passing), a command's or shortcut's response_url
+  carries the answer (5 posts at most), saying why it comes there.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ RESPONSE_URL_POSTS = 5  # Slack takes at most 5 posts to one response_url (in 30
 RESPONSE_URL_PARTS = RESPONSE_URL_POSTS - 1  # the last post says what was left out
 NOT_THERE = {"not_in_channel", "channel_not_found"}  # the bot may not post in the channel
 GONE = {"message_not_found", "cant_update_message", "edit_window_closed"}
+# why a post in the job's thread failed for good, said with what comes to the response_url
+# instead (not_in_channel and channel_not_found: nothing said, as before)
+THREAD_GONE = "its message no longer exists"
+CLOSED = {"is_archived": "its channel is archived", "invalid_thread_ts": THREAD_GONE,
+          "thread_not_found": THREAD_GONE, "message_not_found": THREAD_GONE}  # fmt: skip
+# what a failed chat.startStream says of one place, not of the workspace's streaming
+OF_THE_PLACE = {*NOT_THERE, *CLOSED, "restricted_action"}
 # Slack's own passing failures: the job stays queued and runs again
 PASSING = {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 # errors after which Slack may have done the call anyway ("some aspect of the operation
@@ -77,6 +85,16 @@ def slack_error(exc: SlackApiError) -> str:
     response in the error, which has no `get`)."""
     data = getattr(exc.response, "data", exc.response)
     return str(data.get("error") or "") if isinstance(data, dict) else ""
+
+
+def not_posted(exc: SlackApiError) -> str:
+    """Why Slack refused a post in the job's thread, for the person; "" when the bot is not in
+    the channel (the response_url is the command's own answer there, as before)."""
+    error = slack_error(exc)
+    if error in NOT_THERE:
+        return ""
+    said = CLOSED.get(error) or f"Slack answered `{error or http_status(exc)}`"
+    return f"I cannot post in that thread: {said}"
 
 
 def http_status(exc: SlackApiError) -> int:
@@ -162,6 +180,14 @@ def left_out(shown: int, total: int, how: str) -> str:
         f"_Slack lets me post only {RESPONSE_URL_POSTS} messages here, so {total - shown} of "
         f"{total} parts are left out. {how}_"
     )
+
+
+def see_it_all(why: str) -> str:
+    """What the person can do to see an answer the response_url could not carry: the bot
+    invited where it is not (`why` empty), else asked again elsewhere."""
+    if not why:
+        return "Invite me to the channel (`/invite @ArxivScout`) and ask again to see it all."
+    return "Ask again in a channel I can post in (or in a DM with me) to see it all."
 
 
 class SlackStatus(Status):
@@ -338,10 +364,9 @@ class SlackPlatform(Platform):
         try:
             status = await self._stream(job) or await self._placeholder(job)
         except SlackApiError as exc:
-            if slack_error(exc) not in NOT_THERE or not job.reply.get("response_url"):
-                raise
-            log.info("cannot post in %s (%s); answering via response_url", *self._why(job, exc))
-            progress["via"] = "response_url"
+            if self.passing(exc) or not job.reply.get("response_url"):
+                raise  # in passing: runs again; no response_url: nowhere else to answer
+            self._to_response_url(job, exc, "the answer")
             return SlackStatus(self, job, None)
         progress["placeholder"] = status.ts
         progress["stream"] = status.streaming
@@ -362,8 +387,8 @@ class SlackPlatform(Platform):
         except SlackApiError as exc:
             if slack_error(exc) in NOT_THERE:
                 raise
-            if not self.passing(exc) and slack_error(exc) != "invalid_thread_ts":
-                self.no_streaming.add(team)
+            if not self.passing(exc) and slack_error(exc) not in OF_THE_PLACE:
+                self.no_streaming.add(team)  # the placeholder meets a place's own refusal
             log.info("no streaming in %s (%s); editing a placeholder", *self._why(job, exc))
             return None
         except NETWORK as exc:
@@ -433,10 +458,28 @@ class SlackPlatform(Platform):
         turn = feedback_turn(job, index)  # the last part of an answer carries 👍/👎
         if status.ts is None:
             await self._deliver_by_response_url(job, index, part)
-        elif index == 0:
-            await status.finish(part, turn)
-        else:
-            await self.post(job, index, with_feedback(markdown(part), turn))
+            return
+        try:
+            if index == 0:
+                await status.finish(part, turn)
+            else:
+                await self.post(job, index, with_feedback(markdown(part), turn))
+        except SlackApiError as exc:
+            if self.passing(exc) or not job.reply.get("response_url"):
+                raise  # in passing: runs again; no response_url: nowhere else to answer
+            # the thread closed to the bot since the placeholder (archived, its message gone)
+            self._to_response_url(job, exc, "the rest of the answer" if index else "the answer")
+            status.ts = None
+            await self._deliver_by_response_url(job, index, part)
+
+    def _to_response_url(self, job: Job, exc: SlackApiError, what: str) -> None:
+        """The job answers at its response_url from now on (a re-run too: `progress`), saying
+        why with the first part it sends there."""
+        log.info("cannot post in %s (%s); answering via response_url", *self._why(job, exc))
+        job.progress["via"] = "response_url"
+        job.progress["why"] = not_posted(exc)
+        if job.progress["why"]:
+            job.progress["said"] = f"_{job.progress['why']}, so {what} comes here, for you only._"
 
     async def withdraw(self, job: Job, text: str) -> None:
         ts, channel = job.progress.get("placeholder"), job.reply["channel"]
@@ -462,22 +505,33 @@ class SlackPlatform(Platform):
         return super().passing(exc)
 
     async def notice(self, job: Job, text: str) -> None:
+        if job.progress.get("via") == "response_url":  # the thread refused it already
+            await self.respond(job, text)
+            return
         try:
             await until_delivered(self.client.chat_postMessage, **self.where(job), **markdown(text))
         except SlackApiError as exc:
-            if slack_error(exc) not in NOT_THERE or not job.reply.get("response_url"):
+            if self.passing(exc) or not job.reply.get("response_url"):
                 raise
-            await self.respond(job, text)
+            why = not_posted(exc)
+            await self.respond(job, f"{why}. {text}" if why else text)
 
     async def _deliver_by_response_url(self, job: Job, index: int, part: str) -> None:
-        """The first parts, then a note of what was left out: a response_url takes 5 posts."""
-        if index < RESPONSE_URL_PARTS:
-            await self.respond(job, part)
-        elif index == RESPONSE_URL_PARTS:
-            answer = self.render(job.progress.get("answer") or part)
-            total = len(split_message(answer, self.limit))
-            how = "Invite me to the channel (`/invite @ArxivScout`) and ask again to see it all."
-            await self.respond(job, left_out(RESPONSE_URL_PARTS, total, how))
+        """The parts while the response_url has room for them and a note of what was left out
+        (it takes 5 posts, a "Summarizing…" before counted), then that note; the first part it
+        carries says why it comes there (`said`)."""
+        progress = job.progress
+        total = progress.get("parts") or len(
+            split_message(self.render(progress.get("answer") or part), self.limit)
+        )
+        room = RESPONSE_URL_POSTS - progress.get("responded", 0)
+        if room > 1 or (room == 1 and index == total - 1):  # the last part needs no note
+            said = progress.get("said")
+            await self.respond(job, f"{said}\n\n{part}" if said else part)
+            progress.pop("said", None)
+        elif room == 1:
+            how = see_it_all(progress.get("why", ""))
+            await self.respond(job, left_out(index, total, how))
 
     async def respond(self, job: Job, text: str) -> None:
         """Post `text` only the person sees, to the response_url of their command/shortcut."""

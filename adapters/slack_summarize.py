@@ -75,6 +75,15 @@ PERSON_UNKNOWN = (
 )
 CANNOT_SAY = (MEMBERSHIP_UNKNOWN, PERSON_UNKNOWN)  # run again; said on the last delivery only
 GIVEN_UP = "I could not summarize that thread: try again."
+SHORTCUT_NOT_TAKEN = (
+    "My memory (Redis) is unreachable right now, so I could not take this: if no summary "
+    "comes in a few minutes, run *Summarize thread* on the message again."
+)
+
+
+def summary_event(task_id: str) -> str:
+    """The event id of a task's summary: queued once, whoever queues it."""
+    return f"{SUMMARIZE}:{task_id}"
 
 
 class SlackCannotSay(Exception):
@@ -157,20 +166,24 @@ class SlackSummaries:
             return ""
         return SUMMARIZING if channel == here else CHECKING
 
-    async def take_shortcut(self, shortcut: dict[str, Any], thread_ts: str) -> bool:
+    async def take_shortcut(self, shortcut: dict[str, Any], thread_ts: str) -> tuple[bool, str]:
         """Queue the message shortcut's task (in Redis before this returns): the thread of a
         message in the channel the person is reading, so theirs to summarize (no check). Its
         `user.team_id` is kept as a command's `user_team` (is the person of another
-        organisation?), its response_url for an answer where the bot is not. False: memory
-        could not take it within ANSWER_SECONDS."""
+        organisation?), its response_url for an answer where the bot is not. Whether memory
+        took it within ANSWER_SECONDS, and its summary's event id: memory only slow, the task
+        may have landed all the same, so a summary queued without it must carry that id too
+        (queued once)."""
         team, channel = slack_team(shortcut), shortcut["channel"]["id"]
         user, person_team = shortcut["user"]["id"], shortcut["user"].get("team_id")
         kept = {"response_url": shortcut.get("response_url"), "user_team": person_team}
         kept = {k: v for k, v in kept.items() if v}
-        return await self._in_time(
-            lambda: self._add(team, user, channel, channel, thread_ts, kept),
+        task_id = uuid.uuid4().hex
+        taken = await self._in_time(
+            lambda: self._add(team, user, channel, channel, thread_ts, kept, task_id),
             f"a shortcut in {channel}",
         )
+        return taken, summary_event(task_id)
 
     @staticmethod
     async def _in_time(queue: Callable[[], Awaitable[None]], what: str) -> bool:
@@ -187,12 +200,13 @@ class SlackSummaries:
         return True
 
     async def _add(
-        self, team: str, user: str, here: str, channel: str, thread_ts: str, kept: dict[str, Any]
-    ) -> None:
+        self, team: str, user: str, here: str, channel: str, thread_ts: str, kept: dict[str, Any],
+        task_id: str = "",
+    ) -> None:  # fmt: skip
         """One XADD: the task, whoever runs it (`here`: where it was asked; `kept`: of the
         payload, no token, no trigger)."""
         await self.stream.add(SUMMARIZE, {
-            "id": uuid.uuid4().hex, "team": team, "user": user, "here": here,
+            "id": task_id or uuid.uuid4().hex, "team": team, "user": user, "here": here,
             "channel": channel, "thread_ts": thread_ts, "command": kept,
         })  # fmt: skip
 
@@ -247,7 +261,7 @@ class SlackSummaries:
             try:  # a check's "Summarizing…" takes one of the response_url's 5 posts
                 await self.adapter.queue_summary(
                     team, channel, payload["thread_ts"], user, command, notify=False,
-                    responded=int(elsewhere), event_id=f"{SUMMARIZE}:{payload['id']}",
+                    responded=int(elsewhere), event_id=summary_event(payload["id"]),
                 )  # fmt: skip
             except MemoryUnavailable:
                 if not last_delivery():
@@ -264,15 +278,20 @@ class SlackSummaries:
             await self._post(payload, text)
 
     async def _post(self, payload: dict[str, Any], text: str) -> None:
-        """To the command's response_url, only the person sees it; best effort (logged)."""
-        url = payload["command"].get("response_url")
+        await self.answer(payload["command"].get("response_url"), text)
+
+    async def answer(self, url: str | None, text: str) -> None:
+        """To a command's or shortcut's response_url, only the person sees it; best effort
+        (logged)."""
         if not url:
             return
         try:
             webhook = AsyncWebhookClient(url, session=self.adapter.session)
             response = await webhook.send(text=text, response_type="ephemeral")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("could not answer a /summarize check: %r", exc)
+            log.warning("could not answer a /summarize or a shortcut: %r", exc)
             return
         if response.status_code >= 400:
-            log.warning("response_url answered %s to a /summarize check", response.status_code)
+            log.warning(
+                "response_url answered %s to a /summarize or a shortcut", response.status_code
+            )

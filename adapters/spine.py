@@ -86,6 +86,10 @@ GAVE_UP = (
     "saved; please rephrase it or try again later."
 )
 DELETED_UNANSWERED = "Your message was deleted; I did not answer it."
+NOT_SHOWN = (
+    "Sorry, I could not post an answer here, so I did not answer this message. Please ask "
+    "again elsewhere (or in a direct message with me)."
+)
 REST_UNSENT = (
     "Sorry, I could not send the rest of this answer. Your message is saved; please ask "
     "again to see the answer in full."
@@ -402,10 +406,14 @@ class Pipeline:
                 log.warning("%s in %s runs again: %r", job.kind, job.scope.thread, exc)
                 await save()  # this run counted, and what it posted or answered
                 raise
-            # the platform failed around the turn (the channel is gone, the bot was removed)
+            # the platform failed around the turn (the channel is gone, the bot was removed):
+            # the person is told, if the platform has a way (Slack: the command's response_url),
+            # unless a part of the answer is out (a failed part told them already)
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
-            if self.platform.passing(exc):  # runs enough: the person is told, if it can be
+            if self.platform.passing(exc):
                 await self._notice(job, GAVE_UP)
+            elif not job.progress.get("sent"):
+                await self._notice(job, NOT_SHOWN)
         try:  # whatever the platform did: the turn (or a run before it) may have stored it
             await self._caught_up(job, save)
         except Exception as exc:
@@ -422,8 +430,8 @@ class Pipeline:
                 await _saved(save)  # still this run's job
                 try:
                     await self.platform.withdraw(job, DELETED_UNANSWERED)
-                except Exception as exc:  # no "please rephrase" for a message deleted
-                    if again or memory_unavailable(exc) or not self.platform.passing(exc):
+                except Exception as exc:  # nothing said for a message deleted (`withdraw`)
+                    if memory_unavailable(exc) or (again and self.platform.passing(exc)):
                         raise
                     log.warning("turn %s's placeholder left in %s: %r", job.id, job.scope.thread,
                                 exc)  # fmt: skip
