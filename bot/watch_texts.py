@@ -7,9 +7,9 @@ Kept apart from the service so that every side (chat, slash commands, the termin
   a period is read only as the topic's last phrase ("daily", "weekly", "every N days", "every
   day|week"), so a topic's own words ("3D reconstruction", "weekly seasonality") stay in it.
 - A chat message is a watch command only in an explicit form (`chat_command`): "watch: <topic>",
-  or "watch <topic>" naming a period or an option ("weekly", "every 3 days", "cat:", "author:"),
-  or "watch list|remove|pause|resume|help …"; never with a question mark, nor "watch out", "watch
-  it" and the like.
+  or "watch <topic>" ending with a period ("weekly", "every 3 days") or naming an option ("cat:",
+  "author:"), or "watch list|remove|pause|resume|help …"; never with a question mark, nor "watch
+  out", "watch it" and the like.
 - Made from a job, a watch's id comes from the job's id (`watch_id_of`), so a job run again finds
   the watch it made.
 """
@@ -25,16 +25,15 @@ from memory.stores.watches import DAY, InvalidWatch, Watch
 
 _PERIOD = re.compile(r"^(?:every\s*)?(\d{1,3})\s*(?:d|days?)$", re.I)
 _OPTION = re.compile(r"\b(cat|category|au|author):(\"[^\"]+\"|\S+)", re.I)
-# the period a topic ends with: never a bare "3d" or "week" (words of topics: "3D reconstruction")
+# the period a topic ends with, before any closing punctuation ("… weekly."): never a bare "3d"
+# or "week" (words of topics: "3D reconstruction")
 _TRAILING_PERIOD = re.compile(
-    r"(?:^|\s)(daily|weekly|every\s+(?:day|week|\d{1,3}\s*(?:d|days?)))\s*$", re.I
+    r"(?:^|\s)(daily|weekly|every\s+(?:day|week|\d{1,3}\s*(?:d|days?)))[\s.!;,]*$", re.I
 )
 RESERVED = ("list", "remove", "delete", "stop", "pause", "resume", "help")
 _CHAT = re.compile(r"^\s*watch(:|\s)\s*(.*)$", re.I | re.S)
 _NOT_A_TOPIC = re.compile(r"^(out|it|this|that|these|those|me|you|him|her|them|us|over)\b", re.I)
-_SCHEDULED = re.compile(
-    r"\b(daily|weekly|every\s+(day|week|\d{1,3}\s*(d|days?)))\b|\b(cat|category|au|author):", re.I
-)
+_NAMES_OPTION = re.compile(r"\b(cat|category|au|author):", re.I)
 UNREACHABLE = "My memory is unreachable right now, so nothing was changed: try again in a minute."
 NOT_QUEUED = (
     "I could not take that right now (my memory is unreachable): press it again in a minute."
@@ -76,9 +75,16 @@ def chat_command(text: str) -> str | None:
     first = rest.split()[0].lower() if rest else ""
     if first in RESERVED:
         return rest
-    if not rest or _NOT_A_TOPIC.match(rest) or not (colon or _SCHEDULED.search(rest)):
+    if not rest or _NOT_A_TOPIC.match(rest) or not (colon or _names_a_watch(rest)):
         return None
     return re.sub(r"^(for|on)\s+", "", rest, flags=re.I)
+
+
+def _names_a_watch(rest: str) -> bool:
+    """Whether a chat message's words (after "watch ") name an option, or end with a period as
+    `parse_watch` reads one: "watch weekly diffusion models" would be a daily watch of the
+    topic "weekly diffusion models", so it is no command (a sentence, for the agent)."""
+    return bool(_NAMES_OPTION.search(rest) or _TRAILING_PERIOD.search(_OPTION.sub(" ", rest)))
 
 
 def parse_watch(text: str) -> WatchRequest:

@@ -1,6 +1,6 @@
 """Topic watches' words and races: a period is read only as the topic's last phrase (Slack,
-chat) and never from Discord's topic field; a topic arXiv cannot search is refused, one with
-accents is folded to ASCII; a watch removed or paused while its digest is built posts nothing;
+chat, before a closing full stop; a chat command's period only there) and never from Discord's
+topic field; a topic arXiv cannot search is refused, one with accents is folded to ASCII; a watch removed or paused while its digest is built posts nothing;
 a watch gone when its place refuses the digest is not made again as a paused husk, nor is its
 seen set, and nobody is told; a Slack channel deleted is refused before arXiv is asked; the
 Save button's answer that Slack's response_url refuses for good (4xx) is logged, not retried
@@ -18,7 +18,7 @@ import pytest
 
 from adapters.slack_watch import SlackWatches
 from bot.watch_scheduler import WatchScheduler
-from bot.watches import WatchPlace, parse_watch
+from bot.watches import WatchPlace, chat_command, parse_watch
 from memory.ingest.arxiv_source import submitted_query
 from memory.keys import watch_key, watch_seen_key
 from memory.stores.watches import DAY, InvalidWatch
@@ -40,11 +40,27 @@ from tests.test_watches_discord import api, env, watch_command  # noqa: F401 (fi
         ("diffusion every 3 days", "diffusion", 3 * DAY),
         ("diffusion every 3d author:Gu", "diffusion", 3 * DAY),
         ("rainfall nowcasting every week", "rainfall nowcasting", WEEK),
+        ("diffusion models weekly.", "diffusion models", WEEK),  # a sentence's full stop
+        ("graph networks every 3 days!", "graph networks", 3 * DAY),
     ],
 )
 async def test_a_period_is_only_the_topics_last_phrase(text, query, period):
     request = parse_watch(text)
     assert (request.query, request.period) == (query, period)
+
+
+def test_a_chat_watch_command_names_its_period_as_the_topics_last_phrase():
+    # "weekly" leading the topic is part of it (a daily watch on "weekly diffusion models"):
+    # such a message is no command, it goes to the agent
+    assert chat_command("watch weekly diffusion models") is None
+    assert chat_command("watch daily life of LLM agents") is None
+    # the documented forms still are commands
+    for text in ("watch state-space models weekly", "watch diffusion models weekly.",
+                 "watch state-space models weekly cat:cs.LG", "watch diffusion author:Gu",
+                 "watch for retrieval models every 3 days", "watch: weekly seasonality"):  # fmt: skip
+        assert chat_command(text) is not None, text
+    request = parse_watch(chat_command("watch: diffusion models weekly."))
+    assert (request.query, request.period) == ("diffusion models", WEEK)
 
 
 async def test_discord_watch_add_never_reads_a_period_in_its_topic(env):  # noqa: F811

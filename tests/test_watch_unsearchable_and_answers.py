@@ -1,10 +1,11 @@
 """Watch topics arXiv cannot search, restored or saved before they were refused; the Save
 answer's response_url refusals; Discord's category field naming several categories; letters
-NFKD does not fold; the scheduler's pages per tick.
+NFKD does not fold and possessives; the scheduler's pages per tick.
 
 - A watch whose topic has no word arXiv can search and no category nor author asks arXiv for
   every paper of a period: `create` refuses it, and one restored from an export, or saved
-  before that, is paused with the reason (its digest never asks arXiv, its creator is told).
+  before that, is paused with the reason (its digest never asks arXiv, its creator is told);
+  `/watch resume` refuses it and `/watch list` says to make it again.
 - A response_url that refuses the answer for good (4xx: expired, used up) is not retried: the
   Save task would post nothing through every delivery; 5xx and 429 are retried.
 
@@ -77,6 +78,24 @@ async def test_a_saved_watch_arxiv_cannot_search_is_paused_before_arxiv_is_asked
     assert f"/watch remove {watch.id}" in told["text"]
 
 
+async def test_a_watch_paused_for_a_topic_arxiv_cannot_search_is_not_resumed(
+    watch_world,  # noqa: F811
+    tenant,
+):
+    service = watch_world.process()
+    made = dict(tenant=tenant, period=DAY, platform="slack", channel="C1",
+                created_at=T0 - 3 * DAY, since=T0 - DAY, next_due=int(T0 + DAY))  # fmt: skip
+    await service.store.restore(Watch(id="unsearch", query="量子计算", **made), {}, T0)
+    here = WatchPlace("slack", "C1")
+    listed = await service.command(place(tenant, "C1"), "list", here)
+    assert "`/watch remove unsearch`" in listed and "/watch resume" not in listed, listed
+    answer = await service.command(place(tenant, "C1"), "resume unsearch", here)
+    assert answer.startswith("I cannot search arXiv for “量子计算”"), answer
+    assert "make it again in English words" in answer and "Resumed" not in answer
+    assert (await service.store.get(tenant, "unsearch")).paused  # still paused, never due
+    assert await service.store.due(T0 + 10 * DAY, limit=1000) == []
+
+
 # -- the Save answer's response_url ------------------------------------------------------------
 
 
@@ -143,6 +162,12 @@ def test_letters_nfkd_cannot_decompose_are_folded_and_others_end_a_word():
     assert query_words("Ærø œuvre þorn đuro ıdeal") == ["AEro", "oeuvre", "thorn", "duro", "ideal"]
     assert query_words("量子computing理论") == ["computing"]
     assert query_words("graph量子networks") == ["graph", "networks"]  # not "graphnetworks"
+    assert query_words("Guðmundsson ÐOR ħbar Ħ Heŋ ŊA") == [
+        "Gudmundsson", "DOR", "hbar", "H", "Heng", "NGA"
+    ]  # fmt: skip
+    # a possessive's "'s" is no word of its own: no stray `all:s`
+    assert query_words("Schrödinger’s bridges") == ["Schrodinger", "bridges"]
+    assert query_words("Kolmogorov's law") == ["Kolmogorov", "law"]
     assert submitted_query("Schrödinger Łojasiewicz", T0 - DAY, T0).startswith(
         "(all:Schrodinger AND all:Lojasiewicz) AND (submittedDate:"
     )

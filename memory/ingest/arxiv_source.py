@@ -229,17 +229,21 @@ def _stamp(seconds: float) -> str:
 # letters NFKD does not take apart into an ASCII letter and accents
 _UNDECOMPOSED = str.maketrans({
     "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe",
-    "Œ": "OE", "đ": "d", "Đ": "D", "þ": "th", "Þ": "TH", "ı": "i",
+    "Œ": "OE", "đ": "d", "Đ": "D", "þ": "th", "Þ": "TH", "ı": "i", "ð": "d", "Ð": "D",
+    "ħ": "h", "Ħ": "H", "ŋ": "ng", "Ŋ": "NG",
 })  # fmt: skip
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")  # "Schrödinger’s": no stray word "s"
 
 
 def query_words(query: str | None) -> list[str]:
     """The words arXiv is asked for (`all:`), folded to ASCII first (a few letters by a table,
     then NFKD with its accents dropped): "Schrödinger bridges" asks for Schrodinger and
     bridges, not "Schr" and "dinger", and "Bjørn" for Bjorn. Anything else not ASCII (a
-    Chinese word) ends a word rather than joining its neighbours into one that is none."""
-    folded = unicodedata.normalize("NFKD", (query or "").translate(_UNDECOMPOSED))
+    Chinese word) ends a word rather than joining its neighbours into one that is none. A
+    possessive's "'s" is dropped first: "Schrödinger’s equation" asks for no word "s"."""
+    bare = _POSSESSIVE.sub("", query or "")
+    folded = unicodedata.normalize("NFKD", bare.translate(_UNDECOMPOSED))
     folded = _NON_ASCII.sub(" ", "".join(c for c in folded if not unicodedata.combining(c)))
     return _QUERY_WORD.findall(folded)
 
