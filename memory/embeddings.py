@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from memory.errors import ServiceError
 from memory.keys import embedding_cache_key
+from memory.onnx_minilm import usable_cores
 from memory.text import clean_text
 
 OPENAI_DIMENSIONS = {
@@ -53,9 +54,9 @@ _background: ContextVar[bool] = ContextVar("background_embedding", default=False
 @contextlib.contextmanager
 def background_embedding() -> Iterator[None]:
     """Mark the embeddings requested inside as background work (indexing): the local model
-    runs them in big passes on every core with the int8 model, apart from the turns'
-    single-thread float passes. A
-    context variable rather than an argument, so every `Embedder` keeps one signature."""
+    runs them in big passes on a niced runner thread per usable core with the int8 model, apart
+    from the turns' float passes. A context variable rather than an argument, so every
+    `Embedder` keeps one signature."""
     token = _background.set(True)
     try:
         yield
@@ -117,10 +118,11 @@ class LocalEmbedder:
     texts run again on their own: a text the model cannot take fails only its own caller.
 
     Background requests (`background_embedding`) queue apart and run on a second ONNX session,
-    the int8 model on every core, in passes of up to BACKGROUND_PASS texts: a turn's question
-    never waits behind a big indexing pass and keeps its single-thread float session (see
-    `OnnxMiniLM`). Int8 vectors sit at cosine >= 0.97 to the float ones, close enough for the
-    stored side of a search (LoCoMo recall is checked with them: `eval locomo`).
+    the int8 model on a niced runner thread per usable core, in passes of up to BACKGROUND_PASS
+    texts: a turn's question never waits behind a big indexing pass and keeps its single-thread
+    float session (see `OnnxMiniLM`). Int8 vectors sit at cosine >= 0.97 to the float ones,
+    close enough for the stored side of a search (LoCoMo recall is checked with them: `eval
+    locomo`).
     """
 
     model_name = "all-MiniLM-L6-v2"
@@ -133,10 +135,10 @@ class LocalEmbedder:
         self.batch_size = batch_size
         self._torch = None
         self._onnx = None  # None: not tried yet; False: unavailable
-        self._onnx_background = None  # likewise, the all-cores session for background passes
+        self._onnx_background = None  # likewise, the int8 session of background passes
         self._load_lock = threading.Lock()
         self._background_lock = threading.Lock()  # loads the background session apart
-        self._background_pool: ThreadPoolExecutor | None = None  # one runner thread a core
+        self._background_pool: ThreadPoolExecutor | None = None  # a runner per usable core
         self._lanes = {
             False: _Lane(max_pass, self.encode_sync),
             True: _Lane(background_pass, self.encode_background_sync),
@@ -185,13 +187,18 @@ class LocalEmbedder:
 
     def _background_runtime(self):
         """The int8 session of background passes, and their runner threads. Loaded under its
-        own lock: a question asked meanwhile does not wait for it (~0.5 s)."""
+        own lock: a question asked meanwhile does not wait for it (~0.5 s). The tokenizer's
+        shared threads start here, before any niced runner exists, so they keep this thread's
+        priority (the turns' questions are tokenized on them too)."""
         with self._background_lock:
             if self._onnx_background is None:
-                self._onnx_background = self._load_onnx(threads=1, quantized=True)
+                runtime = self._load_onnx(threads=1, quantized=True)
+                if runtime:
+                    runtime.start_tokenizer_threads()
                 self._background_pool = ThreadPoolExecutor(
-                    os.cpu_count() or 1, "background-embedding", initializer=_lower_priority
+                    usable_cores(), "background-embedding", initializer=_lower_priority
                 )
+                self._onnx_background = runtime
             return self._onnx_background
 
     def encode_sync(self, texts: list[str]) -> np.ndarray:
@@ -199,7 +206,7 @@ class LocalEmbedder:
         return self._encode(texts, background=False)
 
     def encode_background_sync(self, texts: list[str]) -> np.ndarray:
-        """Blocking encode on the background session (every core), for indexing."""
+        """Blocking encode on the background session (its niced runners), for indexing."""
         return self._encode(texts, background=True)
 
     def _encode(self, texts: list[str], background: bool) -> np.ndarray:

