@@ -34,7 +34,8 @@ A share whose message was deleted on the platform is not read (the deletion's no
 day), nor one queued before its sharer was erased (`forget_person`'s note), nor one whose
 channel or thread was deleted on the platform (`forget_place`'s note, a day), nor one queued
 before its whole tenant's erasure; one whose read spanned any of these forgets what it saved,
-says so in its messages where they still are ("Not kept: …"), and queues no turn. A requeued
+says so in its messages where they still are ("Not kept", why only where that tells no one of a
+person's erasure: `not_kept`), and queues no turn. A requeued
 share,
 or one queued more than LATE_SECONDS ago, may run after a deletion's note lapsed: one whose
 turn was queued already then runs only if its message is still stored (not a tombstone); one
@@ -53,11 +54,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol, TypeVar
 
-from adapters.spine import in_passing
 from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
 from bot.spent_tasks import last_delivery
 from memory.embeddings import EmbeddingError
 from memory.erased_people import ErasedPeople
+from memory.errors import in_passing
 from memory.governance_erasure import NotFound
 from memory.governance_purge import DELETED_NOTE_SECONDS
 from memory.governance_tenants import erased_at as tenant_erased_at
@@ -190,28 +191,49 @@ class Patience:
     """One task's retries of its steps that may pass: each step (`attempt`) tried again after
     each of `delays` while it fails in a way that may pass (`may_pass`), quickly (within
     `long_step` seconds: a step that ran long, a download timing out, is not run again here),
-    and the retry starts before the task's `deadline` (monotonic; shared by all its files).
-    Then its failure is raised: the task runs again later, or says it on its last delivery."""
+    and the retry starts before the task's `deadline` (on `clock`; shared by all its files).
+    Then its failure is raised: the task runs again later, or says it on its last delivery.
+    A wait ends when the process stops (`stop`), its failure raised then: a closing process
+    waits for its running tasks, not for their retries."""
 
-    def __init__(self, delays: tuple[float, ...], seconds: float, long_step: float) -> None:
-        self.delays, self.long_step = delays, long_step
-        self.deadline = time.monotonic() + seconds
+    def __init__(
+        self, delays: tuple[float, ...], seconds: float, long_step: float, stop: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:  # fmt: skip
+        self.delays, self.long_step, self.stop = delays, long_step, stop
+        self.clock, self.sleep = clock, sleep
+        self.deadline = clock() + seconds
 
     async def attempt(self, step: Callable[[], Awaitable[T]]) -> T:
         delays = iter(self.delays)
         while True:
-            started = time.monotonic()
+            started = self.clock()
             try:
                 return await step()
             except Exception as exc:
-                now, delay = time.monotonic(), next(delays, None)
+                now, delay = self.clock(), next(delays, None)
                 if (
                     not may_pass(exc) or delay is None or now - started > self.long_step
                     or now + delay > self.deadline
                 ):  # fmt: skip
                     raise
                 log.info("a shared file's step failed (%r); trying again in %.0f s", exc, delay)
-            await asyncio.sleep(delay)
+                if await self._stopped_during(delay):
+                    raise
+
+    async def _stopped_during(self, delay: float) -> bool:
+        """Wait `delay` seconds, unless the process stops first; whether it stopped."""
+        if self.stop.is_set():
+            return True
+        waits = [asyncio.ensure_future(self.sleep(delay)), asyncio.ensure_future(self.stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        return self.stop.is_set()
 
 
 class PatientEmbedder:
@@ -224,8 +246,21 @@ class PatientEmbedder:
     async def embed(self, texts: list[str]) -> Any:
         return await self.patience.attempt(lambda: self.embedder.embed(texts))
 
-    def __getattr__(self, name: str) -> Any:  # its dimensions, model, and the like
-        return getattr(self.embedder, name)
+    @property
+    def dims(self) -> int:
+        return self.embedder.dims
+
+    @property
+    def model_name(self) -> str:
+        return self.embedder.model_name
+
+
+def not_kept(why: str, scope: Scope) -> str:
+    """A share's message once what it saved went with an erasure (`_erased`). In a channel a
+    person's erasure is not said: every member would learn of it."""
+    if scope.visibility is Visibility.DM or why == TENANT_ERASED:
+        return f"Not kept: {why}."
+    return "Not kept."
 
 
 def went_wrong(name: str) -> str:
@@ -249,6 +284,8 @@ class SharedFiles:
         lock_seconds: float = CLAIM_IDLE_MS / 1000, max_run_ms: int = MAX_RUN_MS,
         retry_delays: tuple[float, ...] = RETRY_DELAYS, retry_seconds: float = RETRY_SECONDS,
         long_step_seconds: float = LONG_STEP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:  # fmt: skip
         self.memory, self.encoding, self.ends = memory, encoding, dict(ends)
         self.max_bytes, self.max_pages = max_bytes, max_pages
@@ -256,6 +293,8 @@ class SharedFiles:
         self.lock_seconds, self.max_run_ms = lock_seconds, max_run_ms
         self.retry_delays, self.retry_seconds = retry_delays, retry_seconds
         self.long_step_seconds = long_step_seconds
+        self.clock, self.sleep = clock, sleep  # the retries' (`Patience`)
+        self.stopping = asyncio.Event()  # set as the process closes: no retry waits then
         self.progress = ShareProgress(memory.redis)
         self.workers: dict[str, BackgroundWork] = {}
 
@@ -292,12 +331,16 @@ class SharedFiles:
             await work.drain()
 
     async def stop_reading(self) -> None:
-        """Close's first half (a process closing several parts does this for all first)."""
+        """Close's first half (a process closing several parts does this for all first); the
+        running tasks' retries stop waiting (`Patience`), so closing waits for no retry."""
+        self.stopping.set()
         await stop_reading_all(self.workers.values())
 
     async def close(self) -> None:
+        self.stopping.set()
         await close_all(self.workers.values())
         self.workers.clear()
+        self.stopping.clear()  # nothing runs now: workers attached again wait as usual
 
     async def run(self, payloads: list[dict[str, Any]]) -> None:
         for payload in payloads:
@@ -326,7 +369,10 @@ class SharedFiles:
             attempt = await self.progress.attempt(tenant, share)
             last = attempt >= MAX_DELIVERIES or last_delivery()
             failed: Exception | None = None
-            patience = Patience(self.retry_delays, self.retry_seconds, self.long_step_seconds)
+            patience = Patience(
+                self.retry_delays, self.retry_seconds, self.long_step_seconds, self.stopping,
+                self.clock, self.sleep,
+            )  # fmt: skip
             for share_id, file in _file_ids(share, payload["files"]):
                 try:
                     await self._file(end, scope, payload, share_id, file, last, patience)
@@ -429,7 +475,9 @@ class SharedFiles:
     ) -> None:
         """What a share read across an erasure saved goes (`_forget_saved`), and each of its
         messages (one may say "Saved") says it was not kept, unless its place went with the
-        erasure (best effort: a message that cannot be edited stays as it is)."""
+        erasure (best effort: a message that cannot be edited stays as it is). Why, only where
+        it tells nobody of a person's erasure: in a DM, or for the whole tenant's (`not_kept`);
+        the log has it always (the callers')."""
         tenant, reply = scope.tenant, payload["reply"]
         messages = [
             (await self.progress.get(tenant, share_id)).get("message")
@@ -440,7 +488,7 @@ class SharedFiles:
             return
         for message in filter(None, messages):
             try:
-                await end.edit(reply, message, f"Not kept: {why}.")
+                await end.edit(reply, message, not_kept(why, scope))
             except Exception as exc:
                 log.warning("could not edit a withdrawn share's message (%r)", exc)
 

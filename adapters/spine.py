@@ -35,15 +35,13 @@ from bot.harness import question_once
 from bot.turns import TurnHandler
 from memory.coordination import Taken
 from memory.embeddings import EmbeddingError
-from memory.errors import error_chain, memory_full, memory_unavailable
+from memory.errors import PASSING_ERRORS, error_chain, in_passing, memory_full, memory_unavailable
 from memory.governance_edits import Change
 from memory.scope import Scope
 from memory.text import clean_text
 
 log = logging.getLogger(__name__)
 
-# What a service failing in passing raises (`in_passing`): no connection or a timeout
-PASSING_ERRORS = (openai.APIConnectionError, aiohttp.ClientError, OSError, TimeoutError)
 PROVIDERS = ("openai", "httpx", "aiohttp")  # whose error text is not said in a reply
 
 LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
@@ -650,16 +648,3 @@ def error_kind(exc: BaseException) -> str:
         if any(isinstance(e, types) for e in chain):
             return kind
     return type(chain[-1]).__name__
-
-
-def in_passing(exc: BaseException) -> bool:
-    """Whether a service's failure may pass by itself: no connection, a timeout, throttled
-    (429), its own error (5xx), read from what caused it. Anything else (401, a model not
-    found or not installed, vectors of the wrong size) is its setup's, said as such."""
-    for cause in list(error_chain(exc))[1:]:
-        status = getattr(cause, "status_code", None)
-        if isinstance(status, int):
-            return status in (408, 429) or status >= 500
-        if isinstance(cause, PASSING_ERRORS):
-            return True
-    return False

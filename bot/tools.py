@@ -17,7 +17,7 @@ from bot.citations import SourceRegistry
 from bot.consolidation import Consolidator
 from bot.toolbox import Toolbox
 from memory.embeddings import EmbeddingError
-from memory.errors import memory_unavailable
+from memory.errors import in_passing, memory_unavailable
 from memory.ingest.arxiv_source import ArxivSource
 from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
@@ -97,18 +97,28 @@ async def arxiv_search_candidates(ctx: ToolContext, query: str, max_results: int
 
 
 class SaveFailed(RuntimeError):
-    """A paper could not be saved because a service failed; the message names only which kind
+    """A paper could not be saved (a service failed, or a bug); the message names only which kind
     (the toolbox puts it in the tool's result, its log and so before the model, which may repeat
     it: a provider's text, a masked key or an internal address, must not be in it)."""
 
 
-def failed_service(exc: BaseException) -> str:
-    """Which service failed, in words fit for a channel."""
-    if memory_unavailable(exc):
-        return "the memory store is unreachable"
+def save_failed(arxiv_id: str, exc: BaseException) -> str:
+    """Why a paper could not be saved, in words fit for a channel: "try again in a minute" only
+    for a failure that may pass (the memory away, the embedding service unreachable, throttled
+    or erring itself); one that will not (a refused key, the wrong dimensions, a bug) says
+    whose it is to fix."""
+    unavailable = memory_unavailable(exc)
+    if unavailable or (isinstance(exc, EmbeddingError) and in_passing(exc)):
+        service = (
+            "the memory store is unreachable" if unavailable else "the embedding service failed"
+        )
+        return f"could not save arXiv:{arxiv_id} right now ({service}); try again in a minute"
     if isinstance(exc, EmbeddingError):
-        return "the embedding service failed"
-    return "something went wrong on my side"
+        return (
+            f"could not save arXiv:{arxiv_id}: the embedding service refused it; the operator "
+            "must fix its setup"
+        )
+    return f"could not save arXiv:{arxiv_id}: something went wrong on my side"
 
 
 @toolbox.register_tool
@@ -127,12 +137,12 @@ async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
         )
     except IngestError:
         raise  # the paper's own problem, in words for the person
-    except Exception as exc:  # a service away: its provider's text stays in the operator's log
-        log.warning("the tool could not save %s: %r", arxiv_id, exc)
-        raise SaveFailed(
-            f"could not save arXiv:{arxiv_id} right now ({failed_service(exc)}); "
-            "try again in a minute"
-        ) from None
+    except Exception as exc:  # a service failed: its provider's text stays in the operator's log
+        if memory_unavailable(exc) or isinstance(exc, EmbeddingError):
+            log.warning("the tool could not save %s: %r", arxiv_id, exc)
+        else:  # not a service's: a bug, its traceback for the operator
+            log.warning("the tool could not save %s: %r", arxiv_id, exc, exc_info=exc)
+        raise SaveFailed(save_failed(arxiv_id, exc)) from None
     ctx.sources.show_paper(paper.arxiv_id)
     state = "was already in" if already else f"is now saved ({chunks} passages) to"
     return f"[arXiv:{paper.arxiv_id}] {paper.title} {state} the knowledge base. Link: {paper.link}"

@@ -1,9 +1,12 @@
-"""Telling a Redis outage apart from other failures, for layers that must not import redis."""
+"""Telling a Redis outage apart from other failures, and a service's failure that may pass
+from one that will not, for every layer (those that must not import redis too)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import aiohttp
+import openai
 from redis import exceptions as rx
 
 _UNAVAILABLE = (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError, ConnectionRefusedError)
@@ -11,6 +14,8 @@ _UNAVAILABLE = (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError, Connec
 # message now, so it is refused as unavailable (retried later), not accepted and lost. A script's
 # error carries the reply inside its own text, hence the match on the message too.
 _OUT_OF_MEMORY = "oom command not allowed"
+# What a service failing in passing raises (`in_passing`): no connection or a timeout
+PASSING_ERRORS = (openai.APIConnectionError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 class ServiceError(RuntimeError):
@@ -49,3 +54,16 @@ def memory_full(exc: BaseException) -> bool:
     """True when `exc` (or what caused it) is a full Redis refusing a write: reads still work,
     so a turn can run (and call the model) up to that write, again and again."""
     return any(_out_of_memory(e) for e in error_chain(exc))
+
+
+def in_passing(exc: BaseException) -> bool:
+    """Whether a service's failure may pass by itself: no connection, a timeout, throttled
+    (429), its own error (5xx), read from what caused it. Anything else (401, a model not
+    found or not installed, vectors of the wrong size) is its setup's, said as such."""
+    for cause in list(error_chain(exc))[1:]:
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int):
+            return status in (408, 429) or status >= 500
+        if isinstance(cause, PASSING_ERRORS):
+            return True
+    return False

@@ -51,20 +51,44 @@ async def test_an_embedding_failure_is_raised_as_itself_not_as_an_ingest_error(
     await kb.drop_tenant(tenant)
 
 
-async def test_the_tool_says_only_which_service_failed(replay, source, kb, enc, tenant, refusing):
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (401, "could not save arXiv:{id}: the embedding service refused it; the operator must "
+              "fix its setup"),
+        (503, "could not save arXiv:{id} right now (the embedding service failed); try again in "
+              "a minute"),
+        ("refused", "could not save arXiv:{id} right now (the embedding service failed); try "
+                    "again in a minute"),
+    ],
+)  # fmt: skip
+async def test_the_tool_says_only_which_service_failed(
+    replay, source, kb, enc, tenant, failure, said
+):
     """Through the toolbox, as the agent calls it: the result and its error name the embedding
-    service, not the provider's text (the masked key), nor the arXiv mirror's address."""
-    memory = MemoryManager(kb.redis, refusing)
+    service, not the provider's text (the masked key), nor the arXiv mirror's address; "try
+    again in a minute" only where that may help (a 503, the connection refused), a refused key
+    is the operator's to fix."""
+    server = Embeddings()
+    await server.start()
+    embedder = OpenAIEmbedder(openai_client("k", server.base_url, 5.0, max_retries=0))
+    if failure == "refused":
+        await server.close()  # its port closed: the connection is refused
+    else:
+        server.status = failure
+    memory = MemoryManager(kb.redis, embedder)
     no_consolidator: Any = None  # the tool never consolidates
     ctx = ToolContext(Scope(tenant), memory, source, consolidator=no_consolidator, encoding=enc)
     arguments = json.dumps({"arxiv_id": MEMGPT_ID})
-    result = await toolbox.execute("fetch_and_save_paper_to_kb", arguments, ctx)
+    try:
+        result = await toolbox.execute("fetch_and_save_paper_to_kb", arguments, ctx)
+    finally:
+        await embedder.aclose()
+        await server.close()
     assert result.status == "error"
-    assert f"could not save arXiv:{MEMGPT_ID} right now (the embedding service failed)" in (
-        result.output
-    )
-    for said in (result.output, result.error or ""):
-        assert SECRET not in said and "EmbeddingError" not in said and "401" not in said
+    assert said.format(id=MEMGPT_ID) in result.output
+    for text in (result.output, result.error or ""):
+        assert SECRET not in text and "EmbeddingError" not in text and "401" not in text
     assert await kb.paper(Scope(tenant), MEMGPT_ID) is None
     await kb.drop_tenant(tenant)
 

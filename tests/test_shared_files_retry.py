@@ -144,17 +144,48 @@ class FirstLookupFails(StubEnd):
         return file
 
 
+class Clock:
+    """A clock that moves only as its `sleep` is awaited (what the retries wait, recorded)."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps = 1000.0, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
 async def test_the_retry_budget_is_the_tasks_for_all_its_files(memory, tenant):
     """The first file's retry starts within the budget; by the second file's failure (after
     that retry's one-second wait) it is spent: the task fails, to run again later."""
     end = FirstLookupFails(shared_pdf("Budgeted"))
-    files = stub_files(memory, end, retry_delays=(1.0,), retry_seconds=1.5)
+    clock = Clock()
+    files = stub_files(memory, end, retry_delays=(1.0,), retry_seconds=1.5, clock=clock,
+                       sleep=clock.sleep)  # fmt: skip
     payload = share_payload(dm(tenant), f"slack:D1:{time.time_ns()}")
     payload["files"].append({**payload["files"][0], "id": "F2", "name": "y.pdf"})
     with pytest.raises(FetchError):
         await files.one(payload)
-    assert end.calls == 3
+    assert clock.sleeps == [1.0] and end.calls == 3
     assert end.edits[-1][1].startswith("Saved *Budgeted*")  # the first file's
+
+
+async def test_a_retry_waits_no_longer_once_the_process_stops(memory, tenant):
+    """A closing process waits for its running tasks (bot/background.py): a task waiting to
+    try again raises its failure as the process stops reading, not after its wait (ten
+    minutes here), and runs again in the next process."""
+    end = FlakyEnd(shared_pdf("Stopped"), describe_fails=1)
+    files = stub_files(memory, end, retry_delays=(600.0,), retry_seconds=900.0)
+    task = asyncio.create_task(files.one(share_payload(dm(tenant), f"slack:D1:{time.time_ns()}")))
+    while not end.calls:
+        await asyncio.sleep(0.01)
+    await files.stop_reading()
+    with pytest.raises(FetchError, match="busy"):
+        await asyncio.wait_for(task, 30)  # a guard against a hang, not a timing
+    assert end.calls == 1
 
 
 class EverySecondCallFails:

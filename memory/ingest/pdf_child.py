@@ -54,7 +54,7 @@ _STOPPED_FROM_OUTSIDE = {  # Windows has no SIGHUP
     -getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
 }
 _children: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per loop
-_uncapped_said = False  # whether a child said it runs without its memory cap (logged once)
+_uncapped_said: set[str] = set()  # why children read without their cap (each reason logged once)
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +150,11 @@ def _too_big(name: str, memory_mb: int) -> str:
 
 
 def _say_uncapped(why: str) -> None:
-    """Warn, once per process, that the readers run without their memory cap (the system
-    refused it): only their timeout bounds them, which the operator should know."""
-    global _uncapped_said
-    if not _uncapped_said:
-        _uncapped_said = True
+    """Warn, once per reason, that the readers run without their memory cap (the system
+    refused it): only their timeout bounds them, which the operator should know; a reason that
+    appears only later (statm unreadable after a while, say) is said too."""
+    if why not in _uncapped_said:
+        _uncapped_said.add(why)
         log.warning("the PDF reader runs without its memory cap (%s); its timeout bounds it", why)
 
 
@@ -173,15 +173,20 @@ def _pdf_text(reply: dict[str, Any]) -> PdfText:
 
 def _limit_memory(extra_mb: int, statm: str = STATM) -> str | None:
     """Cap the address space at what the process maps now (read from `statm`) plus
-    `extra_mb`; None when capped, else why not. Where it cannot be set (no /proc on macOS, a
-    system refusing RLIMIT_AS) the read goes on without it: the timeout still bounds it, and a
-    missing cap is not the file's fault (the parent logs why, once: `_outcome`)."""
+    `extra_mb`, or the hard limit it inherited if lower (raising it is refused, and that one
+    applies all the same); None when capped, else why not. Where it cannot be set (no /proc on
+    macOS, a system refusing RLIMIT_AS) the read goes on without it: the timeout still bounds
+    it, and a missing cap is not the file's fault (the parent logs each reason once:
+    `_outcome`)."""
     import resource
 
     try:
         with open(statm) as pages:
             mapped = int(pages.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         limit = mapped + extra_mb * 1024 * 1024
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (OSError, ValueError, IndexError) as exc:
         return f"{type(exc).__name__}: {exc}"
