@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
+TOOL_LOG_ID_PREFIX = "log_"  # every tool log's id (memory/stores/tool_log.py `ToolLogEntry.id`)
 
 
 @dataclass
@@ -267,7 +268,11 @@ class Governance:
 
     async def forget_tool_log(self, tenant: str, log_id: str) -> Erasure:
         """The log, and the logs of the calls that read it back (`read_tool_log`), those
-        first: a retry after a failure in between finds the log still there, and its copies."""
+        first: a retry after a failure in between finds the log still there, and its copies.
+        Only a tool log's id (`ToolLogEntry.id`, `log_...`): a message's or a summary's would
+        take every log that showed it and tell of no log."""
+        if not log_id.startswith(TOOL_LOG_ID_PREFIX):
+            raise NotFound("tool log", log_id)
         store = self.memory.tool_logs
         copies = await store.forget_showing(tenant, [log_id])
         thread = decode(await self.redis.hget(store.key(tenant, log_id), "thread_id"))

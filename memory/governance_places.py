@@ -46,6 +46,7 @@ from typing import Any
 from memory.keys import (
     busy_threads_key,
     deleted_thread_key,
+    erased_tenant_key,
     joined_key,
     last_thread_key,
     messages_key,
@@ -165,13 +166,18 @@ class Places:
 
     async def threads_of(self, place: DeletedPlace) -> list[str]:
         """The place's threads in memory, or with turns queued (Slack), or recorded (Discord).
-        First the place itself is noted as deleted, for a day (its `own_thread`, `deleted`): a
-        Slack thread of it neither stored nor busy yet is not found here (a top-level mention
-        starts one; its shared PDF may be read meanwhile: adapters/shared_files.py `_erased`),
-        and its id names the channel, so `deleted` finds it by that note."""
+        First a Slack channel is noted as deleted, for a day (its `own_thread`, `deleted`): a
+        thread of it neither stored nor busy yet is not found here (a top-level mention starts
+        one; its shared PDF may be read meanwhile: adapters/shared_files.py `_erased`), and its
+        id names the channel, so `deleted` finds it by that note; before the scan, so a thread
+        stored after it finds the note. Not in a tenant erased in the last day (a deletion
+        queued before the erasure writes nothing after it). A Discord place's conversation is
+        one of its threads: `note` notes it."""
         tenant = place.tenant
-        await self.redis.set(deleted_thread_key(tenant, place.own_thread), 1, ex=PLACE_NOTE_SECONDS)
         if place.platform == "slack":
+            if not await self.redis.exists(erased_tenant_key(tenant)):
+                note = deleted_thread_key(tenant, place.own_thread)
+                await self.redis.set(note, 1, ex=PLACE_NOTE_SECONDS)
             found: set[str] = set()
             for key in (threads_key(tenant), busy_threads_key(tenant)):
                 async for member, _ in self.redis.zscan_iter(key, match=f"{place.own_thread}*"):

@@ -12,12 +12,13 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import FilterExpression, Tag
 
 from memory.dead_letters import Forgotten
+from memory.dm_people import DmAuthors
 from memory.governance_erasure import Erasure, NotFound
 from memory.governance_learned import mark_forgotten
 from memory.governance_purge import Purge
 from memory.governance_threads import ThreadEraser, Threads
 from memory.keys import dm_people_key, tenant_key, threads_key
-from memory.scope import TenantKind, legacy_audience, tenant_kind
+from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore, decode, delete_keys
 from memory.stores.conversation import Message
 from memory.stores.entity import Entity
@@ -27,7 +28,8 @@ PAGE = 1000  # records found (and deleted) per search
 SCAN_COUNT = 10_000
 
 # Delete the DM places (ARGV[2..]) of the DM-people hash (KEYS[1], `dm_people_key`) that still
-# name the person ARGV[1]: not one recorded as someone else's, nor one an append re-wrote.
+# name the person ARGV[1]: not one recorded as someone else's. An append of theirs meanwhile
+# wrote the same name: `Sweeps._record_spoken_again` records its place again.
 _FORGET_DM_PLACES = """
 local removed = 0
 for i = 2, #ARGV do
@@ -97,7 +99,7 @@ class Sweeps:
 
         spoke = {t for t in lists if any(map(theirs, lists.messages(t)))}
         place = {t: _audience(lists.messages(t)[0], t) for t in lists if lists.messages(t)}
-        own = await self._dm_places(tenant, user, lists, place)
+        own = await self._dm_places(tenant, user, lists)
         whole_tenant = tenant == f"dm-{user}" and tenant_kind(tenant) is TenantKind.DISCORD_DM
         dms = {t for t in lists if whole_tenant or place.get(t, "") in own}
         dms |= {t for t in spoke if place[t].startswith("dm:")}
@@ -105,11 +107,13 @@ class Sweeps:
         others = lists.only(spoke - dms)
         logs = await self._tool_logs_of(tenant, others, user)
         asked = [m.id for t in spoke for m in filter(theirs, lists.messages(t))]  # before they go
-        erasure = await self.threads.erase_threads(tenant, lists.only(dms))
-        erasure += await self.threads.forget_messages(tenant, others, theirs)
+        # their logs' copies (by `read_tool_log` calls), then their logs, then their messages:
+        # a retry after a failure finds the logs by the messages still there, and their copies
+        read_back = [i for ids in logs.values() for i in ids]
+        erasure = Erasure(tool_logs=await self.memory.tool_logs.forget_showing(tenant, read_back))
         erasure += Erasure(tool_logs=await self.memory.tool_logs.remove(tenant, logs))
-        read_back = [i for ids in logs.values() for i in ids]  # by `read_tool_log` calls
-        erasure += Erasure(tool_logs=await self.memory.tool_logs.forget_showing(tenant, read_back))
+        erasure += await self.threads.erase_threads(tenant, lists.only(dms))
+        erasure += await self.threads.forget_messages(tenant, others, theirs)
         erasure += await self._forget_learned(tenant, user, own)
         await mark_forgotten(self.redis, tenant, asked)  # what they taught went above
         await self._forget_last_threads(tenant, user)
@@ -118,6 +122,7 @@ class Sweeps:
         await self.threads.drop_dead_letters(Forgotten(tenant, people=frozenset({user})))
         if own:  # last: a run again after a failure still finds their DMs
             await self._forget_dm_places(keys=[dm_people_key(tenant)], args=[user, *sorted(own)])
+            await self._record_spoken_again(tenant, user, own, set(lists))
         if not erasure.total and not spoke and not dms:
             raise NotFound("person", user)
         return erasure
@@ -167,9 +172,10 @@ class Sweeps:
         logs = await store.listed(tenant, (set(lists) - set(expiry.whole)) | set(grown))
         expired = {t: [i for i, at in rows if at < cutoff] for t, rows in logs.items()}
         await self.threads.drop_dead_letters(Forgotten(tenant, before=cutoff))
-        erasure += Erasure(tool_logs=await store.remove(tenant, expired))
-        read_back = [i for ids in expired.values() for i in ids]  # their copies, by `read_tool_log`
-        return erasure + Erasure(tool_logs=await store.forget_showing(tenant, read_back))
+        # their copies (by `read_tool_log`) first: the next sweep finds what a failure left
+        read_back = [i for ids in expired.values() for i in ids]
+        erasure += Erasure(tool_logs=await store.forget_showing(tenant, read_back))
+        return erasure + Erasure(tool_logs=await store.remove(tenant, expired))
 
     # -- a person's other traces -----------------------------------------------------------------
 
@@ -191,26 +197,41 @@ class Sweeps:
                     out.setdefault(thread, []).append(log_id)
         return out
 
-    async def _dm_places(
-        self, tenant: str, user: str, lists: Threads, place: dict[str, str]
-    ) -> set[str]:
-        """The audiences of `user`'s DM places (`dm_people_key`). A DM thread stored before
-        the record was kept is recorded first, by the author of any message still holding one
-        (a DM has one person): one whose own messages are all tombstones cannot be told."""
+    async def _dm_places(self, tenant: str, user: str, lists: Threads) -> set[str]:
+        """The audiences of `user`'s DM places (`dm_people_key`). A DM place stored before
+        the record was kept is recorded first, as an import does (memory/dm_people.py): by the
+        one person who wrote there, whose messages are not all tombstones."""
         key = dm_people_key(tenant)
         known = {
             decode(a) or "": decode(u) or "" for a, u in (await self.redis.hgetall(key)).items()
         }
-        found: dict[str, str] = {}
-        for thread, audience in place.items():
-            if not audience.startswith("dm:") or audience in known or audience in found:
-                continue
-            authors = {m.author for m in lists.messages(thread) if m.role == "user" and m.author}
-            if len(authors) == 1:
-                found[audience] = authors.pop()
+        writers = DmAuthors()
+        for thread in lists:
+            for m in lists.messages(thread):
+                writers.add(thread, m.role, m.author, m.audience)
+        found = {a: person for a, person in writers.people().items() if a not in known}
         if found:
             await self.redis.hset(key, mapping=found)
         return {audience for audience, person in {**known, **found}.items() if person == user}
+
+    async def _record_spoken_again(
+        self, tenant: str, user: str, places: set[str], read: set[str]
+    ) -> None:
+        """Record again whose DM each of `places` is where a thread is listed now that was not
+        when the erasure read them (each read there went whole): the person wrote there again
+        meanwhile, and its record, deleted above, must find that thread."""
+        listed = [decode(t) or "" for t in await self.redis.zrange(threads_key(tenant), 0, -1)]
+        fresh = [t for t in listed if t not in read]
+        if not fresh:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for thread in fresh:
+            pipe.lindex(self.memory.conversation.key(Scope(tenant, thread)), 0)
+        firsts = zip(fresh, await pipe.execute(), strict=True)
+        spoken = {_audience(Message.from_json(raw), t) for t, raw in firsts if raw is not None}
+        again = dict.fromkeys(spoken & places, user)
+        if again:
+            await self.redis.hset(dm_people_key(tenant), mapping=again)
 
     async def _forget_learned(self, tenant: str, user: str, audiences: set[str]) -> Erasure:
         """Entities and workflows whose authors include `user` or learned in their DMs."""

@@ -301,8 +301,6 @@ class ThreadEraser:
             return Erasure(), []
         summaries, logs = self.memory.summaries, self.memory.tool_logs
         everything = [m for t in lists for m in lists.messages(t)]
-        # the logs that showed them, before the threads' own logs are listed for the script
-        shown = await logs.forget_showing(tenant, [m.id for m in everything])
         said = {m.id: message_texts(m) for m in everything if not m.forgotten}
         indexed = await self.purge.indexed(tenant, [m.id for m in everything])
         tops = await summaries.listed(tenant, lists)
@@ -313,7 +311,13 @@ class ThreadEraser:
             fresh = await summaries.get_many(tenant, ids)
             found.update(fresh)
             ids = {c for s in fresh.values() for c in s.children} - found.keys()
-        tool_logs = await logs.listed(tenant, lists)
+        # the logs anywhere that showed their messages, expanded their summaries or read their
+        # logs back, before the threads go: a failure here leaves the threads for a retry,
+        # which finds the copies again (after the deletion nothing would name them)
+        copied = [m.id for m in everything] + list(found)
+        copied += [i for rows in (await logs.listed(tenant, lists)).values() for i, _ in rows]
+        shown = await logs.forget_showing(tenant, copied)
+        tool_logs = await logs.listed(tenant, lists)  # as the script compares: without those
         threads = list(lists)
         await self.purge.close_sources(tenant, everything)  # first: the keys go with the lists
         pipe = self.redis.pipeline(transaction=False)
@@ -334,11 +338,6 @@ class ThreadEraser:
             await self._delete(keys=keys, args=args, client=pipe)
         deleted = [t for t, ok in zip(threads, await pipe.execute(), strict=True) if int(ok)]
         changed = [t for t in threads if t not in set(deleted)]
-        # the logs elsewhere that read back one of their logs or expanded one of their
-        # summaries: those texts live on there (an index under a message id finds the rest)
-        copied = [i for t in deleted for i, _ in tool_logs[t]]
-        copied += [s.id for s in found.values() if s.thread_id in set(deleted)]
-        shown += await logs.forget_showing(tenant, copied)
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from memory.dm_people import DmAuthors
 from memory.embeddings import background_embedding
 from memory.keys import (
     InvalidName,
@@ -98,7 +99,7 @@ class Writer:
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
         self.threads: dict[str, _ThreadState] = {}
-        self.dm_people: dict[str, set[str]] = {}  # each DM place's authors (`_dm_people`)
+        self.dm_people = DmAuthors()  # each DM place's writers (`_dm_people`)
         self.papers: dict[str, str] = {}
         self.vectors: dict[str, list[dict]] = {kind: [] for kind in VECTOR_KINDS}
         self.stores: dict[str, Any] = {
@@ -204,9 +205,9 @@ class Writer:
         # its position here (a member's export of a thread leaves out what they may not see)
         self.pipe.rpush(messages_key(self.tenant, thread), dumps({**message, "seq": seq}))
         state.count += 1
-        audience = message.get("audience") or ""
-        if message["role"] == "user" and message.get("author") and audience.startswith("dm:"):
-            self.dm_people.setdefault(audience, set()).add(message["author"])
+        self.dm_people.add(
+            thread, message["role"], message.get("author") or "", message.get("audience") or ""
+        )
         if message.get("forgotten") or not message["content"].strip():
             return
         state.episodes.append(
@@ -268,12 +269,10 @@ class Writer:
     def _dm_people(self) -> None:
         """Record whose DM each imported DM place is (memory/keys.py `dm_people_key`), as
         appends do: erasing that person then takes the place's threads whole, those of
-        tombstones and answers too. The export keeps no such record: a place is known by the
-        author of its messages, when it has one (a DM has one person; two: none is recorded).
-        A place already recorded in this tenant keeps its record: the file is whoever uploaded
-        it. A place whose messages are all tombstones cannot be told."""
-        people = {a: authors.pop() for a, authors in self.dm_people.items() if len(authors) == 1}
-        for audience, person in people.items():
+        tombstones and answers too. The export keeps no such record: a place is known by its
+        one writer (memory/dm_people.py, the rule a person's erasure back-fills by). A place
+        already recorded in this tenant keeps its record: the file is whoever uploaded it."""
+        for audience, person in self.dm_people.people().items():
             self.pipe.hsetnx(dm_people_key(self.tenant), audience, person)
 
     def _lessons(self, kind: str, key: str, values: dict[str, Any]) -> None:

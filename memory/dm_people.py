@@ -1,0 +1,27 @@
+"""Whose DM a place is, told from its messages (memory/keys.py `dm_people_key`): for threads
+stored before appends kept that record (memory/governance_sweeps.py `Sweeps._dm_places`) and
+for an import, which the export keeps no record for (memory/portability_write.py). One rule
+for both: a message's place is its audience, or for a message from before audiences were kept
+its thread's (`legacy_audience`); a DM place is someone's when exactly one person wrote there,
+across all its threads (a DM has one person; two: none is told). Tombstones keep no author:
+a place whose messages are all tombstones cannot be told."""
+
+from __future__ import annotations
+
+from memory.scope import legacy_audience
+
+
+class DmAuthors:
+    """The people who wrote in each DM place, gathered message by message."""
+
+    def __init__(self) -> None:
+        self.authors: dict[str, set[str]] = {}
+
+    def add(self, thread: str, role: str, author: str, audience: str) -> None:
+        place = audience or legacy_audience(thread)
+        if role == "user" and author and place.startswith("dm:"):
+            self.authors.setdefault(place, set()).add(author)
+
+    def people(self) -> dict[str, str]:
+        """Each DM place whose one writer is known: place -> that person."""
+        return {place: next(iter(a)) for place, a in self.authors.items() if len(a) == 1}
