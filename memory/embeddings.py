@@ -194,7 +194,10 @@ class LocalEmbedder:
             if self._onnx_background is None:
                 runtime = self._load_onnx(threads=1, quantized=True)
                 if runtime:
-                    runtime.start_tokenizer_threads()
+                    try:
+                        runtime.start_tokenizer_threads()
+                    except Exception:  # only a warm-up: the passes start the threads anyway
+                        log.warning("could not start the tokenizer's threads early", exc_info=True)
                 self._background_pool = ThreadPoolExecutor(
                     usable_cores(), "background-embedding", initializer=_lower_priority
                 )

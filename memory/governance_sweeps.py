@@ -122,7 +122,7 @@ class Sweeps:
         await self.threads.drop_dead_letters(Forgotten(tenant, people=frozenset({user})))
         if own:  # last: a run again after a failure still finds their DMs
             await self._forget_dm_places(keys=[dm_people_key(tenant)], args=[user, *sorted(own)])
-            await self._record_spoken_again(tenant, user, own, set(lists))
+            await self._record_spoken_again(tenant, user, own)
         if not erasure.total and not spoke and not dms:
             raise NotFound("person", user)
         return erasure
@@ -214,14 +214,12 @@ class Sweeps:
             await self.redis.hset(key, mapping=found)
         return {audience for audience, person in {**known, **found}.items() if person == user}
 
-    async def _record_spoken_again(
-        self, tenant: str, user: str, places: set[str], read: set[str]
-    ) -> None:
-        """Record again whose DM each of `places` is where a thread is listed now that was not
-        when the erasure read them (each read there went whole): the person wrote there again
-        meanwhile, and its record, deleted above, must find that thread."""
-        listed = [decode(t) or "" for t in await self.redis.zrange(threads_key(tenant), 0, -1)]
-        fresh = [t for t in listed if t not in read]
+    async def _record_spoken_again(self, tenant: str, user: str, places: set[str]) -> None:
+        """Record again whose DM each of `places` is where a thread is listed now: every thread
+        the erasure read there went whole, so one listed now was written meanwhile (a new one,
+        or the same id again: a Slack DM's top-level `dm` thread), and the place's record,
+        deleted above, must find it."""
+        fresh = [decode(t) or "" for t in await self.redis.zrange(threads_key(tenant), 0, -1)]
         if not fresh:
             return
         pipe = self.redis.pipeline(transaction=False)

@@ -58,12 +58,13 @@ async def threads(memory, tenant: str) -> list[str]:
     return [t for t, _ in await memory.conversation.threads(tenant)]
 
 
-async def test_a_dm_written_in_during_the_erasure_keeps_its_record(memory, gated, tenant):
+@pytest.mark.parametrize("again", ["3.3", "1.1"])  # a new thread, or the same id come back
+async def test_a_dm_written_in_during_the_erasure_keeps_its_record(memory, gated, tenant, again):
     through_gate, gate = gated
     await say(memory, dm(tenant, "1.1"), "user", "hello there", DAY)
     gate.hold(hashlib.sha1(_FORGET_DM_PLACES.encode()).hexdigest().encode())
     running = asyncio.create_task(through_gate.governance.forget_person(tenant, "U7"))
-    later = dm(tenant, "3.3")
+    later = dm(tenant, again)
     try:
         await asyncio.wait_for(gate.held.wait(), 30)  # the record's deletion, on its way
         said = await say(memory, later, "user", "one more thing", DAY + 9)
