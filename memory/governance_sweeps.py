@@ -122,7 +122,7 @@ class Sweeps:
         await self.threads.drop_dead_letters(Forgotten(tenant, people=frozenset({user})))
         if own:  # last: a run again after a failure still finds their DMs
             await self._forget_dm_places(keys=[dm_people_key(tenant)], args=[user, *sorted(own)])
-            await self._record_spoken_again(tenant, user, own)
+            await self._record_spoken_again(tenant, user, own, set(lists) - dms)
         if not erasure.total and not spoke and not dms:
             raise NotFound("person", user)
         return erasure
@@ -214,12 +214,15 @@ class Sweeps:
             await self.redis.hset(key, mapping=found)
         return {audience for audience, person in {**known, **found}.items() if person == user}
 
-    async def _record_spoken_again(self, tenant: str, user: str, places: set[str]) -> None:
-        """Record again whose DM each of `places` is where a thread is listed now: every thread
-        the erasure read there went whole, so one listed now was written meanwhile (a new one,
-        or the same id again: a Slack DM's top-level `dm` thread), and the place's record,
-        deleted above, must find it."""
-        fresh = [decode(t) or "" for t in await self.redis.zrange(threads_key(tenant), 0, -1)]
+    async def _record_spoken_again(
+        self, tenant: str, user: str, places: set[str], kept: set[str]
+    ) -> None:
+        """Record again whose DM each of `places` is where a thread is listed now that the
+        erasure did not read and keep (`kept`): one it erased whole and listed again, or a new
+        one, was written meanwhile (a Slack DM's top-level `dm` thread comes back under the
+        same id), and the place's record, deleted above, must find it."""
+        listed = [decode(t) or "" for t in await self.redis.zrange(threads_key(tenant), 0, -1)]
+        fresh = [t for t in listed if t not in kept]
         if not fresh:
             return
         pipe = self.redis.pipeline(transaction=False)
