@@ -67,7 +67,7 @@ from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.access import Admins
 from adapters.memory_page.auth import Links
 from adapters.platform_ids import discord_source
-from adapters.spine import NOT_TAKEN, SUBMIT_TIMEOUT_SECONDS, Job, Pipeline, not_queued_for_now
+from adapters.spine import NOT_TAKEN, Job, Pipeline, not_queued_for_now
 from bot.errors import ConfigError
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
@@ -78,6 +78,7 @@ log = logging.getLogger(__name__)
 THREAD_NAME_LIMIT = 100
 RESUBMIT_EVERY_SECONDS = 5.0
 RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
+LAST_TRIES_SECONDS = 8.0  # all of stop()'s last tries: within SIGTERM's grace, closing after
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
 EMPTY_MENTION = (
@@ -87,13 +88,15 @@ NO_THREAD_ALLOWED = (
     "I could not open a thread for this (I need the Create Public Threads and Send Messages "
     "in Threads permissions here)."
 )
+# Only "for a while": the retries are this process's (a restart may not take the message again,
+# its de-duplication claimed for an hour by this delivery)
 DISCORD_FAILED = (  # Discord answered a server error or a rate limit
-    "Discord answered with an error while I was opening a thread for this. I am trying again "
-    "and will answer in a thread as soon as it works."
+    "Discord answered with an error while I was opening a thread for this. I will keep trying "
+    "for a while and answer in a thread if it works."
 )
 DISCORD_SILENT = (  # the network failed or Discord did not answer in time
-    "Discord did not answer while I was opening a thread for this. I am trying again and will "
-    "answer in a thread as soon as it works."
+    "Discord did not answer while I was opening a thread for this. I will keep trying for a "
+    "while and answer in a thread if it works."
 )
 UNSENT = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)  # a reply not sent
 
@@ -375,29 +378,35 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
         finish or go back to the queue (their progress kept); what waits for the memory (or
-        for Discord) gets one last try, and what still cannot be taken is logged. Once the
-        memory proves unreachable, the rest is not tried (each try would wait for it); Discord
-        failing for one message says nothing of the others, which are still tried."""
+        for Discord) gets one last try, all within LAST_TRIES_SECONDS (the runtime and client
+        must still close before the process is killed), and what still cannot be taken is
+        logged. Once the memory proves unreachable, or a try outlasts what is left of the
+        time, the rest is not tried; Discord failing for one message says nothing of the
+        others, which are still tried."""
         await self.catchup.stop()
         await self.pipeline.shutdown()
         waiting = list(self._waiting.items())
         for task, _ in waiting:
             task.cancel()
         await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
-        no_memory: list[str] = []
+        untried: list[str] = []  # the memory unreachable, or no time left
         failed: list[str] = []  # Discord's failure, or any other error
-        for _, (what, take) in waiting:
-            if no_memory:  # the memory is unreachable: no more waits
-                no_memory.append(what)
-                continue
+        deadline = asyncio.get_running_loop().time() + LAST_TRIES_SECONDS
+        for index, (_, (what, take)) in enumerate(waiting):
             try:
-                async with asyncio.timeout(SUBMIT_TIMEOUT_SECONDS):
+                async with asyncio.timeout_at(deadline):
                     await take()
             except Exception as exc:
                 log.warning("%s could not be taken before stopping: %r", what, exc)
-                (no_memory if not_queued_for_now(exc) else failed).append(what)
-        if no_memory:
-            log.error("stopped with the memory unreachable; not taken: %s", ", ".join(no_memory))
+                if isinstance(exc, TimeoutError) or not_queued_for_now(exc):
+                    untried = [name for _, (name, _) in waiting[index:]]
+                    break
+                failed.append(what)
+        if untried:
+            log.error(
+                "stopped with the memory unreachable (or out of time); not taken: %s",
+                ", ".join(untried),
+            )
         if failed:
             log.error("stopped with Discord (or another error) failing: %s", ", ".join(failed))
 

@@ -9,8 +9,10 @@ to a new one (READY). So:
   only (memory/coordination.py `PlaceCursors`); a place not seen for the cursors' TTL is
   dropped.
 - From a new session's start (`connected`, READY) until its catch-up has planned which places
-  to read (the memory may be unreachable then, and the plan tried again), no cursor moves: a
-  live message taken meanwhile must not move one past what was missed before it.
+  to read, no cursor moves: a live message taken meanwhile must not move one past what was
+  missed before it. The memory unreachable then, the plan is tried again with back-off for as
+  long as the adapter runs; a plan that fails otherwise is given up, and cursors move again
+  (a resumed session sends no READY: held cursors would never move, and expire).
 - On READY, `start` reads, in each place with something posted after its cursor (most recent
   first, at most `MAX_PLACES`), what was posted since the cursor but within `WINDOW` (older
   messages are not answered that late), oldest first and at most `MAX_MESSAGES`, and hands
@@ -48,7 +50,7 @@ WINDOW = datetime.timedelta(days=1)  # messages older than this are not answered
 MAX_PLACES = 100
 MAX_MESSAGES = 500  # per place
 RETRY_EVERY_SECONDS = 5.0
-RETRIES = 60
+PLAN_RETRY_MAX_SECONDS = 60.0  # the plan's back-off cap while the memory is unreachable
 REREAD_TRIES = 8  # re-reads of a place Discord failed to give: 5 s, 10 s, ... about 15 minutes
 REREAD_MAX_SECONDS = 300.0  # the back-off's cap
 
@@ -70,6 +72,7 @@ class DiscordCatchUp:
         self.failed_reads: dict[int, int] = {}  # of the unread, those to read again -> tries
         self.plan_pending = False  # a new session whose catch-up has not planned yet
         self._session = 0  # READYs so far: a catch-up planned in an older one plans again
+        self._connects = 0  # sessions begun (`connected`): an older plan leaves the flag set
         self._wake = asyncio.Event()  # a new READY: the re-reads' back-off ends early
         self._stopped = False
         self._running: asyncio.Task | None = None
@@ -95,6 +98,7 @@ class DiscordCatchUp:
     def connected(self) -> None:
         """A new gateway session (discord.py's `connect`, on READY): no cursor moves until
         its catch-up has planned (`start` follows once discord.py has the servers)."""
+        self._connects += 1
         self.plan_pending = True
 
     def start(self) -> None:
@@ -116,33 +120,41 @@ class DiscordCatchUp:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _catch_up_safely(self) -> None:
-        """The memory unreachable at connect: tried again every few seconds, for a while. A
-        READY meanwhile: planned again. Then places Discord failed to give are read again."""
+        """The memory unreachable: tried again, with back-off, until it is back. A READY
+        meanwhile: planned again. Then places Discord failed to give are read again. Given up
+        on another error: cursors move again (held, they would never move, and expire)."""
         if self._rereading is not None:  # an older session's: it ends at its next step
             await asyncio.gather(self._rereading, return_exceptions=True)
-        for _ in range(RETRIES):
+        wait = RETRY_EVERY_SECONDS
+        while True:
             session = self._session
             try:
                 await self.catch_up()
             except Exception as exc:
-                if not not_queued_for_now(exc):
-                    log.exception("could not catch up on messages posted while disconnected")
-                    return
-                await asyncio.sleep(RETRY_EVERY_SECONDS)
-                continue
+                if not_queued_for_now(exc):
+                    log.warning("catching up: the memory is unreachable (%r); trying again", exc)
+                    await asyncio.sleep(wait)
+                    wait = min(wait * 2, PLAN_RETRY_MAX_SECONDS)
+                    continue
+                log.exception("could not catch up on messages posted while disconnected")
+                if self.plan_pending:
+                    self.plan_pending = False
+                    log.error(
+                        "no catch-up this session: what was posted while disconnected is not read"
+                    )
+                return
             if session == self._session:
                 if self.failed_reads and not self._stopped:
                     self._rereading = asyncio.create_task(self._reread(session))
                 return
-        log.error("memory stayed unavailable: messages posted while disconnected not read")
 
     async def catch_up(self) -> int:
         """Read each place's messages after its cursor, within the window; the number handed
         on."""
-        session = self._session
+        session, connects = self._session, self._connects
         planned, unchanged, dropped, left_out = await self._plan()
-        if session == self._session:  # else a newer READY: the next plan may hold more
-            self.plan_pending = False
+        if (session, connects) == (self._session, self._connects):  # else a newer session:
+            self.plan_pending = False  # its plan may hold more (a connect alone: no READY yet)
         handed = 0
         for place, (tenant, after) in list(self.unread.items()):
             if session != self._session:  # a new READY: plan again (the rest keep cursors)
@@ -205,6 +217,9 @@ class DiscordCatchUp:
             for place in list(self.failed_reads):
                 if session != self._session:
                     return
+                if place not in self.unread:  # read meanwhile (or gone)
+                    self.failed_reads.pop(place, None)
+                    continue
                 tenant, after = self.unread[place]
                 try:
                     await self._place(tenant, place, after)
@@ -234,8 +249,9 @@ class DiscordCatchUp:
         return last if isinstance(last, int) else None
 
     async def _place(self, tenant: str, place: int, after: int) -> int:
-        """Hand on what was posted in `place` after `after`. Until all of it is read, its
-        cursor stays (`unread`): a Discord error leaves it to read again (`_failed`)."""
+        """Hand on what was posted in `place` after `after`. Until all of it is read and
+        handed on, its cursor stays (`unread`): a Discord error, or the memory failing before
+        the messages are handed on, leaves it to read again (`_failed`, or a new plan)."""
         channel = await self.adapter.pipeline.platform.channel(place)
         if channel is None:  # deleted, or no longer visible to the bot
             await self.cursors.drop(tenant, str(place))
@@ -244,20 +260,18 @@ class DiscordCatchUp:
             self.failed_reads.pop(place, None)
             return 0
         messages: list[discord.Message] = []
+        read_all = False
         try:  # discord.py pages on (100 a call) until the present or the limit
             history = channel.history(
                 limit=MAX_MESSAGES + 1, after=discord.Object(id=after), oldest_first=True
             )
             async for message in history:  # what was read before an error is handed on
                 messages.append(message)
+            read_all = True
         except Exception as exc:  # Discord's error, the network's, a timeout
             if not_queued_for_now(exc):
                 raise
             self._failed(place, exc)
-        else:
-            self.unread.pop(place, None)
-            self.failed_reads.pop(place, None)
-            self.known[place] = tenant
         if len(messages) > MAX_MESSAGES:
             log.warning(
                 "over %d messages posted in %s meanwhile: the first %d read, the rest not",
@@ -275,4 +289,10 @@ class DiscordCatchUp:
                 await self.adapter.handle_message(message)
             except Exception:
                 log.exception("message %s (caught up) could not be taken", message.id)
+        if read_all:  # handed on: its cursor moves again, from the last of them
+            self.unread.pop(place, None)
+            self.failed_reads.pop(place, None)
+            self.known[place] = tenant
+            if messages:
+                await self.seen(messages[-1], tenant)
         return handed

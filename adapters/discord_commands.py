@@ -25,18 +25,19 @@ from adapters.memory_page.auth import NOT_SERVED
 from adapters.platform_ids import discord_tenant
 from adapters.text import link_arxiv, split_for_delivery
 from bot.turns import COMMAND_MEMORY_DOWN, command_failure
-from memory.scope import Scope
+from memory.scope import Scope, Visibility
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
 
 log = logging.getLogger(__name__)
 
-# How long /summarize looks up, before its first answer, who sees the channel (Discord, itself
-# bounded by ASK_DISCORD_SECONDS) and whether the thread is one it answers in (memory): one
-# deadline for both, well within Discord's 3 s to answer (or defer), so a Redis that does not
-# answer is said to be down in time, however long Discord took.
-LOOKUPS_SECONDS = 2.0
+# How long /summarize looks up, before its first answer, who sees the channel (Discord: not
+# told in time, it is private) and whether the thread is one it answers in (memory: not told
+# in time, it is said to be down): 2.5 s in all, within Discord's 3 s to answer (or defer),
+# however long Discord took, and a slow but working Redis still has its 1.5 s.
+DISCORD_LOOKUP_SECONDS = 1.0
+MEMORY_LOOKUP_SECONDS = 1.5
 
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -89,18 +90,16 @@ class DiscordCommands:
         try:
             channel = interaction.channel
             owner_id = channel.owner_id if isinstance(channel, discord.Thread) else None
-            lookup = "Discord (who sees the channel)"
+            scope = await self.scope(interaction, within=DISCORD_LOOKUP_SECONDS)
             try:  # before the defer: a hanging Redis must not outlast Discord's 3 s
-                async with asyncio.timeout(LOOKUPS_SECONDS):
-                    scope = await self.scope(interaction)  # Discord's part gives up sooner
-                    lookup = "memory (whether the bot answers in the thread)"
+                async with asyncio.timeout(MEMORY_LOOKUP_SECONDS):
                     known = interaction.guild_id is None or await self.adapter.knows_thread(
                         scope, owner_id
                     )
             except TimeoutError:
                 log.warning(
-                    "/summarize: %s did not answer within the lookups' %s s", lookup,
-                    LOOKUPS_SECONDS,
+                    "/summarize: the memory did not say within %s s whether the bot answers "
+                    "in the thread", MEMORY_LOOKUP_SECONDS,
                 )  # fmt: skip
                 text = COMMAND_MEMORY_DOWN.format(command="/summarize")
                 await interaction.response.send_message(text, ephemeral=True)
@@ -156,10 +155,20 @@ class DiscordCommands:
             f"The link is yours alone and works for {minutes} minutes."
         )
 
-    async def scope(self, interaction: discord.Interaction) -> Scope:
-        """The conversation a command was used in (its channel is the thread's id part)."""
+    async def scope(self, interaction: discord.Interaction, within: float | None = None) -> Scope:
+        """The conversation a command was used in (its channel is the thread's id part). Who
+        sees it is private when Discord does not tell `within` that many seconds (it has its
+        own, longer limit otherwise)."""
         tenant, thread, user = self._place(interaction)
-        seen = await resolve_visibility(self.client, interaction.channel, interaction.channel_id)
+        channel, channel_id = interaction.channel, interaction.channel_id
+        try:
+            async with asyncio.timeout(within):
+                seen = await resolve_visibility(self.client, channel, channel_id)
+        except TimeoutError:
+            log.warning(
+                "Discord did not say in %s s who sees channel %s: private", within, channel_id
+            )
+            seen = Visibility.PRIVATE
         return Scope(
             tenant, thread, str(interaction.channel_id), seen, str(user.id), user.display_name
         )

@@ -1,7 +1,8 @@
 """Taking a Discord message when something fails on the way: the memory unreachable in a thread
 that may not be the bot's (or at connect, before the catch-up has planned), Discord failing to
 open a mention's thread, stopping while messages wait, a place whose history Discord failed to
-give, and /summarize within Discord's 3 s when both Discord and Redis are slow."""
+give, /summarize within Discord's 3 s when both Discord and Redis are slow, and the catch-up's
+plan holding cursors only while it may still come."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import discord
 import pytest
 
 from adapters.discord import DISCORD_FAILED, DISCORD_SILENT, NO_THREAD_ALLOWED, DiscordAdapter
+from adapters.discord_catchup import turn_job_id
 from adapters.spine import NOT_TAKEN
-from memory.keys import discord_cursor_tenants_key, joined_key
+from memory.keys import discord_cursor_tenants_key, discord_cursors_key, joined_key, turn_done_key
+from memory.redis_server import EmbeddedRedis
 from tests import test_discord
 from tests.agent_world import close_world, open_world
+from tests.conftest import free_port, redis_options
 from tests.support.redis_gate import RedisGate
 from tests.test_discord import back_and_taken, new_adapter, settle, stoppable
 from tests.test_discord_catchup import holds, now_id, ready, unreadable
@@ -234,6 +238,25 @@ async def test_stopping_tries_every_kept_message_past_a_discord_failure(tmp_path
         assert f"discord:{guild.id}:{thread.id}" in [scope.thread for scope in queued]
 
 
+async def test_stopping_gives_up_the_last_tries_once_one_outlasts_their_time(world, fake, adapter):
+    """The last tries share one deadline, so the runtime and the client still close before
+    the process is killed: a try that outlasts it leaves the rest untried (logged)."""
+    channel, user = fake.text_channel(fake.guild()), fake.user()
+    first, second = fake.mention(channel, user, "a?"), fake.mention(channel, user, "b?")
+    for message in (first, second):
+        message.create_thread.side_effect = server_error()
+        await adapter.handle_message(message)
+    assert len(adapter._waiting) == 2
+
+    async def no_answer(**kw: Any) -> Any:
+        await asyncio.Event().wait()
+
+    first.create_thread.side_effect = no_answer
+    await adapter.stop()
+    assert first.create_thread.await_count == 2
+    assert second.create_thread.await_count == 1  # not tried again: no time left
+
+
 # -- 3. a place Discord failed to give is read again within the session -----------------------
 
 
@@ -294,12 +317,13 @@ DISCORD_DEADLINE_SECONDS = 3.0  # an interaction not answered by then is Unknown
 
 
 async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_url, tmp_path):
-    """Discord never says who sees the channel (its lookup gives up at ASK_DISCORD_SECONDS,
-    1.5 s), then Redis holds the check of the thread: the memory-down word still goes out
-    before Discord's deadline (past it, the interaction is unknown and the person sees "The
-    application did not respond"). The lookups share one 2.0 s limit; each with a limit of
-    its own would answer after 1.5 + 2.0 = 3.5 s: a second's margin either side of the 3 s,
-    on the loop's clock, so a loaded machine only makes the old way later."""
+    """Discord never says who sees the channel (/summarize gives its lookup 1.0 s: private),
+    then Redis holds the check of the thread (given 1.5 s): the memory-down word still goes
+    out before Discord's deadline (past it, the interaction is unknown and the person sees
+    "The application did not respond"), at 2.5 s. The limits of before, Discord's own
+    ASK_DISCORD_SECONDS (1.5 s) then 2.0 s for Redis, would answer after 3.5 s: half a
+    second's margin either side of the 3 s, on the loop's clock, so a loaded machine only
+    makes the old way later."""
     gate = RedisGate(redis_url)
     world = await open_world(await gate.start(), tmp_path)
     try:
@@ -337,3 +361,104 @@ async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_
         gate.release.set()
         await close_world(world)
         await gate.close()
+
+
+# -- 5. the catch-up's plan: the cursors held only while it may still come --------------------
+
+
+async def test_a_plan_that_fails_for_good_lets_cursors_move_again(world, fake, caplog):
+    """A plan that fails otherwise than on the memory (here a cursor Redis holds that is not a
+    message id) is given up: the flag holding every cursor is cleared (a resumed session sends
+    no READY, so they would never move again, and expire), and it is logged."""
+    guild, user = fake.guild(), fake.user()
+    thread = fake.thread(guild, owner_id=fake.bot.id)
+    tenant = str(guild.id)
+    redis = world.runtime.memory.redis
+    await redis.hset(discord_cursors_key(tenant), "12345", "not-an-id")
+    await redis.sadd(tenants_key, tenant)
+    adapter = new_adapter(world, fake)
+    await adapter.client.on_connect()
+    with caplog.at_level(logging.ERROR, logger="adapters.discord_catchup"):
+        await ready(adapter, guild)
+    assert "no catch-up this session" in caplog.text
+    asked = fake.message(thread, user, "find MemGPT", message_id=now_id())
+    await adapter.handle_message(asked)
+    await settle(world, adapter)
+    assert (await adapter.catchup.cursors.places(tenant))[str(thread.id)] == str(asked.id)
+    await adapter.catchup.stop()
+    await adapter.pipeline.close()
+
+
+async def test_an_older_sessions_plan_leaves_a_new_connect_holding_cursors(redis_url, tmp_path):
+    """A new session connects while the last one's catch-up is planning: that plan ending
+    must not clear the new session's flag (its READY, still to come, plans what was missed
+    during the last gap), so cursors stay until then."""
+    gate = RedisGate(redis_url)
+    world = await open_world(await gate.start(), tmp_path)
+    try:
+        fake = test_discord.FakeDiscord()
+        adapter = new_adapter(world, fake)
+        guild = fake.guild()
+        adapter.client._connection._guilds[guild.id] = guild
+        gate.hold(f"SMEMBERS\r\n${len(tenants_key)}\r\n{tenants_key}".encode())
+        await adapter.client.on_connect()
+        await adapter.client.on_ready()
+        await gate.held.wait()  # the first session's plan
+        await adapter.client.on_connect()  # a new session; its READY not yet in
+        gate.release.set()
+        await adapter.catchup._running
+        assert adapter.catchup.plan_pending
+        await ready(adapter, guild)
+        assert not adapter.catchup.plan_pending
+        await adapter.catchup.stop()
+        await adapter.pipeline.close()
+    finally:
+        gate.release.set()
+        await close_world(world)
+        await gate.close()
+
+
+async def test_a_reread_place_whose_hand_on_meets_memory_down_is_read_again(tmp_path):
+    """A place Discord failed to give is read again; this time its history comes, but the
+    memory fails before its messages are handed on (checking which were answered): the place
+    is still to read, so a later re-read hands them on (the re-reading goes on). A Redis of
+    its own: other tests' pipelines, still looking for lapsed threads, cannot take its turn."""
+    server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port(), **redis_options())
+    gate = RedisGate(server.ensure_running())
+    world = await open_world(await gate.start(), tmp_path)
+    world.model.responder = test_discord.echo
+    try:
+        fake = test_discord.FakeDiscord()
+        guild, user = fake.guild(), fake.user()
+        thread = fake.thread(guild, owner_id=fake.bot.id)
+        before = new_adapter(world, fake)
+        asked = fake.message(thread, user, "find MemGPT", message_id=now_id())
+        await before.handle_message(asked)
+        await settle(world, before)
+        await before.pipeline.close()
+        missed = fake.message(thread, user, "who wrote it?", message_id=now_id())
+        unreadable(thread, TimeoutError())
+        after = new_adapter(world, fake)
+        await ready(after, guild)  # the read times out: read again in a few seconds
+        holds(thread, asked, missed)
+        gate.hold(turn_done_key(str(guild.id), turn_job_id(missed.id)).encode())
+        await gate.held.wait()  # the re-read has the history; which were answered?
+        gate.cut()
+        catchup = after.catchup
+        for _ in range(100):  # until the failure is counted (or the re-reading ended)
+            if catchup.failed_reads.get(thread.id) == 1 or catchup._rereading.done():
+                break
+            await asyncio.sleep(0.1)
+        gate.mend()
+        assert await answered(world, after, fake, thread.id, 2) == [
+            "Answer: find MemGPT",
+            "Answer: who wrote it?",
+        ]
+        assert not after.catchup.unread
+        await after.catchup.stop()
+        await after.pipeline.close()
+    finally:
+        gate.release.set()
+        await close_world(world)
+        await gate.close()
+        server.stop()
