@@ -257,8 +257,9 @@ class PatientEmbedder:
 
 def not_kept(why: str, scope: Scope) -> str:
     """A share's message once what it saved went with an erasure (`_erased`). In a channel a
-    person's erasure is not said: every member would learn of it."""
-    if scope.visibility is Visibility.DM or why == TENANT_ERASED:
+    person's erasure alone is not said: every member would learn of it (the workspace's erasure
+    or the place's deletion is no one's secret)."""
+    if scope.visibility is Visibility.DM or why != PERSON_ERASED:
         return f"Not kept: {why}."
     return "Not kept."
 

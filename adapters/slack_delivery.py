@@ -504,6 +504,10 @@ class SlackPlatform(Platform):
             return slack_error(exc) in PASSING or status == 429 or status >= 500
         return super().passing(exc)
 
+    def refused(self, exc: BaseException) -> bool:
+        """Slack's own answer that is not in passing (is_archived, channel_not_found, ...)."""
+        return isinstance(exc, SlackApiError) and not self.passing(exc)
+
     async def notice(self, job: Job, text: str) -> None:
         if job.progress.get("via") == "response_url":  # the thread refused it already
             await self.respond(job, text)

@@ -207,6 +207,12 @@ class Platform(ABC):
         server's own error): the job stays queued and runs again, up to MAX_ATTEMPTS runs."""
         return isinstance(exc, (TimeoutError, ConnectionError, aiohttp.ClientError))
 
+    def refused(self, exc: BaseException) -> bool:
+        """True when `exc` is the platform refusing for good to show the turn where it was
+        asked (an archived channel, the bot removed): the person is told NOT_SHOWN if nothing
+        was sent. Anything else (a bug, memory's own error) is only logged. False by default."""
+        return False
+
 
 @contextlib.asynccontextmanager
 async def if_shown(indicator: contextlib.AbstractAsyncContextManager[Any]) -> AsyncIterator[None]:
@@ -404,13 +410,13 @@ class Pipeline:
                 log.warning("%s in %s runs again: %r", job.kind, job.scope.thread, exc)
                 await save()  # this run counted, and what it posted or answered
                 raise
-            # the platform failed around the turn (the channel is gone, the bot was removed):
-            # the person is told, if the platform has a way (Slack: the command's response_url),
+            # the platform refused the turn (the channel is gone, the bot was removed): the
+            # person is told, if the platform has a way (Slack: the command's response_url),
             # unless a part of the answer is out (a failed part told them already)
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
             if self.platform.passing(exc):
                 await self._notice(job, GAVE_UP)
-            elif not job.progress.get("sent"):
+            elif self.platform.refused(exc) and not job.progress.get("sent"):
                 await self._notice(job, NOT_SHOWN)
         try:  # whatever the platform did: the turn (or a run before it) may have stored it
             await self._caught_up(job, save)

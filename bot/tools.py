@@ -105,13 +105,15 @@ class SaveFailed(RuntimeError):
 def save_failed(arxiv_id: str, exc: BaseException) -> str:
     """Why a paper could not be saved, in words fit for a channel: "try again in a minute" only
     for a failure that may pass (the memory away, the embedding service unreachable, throttled
-    or erring itself); one that will not (a refused key, the wrong dimensions, a bug) says
-    whose it is to fix."""
-    unavailable = memory_unavailable(exc)
-    if unavailable or (isinstance(exc, EmbeddingError) and in_passing(exc)):
-        service = (
-            "the memory store is unreachable" if unavailable else "the embedding service failed"
-        )
+    or erring itself, the PDF reader's process not started for want of resources); one that
+    will not (a refused key, the wrong dimensions, a bug) says whose it is to fix."""
+    if memory_unavailable(exc):
+        service = "the memory store is unreachable"
+    elif isinstance(exc, EmbeddingError):
+        service = "the embedding service failed"
+    else:
+        service = "the PDF reader could not run"
+    if may_pass(exc):
         return f"could not save arXiv:{arxiv_id} right now ({service}); try again in a minute"
     if isinstance(exc, EmbeddingError):
         return (
@@ -119,6 +121,11 @@ def save_failed(arxiv_id: str, exc: BaseException) -> str:
             "must fix its setup"
         )
     return f"could not save arXiv:{arxiv_id}: something went wrong on my side"
+
+
+def may_pass(exc: BaseException) -> bool:
+    """A save's failure that may pass by itself (`in_passing`), or the memory away."""
+    return memory_unavailable(exc) or in_passing(exc)
 
 
 @toolbox.register_tool
@@ -138,7 +145,7 @@ async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
     except IngestError:
         raise  # the paper's own problem, in words for the person
     except Exception as exc:  # a service failed: its provider's text stays in the operator's log
-        if memory_unavailable(exc) or isinstance(exc, EmbeddingError):
+        if may_pass(exc) or isinstance(exc, EmbeddingError):
             log.warning("the tool could not save %s: %r", arxiv_id, exc)
         else:  # not a service's: a bug, its traceback for the operator
             log.warning("the tool could not save %s: %r", arxiv_id, exc, exc_info=exc)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.llm import openai_client
-from bot.tools import ToolContext, toolbox
+from bot.tools import ToolContext, save_failed, toolbox
 from memory.embeddings import EmbeddingError, OpenAIEmbedder
 from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import fetch_and_save, ingest
@@ -106,3 +106,17 @@ async def test_the_command_line_ingest_still_reports_every_failure_and_goes_on(
     [(failed, message)] = report.failed
     assert failed == MEMGPT_ID and message.startswith("EmbeddingError") and SECRET in message
     await kb.drop_tenant(tenant)
+
+
+def test_the_pdf_reader_not_started_is_said_to_pass_and_a_bug_is_not():
+    """The PDF reader's process not started (out of pids or memory, an OSError under it, as
+    memory/ingest/pdf_child.py raises it) may pass: "try again in a minute", naming the
+    reader; a bug names no service and gives no such hope."""
+    unstarted = RuntimeError("could not start the PDF reader for 2310.08560.pdf")
+    unstarted.__cause__ = BlockingIOError(11, "Resource temporarily unavailable")
+    assert save_failed(MEMGPT_ID, unstarted) == (
+        f"could not save arXiv:{MEMGPT_ID} right now (the PDF reader could not run); try again "
+        "in a minute"
+    )
+    bug = save_failed(MEMGPT_ID, KeyError("chunks"))
+    assert bug == f"could not save arXiv:{MEMGPT_ID}: something went wrong on my side"

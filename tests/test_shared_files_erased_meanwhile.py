@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from adapters.shared_files import PERSON_ERASED, PLACE_DELETED, TENANT_ERASED, not_kept
 from adapters.slack import thread_id
 from memory.governance_places import DeletedPlace
 from memory.keys import turn_queue_key
@@ -81,6 +82,17 @@ async def test_a_share_read_across_its_channels_deletion_keeps_nothing(memory, t
     await files.one(payload)
     assert end.erased == 1
     assert await kept_nothing(memory, scope)
+    assert end.edits[-1][1].startswith("Saved")  # its channel is gone: nothing to edit there
+
+
+def test_only_a_persons_erasure_goes_unsaid_in_a_channel():
+    """`not_kept` hides why in a channel only for the sharer's erasure, which every member
+    would learn of; the workspace's erasure or a deletion is no one's secret."""
+    channel = channel_of("T1", Visibility.PUBLIC)
+    assert not_kept(PERSON_ERASED, channel) == "Not kept."
+    for why in (TENANT_ERASED, PLACE_DELETED):
+        assert not_kept(why, channel) == f"Not kept: {why}."
+        assert not_kept(why, dm_of("T1", "U1")) == f"Not kept: {why}."
 
 
 async def test_a_new_threads_share_read_across_its_channels_deletion_keeps_nothing(memory, tenant):

@@ -180,8 +180,12 @@ async def test_a_retry_waits_no_longer_once_the_process_stops(memory, tenant):
     end = FlakyEnd(shared_pdf("Stopped"), describe_fails=1)
     files = stub_files(memory, end, retry_delays=(600.0,), retry_seconds=900.0)
     task = asyncio.create_task(files.one(share_payload(dm(tenant), f"slack:D1:{time.time_ns()}")))
-    while not end.calls:
-        await asyncio.sleep(0.01)
+
+    async def first_call() -> None:  # or the task ended before it: the asserts below say how
+        while not end.calls and not task.done():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(first_call(), 30)  # a guard against a hang, not a timing
     await files.stop_reading()
     with pytest.raises(FetchError, match="busy"):
         await asyncio.wait_for(task, 30)  # a guard against a hang, not a timing

@@ -1,10 +1,11 @@
 """A summary Slack will not take in its thread (the channel archived since, the linked message
 gone, before or after its placeholder) comes to the command's response_url, saying why, rather
 than never, and what it cannot carry is said with what to do; a turn refused for good is said
-once, never for a deleted message; one place's refusal leaves the workspace's streaming on; a
-Summarize thread shortcut memory was only slow to take is summarized once; a link to a DM's
-message outside threads is the DM's conversation, as the shortcut takes it. Over real HTTP to
-the mock Web API, a real Redis and the scripted model, as tests/test_slack_summarize_checks.py.
+once, never for a deleted message nor a failure Slack did not refuse (memory's own); one
+place's refusal leaves the workspace's streaming on; a Summarize thread shortcut memory was
+only slow to take is summarized once; a link to a DM's message outside threads is the DM's
+conversation, as the shortcut takes it. Over real HTTP to the mock Web API, a real Redis and
+the scripted model, as tests/test_slack_summarize_checks.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from adapters.slack import thread_id
 from adapters.slack_summarize import SUMMARIZING
 from adapters.spine import NOT_SHOWN, Job
 from adapters.text import split_for_delivery
+from memory.keys import edited_message_key
 from memory.scope import Scope, Visibility
 from tests.agent_world import close_world, open_world
 from tests.support.scripted_openai import text
@@ -37,7 +39,6 @@ from tests.test_slack_summarize_checks import (
 )
 
 SUMMARY = "Stored as [Summary ID: sum_"
-SLOW_SECONDS = 3.0  # how late a slow Redis answers
 
 
 @pytest.fixture
@@ -160,18 +161,20 @@ async def test_a_deleted_message_s_placeholder_slack_refuses_is_left_unsaid(worl
     assert api.of("chat.postMessage") == []
 
 
-async def test_a_channel_s_refusal_leaves_the_workspace_s_streaming_on(world, api):
-    """chat.startStream refused in one archived thread: the next turn elsewhere still streams."""
+async def test_a_channel_s_refusal_leaves_the_workspace_s_streaming_on(world, api, caplog):
+    """chat.startStream refused in one archived thread: the next turn elsewhere still streams.
+    Slack refuses the notice there too (a mention has no response_url): it is only logged."""
     team = f"T{time.time_ns()}"
     api.fail("chat.startStream", "is_archived")
-    api.fail("chat.postMessage", "is_archived")  # its placeholder: not shown, said in the thread
+    api.fail("chat.postMessage", "is_archived", times=2)  # its placeholder, then the notice
     async with slack_process(world, api, new_stream()) as (bot, sender):
         world.model.script(text("Streamed."))  # the first turn is not run
         await sender.event(mention("hi", ts(11), channel="C1"), team=team)
         await settle(world, bot)
         await sender.event(mention("hello", ts(12), channel="C1"), team=team)
         await settle(world, bot)
-    assert api.thread_texts("C1", ts(11)) == [NOT_SHOWN]
+    assert api.thread_texts("C1", ts(11)) == []
+    assert "could not tell the person" in caplog.text  # NOT_SHOWN was tried
     assert len(api.of("chat.startStream")) == 2
     assert api.thread_texts("C1", ts(12))[-1].startswith("Streamed.")
 
@@ -187,6 +190,20 @@ async def test_a_turn_slack_refuses_to_show_for_good_is_said_where_it_can_be(wor
         await sender.event(mention("hi", ts(4), channel="C1"), team=team)
         await settle(world, bot)
     assert api.thread_texts("C1", ts(4)) == [NOT_SHOWN]
+
+
+async def test_a_turn_failing_for_another_reason_than_slack_is_not_said_unshown(world, api):
+    """Memory's own error (a key of the wrong type) before anything was sent: Slack refused
+    nothing, so the person is not told to ask elsewhere; it is logged."""
+    team = f"T{time.time_ns()}"
+    source = slack_source("C1", ts(13))
+    await world.runtime.memory.redis.set(edited_message_key(team, source), "not a hash")
+    async with slack_process(world, api, new_stream()) as (bot, sender):
+        world.model.script(text("never run"))
+        await sender.event(mention("hi", ts(13), channel="C1"), team=team)
+        await settle(world, bot)
+    assert api.thread_texts("C1", ts(13)) == []
+    assert world.model_requests() == []
 
 
 async def test_a_link_to_a_dm_message_outside_threads_summarizes_the_dm(world, api):
@@ -221,10 +238,19 @@ async def test_a_shortcut_memory_was_only_slow_to_take_is_summarized_once(
         await a_thread(world, api, team, stream, 6)
         said = api.thread_texts("C3", ts(6))
         async with slack_process(world, api, stream) as (bot, sender):
-            proxy.slow = True  # Redis's answers come late; what is sent to it lands at once
-            response = await sender.shortcut("summarize_thread", {"ts": ts(6), "user": "U1"},
-                                             api.response_url + "ada", team=team, channel="C3")  # fmt: skip
-            proxy.slow = False  # answered once the shortcut gave its task up
+            proxy.hold()  # Redis's answers wait; what is sent to it lands at once
+            shortcut = asyncio.create_task(
+                sender.shortcut(
+                    "summarize_thread",
+                    {"ts": ts(6), "user": "U1"},
+                    api.response_url + "ada",
+                    team=team,
+                    channel="C3",
+                )
+            )
+            await gave_up(shortcut, caplog)
+            proxy.release()  # answered once the shortcut gave its task up
+            response = await asyncio.wait_for(shortcut, 60)
             assert response.status == 200
             assert "a shortcut in C3 not queued" in caplog.text  # it missed its deadline
             await settle(world, bot)
@@ -239,15 +265,26 @@ async def test_a_shortcut_memory_was_only_slow_to_take_is_summarized_once(
             await proxy.close()
 
 
+async def gave_up(shortcut: asyncio.Task, caplog) -> None:
+    """Until the shortcut said its task was not queued (its 2 s for memory past) or answered;
+    bounded, so a shortcut that never gives up fails the test rather than hanging it."""
+    for _ in range(1200):
+        if "not queued" in caplog.text or shortcut.done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the shortcut never gave its task up")
+
+
 class SlowRedis:
-    """A TCP proxy to Redis whose answers, while `slow`, wait SLOW_SECONDS (past the
-    shortcut's 2 s for memory, short of the client's 5 s socket timeout); what clients send
-    reaches Redis at once."""
+    """A TCP proxy to Redis whose answers, while held, wait until released (the test releases
+    them once the shortcut's 2 s for memory passed, short of the client's 5 s socket
+    timeout); what clients send reaches Redis at once."""
 
     def __init__(self, redis_url: str) -> None:
         self.target = urlparse(redis_url)
         self.host, self.port = self.target.hostname or "127.0.0.1", self.target.port or 6379
-        self.slow = False
+        self._answering = asyncio.Event()
+        self._answering.set()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task] = set()
 
@@ -258,7 +295,15 @@ class SlowRedis:
         netloc = f"{where[0]}@127.0.0.1:{port}" if len(where) == 2 else f"127.0.0.1:{port}"
         return self.target._replace(netloc=netloc).geturl()
 
+    def hold(self) -> None:
+        """Redis's answers wait from now on, until `release`."""
+        self._answering.clear()
+
+    def release(self) -> None:
+        self._answering.set()
+
     async def close(self) -> None:
+        self.release()
         assert self._server is not None
         self._server.close()
         for pipe in self._pipes:
@@ -283,8 +328,8 @@ class SlowRedis:
     async def _pipe(self, source: StreamReader, sink: StreamWriter, answers: bool) -> None:
         try:
             while chunk := await source.read(65536):
-                if answers and self.slow:
-                    await asyncio.sleep(SLOW_SECONDS)
+                if answers:
+                    await self._answering.wait()
                 sink.write(chunk)
                 await sink.drain()
         except (ConnectionError, OSError):
