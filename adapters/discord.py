@@ -67,7 +67,13 @@ from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.access import Admins
 from adapters.memory_page.auth import Links
 from adapters.platform_ids import discord_source
-from adapters.spine import NOT_TAKEN, Job, Pipeline, not_queued_for_now
+from adapters.spine import (
+    NOT_TAKEN,
+    SHUTDOWN_GRACE_SECONDS,
+    Job,
+    Pipeline,
+    not_queued_for_now,
+)
 from bot.errors import ConfigError
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
@@ -78,7 +84,8 @@ log = logging.getLogger(__name__)
 THREAD_NAME_LIMIT = 100
 RESUBMIT_EVERY_SECONDS = 5.0
 RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
-LAST_TRIES_SECONDS = 8.0  # all of stop()'s last tries: within SIGTERM's grace, closing after
+LAST_TRIES_SECONDS = 8.0  # all of stop()'s last tries, when the running turns left that much
+STOP_WITHIN_SECONDS = 27.0  # all of stop() (turns' grace, then last tries): Heroku kills at 30 s
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
 EMPTY_MENTION = (
@@ -190,10 +197,16 @@ class DiscordAdapter:
     def __init__(
         self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None,
         links: Links | None = None, admins: Admins | None = None,
+        resubmit_every_seconds: float = RESUBMIT_EVERY_SECONDS,
+        last_tries_seconds: float = LAST_TRIES_SECONDS,
     ) -> None:  # fmt: skip
         """`links`: the memory page's, for `/memory`; `admins`: ARXIVSCOUT_ADMINS, who manage
-        every channel's watches as server managers do."""
+        every channel's watches as server managers do. `resubmit_every_seconds`: how often a
+        kept message is tried again; `last_tries_seconds`: what stop()'s last tries may take
+        at most (both shorter in tests)."""
         self.handler = handler
+        self.resubmit_every_seconds = resubmit_every_seconds
+        self.last_tries_seconds = last_tries_seconds
         self.links = links
         self.presence = handler.memory.presence
         self.places = handler.memory.governance.places  # Discord threads under each channel
@@ -360,7 +373,7 @@ class DiscordAdapter:
 
         async def retry() -> None:
             for _ in range(RESUBMIT_TRIES):
-                await asyncio.sleep(RESUBMIT_EVERY_SECONDS)
+                await asyncio.sleep(self.resubmit_every_seconds)
                 try:
                     await take()
                     return
@@ -378,27 +391,33 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
         finish or go back to the queue (their progress kept); what waits for the memory (or
-        for Discord) gets one last try, all within LAST_TRIES_SECONDS (the runtime and client
-        must still close before the process is killed), and what still cannot be taken is
-        logged. Once the memory proves unreachable, or a try outlasts what is left of the
-        time, the rest is not tried; Discord failing for one message says nothing of the
-        others, which are still tried."""
+        for Discord) gets one last try, all within `last_tries_seconds`, and what still cannot
+        be taken is logged. The whole of it ends STOP_WITHIN_SECONDS after it began, so the
+        runtime and client still close before the platform kills the process: the last tries
+        get what the turns left of it. Once the memory proves unreachable, or the time is out,
+        the rest is not tried; Discord failing for one message says nothing of the others,
+        which are still tried."""
+        loop = asyncio.get_running_loop()
+        stop_by = loop.time() + STOP_WITHIN_SECONDS
         await self.catchup.stop()
-        await self.pipeline.shutdown()
+        await self.pipeline.shutdown(
+            grace=max(0.0, min(SHUTDOWN_GRACE_SECONDS, stop_by - loop.time()))
+        )
         waiting = list(self._waiting.items())
         for task, _ in waiting:
             task.cancel()
         await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
         untried: list[str] = []  # the memory unreachable, or no time left
         failed: list[str] = []  # Discord's failure, or any other error
-        deadline = asyncio.get_running_loop().time() + LAST_TRIES_SECONDS
+        deadline = min(loop.time() + self.last_tries_seconds, stop_by)
         for index, (_, (what, take)) in enumerate(waiting):
             try:
                 async with asyncio.timeout_at(deadline):
                     await take()
             except Exception as exc:
                 log.warning("%s could not be taken before stopping: %r", what, exc)
-                if isinstance(exc, TimeoutError) or not_queued_for_now(exc):
+                out_of_time = isinstance(exc, TimeoutError) and loop.time() >= deadline
+                if out_of_time or not_queued_for_now(exc):
                     untried = [name for _, (name, _) in waiting[index:]]
                     break
                 failed.append(what)

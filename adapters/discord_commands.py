@@ -34,10 +34,11 @@ log = logging.getLogger(__name__)
 
 # How long /summarize looks up, before its first answer, who sees the channel (Discord: not
 # told in time, it is private) and whether the thread is one it answers in (memory: not told
-# in time, it is said to be down): 2.5 s in all, within Discord's 3 s to answer (or defer),
-# however long Discord took, and a slow but working Redis still has its 1.5 s.
-DISCORD_LOOKUP_SECONDS = 1.0
-MEMORY_LOOKUP_SECONDS = 1.5
+# in time, it is said to be down): 2.0 s in all, leaving 1 s of Discord's 3 s to answer (or
+# defer) for the gateway's delivery and the answer's POST, however long Discord took; a slow
+# but working Redis still has its 1.2 s.
+DISCORD_LOOKUP_SECONDS = 0.8
+MEMORY_LOOKUP_SECONDS = 1.2
 
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
