@@ -53,7 +53,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-import aiohttp
 import discord
 from discord import app_commands
 
@@ -62,7 +61,7 @@ from adapters.discord_changes import DiscordChanges
 from adapters.discord_commands import DiscordCommands
 from adapters.discord_feedback import DiscordFeedback
 from adapters.discord_files import DiscordFiles, shared_attachments
-from adapters.discord_platform import DiscordPlatform, resolve_visibility
+from adapters.discord_platform import UNSENT, DiscordPlatform, resolve_visibility
 from adapters.discord_watch import DiscordWatches
 from adapters.memory_page.access import Admins
 from adapters.memory_page.auth import Links
@@ -105,7 +104,6 @@ DISCORD_SILENT = (  # the network failed or Discord did not answer in time
     "Discord did not answer while I was opening a thread for this. I will keep trying for a "
     "while and answer in a thread if it works."
 )
-UNSENT = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)  # a reply not sent
 
 
 class DiscordFailed(Exception):

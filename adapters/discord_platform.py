@@ -24,6 +24,8 @@ from memory.scope import Visibility
 
 log = logging.getLogger(__name__)
 
+UNSENT = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)  # a reply not sent
+
 DISCORD_LIMIT = 2000
 ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
 
@@ -161,5 +163,5 @@ class StepStatus(Status):
                 self.message = await self.channel.send(text)
             else:
                 await self.message.edit(content=text)
-        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except UNSENT as exc:
             log.info("a tool step's status could not be shown (%r); the turn goes on", exc)

@@ -319,7 +319,7 @@ class SharedFiles:
 
     async def submit(self, platform: str, payload: dict[str, Any]) -> str:
         """Queue a share on its platform's stream (in Redis before this returns), with when:
-        on Redis's clock, as a tenant's erasure note is (`_tenant_erased` compares the two)."""
+        on Redis's clock, as a tenant's erasure note is (`_erased` compares the two)."""
         seconds, micros = await self.memory.redis.time()
         payload = {**payload, "queued_at": seconds + micros / 1e6}
         task_id = await self.stream(platform).add(SHARED_FILES, payload)
@@ -460,16 +460,12 @@ class SharedFiles:
         places = self.memory.governance.places
         if scope.thread and await places.deleted(tenant, [scope.thread]):
             return PLACE_DELETED
-        if await self._tenant_erased(scope, payload):
+        # the tenant's note, kept a day (memory/governance_tenants.py), on Redis's clock as
+        # `queued_at` is (`submit`)
+        gone = await tenant_erased_at(self.memory.redis, tenant)
+        if gone is not None and (not queued_at or gone >= queued_at):
             return TENANT_ERASED
         return None
-
-    async def _tenant_erased(self, scope: Scope, payload: dict[str, Any]) -> bool:
-        """Whether the share's whole tenant was erased after it was queued (its note, kept a
-        day: memory/governance_tenants.py; both on Redis's clock, `submit`)."""
-        gone = await tenant_erased_at(self.memory.redis, scope.tenant)
-        queued_at = float(payload.get("queued_at") or 0)
-        return gone is not None and (not queued_at or gone >= queued_at)
 
     async def _not_kept(
         self, end: FileEnd, scope: Scope, payload: dict[str, Any], why: str

@@ -291,7 +291,7 @@ class SlackStatus(Status):
                 self.streaming = False
             log.info("update skipped in %s: %s", self.channel, slack_error(exc))
             return False
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except NETWORK as exc:
             log.info("update skipped in %s: %s", self.channel, exc)
             return False
         return True

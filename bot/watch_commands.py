@@ -26,7 +26,14 @@ from bot.watch_texts import (
     watch_id_of,
 )
 from memory.scope import Scope
-from memory.stores.watches import REMAKE, InvalidWatch, Watch, WatchStore, unsearchable
+from memory.stores.watches import (
+    InvalidWatch,
+    Watch,
+    WatchStore,
+    remake,
+    remove_advice,
+    unsearchable,
+)
 
 AdminCheck = Callable[[], Awaitable[bool]]  # is the person asking an admin of the tenant?
 NO_POSTER = (
@@ -179,7 +186,7 @@ class WatchCommands:
         if not watch.paused:  # resuming moves its next digest to now: an extra one, or twice
             return f"`{watch.id}` is not paused{where}: {_state(watch)}."
         if not watch.searchable:  # its digest would only pause it again and tell its creator
-            return f"{unsearchable(watch.query)}; {REMAKE}."
+            return f"{remake(watch.query)}."
         poster = self.posters.get(watch.platform)
         own = WatchPlace(watch.platform, watch.channel, watch.thread)  # where it posts
         if poster is None and watch.platform != TERMINAL.platform:
@@ -207,7 +214,7 @@ def _state(watch: Watch) -> str:
     arXiv cannot search is not resumed: it is made again)."""
     if watch.paused and not watch.searchable:  # resuming is refused (`_resume`): remake it
         why = unsearchable(watch.query)
-        return f"*paused* ({why}): {REMAKE}, and `/watch remove {watch.id}` this one"
+        return f"*paused* ({why}): {remove_advice(watch.id)}"
     if watch.paused:
         return f"*paused* ({watch.paused}): `/watch resume {watch.id}`"
     retrying = f" (arXiv failed {watch.failures}×, retrying)" if watch.failures else ""

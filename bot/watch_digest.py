@@ -42,7 +42,14 @@ from bot.watch_texts import describe, utc_minute
 from memory.digest import Digest, DigestBuilder, digest_text
 from memory.embeddings import background_embedding
 from memory.ingest.errors import IngestError
-from memory.stores.watches import LOCK_SECONDS, REMAKE, Watch, WatchStore, unsearchable
+from memory.stores.watches import (
+    LOCK_SECONDS,
+    Watch,
+    WatchStore,
+    remake,
+    remove_advice,
+    unsearchable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +109,7 @@ def resume_advice(watch: Watch, exc: Undeliverable) -> str:
 def unsearchable_advice(watch: Watch) -> str:
     """What the creator of a watch paused for its unsearchable topic does next (resuming it
     changes nothing: its next digest pauses it again)."""
-    return f"I paused it: {REMAKE}, and `/watch remove {watch.id}` this one."
+    return f"I paused it: {remove_advice(watch.id)}."
 
 
 def retry_delay(failures: int, period: int) -> float:
@@ -266,7 +273,7 @@ class DigestTasks:
         even what arXiv gave (`record`: a terminal watch's run, its delivery). IngestError for
         a topic arXiv cannot search (never asked: it would be every paper of the period)."""
         if not watch.searchable:
-            raise IngestError(f"{unsearchable(watch.query)}; {REMAKE}.")
+            raise IngestError(f"{remake(watch.query)}.")
         try:
             walled = await walled_now(self.posters.get(watch.platform), watch)
         except Undeliverable:  # its place is gone: previewed as a walled place's

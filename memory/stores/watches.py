@@ -153,6 +153,16 @@ def unsearchable(query: str) -> str:
     )
 
 
+def remake(query: str) -> str:
+    """Why a watch on `query` cannot run, and what to do instead."""
+    return f"{unsearchable(query)}; {REMAKE}"
+
+
+def remove_advice(watch_id: str) -> str:
+    """What to do with a watch arXiv cannot search: make it anew, and remove this one."""
+    return f"{REMAKE}, and `/watch remove {watch_id}` this one"
+
+
 @dataclass
 class Watch:
     """A topic watch. Times are Unix seconds; `next_due` whole seconds (the claim compares it)."""
@@ -363,7 +373,7 @@ class WatchStore:
         every paper of a period."""
         watch.created_at = min(watch.created_at, now)
         if not watch.searchable:
-            watch.paused = f"{unsearchable(watch.query)}; {REMAKE}"
+            watch.paused = remake(watch.query)
         if not watch.paused and watch.next_due <= now:
             watch.next_due = watch.next_after(now)
         data = watch.fields()
