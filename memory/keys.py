@@ -541,3 +541,9 @@ def tagged_key(legacy: str) -> str | None:
 def legacy_renames() -> dict[str, str]:
     """The process-wide keys renamed for hash tags: old name -> new name."""
     return {f"{ROOT}:tasks": task_stream(), f"{ROOT}:tasks:dead": dead_letters_key(task_stream())}
+
+
+def web_used_link_key(digest: str) -> str:
+    """A memory-page sign-in link already turned into a session, kept until the link expires so
+    it starts no second one; `digest` hashes the link's nonce."""
+    return f"{ROOT}:web:used-link:{digest}"

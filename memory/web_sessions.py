@@ -1,5 +1,5 @@
 """What the memory page keeps in Redis: the link-signing secret when none is configured, the
-sessions signed links open, and who each person is (cached for minutes).
+sessions signed links open, the links already used, and who each person is (cached for minutes).
 
 Every process serving the page, or issuing its links, shares these, so a link made by the Slack
 process opens on the `arxivscout web` process, and a session started on one web process is
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from typing import Any
 
 from redis.asyncio import Redis
 
-from memory.keys import web_secret_key, web_session_key, web_viewer_key
+from memory.keys import web_secret_key, web_session_key, web_used_link_key, web_viewer_key
 from memory.stores.base import decode
 
 SESSION_TTL_SECONDS = 8 * 3600
@@ -74,6 +75,25 @@ class WebSessions:
             await self.redis.delete(self.key(session_id))
 
 
+class UsedLinks:
+    """Sign-in links already turned into a session. A link's address can be read where requests
+    are logged (a router logs every path with its query), so a link starts one session only:
+    its nonce, hashed, is kept here until the link expires, when the signature refuses it anyway."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    @staticmethod
+    def key(nonce: str) -> str:
+        return web_used_link_key(_digest(nonce))
+
+    async def use(self, nonce: str, remaining: float) -> bool:
+        """Use up the link of `nonce`, valid for `remaining` more seconds: True the first time
+        (one atomic SET NX, so of two at once only one wins), False ever after."""
+        lifetime = max(1, math.ceil(remaining))
+        return bool(await self.redis.set(self.key(nonce), "1", nx=True, ex=lifetime))
+
+
 class ViewerCache:
     """Who a person is, as their platform last said (a JSON record), for `ttl` seconds: a
     page's every request need not ask Slack or Discord again."""
@@ -98,7 +118,7 @@ class ViewerCache:
 
 
 class WebState:
-    """The memory page's state in one Redis: secret, sessions, viewer cache."""
+    """The memory page's state in one Redis: secret, sessions, used links, viewer cache."""
 
     def __init__(
         self, redis: Redis, session_ttl: int = SESSION_TTL_SECONDS,
@@ -106,4 +126,5 @@ class WebState:
     ) -> None:  # fmt: skip
         self.secrets = LinkSecrets(redis)
         self.sessions = WebSessions(redis, session_ttl)
+        self.used_links = UsedLinks(redis)
         self.viewers = ViewerCache(redis, viewer_ttl)

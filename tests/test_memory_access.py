@@ -92,7 +92,7 @@ def test_a_link_names_its_person_and_expires():
     claims = signer.verify(token)
     assert (claims.tenant, claims.user, claims.platform) == ("T1", "U1", "slack")
     assert claims.expires == pytest.approx(clock.now + 3600, abs=1)
-    assert signer.verify(token) == claims  # usable more than once until it expires
+    assert signer.verify(token) == claims  # verified again (the sign-in POST uses it up)
     assert claims_of(signer.sign("T1", "U1", "slack"))["n"] != claims.nonce  # a nonce each
 
     clock.now += 3601
@@ -272,7 +272,7 @@ async def test_login_starts_a_session_and_the_guard_checks_every_request(memory,
         assert (await client.get("/healthz")).status == 200  # outside /memory: no guard
 
 
-async def test_a_link_opens_in_several_browsers_and_only_for_its_own_tenant(memory, tenant):
+async def test_a_link_signs_one_browser_in_and_only_for_its_own_tenant(memory, tenant):
     people = People()
     people.known["U1"] = Viewer(tenant, "U1", "slack")
     async with (
@@ -281,9 +281,12 @@ async def test_a_link_opens_in_several_browsers_and_only_for_its_own_tenant(memo
     ):
         link = links.login(tenant, "U1", "slack")
         login = first.make_url(f"{urlsplit(link).path}?{urlsplit(link).query}")
-        for browser in (first.session, second):  # each has a cookie jar of its own
-            response = await browser.post(login.with_query(None), data={"token": token_of(link)})
-            assert response.status == 200 and (await response.json())["tenant"] == tenant
+        response = await first.session.post(login.with_query(None), data={"token": token_of(link)})
+        assert response.status == 200 and (await response.json())["tenant"] == tenant
+        # a second browser (each has a cookie jar of its own) asks for a link of its own
+        response = await second.post(login.with_query(None), data={"token": token_of(link)})
+        assert response.status == 403 and "already used" in await response.text()
+        assert not second.cookie_jar.filter_cookies(login)
         # the same person's id in another workspace: that workspace's directory decides
         response = await sign_in(first, links, "T-elsewhere", "U1")
         assert response.status == 403 and "does not know you" in await response.text()
@@ -489,7 +492,7 @@ async def test_a_rate_limited_login_says_when_to_try_again(memory, slack_api, te
         app = build_web_app(memory, page=memory_page(memory, links, missing, pages=[]))
     async with TestClient(TestServer(app)) as client:
         response = await client.post(url.path, data={"token": token}, allow_redirects=False)
-        assert response.status == 503 and "SLACK_BOT_TOKEN" in await response.text()
+        assert response.status == 502 and "SLACK_BOT_TOKEN" in await response.text()
 
 
 async def test_viewers_are_cached_and_the_admins_setting_applies(memory, slack_api, tenant):
@@ -546,7 +549,7 @@ async def test_discord_dm_memory_is_its_persons_and_a_missing_token_is_named():
     assert other.value.status == 403
     with pytest.raises(DirectoryError) as missing:
         await directory.viewer("123456", "42")
-    assert "DISCORD_TOKEN" in missing.value.message
+    assert "DISCORD_TOKEN" in missing.value.message and missing.value.status == 502
 
 
 # -- Slack and Discord hand out links ------------------------------------------------------------

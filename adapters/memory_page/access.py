@@ -305,10 +305,7 @@ class DiscordDirectory:
         async with self._lock:
             if self.client is None:
                 if not self.token:
-                    raise DirectoryError(
-                        "This server cannot ask Discord who you are: DISCORD_TOKEN is not set "
-                        "where the memory page runs.", status=503,
-                    )  # fmt: skip
+                    raise _not_set("discord")
                 import discord
 
                 client = discord.Client(
@@ -341,6 +338,19 @@ class DiscordDirectory:
     async def close(self) -> None:
         if self._owned and self.client is not None:
             await self.client.close()
+
+
+TOKEN_SETTINGS = {"slack": "SLACK_BOT_TOKEN", "discord": "DISCORD_TOKEN"}
+
+
+def _not_set(platform: str) -> DirectoryError:
+    """No token to ask `platform` with, in the process serving the page: whoever runs ArxivScout
+    must set it (a 502, not a 503: trying again will not help)."""
+    name = {"slack": "Slack", "discord": "Discord"}.get(platform, platform)
+    setting = TOKEN_SETTINGS.get(platform)
+    why = (f": {setting} is not set where the memory page runs (whoever runs ArxivScout should "
+           "set it)") if setting else ""  # fmt: skip
+    return DirectoryError(f"This server cannot check who you are on {name}{why}.", status=502)
 
 
 def _token_refused() -> DirectoryError:
@@ -476,9 +486,7 @@ class Directories:
     async def viewer(self, tenant: str, user: str, platform: str) -> Viewer:
         directory = self.by_platform.get(platform)
         if directory is None:
-            variable = {"slack": "SLACK_BOT_TOKEN", "discord": "DISCORD_TOKEN"}.get(platform)
-            why = f": {variable} is not set where the memory page runs" if variable else ""
-            raise DirectoryError(f"This server cannot check who you are on {platform}{why}.")
+            raise _not_set(platform)
         found = await self.cache.get(platform, tenant, user) if self.cache else None
         if found is not None:
             viewer = viewer_of(found)

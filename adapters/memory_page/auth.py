@@ -5,10 +5,12 @@ A link names one person on one platform in one tenant, until it expires:
 (tenant, user, platform, expiry, nonce) and the signature HMAC-SHA256 over it with the secret
 (ARXIVSCOUT_SECRET, or one made once and kept in Redis so every process agrees).
 
-A link works more than once until it expires: people open it in a second browser or on their
-phone, and link scanners or previews that fetch a URL before the person does would burn a
-single-use link. Whoever holds the link sees what its person may see, for at most its lifetime
-(an hour by default); each opening starts a session of its own.
+A link starts one session: its address, query and all, is written in the router's logs
+(Heroku's, a log drain), where someone else could read it within its hour, so the POST that
+turns it into a session uses up its nonce (`memory.web_sessions.UsedLinks`, server.py). Opening
+it (the GET that shows who it signs in as) changes nothing and may be repeated: link scanners
+and previews fetch a URL before the person does. A second browser or the phone asks for a new
+link with /memory.
 """
 
 from __future__ import annotations

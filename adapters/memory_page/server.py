@@ -3,11 +3,13 @@
 - `GET /memory/login?token=…` checks the signed link (`auth.py`) and only shows who it would sign
   in as (the link's own claims: platform, user id, tenant) with a button; it changes nothing.
   The button POSTs the token to `/memory/login`, which checks it again, asks the person's
-  platform who they are (`access.py`), starts a session in Redis and sets its cookie (HttpOnly,
-  SameSite=Lax, Path=/memory, Secure under an https public URL), then redirects 303 to `/memory`.
-  Two steps so that a link someone else sends you cannot sign your browser in as them (login
-  CSRF): opening it asks first. A missing, altered, forged or expired link is a 403 page that
-  says how to get a new one, on either step.
+  platform who they are (`access.py`), uses the link up (`UsedLinks`: a link's address sits in
+  the router's logs, so it starts one session only), starts a session in Redis and sets its
+  cookie (HttpOnly, SameSite=Lax, Path=/memory, Secure under an https public URL), then
+  redirects 303 to `/memory`. Two steps so that a link someone else sends you cannot sign your
+  browser in as them (login CSRF): opening it asks first, and the preview can be opened again
+  (link scanners fetch it). A missing, altered, forged or expired link is a 403 page that says
+  how to get a new one, on either step; so is a used one, on the POST.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, at most
@@ -15,7 +17,8 @@
   An import's form (`POST /memory/import`, a file of up to 64 MB) is read only for an admin, and
   here only as far as its first field, the token: its handler streams the file to disk. Who the
   viewer is is asked again every few minutes (the platform's answer is cached), so someone who
-  left a private channel stops seeing it within minutes, not at the session's end.
+  left a private channel stops seeing it within minutes, not at the session's end. Signing out
+  is not asked about (only its CSRF token is checked): it must work while the platform is down.
 - A form's message ("Forgotten: 3 messages.") is kept in the session's record by the POST that
   redirects (`Flashed`) and shown, then cleared, by the next page: never read from the address,
   where anyone could write text onto the real page.
@@ -107,10 +110,13 @@ def notice(
     return web.Response(status=status, text=body, content_type="text/html", headers=headers)
 
 
-def refused(exc: DirectoryError) -> web.Response:
+def refused(exc: DirectoryError, signed_in: bool) -> web.Response:
+    """The platform's failure as a page: a way back to `/memory` only for a signed-in person
+    and a failure that may pass or be mended (5xx); a signed-out one's would answer 401."""
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
     title = "Try again shortly" if exc.status == 503 else "Cannot open the memory page"
-    return notice(exc.status, title, html.escape(exc.message), back=exc.status == 503, **headers)
+    back = signed_in and exc.status >= 500
+    return notice(exc.status, title, html.escape(exc.message), back=back, **headers)
 
 
 def unavailable() -> web.Response:
@@ -130,6 +136,14 @@ def unreadable() -> web.Response:
 def bad_link(exc: InvalidLink) -> web.Response:
     title = "This link has expired" if exc.reason == "expired" else "This link is not valid"
     return notice(403, title, f"{html.escape(exc.problem)} {ASK_AGAIN}")
+
+
+USED_LINK = "This link was already used: ask for a new one with /memory."
+
+
+def used_link() -> web.Response:
+    return notice(403, "This link was already used", f"{html.escape(USED_LINK)} On the server, "
+                  "<code>arxivscout web</code> prints one.")  # fmt: skip
 
 
 def _origin(url: str) -> str | None:
@@ -167,8 +181,8 @@ class Access:
         message = (
             f"This link opens the memory page as {html.escape(platform)} user "
             f"<code>{html.escape(claims.user)}</code> in <code>{html.escape(claims.tenant)}</code>."
-            " Continue only if it is your own link: this browser's current memory-page session, "
-            "if any, ends."
+            " Continue only if it is your own link: it signs in once, and this browser's current "
+            "memory-page session, if any, ends."
         )
         form = (
             f'<form method="post" action="{LOGIN_PATH}"><input type="hidden" name="token" '
@@ -195,7 +209,8 @@ class Access:
         return _origin(sent) in ours - {None}
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        """POST: the token again, then a session of its own, replacing this browser's."""
+        """POST: the token again, then a session of its own, replacing this browser's. The link
+        is used up only once its person is known, so a rate limit or an outage leaves it usable."""
         if not self.same_site(request):
             return notice(403, "This sign-in cannot be sent", "It did not come from this "
                           f"site's own sign-in page. Open your link again. {ASK_AGAIN}")  # fmt: skip
@@ -210,13 +225,18 @@ class Access:
             return bad_link(exc)
         try:
             viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
+            remaining = claims.expires - self.links.signer.clock()
+            if not await self.state.used_links.use(claims.nonce, remaining):
+                log.info("memory page: a used link of %s %s of %s was sent again",
+                         claims.platform, claims.user, claims.tenant)  # fmt: skip
+                return used_link()
             await self.state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
             session = await self.state.sessions.create(
                 {"viewer": viewer_record(viewer), "csrf": new_csrf(), "resolved_at": time.time(),
                  "created_at": time.time()}
             )  # fmt: skip
         except DirectoryError as exc:
-            return refused(exc)
+            return refused(exc, signed_in=False)  # not as the link's person, at least
         except Exception as exc:
             if memory_unavailable(exc):
                 return unavailable()
@@ -244,7 +264,7 @@ class Access:
         except web.HTTPException:
             raise  # the handler's own redirects and errors
         except DirectoryError as exc:
-            return refused(exc)
+            return refused(exc, signed_in=True)  # raised only past the session's check
         except Exception as exc:
             if memory_unavailable(exc):
                 return unavailable()
@@ -257,7 +277,8 @@ class Access:
         record = await self.state.sessions.get(session)
         if record is None:
             return signed_out()
-        record = await self._fresh(session, record)
+        if request.path != LOGOUT_PATH:  # signing out asks nobody: it works while they are down
+            record = await self._fresh(session, record)
         viewer = viewer_of(record["viewer"])
         if request.method not in SAFE_METHODS:  # the token is checked before the handler runs
             request = request.clone(client_max_size=FORM_BYTES)

@@ -1,0 +1,168 @@
+"""Signing in and out of the memory page when it matters most: a link read from the router's
+logs, a platform that cannot answer, a process without the platform's token. Real HTTP, real
+Redis; the directory is a stand-in whose answers the test changes (as Slack's would change)."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp.test_utils import TestClient, TestServer
+
+from adapters.memory_page.access import Directories, DirectoryError, DiscordDirectory
+from adapters.memory_page.server import (
+    LOGOUT_PATH,
+    SESSION_COOKIE,
+    VIEWER_REFRESH_SECONDS,
+    memory_page,
+)
+from adapters.memory_page.viewer import Viewer
+from adapters.web import build_web_app
+from memory.web_sessions import UsedLinks, WebSessions, WebState
+from tests.test_memory_access import Clock, People, page_client, probe_routes, token_of
+
+BACK = '<a href="/memory">Back to the memory page</a>'
+USED = "This link was already used: ask for a new one with /memory."
+
+
+class Unsteady(People):
+    """People, or the platform's failure while `down` is set (a rate limit, an outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down: DirectoryError | None = None
+
+    async def viewer(self, tenant: str, user: str, platform: str) -> Viewer:
+        if self.down is not None:
+            self.asked += 1
+            raise self.down
+        return await super().viewer(tenant, user, platform)
+
+
+def session_of(client: TestClient) -> str:
+    return client.session.cookie_jar.filter_cookies(client.make_url("/memory"))[
+        SESSION_COOKIE
+    ].value
+
+
+async def press(client: TestClient, token: str) -> aiohttp.ClientResponse:
+    """The sign-in page's button: the POST that turns the link into a session."""
+    return await client.post("/memory/login", data={"token": token}, allow_redirects=False)
+
+
+async def test_a_link_starts_one_session_and_its_preview_stays_repeatable(memory, tenant):
+    """A link copied from `heroku logs` after its person used it opens nothing."""
+    people = Unsteady()
+    people.known["U1"] = Viewer(tenant, "U1", "slack", name="Ada")
+    clock = Clock()
+    async with page_client(memory, people, clock=clock) as (client, links, _):
+        link = urlsplit(links.login(tenant, "U1", "slack"))
+        token = token_of(link.geturl())
+        for _ in range(2):  # a link preview, then the person: nothing is used up
+            response = await client.get(f"{link.path}?{link.query}")
+            assert response.status == 200 and "Open my memory" in await response.text()
+
+        # the platform cannot answer: the link is not used up, the person tries again
+        people.down = DirectoryError("Slack asks ArxivScout to slow down.", retry_after=7)
+        response = await press(client, token)
+        assert response.status == 503 and "Set-Cookie" not in response.headers
+        people.down = None
+        clock.now += 1800  # half the link's hour has gone
+        response = await press(client, token)
+        assert response.status == 303 and response.headers["Location"] == "/memory"
+        session = session_of(client)
+        nonce = links.signer.verify(token).nonce
+        assert 0 < await memory.redis.ttl(UsedLinks.key(nonce)) <= 1800  # the link's rest
+
+        # whoever read the link elsewhere: refused, in any browser, and no session starts
+        async with aiohttp.ClientSession() as stranger:
+            response = await stranger.post(client.make_url("/memory/login"),
+                                           data={"token": token}, allow_redirects=False)  # fmt: skip
+            page = await response.text()
+            assert response.status == 403 and USED in page and "Set-Cookie" not in response.headers
+        response = await press(client, token)  # the same browser again: its session stays
+        assert response.status == 403 and USED in await response.text()
+        assert session_of(client) == session and (await client.get("/memory")).status == 200
+        response = await client.get(f"{link.path}?{link.query}")  # the preview still shows
+        assert response.status == 200 and "Open my memory" in await response.text()
+
+
+async def test_two_presses_at_once_start_one_session(memory, tenant):
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with (
+        page_client(memory, people) as (client, links, _),
+        aiohttp.ClientSession() as first,
+        aiohttp.ClientSession() as second,
+    ):
+        token = token_of(links.login(tenant, "U1", "slack"))
+        login = client.make_url("/memory/login")
+        answers = await asyncio.gather(
+            *(browser.post(login, data={"token": token}, allow_redirects=False)
+              for browser in (first, second))
+        )  # fmt: skip
+        assert sorted(a.status for a in answers) == [303, 403]
+
+
+async def test_signing_out_works_while_the_platform_cannot_answer(memory, tenant):
+    people = Unsteady()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with page_client(memory, people) as (client, links, _):
+        assert (await press(client, token_of(links.login(tenant, "U1", "slack")))).status == 303
+        csrf = (await (await client.get("/memory")).json())["csrf"]
+        session = session_of(client)
+        sessions = WebState(memory.redis).sessions
+        record = await sessions.get(session)
+        record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1  # who they are is due to be asked
+        assert await sessions.update(session, record)
+        people.down = DirectoryError("Slack asks ArxivScout to slow down.", retry_after=30)
+        response = await client.get("/memory")
+        assert response.status == 503 and "slow down" in await response.text()
+
+        asked = people.asked
+        response = await client.post(LOGOUT_PATH, data={"csrf": "not-the-token"})
+        assert response.status == 403 and "security token" in await response.text()
+        assert await memory.redis.exists(WebSessions.key(session))  # a forged sign-out: refused
+
+        response = await client.post(LOGOUT_PATH, data={"csrf": csrf})
+        assert response.status == 200 and "Signed out" in await response.text()
+        assert people.asked == asked  # nobody was asked
+        cleared = response.headers["Set-Cookie"]
+        assert f"{SESSION_COOKIE}=" in cleared and "Max-Age=0" in cleared
+        assert not await memory.redis.exists(WebSessions.key(session))
+        people.down = None
+        assert (await client.get("/memory")).status == 401
+
+
+async def test_a_missing_platform_token_is_named_and_leads_back_only_when_signed_in(memory, tenant):
+    """The process serving the page lacks SLACK_BOT_TOKEN or DISCORD_TOKEN: trying again will
+    not help, and a way back to /memory helps only someone with a session."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    # Slack's token not set; Discord's empty (the directory asks for it only when it is needed)
+    untokened = Directories(discord=DiscordDirectory(token=None))
+    async with page_client(memory, people) as (signed, links, _):
+        app = build_web_app(memory, page=memory_page(memory, links, untokened,
+                                                     pages=probe_routes([])))  # fmt: skip
+        async with TestClient(TestServer(app)) as client:
+            for platform, tenant_id, setting in (("slack", tenant, "SLACK_BOT_TOKEN"),
+                                                 ("discord", "123456", "DISCORD_TOKEN")):  # fmt: skip
+                response = await press(client, token_of(links.login(tenant_id, "U1", platform)))
+                text = await response.text()
+                assert response.status == 502 and "Cannot open the memory page" in text
+                assert f"{setting} is not set where the memory page runs" in text
+                assert BACK not in text and "Set-Cookie" not in response.headers
+
+            # signed in on a process that has the token, then served by one that has not
+            assert (await press(signed, token_of(links.login(tenant, "U1", "slack")))).status == 303
+            session = session_of(signed)
+            sessions = WebState(memory.redis).sessions
+            record = await sessions.get(session)
+            record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1
+            assert await sessions.update(session, record)
+            response = await client.get(
+                "/memory", headers={"Cookie": f"{SESSION_COOKIE}={session}"}
+            )
+            text = await response.text()
+            assert response.status == 502 and "SLACK_BOT_TOKEN" in text and BACK in text
