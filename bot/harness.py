@@ -380,15 +380,23 @@ class Harness:
 
     async def write_artifacts(self, tasks: list[dict[str, Any]]) -> None:
         """The background task: the workflow of a turn that used tools, and its entities, each
-        with its provenance (the thread, and the turn's asker as its author)."""
+        with its provenance (the thread, and the turn's asker as its author). A question edited
+        before any version of it was learned (while its turn ran, or followed before this task)
+        is learned from the text it says now, with the turn's steps: no edit's relearn brings
+        the workflow (it has no steps), and an edit followed before the turn saved its record
+        queues none. Each version is learned once (its done mark): the edit's relearn, or this
+        task delivered again, finds it done."""
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             authors = [scope.user] if scope.user else []
             state, now = await self._asking(scope, task)
+            learned = self.memory.governance.learned
+            if state == EDITED and await learned.untaught(scope.tenant, _asked(task)):
+                task, state = _retold(task, now), ASKED  # edited before any text was learned
             if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
                 await self._unlearn(scope, task, state, now)  # a run that failed is undone
                 continue
-            learned, asked, version = self.memory.governance.learned, _asked(task), _version(task)
+            asked, version = _asked(task), _version(task)
             if asked and await learned.learned(scope.tenant, asked, version):
                 continue  # delivered again after it was written: once is enough
             with metered() as meter:  # entity extraction's model call, counted to the thread
@@ -524,6 +532,12 @@ class Harness:
             and (name := str(item.get("name") or "").strip())
             and str(item.get("description") or "").strip()
         ]
+
+
+def _retold(task: dict[str, Any], text: str) -> dict[str, Any]:
+    """The task as if its question had been asked as `text` (its stored text now): the
+    workflow's QUERY line and the entities' exchange say it, and its pieces are that version's."""
+    return {**task, "question": text, "asked": {**task["asked"], "text": text}}
 
 
 def _succeeded(steps: list[str]) -> bool:

@@ -205,8 +205,10 @@ class Upkeep:
     async def _learn_again(self, tenant: str, thread: str, question: Message) -> None:
         """Queue the learning of an edited question's turn's entities from its new text and
         the stored answer (its workflow was rewritten in place). The task names the text: it
-        learns nothing once a newer edit (or a forget) changed the question. A turn not yet
-        answered learns from the text it stored, as any turn (its edit is queued again)."""
+        learns nothing once a newer edit (or a forget) changed the question. A turn whose record
+        is not saved yet (still answering) is left to its own task: finding its question edited
+        before any text of it was learned, that task learns the text it says now, with the
+        turn's steps (bot/harness.py `write_artifacts`); so does one that runs after this."""
         record = await self.memory.governance.learned.turn_of(tenant, question.id)
         if record is None or record.thread != thread:
             return

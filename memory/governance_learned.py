@@ -134,6 +134,13 @@ class Learned:
         again (a batch redelivered), it would undo a person's edit on the memory page."""
         return bool(await self.redis.sismember(learned_key(tenant, question), DONE + version))
 
+    async def untaught(self, tenant: str, question: str) -> bool:
+        """Whether no version of the question was learned yet: no task marked done, no key
+        noted. Its turn's task, finding it edited, then learns the text it says now (with the
+        turn's steps: bot/harness.py `write_artifacts`) rather than nothing."""
+        members = map(decode, await self.redis.smembers(learned_key(tenant, question)))
+        return not any(_is_key(m) or (m or "").startswith(DONE) for m in members)
+
     async def written(self, tenant: str, question: str, version: str) -> None:
         """Mark this version's task written (the record exists: it noted what it wrote)."""
         await self.redis.sadd(learned_key(tenant, question), DONE + version)
@@ -162,8 +169,10 @@ class Learned:
     async def edited(self, tenant: str, question: str, text: str) -> None:
         """The question now says `text` (an edit on the platform): the entity pieces any other
         text of it taught go (every version but the new text's), and its workflow's QUERY line
-        says `text`."""
+        says `text`. The new text's done mark goes first: a text said before (A, B, back to A)
+        lost its pieces to the edit away from it, and its relearn must not be skipped as done."""
         version = version_of(question, text)
+        await self.redis.srem(learned_key(tenant, question), DONE + version)
         taught = await self.taught(tenant, question)
         entities = [k for k in taught if self._is_entity(tenant, k)]
         replaced = []  # a person's edit on the memory page took the question's pieces out
