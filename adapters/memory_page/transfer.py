@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from typing import IO, Any
@@ -19,7 +20,7 @@ from aiohttp import BodyPartReader, web
 
 from adapters.memory_page.server import MAX_IMPORT_BYTES, MB
 from adapters.memory_page.viewer import IMPORT_FORM, Viewer
-from memory.portability import ImportInterrupted, Portability, dumps
+from memory.portability import ImportInterrupted, Left, Portability, TenantNotEmpty, dumps
 from memory.portability_check import END, PLURALS
 from memory.portability_export import end_line
 from memory.scope import legacy_audience
@@ -32,6 +33,27 @@ TOO_LARGE_IMPORT = f"The file is too large: an import takes {MAX_IMPORT_BYTES //
 UNREADABLE_IMPORT = "The upload could not be read: choose the file and import it again."
 NO_FILE = "Choose a JSON Lines file to import."
 NOT_UTF8 = "The file is not UTF-8 text."
+# The page's own words where the import's text advises what only the command line can do
+# (another tenant, `arxivscout memory forget tenant`): an admin here imports into their own
+# workspace, and empties it with the page's Forget buttons and the bot's `/watch remove`.
+EMPTY_IT_FIRST = (
+    "forget what it holds first (its threads, papers, entities and workflows on these pages, "
+    "its topic watches with /watch remove), then import"
+)
+NOT_EMPTY = (
+    "This workspace's memory is not empty, and an export is imported into an empty memory "
+    f"only (two memories would be mixed): {EMPTY_IT_FIRST}. Nothing was imported."
+)
+CRASHED_AND_USED = (
+    "This workspace's memory holds part of an import that stopped{when}, and it was used "
+    "after that: importing again would erase what was added since, so it is left as it is. "
+    f"To import, {EMPTY_IT_FIRST}. Nothing was imported."
+)
+USED_MEANWHILE = (
+    "The import failed while it wrote ({failure}). Part of it is still there, and this "
+    "workspace's memory was used while it ran, so it was kept, and importing is refused now: "
+    f"{EMPTY_IT_FIRST} again."
+)
 
 
 class UploadTooLarge(Exception):
@@ -40,6 +62,20 @@ class UploadTooLarge(Exception):
 
 class ImportFailed(Exception):
     """Nothing was imported: the message says why, for the page."""
+
+
+def said_here(exc: Exception) -> str:
+    """What the page says of an import refused or failed: the import's own text, but where
+    that advises the command line (the tenant not empty, a crashed import's part used since,
+    part of a failed one kept because the memory was used meanwhile): the page's wording."""
+    if isinstance(exc, TenantNotEmpty):
+        if exc.crashed_at is None:
+            return NOT_EMPTY
+        when = time.strftime(" on %Y-%m-%d %H:%M UTC", time.gmtime(exc.crashed_at))
+        return CRASHED_AND_USED.format(when=when if exc.crashed_at else "")
+    if isinstance(exc, ImportInterrupted) and exc.left is Left.USED:
+        return USED_MEANWHILE.format(failure=exc.failure)
+    return str(exc)
 
 
 def filename(*parts: str) -> str:
@@ -178,7 +214,7 @@ async def import_upload(
         except UnicodeDecodeError:
             raise ImportFailed(NOT_UTF8) from None
         except ValueError as exc:  # not an export, a bad line, the tenant not empty or busy
-            raise ImportFailed(str(exc)) from None
+            raise ImportFailed(said_here(exc)) from None
         except ImportInterrupted as exc:  # Redis or the embedding model failed during the writes
             log.exception("memory page: the import into %s failed", tenant)
-            raise ImportFailed(str(exc)) from None
+            raise ImportFailed(said_here(exc)) from None

@@ -332,7 +332,9 @@ async def run_export(args: argparse.Namespace) -> int:
 
 async def run_import(args: argparse.Namespace) -> int:
     if args.file == "-":
-        text = sys.stdin.read().splitlines()
+        # split on "\n" alone, as a file is read: `splitlines` also cuts at U+2028, U+2029 and
+        # U+0085, which an export keeps raw inside its JSON strings (a record cut in two)
+        text = sys.stdin.read().split("\n")
 
         def lines() -> Iterator[str]:
             return iter(text)

@@ -16,6 +16,13 @@ too (`replace`). Every reader of messages skips tombstones: the recent window, s
 notes, episodic indexing, `all`; only the summarizers' snapshots keep them, for their positions.
 A tombstone keeps no author, so the append of a DM's message records whose DM the place is
 (`dm_people_key`): erasing that person takes the DM's threads whole (memory/governance_sweeps.py).
+
+While an import writes a tenant (memory/portability.py: its marker set, its lock held), appends
+there are refused (`MemoryRestoring`): the import pushes a thread's old messages with positions
+of its own and sets its score and summarized counter, so a live message in a thread the file
+also holds would share a position with one of them and sink under them. A marker a crashed
+import left (no lock) does not stop the bot: that tenant is then used, and the next import
+refuses it rather than wipe what was said since.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from memory.keys import (
     appended_id_key,
     appended_key,
     dm_people_key,
+    import_lock_key,
+    import_partial_key,
     messages_key,
     summarized_count_key,
     summarizing_key,
@@ -54,28 +63,33 @@ MAX_MESSAGE_CHARS = 200_000
 # One command that appends a message and lists its thread: atomic like MULTI/EXEC, and sent
 # in the same batch as whatever else the turn (or a burst of turns) is asking Redis.
 # The message's position in its thread (`seq`, the JSON's last field) is filled in here.
-# With third and fourth keys (an idempotency key, see `appended_key`, and `appended_id_key`),
+# With fifth and sixth keys (an idempotency key, see `appended_key`, and `appended_id_key`),
 # the append records where it stored which message (its position stays a bare number, as the
 # version before reads it), and a second append under it stores nothing and returns that
 # record. A DM's message (ARGV[6] its audience, ARGV[7] its person) records whose DM the place
-# is in the tenant's DM-people hash (KEYS[3], `dm_people_key`). Returns {seq, ""} when stored,
-# {-1, "<seq> <id>"} when appended before.
+# is in the tenant's DM-people hash (KEYS[3], `dm_people_key`). While the tenant's import
+# marker (KEYS[4], `import_partial_key`) is set, nothing is stored, unless it is ARGV[8] (a
+# crashed import's: `ConversationStore._past_import`). Returns {seq, ""} when stored,
+# {-1, "<seq> <id>"} when appended before, {-2, "<marker>"} when an import's marker refused it.
 _APPEND_SCRIPT = """
-if KEYS[4] then
-  local prior = redis.call('GET', KEYS[4])
-  if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[5]) or '')} end
+if KEYS[5] then
+  local prior = redis.call('GET', KEYS[5])
+  if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[6]) or '')} end
 end
+local importing = redis.call('GET', KEYS[4])
+if importing and importing ~= ARGV[8] then return {-2, importing} end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
-if KEYS[4] then
-  redis.call('SET', KEYS[4], seq, 'EX', ARGV[4])
-  redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[4])
+if KEYS[5] then
+  redis.call('SET', KEYS[5], seq, 'EX', ARGV[4])
+  redis.call('SET', KEYS[6], ARGV[5], 'EX', ARGV[4])
 end
 return {seq, ''}
 """
+_IMPORTING = -2  # the append script's reply when an import's marker refused the message
 ONCE_TTL_SECONDS = 7 * 24 * 3600
 
 _MARK_SCRIPT = """
@@ -158,6 +172,18 @@ ITEM_SEPARATOR = "\n\n"  # between two items of a rendered segment (Segment.rend
 
 class InvalidMessage(ValueError):
     """A message that cannot be stored (empty, a user's that is too long, wrong role)."""
+
+
+class MemoryRestoring(InvalidMessage):
+    """The tenant's memory is being restored from an export: the message is not stored (it
+    would be mixed up with the import's), and the person is asked to send it again shortly.
+    An InvalidMessage, so the turn path says it as the message refused (bot/turns.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "my memory is being restored from an export right now, so your message was not "
+            "saved; please send it again in a minute."
+        )
 
 
 class MarkConflict(RuntimeError):
@@ -272,7 +298,8 @@ class ConversationStore:
         a repeated append stores nothing and returns the message stored the first time (its
         id, its text as it is now) with `duplicate` set: a tombstone (`forgotten`) when it was
         forgotten since, alone or with its whole thread (known by its id: another message
-        at its position, in a thread that grew again, is not it)."""
+        at its position, in a thread that grew again, is not it). Raises `MemoryRestoring`,
+        storing nothing, while an import writes the tenant."""
         if role not in self.ROLES:
             raise InvalidMessage(f"role must be one of {self.ROLES}, got {role!r}")
         if not isinstance(content, str) or not content.strip():
@@ -290,17 +317,36 @@ class ConversationStore:
         )  # fmt: skip
         if timestamp is not None:
             message.timestamp = float(timestamp)
-        keys = [self.key(scope), threads_key(scope.tenant), dm_people_key(scope.tenant)]
+        tenant = scope.tenant
+        keys = [self.key(scope), threads_key(tenant), dm_people_key(tenant),
+                import_partial_key(tenant)]  # fmt: skip
         if once:
-            keys += [appended_key(scope.tenant, once), appended_id_key(scope.tenant, once)]
+            keys += [appended_key(tenant, once), appended_id_key(tenant, once)]
         dm = scope.visibility is Visibility.DM and bool(scope.user)  # whose DM: erasure finds it
         args = [message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id,
                 scope.audience if dm else "", scope.user if dm else ""]  # fmt: skip
-        seq, prior = await self._append(keys=keys, args=args)
+        seq, prior = await self._append(keys=keys, args=[*args, ""])
+        if int(seq) == _IMPORTING:
+            seq, prior = await self._past_import(tenant, keys, args, decode(prior))
         if int(seq) >= 0:
             message.seq = int(seq)
             return message
         return await self._stored_at(scope, decode(prior), message)  # appended before: a re-run
+
+    async def _past_import(
+        self, tenant: str, keys: list[str], args: list[Any], marker: str
+    ) -> tuple[Any, Any]:
+        """The append again, once the import's `marker` refused it, when no import holds the
+        tenant (its lock, memory/keys.py `import_lock_key`, not a tenant key: read here, not in
+        the script): the marker is a crashed import's, and the message goes in past it. The
+        script still refuses any other marker: one a new import set since. Raises
+        `MemoryRestoring` while an import runs."""
+        if await self.redis.exists(import_lock_key(tenant)):
+            raise MemoryRestoring()
+        seq, prior = await self._append(keys=keys, args=[*args, marker])
+        if int(seq) == _IMPORTING:
+            raise MemoryRestoring()
+        return seq, prior
 
     async def appended(self, scope: Scope, once: str, role: str = "user") -> Message | None:
         """The message an append with idempotency key `once` stored (a tombstone when it was
