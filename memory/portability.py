@@ -10,8 +10,11 @@ as is one whose lines are not those it counts (lines lost from the middle). Betw
 - `retention` (a whole tenant's own setting, if it has one): `days`, null for "kept for ever";
 - `thread`: `thread`, `last_active` (its score in the thread list), `summarized` (the
   summarized-prefix counter; null or left out: counted again on the thread's first read),
-  `channel` (where its messages were said, for episodic memory), and a Discord thread's
-  `parent` (its channel, noted again so the channel's deletion finds it; optional);
+  `channel` (where its messages were said, for episodic memory), a Discord thread's
+  `parent` (its channel, noted again so the channel's deletion finds it; optional), and a DM
+  thread's `dm_person` (whose DM its place is, memory/keys.py `dm_people_key`, so erasing
+  them takes the thread even where their own messages are tombstones; optional: without it
+  the import tells the place's person by its one writer, as before);
   then its `message`s (each as stored, tombstones included), `summary`s and `tool_log`s (each
   `listed` at its score in the thread's index, or null: a merged child), and its `turn`s (each
   answered turn's record with its feedback, `TurnRecord.to_json` without the tenant, its
@@ -60,6 +63,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from memory.keys import (
+    forgetting_key,
     import_lock_key,
     import_partial_key,
     papers_key,
@@ -76,8 +80,8 @@ from memory.stores.base import decode
 from memory.stores.watches import WatchStore
 
 __all__ = [
-    "BadExportLine", "ImportBusy", "ImportInterrupted", "ImportLost", "Left", "Portability",
-    "TenantNotEmpty", "dumps",
+    "BadExportLine", "ErasureRunning", "ImportBusy", "ImportInterrupted", "ImportLost", "Left",
+    "Portability", "TenantNotEmpty", "dumps",
 ]  # fmt: skip
 
 LOCK_TTL_MS = 120_000
@@ -116,16 +120,27 @@ class ImportBusy(ValueError):
         return f"Another import into the tenant {self.args[0]!r} is running; try again later."
 
 
+class ErasureRunning(ImportBusy):
+    """An erasure of the tenant's memory (a person, a thread, the whole tenant) is running:
+    an import written alongside it would put back what it erases."""
+
+    def __str__(self) -> str:
+        return (
+            f"An erasure of the tenant {self.args[0]!r}'s memory is running; try again when it "
+            "has ended. Nothing was imported."
+        )
+
+
 class ImportLost(ImportBusy):
     """The import's lock lapsed while it wrote (Redis out of reach, or the process stalled):
-    another import may have taken the tenant over, so this one stopped, and leaves what it
-    wrote to the next import (which clears it, as a crashed one's)."""
+    another import (or an erasure) may have taken the tenant over, so this one stopped, and
+    leaves what it wrote to the next import (which clears it, as a crashed one's)."""
 
     def __str__(self) -> str:
         return (
             f"The import into the tenant {self.args[0]!r} stopped: it lost its lock, and "
-            "another import may have taken over. Part of it may be there; the next import into "
-            "this tenant clears it first (unless the tenant is used meanwhile)."
+            "another import (or an erasure) may have taken over. Part of it may be there; the "
+            "next import into this tenant clears it first (unless the tenant is used meanwhile)."
         )
 
 
@@ -168,11 +183,12 @@ class ImportInterrupted(Exception):
 
 
 class _Held:
-    """An import's lock while it writes: renewed in the background, every third of its
-    lifetime; `__call__` raises `ImportLost` once a renewal found it gone (`lose`)."""
+    """An import's locks while it writes (its own and the tenant's erasure lock): renewed in
+    the background, every third of their lifetime; `__call__` raises `ImportLost` once a
+    renewal found one gone (`lose`). `started`: when its writes began (its marker's time)."""
 
     def __init__(self, tenant: str) -> None:
-        self.tenant, self.lost = tenant, False
+        self.tenant, self.lost, self.started = tenant, False, time.time()
 
     def lose(self) -> None:
         log.warning("the import lock of %s was lost: the import stops", self.tenant)
@@ -225,6 +241,8 @@ class Portability:
                     yield number, json.loads(line)
                 except ValueError:
                     raise BadExportLine(number, "it is not JSON.") from None
+                except RecursionError:  # arrays or objects nested thousands deep
+                    raise BadExportLine(number, "it is nested too deeply.") from None
 
         return await self._import(tenant, parsed, whole=True)
 
@@ -237,7 +255,7 @@ class Portability:
             check.line(number, record)
         check.done(whole)
         async with self._importing(tenant) as held:
-            writer = Writer(self.memory, tenant, check.reembed, held)
+            writer = Writer(self.memory, tenant, check.reembed, held, held.started)
             for _, record in source():
                 held()
                 await writer.write(record)
@@ -253,13 +271,29 @@ class Portability:
         left); only a crash leaves the marker, which holds when that import started. The lock
         is renewed in the background all along (embedding may take long between two records);
         once it is lost (found by the keeper, or by a failed import before it clears), the
-        import stops (`ImportLost`) and clears nothing: another may have taken the tenant over."""
+        import stops (`ImportLost`) and clears nothing: another may have taken the tenant over.
+
+        It holds the tenant's erasure lock too (`forgetting_key`, memory/governance.py), as an
+        erasure does: an erasure that ran alongside its writes would be undone by the rest of
+        them. An erasure running refuses the import (`ErasureRunning`); one asked for while it
+        writes waits, then answers Busy ("try again"), as it does behind another erasure."""
         lock, token = import_lock_key(tenant), uuid.uuid4().hex
         if not await self._locks.acquire(lock, token, self.lock_ttl_ms):
             raise ImportBusy(tenant)
+        try:
+            erasing = await self._locks.acquire(forgetting_key(tenant), token, self.lock_ttl_ms)
+        except BaseException:
+            await self._locks.release(lock, token)
+            raise
+        if not erasing:
+            await self._locks.release(lock, token)
+            raise ErasureRunning(tenant)
         held = _Held(tenant)
         name = f"import-lock {tenant}"
-        async with self._locks.kept(lock, token, self.lock_ttl_ms, name=name, on_lost=held.lose):
+        async with (
+            self._locks.kept(lock, token, self.lock_ttl_ms, name=name, on_lost=held.lose),
+            self._locks.kept(forgetting_key(tenant), token, self.lock_ttl_ms, on_lost=held.lose),
+        ):
             crashed = decode(await self.redis.get(import_partial_key(tenant)))
             if crashed is not None:
                 started = _started(crashed)
@@ -268,7 +302,7 @@ class Portability:
                 await self.memory.drop_tenant(tenant)  # what the crashed import wrote
             elif not await self.is_empty(tenant):
                 raise TenantNotEmpty(tenant)
-            started = time.time()
+            started = held.started = time.time()
             await self.redis.set(import_partial_key(tenant), repr(started))
             try:
                 yield held
@@ -293,13 +327,15 @@ class Portability:
     async def _undo(self, tenant: str, started: float, lock: str, token: str) -> Left:
         """Clear what a failed import wrote, unless the tenant was used meanwhile (then the
         marker stays, and the next import refuses it); what is left. A failure here leaves the
-        marker: the next import clears it as a crashed one's. The lock is renewed first: the
-        keeper only notices a lapse at its next beat, and if another import took the tenant
-        over meanwhile, what is there is partly its own, so nothing is cleared (`ImportLost`)."""
+        marker: the next import clears it as a crashed one's. The locks are renewed first: the
+        keeper only notices a lapse at its next beat, and if another import (or an erasure)
+        took the tenant over meanwhile, what is there is partly its own, so nothing is cleared
+        (`ImportLost`)."""
         try:
             if await self.used_since(tenant, started):
                 return Left.USED
             ours = await self._locks.renew(lock, token, self.lock_ttl_ms)
+            ours = ours and await self._locks.renew(forgetting_key(tenant), token, self.lock_ttl_ms)
         except Exception:
             log.exception("could not tell what a failed import into %s left", tenant)
             return Left.UNKNOWN
@@ -321,7 +357,8 @@ class Portability:
         """True when the tenant saw activity after `started` (seconds since the epoch): a
         thread active since (its score in the tenant's threads), a paper ingested since, or a
         watch made since.
-        What an import writes keeps its export's times, older than the import."""
+        What an import writes keeps its export's times, but none later than the import's start
+        (`Writer`): a file from a host whose clock ran ahead is not taken for use since."""
         if await self.redis.zrangebyscore(threads_key(tenant), f"({started!r}", "+inf", 0, 1):
             return True
         if any(w.created_at > started for w in await WatchStore(self.redis).all(tenant)):
@@ -349,7 +386,10 @@ class Portability:
                 reply = await self.redis.execute_command("FT.SEARCH", name, "*", "LIMIT", 0, 0)
             except ResponseError:  # dropped meanwhile
                 continue
-            total = reply.get("total_results", 0) if isinstance(reply, dict) else reply[0]
+            if isinstance(reply, dict):  # RESP3: its keys are bytes, as the client reads them
+                total = {decode(k): v for k, v in reply.items()}.get("total_results", 0)
+            else:
+                total = reply[0]
             if int(total):
                 return False
         return True

@@ -29,6 +29,7 @@ from memory.stores.conversation import ConversationStore, Message
 from memory.stores.entity_pieces import PIECES, PROVENANCE, TAGS
 from memory.stores.summary import Summary, SummaryStore
 from memory.stores.tool_log import ToolLogEntry, ToolLogStore
+from memory.stores.turn_records import TurnRecord
 from memory.stores.watches import MIN_PERIOD
 
 HEADER = "arxivscout-export"
@@ -43,6 +44,13 @@ PLURALS = {"thread": "threads", "message": "messages", "summary": "summaries",
 WATCH_PLATFORMS = ("slack", "discord", "terminal")
 WATCH_TEXTS = ("query", "platform", "channel", "thread", "audience", "created_by", "paused")
 WATCH_TIMES = ("created_at", "since", "last_posted", "failing_since")
+# a turn record's text fields but its id, question and answer (checked on their own)
+TURN_TEXTS = tuple(
+    f.name
+    for f in fields(TurnRecord)
+    if typing.get_type_hints(TurnRecord)[f.name] is str
+    and f.name not in ("id", "tenant", "thread", "question", "answer")
+)
 
 
 class BadExportLine(ValueError):
@@ -215,6 +223,8 @@ class Check:
             self._record(record)
         except _Bad as bad:
             raise BadExportLine(number, str(bad)) from None
+        except RecursionError:  # records handed over whole, nested thousands deep
+            raise BadExportLine(number, "it is nested too deeply.") from None
 
     def done(self, whole: bool = True) -> None:
         """After the last line. `whole`: the records are a file's, which must end with its end
@@ -313,6 +323,9 @@ class Check:
             parent is None or (snowflake and len(parent) < 32),
             "its 'parent' must be a Discord channel id or null.",
         )
+        person = record.get("dm_person")  # whose DM its place is (optional, since version 2)
+        if person is not None:
+            _id(person, "'dm_person' (a person's id)")
         self.threads.add(thread)
 
     def _message(self, record: dict) -> None:
@@ -429,7 +442,8 @@ class Check:
         _need(turn.get("thread", thread) == thread, "its turn belongs to another thread.")
         for name in ("question", "answer"):
             _need(isinstance(turn.get(name), str), f"its {name} must be a string.")
-        _need(isinstance(turn.get("workflow", ""), str), "its 'workflow' must be a string.")
+        for name in TURN_TEXTS:  # each indexed or compared as text (`turns_by_key`: the asker)
+            _need(isinstance(turn.get(name, ""), str), f"its turn's {name!r} must be a string.")
         _need(_is_number(turn.get("created_at")), "its 'created_at' must be a number.")
         usage = turn.get("usage", {})
         _need(

@@ -18,6 +18,7 @@ from typing import Any
 from memory.browse import channel_of
 from memory.governance import NotFound
 from memory.keys import (
+    dm_people_key,
     messages_key,
     papers_key,
     summarized_count_key,
@@ -28,6 +29,7 @@ from memory.keys import (
     watch_posted_key,
 )
 from memory.portability_check import END, HEADER, PLURALS, VERSION
+from memory.scope import legacy_audience
 from memory.stores.base import VectorStore, decode
 from memory.stores.records import ThreadRecordStore
 from memory.stores.watches import WatchStore
@@ -164,6 +166,8 @@ class Exporter:
         }
         if parent := await self._parent(tenant, thread):
             line["parent"] = parent
+        if rows and (person := await self._dm_person(tenant, thread, rows[0])):
+            line["dm_person"] = person
         yield line
         start = 0
         while rows:
@@ -191,6 +195,15 @@ class Exporter:
                 if turn_id in found:
                     turn = {k: v for k, v in found[turn_id].to_json().items() if k != "tenant"}
                     yield {"kind": "turn", "thread": thread, "turn": turn}
+
+    async def _dm_person(self, tenant: str, thread: str, first: bytes) -> str | None:
+        """Whose DM the thread's place (its first message's) is, as appends recorded it
+        (memory/keys.py `dm_people_key`): where that person's own messages are tombstones, an
+        import could not tell it from them, and their erasure would leave the bot's answers."""
+        place = json.loads(first).get("audience") or legacy_audience(thread)
+        if not place.startswith("dm:"):
+            return None
+        return decode(await self.redis.hget(dm_people_key(tenant), place))
 
     async def _parent(self, tenant: str, thread: str) -> str | None:
         """A Discord thread's channel, as the bot noted it (memory/governance_places.py

@@ -69,6 +69,14 @@ def impossible_place(tenant: str, platform: str, channel: str) -> str:
     return ""
 
 
+def _later(value: Any, started: float) -> bool:
+    """Whether a record's time (a number, or a number's text) is after `started`."""
+    try:
+        return float(value) > started
+    except (TypeError, ValueError):  # none, or not a time: left as it is
+        return False
+
+
 def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
     return {
         name: json.dumps(value, ensure_ascii=False)
@@ -81,6 +89,7 @@ def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str
 @dataclass
 class _ThreadState:
     channel: str
+    dm_person: str = ""  # whose DM the thread's place is, as the export recorded it
     count: int = 0  # messages written: the next one's position
     last_ts: float | None = None  # the previous message's timestamp (tombstones' too)
     episodes: list[Episode] = field(default_factory=list)
@@ -88,13 +97,22 @@ class _ThreadState:
 
 class Writer:
     """Writes checked records through the stores' key layout, in batches; `counts` says how
-    many of each kind were written."""
+    many of each kind were written. A thread's `last_active` and a paper's `ingested_at` are
+    written no later than `started`, the import's start: a later one (the exporting host's
+    clock ran ahead) would be taken for use of the tenant since (`Portability.used_since`),
+    and an import that failed would then be kept rather than cleared."""
 
     def __init__(
-        self, memory: Any, tenant: str, reembed: bool, held: Callable[[], None] = lambda: None
+        self,
+        memory: Any,
+        tenant: str,
+        reembed: bool,
+        held: Callable[[], None] = lambda: None,
+        started: float | None = None,
     ) -> None:
         self.memory, self.redis, self.tenant, self.reembed = memory, memory.redis, tenant, reembed
         self.held = held  # raises once the import's lock is lost: called before each batch
+        self.started = time.time() if started is None else started
         self.counts: Counter[str] = Counter()
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
@@ -141,7 +159,10 @@ class Writer:
         elif kind == "watch":  # written at once, through the store (its due index too)
             await self._watch(record)
         elif kind == "paper":
-            self.papers[record["paper"]["arxiv_id"]] = json.dumps(record["paper"])
+            paper = record["paper"]
+            if _later(paper.get("ingested_at"), self.started):
+                paper = {**paper, "ingested_at": self.started}
+            self.papers[paper["arxiv_id"]] = json.dumps(paper)
         else:
             self.vectors[kind].append(record)
             if len(self.vectors[kind]) >= BATCH:
@@ -190,8 +211,11 @@ class Writer:
         first read) and a Discord thread's channel noted, so the channel's deletion finds it
         (only under its own tenant: the places go by the thread id's tenant)."""
         thread = record["thread"]
-        self.threads[thread] = _ThreadState(record.get("channel") or "")
-        self.pipe.zadd(threads_key(self.tenant), {thread: record["last_active"]})
+        self.threads[thread] = _ThreadState(
+            record.get("channel") or "", record.get("dm_person") or ""
+        )
+        last_active = min(record["last_active"], self.started)
+        self.pipe.zadd(threads_key(self.tenant), {thread: last_active})
         if record.get("summarized") is not None:
             self.pipe.set(summarized_count_key(self.tenant, thread), record["summarized"])
         own = f"discord:{self.tenant}:"
@@ -204,6 +228,8 @@ class Writer:
         seq, previous, state.last_ts = state.count, state.last_ts, float(message["timestamp"])
         # its position here (a member's export of a thread leaves out what they may not see)
         self.pipe.rpush(messages_key(self.tenant, thread), dumps({**message, "seq": seq}))
+        if seq == 0 and state.dm_person:  # the thread's place is its first message's
+            self.dm_people.declare(thread, state.dm_person, message.get("audience") or "")
         state.count += 1
         self.dm_people.add(
             thread, message["role"], message.get("author") or "", message.get("audience") or ""
@@ -269,7 +295,8 @@ class Writer:
     def _dm_people(self) -> None:
         """Record whose DM each imported DM place is (memory/keys.py `dm_people_key`), as
         appends do: erasing that person then takes the place's threads whole, those of
-        tombstones and answers too. The export keeps no such record: a place is known by its
+        tombstones and answers too. As the export recorded it (a DM thread line's
+        `dm_person`); for a place it has no record of (a file from before it kept one), by its
         one writer (memory/dm_people.py, the rule a person's erasure back-fills by). A place
         already recorded in this tenant keeps its record: the file is whoever uploaded it."""
         for audience, person in self.dm_people.people().items():
