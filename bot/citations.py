@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bot.llm import DeltaCallback
@@ -143,16 +143,25 @@ class Source:
             passage.page, passage.chunk_index,
         )  # fmt: skip
 
-    def line(self) -> str:
-        """`- [1] [Title](link) — §Section — p. 4` (section, page and link where known)."""
+    def line(self, listed: Sequence[Source] = ()) -> str:
+        """`- [1] [Title](link) — §Section — p. 4` (section, page and link where known), and
+        `— chunk 7` when another source of `listed` (the list it is in) reads the same without
+        it: two passages of one paper, their pages unknown, would else be told by number only."""
+        parts = self._parts()
+        alike = any(o.number != self.number and o._parts() == parts for o in listed)
+        if alike and self.number is not None and self.chunk_index is not None:
+            parts.append(f"chunk {self.chunk_index}")
+        number = f"[{self.number}] " if self.number is not None else ""
+        return f"- {number}{' — '.join(parts)}"
+
+    def _parts(self) -> list[str]:
         title = _markdown_text(self.title) or self.arxiv_id
         parts = [f"[{title}]({self.link})" if self.link else title]
         if self.section and self.number is not None:
             parts.append(f"§{_markdown_text(self.section)}")
         if self.page and self.number is not None:
             parts.append(f"p. {self.page}")
-        number = f"[{self.number}] " if self.number is not None else ""
-        return f"- {number}{' — '.join(parts)}"
+        return parts
 
 
 class SourceRegistry:
@@ -431,7 +440,7 @@ def _outside_code(text: str, change) -> str:
 def _with_sources(text: str, sources: list[Source]) -> str:
     if not sources:
         return text
-    return f"{text.rstrip()}\n\n{SOURCES_HEADING}\n" + "\n".join(s.line() for s in sources)
+    return f"{text.rstrip()}\n\n{SOURCES_HEADING}\n" + "\n".join(s.line(sources) for s in sources)
 
 
 @dataclass(frozen=True)

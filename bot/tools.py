@@ -23,7 +23,7 @@ from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
-from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv
+from memory.stores.knowledge_base import KnowledgeBase, Passage, base_arxiv_id, is_from_arxiv
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ PAPER_TOOLS = ("arxiv_search_candidates", "fetch_and_save_paper_to_kb")  # they 
 _TOOL_SHOWN_ID = re.compile(r"arXiv:(\d{4}\.\d{4,5})")  # how those tools show a paper's id
 # Where a passage (`KnowledgeBase.segment`'s, as citations.py `_PASSAGE` reads it) opens.
 _PASSAGE_START = re.compile(r"\n\n(?=(?:\[\d+\] )?\[(?:arXiv|PDF):)")
+_NUMBERED = re.compile(r"\A\[\d+\] ")  # a passage's number, before its header
 MEMORY_TOOLS = ("summarize_and_store", "expand_summary", "read_tool_log", "search_conversations")
 TOOL_RESULT_CHARS = 3000  # of a tool's output the model is handed; the rest, read from its log
 LOG_INPUT_CHARS = 200  # of a logged call's input a page of its log repeats
@@ -193,7 +194,27 @@ async def search_knowledge_base(
     ctx.shown_audiences.update(  # a paper from arXiv is anyone's to read, walled or not
         p.audience for p in passages if p.audience != PUBLIC or not is_from_arxiv(p.arxiv_id)
     )
-    return memory.knowledge_base.segment(passages, ctx.sources.numbers(passages)).render()
+    return shown_passages(passages, ctx.sources)
+
+
+def shown_passages(passages: list[Passage], sources: SourceRegistry) -> str:
+    """A search's passages as its result. The harness hands the model only its first
+    `TOOL_RESULT_CHARS` (the whole goes to the tool log): the passages whole within them are
+    numbered and registered for citing. The rest go unnumbered: a passage the model did not read
+    must list no source, and a number it saw on a cut one could later mean another passage.
+    `read_tool_log` numbers and registers them as its pages show them. Sized on a copy of
+    `sources`, as `_page_end` is."""
+    trial = KnowledgeBase.segment(passages, copy.deepcopy(sources).numbers(passages))
+    end = len(trial.render()) - len("\n\n".join(trial.items)) - 2  # before the first "\n\n"
+    whole = 0
+    for item in trial.items:
+        end += 2 + len(item)
+        if end > TOOL_RESULT_CHARS:
+            break
+        whole += 1
+    segment = KnowledgeBase.segment(passages[:whole], sources.numbers(passages[:whole]))
+    segment.items += [_NUMBERED.sub("", item, count=1) for item in trial.items[whole:]]
+    return segment.render()
 
 
 @toolbox.register_tool
@@ -235,11 +256,12 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     ctx.shown_audiences.add(entry.audience or legacy_audience(entry.thread_id))
     ctx.shown_messages.update(entry.message_ids)
     ctx.shown_messages.add(entry.id)  # its output: forgetting that log takes this one too
-    output, start = entry.output, min(max(0, int(offset)), len(entry.output))
+    output = entry.output
     called = str(entry.tool_input)
     called = called if len(called) <= LOG_INPUT_CHARS else called[:LOG_INPUT_CHARS] + "…"
     head = f"Tool log {entry.id}: {entry.tool_name}({called}) -> {entry.status}"
     room = TOOL_RESULT_CHARS - len(head) - LOG_NOTE_CHARS
+    start = _page_start(output, min(max(0, int(offset)), len(output)), room, ctx.sources)
     end = _page_end(output, start, room, ctx.sources)
     text = ctx.sources.renumber(output[start:end])  # this turn's numbers, whole passages
     if entry.tool_name in PAPER_TOOLS and entry.status == "success":
@@ -249,6 +271,20 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
         return f"{head}\n{text}"
     more = f"\n\n[{read_on(entry.id, end)}]" if end < len(output) else "\n\n[End of the log]"
     return f"{head} (characters {start:,} to {end:,} of {len(output):,})\n{text}{more}"
+
+
+def _page_start(output: str, asked: int, room: int, sources: SourceRegistry) -> int:
+    """Where the page asked from `asked` starts: inside a passage (the harness cuts a result at
+    `TOOL_RESULT_CHARS`, wherever that falls), at the passage's header, so it is shown,
+    renumbered and registered whole; a passage longer than a page is read on where asked."""
+    opening = max((m.start() for m in _PASSAGE_START.finditer(output) if m.start() < asked),
+                  default=None)  # fmt: skip
+    if opening is None or asked >= len(output) or _PASSAGE_START.match(output, asked):
+        return asked
+    following = _PASSAGE_START.search(output, asked)
+    end = following.start() if following else len(output)
+    whole = copy.deepcopy(sources).renumber(output[opening:end])
+    return opening if len(whole) <= room else asked
 
 
 def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> int:
