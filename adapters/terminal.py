@@ -54,7 +54,8 @@ def _markers_unseen() -> Callable[[], None] | None:
     return lambda: termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
-# The terminal keeps no queue and nothing runs a message again: the person sends it again.
+# The terminal keeps no queue and nothing runs a message again: the person sends it again, and
+# the same text sent next runs the same job again (`TerminalChat.turn`), so it is stored once.
 MEMORY_DOWN_HERE = (
     "My memory (Redis) is unreachable right now, so I cannot answer this. Please send it again "
     "once Redis is back."
@@ -201,6 +202,8 @@ class TerminalChat:
         self.last_question = ""
         self.lines_read = 0
         self.replied = False  # whether the running message's reply was shown
+        # the last message, when the memory stopped its turn: (its text, its job)
+        self.unanswered: tuple[str, Job] | None = None
         self.pipeline = Pipeline(TerminalPlatform(self), handler)
 
     def say(self, text: str = "", end: str = "\n") -> None:
@@ -280,13 +283,24 @@ class TerminalChat:
     async def turn(self, text: str) -> None:
         self.last_question = text
         self.replied = False
+        job = self._job_for(text)
         try:
-            await self.pipeline.run(Job("turn", self.scope, text))
+            await self.pipeline.run(job)
         except Exception as exc:  # the chat goes on
             if not memory_unavailable(exc):
                 raise
+            self.unanswered = (text, job)
             if not self.replied:  # unreachable before the turn could say so
                 self.say(MEMORY_DOWN_HERE)
+
+    def _job_for(self, text: str) -> Job:
+        """The job of a message: the one the memory stopped, when this is its text sent again.
+        Its turn may have stored the question already; run again under the same id, it is
+        stored once (the turn's writes are keyed by the job's id), not once per sending."""
+        unanswered, self.unanswered = self.unanswered, None
+        if unanswered is not None and unanswered[0] == text:
+            return unanswered[1]
+        return Job("turn", self.scope, text)
 
     async def command(self, line: str) -> bool:
         """Run a slash command; False means leave. A failure (Redis unreachable, or another)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable
 
@@ -21,6 +22,8 @@ from app.commands import (
     web_cmd,
     worker_cmd,
 )
+from app.commands.common import PlatformThread, log_to_file, log_to_stderr
+from app.settings import Settings
 from bot.errors import ConfigError
 from bot.llm import LLMError
 from memory.connection import RedisCapabilityError
@@ -43,8 +46,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, RedisCapabilityError, EmbeddedRedisError, EmbeddingError, IndexModelMismatch,
     InvalidName, InvalidMessage, UnknownSummary, UnknownToolLog,
     NotFound, Busy, BadExportLine, TenantNotEmpty, ImportBusy, ImportInterrupted, InvalidRetention,
-    InvalidWatch, UnknownDeadLetter,
+    InvalidWatch, UnknownDeadLetter, PlatformThread,
 )  # fmt: skip
+# Servers log what they do to stderr (`discord` sets up its own: discord.py's colours);
+# the terminal's commands to a file (app/commands/common.py `log_to_file`).
+SERVERS = ("worker", "slack", "web")
+AT_THE_TERMINAL = ("chat", "ask")
 
 COMMANDS = [
     chat_cmd,
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable = args.handler
     try:
+        configure_logging(args.command)
         result = handler(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
@@ -101,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"arxivscout: error: {os_error_text(exc)}", file=sys.stderr)
         return 2
+
+
+def configure_logging(command: str) -> None:
+    """Where log records go, by command: a server's on stderr at INFO, with level and logger;
+    `chat` and `ask` to a file in the data directory, so the terminal shows only the replies.
+    Any other command (run once, by hand) keeps Python's default: its warnings on stderr."""
+    if command in SERVERS:
+        log_to_stderr(logging.INFO)
+    elif command in AT_THE_TERMINAL:
+        log_to_file(Settings.from_env().data_dir)
 
 
 def os_error_text(exc: OSError) -> str:

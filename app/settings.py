@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 from platformdirs import user_data_dir
@@ -154,9 +155,16 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, url: str | None) -> str | None:
-        """Caught here, not as redis-py's ValueError trace when the first command connects."""
-        if url is not None and not url.lower().startswith(REDIS_SCHEMES):
+        """Caught here, not as redis-py's ValueError trace when the first command connects: a
+        scheme it does not know, or a port that is no number or out of range (`redis://h:abc`,
+        `:99999`). The messages never quote the URL: `from_env` shows it with its password
+        hidden."""
+        if url is None:
+            return url
+        if not url.lower().startswith(REDIS_SCHEMES):
             raise ValueError("should start with redis://, rediss:// or unix:// (redis://host:6379)")
+        if not _port_valid(url):
+            raise ValueError("the port should be a number from 1 to 65535 (redis://host:6379)")
         return url
 
     @classmethod
@@ -211,6 +219,18 @@ class Settings(BaseSettings):
         if prefix and not value.startswith(prefix):
             raise ConfigError(f"{name} should start with '{prefix}' (got '{value[:5]}…'): {why}")
         return value
+
+
+def _port_valid(url: str) -> bool:
+    """Whether a Redis URL's port, if it names one, is one redis-py can connect to (a unix://
+    socket has none)."""
+    if url.lower().startswith("unix://"):
+        return True
+    try:
+        port = urlsplit(url).port
+    except ValueError:  # not a number, or beyond 65535
+        return False
+    return port != 0
 
 
 def _shown(error: dict) -> object:

@@ -9,7 +9,7 @@ import sys
 import uuid
 
 from adapters.terminal import TerminalChat
-from app.commands.common import DEFAULT_TENANT, add_tenant
+from app.commands.common import DEFAULT_TENANT, add_tenant, terminal_thread
 from app.runtime import open_agent
 from app.settings import Settings
 from memory.scope import Scope
@@ -18,20 +18,20 @@ from memory.scope import Scope
 def add_parser(sub: argparse._SubParsersAction) -> None:
     chat = sub.add_parser("chat", help="talk to ArxivScout in the terminal")
     add_tenant(chat)
-    chat.add_argument("--thread", help="thread id to continue (default: a new thread)")
+    chat.add_argument("--thread", help="terminal thread id to continue (default: a new thread)")
     chat.set_defaults(handler=run_chat)
 
     ask = sub.add_parser("ask", help="answer one question and exit")
     add_tenant(ask)
-    ask.add_argument("--thread", required=True, help="thread id")
+    ask.add_argument("--thread", required=True, help="terminal thread id")
     ask.add_argument("question")
     ask.set_defaults(handler=run_ask)
 
 
 async def run_chat(args: argparse.Namespace) -> int:
+    thread = terminal_thread(args.thread or f"cli:{uuid.uuid4().hex[:8]}")  # before Redis opens
     runtime = await open_agent(Settings.from_env())
     try:
-        thread = args.thread or f"cli:{uuid.uuid4().hex[:8]}"
         chat = TerminalChat(runtime.turns(), Scope.local(thread, args.tenant))
         try:
             return await chat.run()
@@ -50,9 +50,10 @@ def continue_command(args: argparse.Namespace, thread: str) -> str:
 
 
 async def run_ask(args: argparse.Namespace) -> int:
+    scope = Scope.local(terminal_thread(args.thread), args.tenant)
     runtime = await open_agent(Settings.from_env())
     try:
-        reply = await runtime.turns().handle(Scope.local(args.thread, args.tenant), args.question)
+        reply = await runtime.turns().handle(scope, args.question)
         print(reply.text)
         if reply.refused:  # not taken: no answer
             return 1
