@@ -87,6 +87,7 @@ LAST_TRIES_SECONDS = 8.0  # all of stop()'s last tries, when the running turns l
 STOP_WITHIN_SECONDS = 27.0  # all of stop() (turns' grace, then last tries): Heroku kills at 30 s
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
+GiveUp = Callable[[], Awaitable[bool]]  # after the last try: False when the memory failed
 EMPTY_MENTION = (
     "Ask me about arXiv papers: mention me with a question, e.g. `@ArxivScout find MemGPT`."
 )
@@ -94,8 +95,11 @@ NO_THREAD_ALLOWED = (
     "I could not open a thread for this (I need the Create Public Threads and Send Messages "
     "in Threads permissions here)."
 )
-# Only "for a while": the retries are this process's (a restart may not take the message again,
-# its de-duplication claimed for an hour by this delivery)
+# Only "for a while": the retries are this process's, for an hour at most. A message given up
+# (the hour out, or the process stopping first) lets go of its de-duplication claim, so the
+# next READY's catch-up (adapters/discord_catchup.py) takes it again: unless the memory is
+# unreachable then (the claim lapses within the hour), or a later message in its place moved
+# that place's catch-up cursor past it.
 DISCORD_FAILED = (  # Discord answered a server error or a rate limit
     "Discord answered with an error while I was opening a thread for this. I will keep trying "
     "for a while and answer in a thread if it works."
@@ -120,6 +124,11 @@ class DiscordFailed(Exception):
         return DISCORD_FAILED if isinstance(self.cause, discord.HTTPException) else DISCORD_SILENT
 
 
+def claim_id(message: discord.Message) -> str:
+    """The event id under which a message's delivery is de-duplicated (`EventLog`)."""
+    return f"discord:{message.id}"
+
+
 def intents() -> discord.Intents:
     """Only what the adapter reads: servers, their messages and DMs, and message text."""
     wanted = discord.Intents.none()
@@ -136,6 +145,16 @@ def thread_name(text: str) -> str:
     if len(line) > THREAD_NAME_LIMIT:
         line = line[: THREAD_NAME_LIMIT - 1].rstrip() + "…"
     return line or "ArxivScout"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Work kept for the memory (or Discord) to be back: its name, how to take it, and what to
+    do when it is given up (a message lets go of its de-duplication claim)."""
+
+    what: str
+    take: Take
+    give_up: GiveUp | None = None
 
 
 @dataclass(frozen=True)
@@ -196,14 +215,16 @@ class DiscordAdapter:
         self, handler: TurnHandler, *, sync: bool = True, sync_guild: int | None = None,
         links: Links | None = None, admins: Admins | None = None,
         resubmit_every_seconds: float = RESUBMIT_EVERY_SECONDS,
-        last_tries_seconds: float = LAST_TRIES_SECONDS,
+        resubmit_tries: int = RESUBMIT_TRIES, last_tries_seconds: float = LAST_TRIES_SECONDS,
     ) -> None:  # fmt: skip
         """`links`: the memory page's, for `/memory`; `admins`: ARXIVSCOUT_ADMINS, who manage
         every channel's watches as server managers do. `resubmit_every_seconds`: how often a
-        kept message is tried again; `last_tries_seconds`: what stop()'s last tries may take
-        at most (both shorter in tests)."""
+        kept message is tried again, `resubmit_tries` how often before it is given up;
+        `last_tries_seconds`: what stop()'s last tries may take at most (all shorter in
+        tests)."""
         self.handler = handler
         self.resubmit_every_seconds = resubmit_every_seconds
+        self.resubmit_tries = resubmit_tries
         self.last_tries_seconds = last_tries_seconds
         self.links = links
         self.presence = handler.memory.presence
@@ -216,7 +237,9 @@ class DiscordAdapter:
         self.feedback = DiscordFeedback(FeedbackService(handler.memory), self.client)  # 👍/👎
         self.files = DiscordFiles(self)  # PDFs attached where the bot answers
         self.changes = DiscordChanges(self)  # deletions and edits made on Discord
-        self._waiting: dict[asyncio.Task, tuple[str, Take]] = {}  # for the memory to be back
+        self._waiting: dict[asyncio.Task, Waiting] = {}  # for the memory to be back
+        # delivery -> tenant: a message's de-duplication claim taken, its work not queued yet
+        self._claims: dict[str, str] = {}
         self._kept: dict[int, asyncio.Task] = {}  # message id -> its retries (in `_waiting`)
         self.catchup = DiscordCatchUp(self)  # messages posted while no session was up
         self.commands = DiscordCommands(self)  # /summarize, /expand and /memory
@@ -266,7 +289,9 @@ class DiscordAdapter:
         tried again silently). Every step is safe to repeat: a retry after a try that got
         further than it knew (a push that timed out after Redis ran it, a thread opened
         before Redis failed) queues the message once, in its thread. A message already
-        kept (read again by the catch-up, or redelivered) is not kept, nor told, twice."""
+        kept (read again by the catch-up, or redelivered) is not kept, nor told, twice. One
+        given up (its hour of retries out, or at stop()) lets go of its de-duplication claim,
+        so the next READY's catch-up takes it again."""
         delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
         try:
             await self._take(message, delivery)
@@ -276,16 +301,23 @@ class DiscordAdapter:
             elif not_queued_for_now(exc):  # unsure whether it is for the bot: say so only if
                 notice = NOT_TAKEN if self.addressed(message) else None  # it surely is
             else:
+                self._claims.pop(delivery, None)
                 raise
-            if message.id in self._kept:  # its retries go on; the person was told
+            if message.id in self._kept:  # another delivery's retries go on, and told: any
+                # claim this one took is let go, or those retries would take it for a duplicate
+                await self._let_go(message, delivery)
                 return
-            self._keep(message, lambda: self._take(message, delivery))
+            self._keep(message, delivery)
             if notice is not None:
                 await self._reply_quietly(message, notice)
 
-    def _keep(self, message: discord.Message, take: Take) -> None:
+    def _keep(self, message: discord.Message, delivery: str) -> None:
         """`message`'s retries, one loop per message id."""
-        task = self._retry_later(f"message {message.id}", take)
+        task = self._retry_later(
+            f"message {message.id}",
+            lambda: self._take(message, delivery),
+            lambda: self._let_go(message, delivery),
+        )
         self._kept[message.id] = task
 
         def forget(done: asyncio.Task) -> None:
@@ -293,6 +325,23 @@ class DiscordAdapter:
                 del self._kept[message.id]
 
         task.add_done_callback(forget)
+
+    async def _let_go(self, message: discord.Message, delivery: str) -> bool:
+        """A message given up before its work was queued lets go of its de-duplication claim,
+        if `delivery` still holds it: the next catch-up (or a redelivery) takes it again.
+        Best effort: a failure is logged (the claim then lapses within the hour); False when
+        the memory was unreachable."""
+        tenant = self._claims.get(delivery)
+        if tenant is None:  # never claimed, or its work was queued: the claim stays
+            return True
+        try:
+            await self.handler.memory.events.let_go(tenant, claim_id(message), delivery)
+        except Exception as exc:
+            self._claims.pop(delivery, None)
+            log.warning("message %s keeps its de-duplication claim: %r", message.id, exc)
+            return not not_queued_for_now(exc)
+        self._claims.pop(delivery, None)
+        return True
 
     def addressed(self, message: discord.Message) -> bool:
         """Surely for the bot, whatever the memory knows: a mention, a DM, or a message in a
@@ -322,20 +371,25 @@ class DiscordAdapter:
         route = await self.route(message, mentioned)
         if route is None:
             return None
+        tenant = route.scope.tenant
+        self._claims[delivery] = tenant  # before: a claim whose answer is lost is let go too
         if not await self.handler.memory.events.first_time(
-            route.scope.tenant, f"discord:{message.id}", taker=delivery
+            tenant, claim_id(message), taker=delivery
         ):
+            self._claims.pop(delivery, None)  # another delivery's
             return route
         text = self.question_text(message, me.id)
         addressed = mentioned or isinstance(message.channel, discord.DMChannel)
         pdfs = shared_attachments(message, addressed)  # adapters/discord_files.py
         if not text and not pdfs:  # a bare mention; or, without Message Content, any follow-up
+            self._claims.pop(delivery, None)
             if mentioned:
                 await self._reply_quietly(message, EMPTY_MENTION)
             return route
         if route.open_thread:
             opened = await self._open_thread(message, route, text or pdfs[0].filename)
-            if opened is None:
+            if opened is None:  # refused, and the person told: not tried again
+                self._claims.pop(delivery, None)
                 return route
             route = opened
         elif isinstance(message.channel, discord.Thread):  # found if its channel is deleted
@@ -351,6 +405,7 @@ class DiscordAdapter:
                 source=discord_source(message.id),
             )  # fmt: skip
             await self.pipeline.submit(job, notify=False)
+        self._claims.pop(delivery, None)  # queued: the claim stays (so does the job's own id)
         if mentioned and isinstance(message.channel, discord.Thread):
             await self.presence.join(route.scope)  # a thread someone else opened
         return route
@@ -365,12 +420,12 @@ class DiscordAdapter:
                 raise
             self._retry_later(what, take)
 
-    def _retry_later(self, what: str, take: Take) -> asyncio.Task:
-        """Call `take` again every few seconds, for an hour, until the memory (or Discord) is
-        back."""
+    def _retry_later(self, what: str, take: Take, give_up: GiveUp | None = None) -> asyncio.Task:
+        """Call `take` again every few seconds, for an hour (`resubmit_tries`), until the memory (or Discord) is
+        back; then, or on another error, it is given up (`give_up`)."""
 
         async def retry() -> None:
-            for _ in range(RESUBMIT_TRIES):
+            for _ in range(self.resubmit_tries):
                 await asyncio.sleep(self.resubmit_every_seconds)
                 try:
                     await take()
@@ -378,11 +433,14 @@ class DiscordAdapter:
                 except Exception as exc:
                     if not (isinstance(exc, DiscordFailed) or not_queued_for_now(exc)):
                         log.exception("%s could not be queued", what)
-                        return
-            log.error("memory or Discord stayed unavailable; %s not taken", what)
+                        break
+            else:
+                log.error("memory or Discord stayed unavailable; %s not taken", what)
+            if give_up is not None:
+                await give_up()
 
         task = asyncio.create_task(retry())
-        self._waiting[task] = (what, take)
+        self._waiting[task] = Waiting(what, take, give_up)
         task.add_done_callback(lambda done: self._waiting.pop(done, None))
         return task
 
@@ -390,9 +448,10 @@ class DiscordAdapter:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
         finish or go back to the queue (their progress kept); what waits for the memory (or
         for Discord) gets one last try, all within `last_tries_seconds`, and what still cannot
-        be taken is logged. The whole of it ends STOP_WITHIN_SECONDS after it began, so the
-        runtime and client still close before the platform kills the process: the last tries
-        get what the turns left of it. Once the memory proves unreachable, or the time is out,
+        be taken is logged and given up (a message lets go of its de-duplication claim, so the
+        next READY's catch-up takes it again). The whole of it ends STOP_WITHIN_SECONDS after
+        it began, so the runtime and client still close before the platform kills the process:
+        the last tries, then the letting go, get what the turns left of it. Once the memory proves unreachable, or the time is out,
         the rest is not tried; Discord failing for one message says nothing of the others,
         which are still tried."""
         loop = asyncio.get_running_loop()
@@ -405,27 +464,43 @@ class DiscordAdapter:
         for task, _ in waiting:
             task.cancel()
         await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
-        untried: list[str] = []  # the memory unreachable, or no time left
-        failed: list[str] = []  # Discord's failure, or any other error
+        untried: list[Waiting] = []  # the memory unreachable, or no time left
+        failed: list[Waiting] = []  # Discord's failure, or any other error
         deadline = min(loop.time() + self.last_tries_seconds, stop_by)
-        for index, (_, (what, take)) in enumerate(waiting):
+        for index, (_, kept) in enumerate(waiting):
             try:
                 async with asyncio.timeout_at(deadline):
-                    await take()
+                    await kept.take()
             except Exception as exc:
-                log.warning("%s could not be taken before stopping: %r", what, exc)
+                log.warning("%s could not be taken before stopping: %r", kept.what, exc)
                 out_of_time = isinstance(exc, TimeoutError) and loop.time() >= deadline
                 if out_of_time or not_queued_for_now(exc):
-                    untried = [name for _, (name, _) in waiting[index:]]
+                    untried = [rest for _, rest in waiting[index:]]
                     break
-                failed.append(what)
+                failed.append(kept)
         if untried:
             log.error(
                 "stopped with the memory unreachable (or out of time); not taken: %s",
-                ", ".join(untried),
+                ", ".join(kept.what for kept in untried),
             )
         if failed:
-            log.error("stopped with Discord (or another error) failing: %s", ", ".join(failed))
+            log.error(
+                "stopped with Discord (or another error) failing: %s",
+                ", ".join(kept.what for kept in failed),
+            )
+        await self._give_up_all([*failed, *untried], stop_by)
+
+    @staticmethod
+    async def _give_up_all(given_up: list[Waiting], stop_by: float) -> None:
+        """At stop(), what was not taken is given up, within what is left of stop()'s time;
+        once the memory fails, the rest is not asked (their claims lapse in time)."""
+        try:
+            async with asyncio.timeout_at(stop_by):
+                for kept in given_up:
+                    if kept.give_up is not None and not await kept.give_up():
+                        return
+        except TimeoutError:
+            log.warning("out of time giving up what was not taken before stopping")
 
     async def route(self, message: discord.Message, mentioned: bool) -> Route | None:
         """Which conversation a message belongs to, or None if the bot should stay quiet."""

@@ -39,6 +39,13 @@ JOINED_TTL_SECONDS = 90 * 24 * 3600
 EARLY_JOIN = "early"  # a thread joined before its mention was queued
 EARLY_JOIN_TTL_SECONDS = 60
 
+# Delete KEYS[1] only while it holds ARGV[1]: a claim someone else took (or a step recorded
+# done) stays.
+_DELETE_IF_HELD = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 class EventLog:
     """Platforms redeliver events (Slack retries what was not acknowledged in time; a gateway
@@ -47,6 +54,7 @@ class EventLog:
     def __init__(self, redis: Redis, ttl: int = SEEN_TTL_SECONDS) -> None:
         self.redis = redis
         self.ttl = ttl
+        self._let_go = redis.register_script(_DELETE_IF_HELD)
 
     async def first_time(self, tenant: str, event_id: str, taker: str = "1") -> bool:
         """True for the first delivery of `event_id`, and again for the same `taker` (a
@@ -55,6 +63,13 @@ class EventLog:
         if await self.redis.set(key, taker, nx=True, ex=self.ttl):
             return True
         return taker != "1" and decode(await self.redis.get(key)) == taker
+
+    async def let_go(self, tenant: str, event_id: str, taker: str) -> bool:
+        """Forget `event_id`'s claim if `taker` still holds it, so a later delivery takes the
+        event again: for one its taker gave up without queueing (a delivery that claimed it
+        meanwhile keeps its claim). True if it was let go."""
+        key = seen_event_key(tenant, event_id)
+        return bool(await self._let_go(keys=[key], args=[taker]))
 
 
 # Queue a job unless its event was taken before (de-duplication and queueing are one step, so
@@ -398,13 +413,6 @@ class PlaceCursors:
         return {job_id for job_id, done in zip(job_ids, found, strict=True) if done}
 
 
-# Delete the claim KEYS[1] only while it says running: a step finished meanwhile stays done.
-_GIVE_UP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 class Upgrades:
     """One-time steps on upgrade (e.g. back-filling a new index): done once, by one process."""
 
@@ -413,7 +421,7 @@ class Upgrades:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._give_up = redis.register_script(_GIVE_UP)
+        self._give_up = redis.register_script(_DELETE_IF_HELD)
 
     async def claim(self, name: str, ttl_seconds: int = 3600) -> bool:
         """True for the one process that should run step `name` now (not done, not running)."""

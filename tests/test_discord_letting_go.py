@@ -1,0 +1,127 @@
+"""A Discord message the adapter gives up (stopped while it waits, or its hour of retries out)
+lets go of its de-duplication claim, so the next READY's catch-up takes it again and answers it:
+the notice promised to keep trying. Discord's failures are real HTTP answers from the local
+REST stand-in; Redis is real."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from adapters.discord import DISCORD_FAILED, DiscordAdapter
+from memory.keys import seen_event_key
+from tests import test_discord
+from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, serving_discord_api
+from tests.test_discord import settle
+from tests.test_discord_catchup import holds, now_id, ready
+
+world, fake = test_discord.world, test_discord.fake  # a world whose model echoes; fake Discord
+
+# The stand-in has no route for opening a thread from a message: such a call is "unknown" to
+# it, and answers what `fail` tells that name to (else 404).
+THREAD_ROUTE = "unknown"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[MockDiscordApi]:
+    async with serving_discord_api() as api:
+        yield api
+
+
+async def over_http(adapter: DiscordAdapter, message: Any) -> Any:
+    """`message.create_thread` asks Discord's REST API (the stand-in) as discord.py's does;
+    returns how it opened threads before, to give it back once Discord is back."""
+    await adapter.client.http.static_login(BOT_TOKEN)
+    opens = message.create_thread.side_effect
+
+    async def create_thread(*, name: str, **kw: Any) -> Any:
+        await adapter.client.http.start_thread_with_message(
+            message.channel.id, message.id, name=name, auto_archive_duration=1440
+        )
+        return await opens(name=name, **kw)  # not reached while the stand-in fails
+
+    message.create_thread.side_effect = create_thread
+    return opens
+
+
+async def claimed(world, guild: Any, message: Any) -> bool:
+    """Whether `message`'s de-duplication claim stands."""
+    key = seen_event_key(str(guild.id), f"discord:{message.id}")
+    return bool(await world.runtime.memory.redis.exists(key))
+
+
+async def test_a_message_discord_failed_until_stop_is_answered_after_the_next_ready(
+    world, fake, api
+):
+    """Discord answers 503 to every try at opening the mention's thread, the last one at
+    stop() too: the claim is let go, so the next process's catch-up answers it in its thread."""
+    guild, user = fake.guild(), fake.user()
+    channel = fake.text_channel(guild)
+    before = DiscordAdapter(
+        world.runtime.turns(), sync=False, resubmit_every_seconds=3600.0, last_tries_seconds=5.0
+    )
+    fake.attach(before.client)
+    asked = fake.mention(channel, user, "find MemGPT", message_id=now_id())
+    await before.handle_message(asked)  # answered: the channel's catch-up cursor
+    await settle(world, before)
+    failing = fake.mention(channel, user, "and Voyager?", message_id=now_id())
+    opens = await over_http(before, failing)
+    api.fail(THREAD_ROUTE, 503, times=100)
+    try:
+        await before.handle_message(failing)
+        assert fake.texts(channel.id) == [DISCORD_FAILED]
+        assert len(before._waiting) == 1 and await claimed(world, guild, failing)
+        await before.stop()  # its last try: a 503 again
+        tries = api.of(THREAD_ROUTE)
+        assert [call.path for call in tries] == [
+            f"/api/v10/channels/{channel.id}/messages/{failing.id}/threads"
+        ] * 2
+        assert not await claimed(world, guild, failing)
+    finally:
+        await before.pipeline.close()
+        await before.client.http.close()
+
+    failing.create_thread.side_effect = opens  # Discord is back
+    holds(channel, asked, failing)
+    after = test_discord.new_adapter(world, fake)
+    await ready(after, guild)
+    await settle(world, after)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+    await after.catchup.stop()
+    await after.pipeline.close()
+
+
+async def test_a_message_whose_retries_ran_out_lets_go_of_its_claim(world, fake, api):
+    """The retries' hour out (two tries here), Discord failing throughout: the claim is let
+    go, and another delivery (the next READY's catch-up) takes the message again."""
+    guild, user = fake.guild(), fake.user()
+    adapter = DiscordAdapter(
+        world.runtime.turns(), sync=False, resubmit_every_seconds=0.01, resubmit_tries=2
+    )
+    fake.attach(adapter.client)
+    message = fake.mention(fake.text_channel(guild), user, "find MemGPT")
+    await over_http(adapter, message)
+    api.fail(THREAD_ROUTE, 503, times=100)
+    try:
+        await adapter.handle_message(message)
+        [retries] = adapter._waiting
+        assert await claimed(world, guild, message)
+        await retries
+        assert len(api.of(THREAD_ROUTE)) == 3  # the first try and two retries
+        assert not await claimed(world, guild, message)
+        events = world.runtime.memory.events
+        assert await events.first_time(str(guild.id), f"discord:{message.id}", taker="next")
+    finally:
+        await adapter.pipeline.close()
+        await adapter.client.http.close()
+
+
+async def test_a_claim_is_let_go_only_by_its_taker(world):
+    events, tenant = world.runtime.memory.events, "t1"
+    assert await events.first_time(tenant, "discord:1", taker="first")
+    assert not await events.let_go(tenant, "discord:1", taker="second")
+    assert not await events.first_time(tenant, "discord:1", taker="second")
+    assert await events.let_go(tenant, "discord:1", taker="first")
+    assert await events.first_time(tenant, "discord:1", taker="second")
