@@ -247,6 +247,14 @@ def import_partial_key(tenant: str) -> str:
     return tenant_key(tenant, "importing")
 
 
+def import_running_key(tenant: str) -> str:
+    """Set (the import's lock's token and TTL, renewed with it) while an import into the tenant
+    runs, from right after it takes its lock to its end: the append script refuses messages
+    while it is there (memory/stores/conversation.py). In the tenant's slot, so that script
+    reads it; a crashed import's lapses with its lock."""
+    return tenant_key(tenant, "import-running")
+
+
 def import_lock_key(tenant: str) -> str:
     """Held (with a TTL, renewed) while an import into the tenant runs: one at a time. Not a
     tenant key, so clearing a half-imported tenant does not drop it."""
@@ -521,6 +529,13 @@ def web_viewer_key(digest: str) -> str:
     return f"{ROOT}:web:viewer:{digest}"
 
 
+def web_used_link_key(digest: str) -> str:
+    """A memory-page sign-in link already turned into a session, kept until the link expires so
+    it starts no second one; `digest` hashes the link's nonce, the value the browser that used it
+    (the hash of its sign-in cookie), so that browser's retry is known."""
+    return f"{ROOT}:web:used-link:{digest}"
+
+
 # -- the layout before hash tags (memory/migrate.py moves its keys) -----------------------------
 
 LEGACY_PATTERNS = (f"{ROOT}:t:*", f"{ROOT}:embcache:*")  # where `tagged_key` finds old keys
@@ -541,9 +556,3 @@ def tagged_key(legacy: str) -> str | None:
 def legacy_renames() -> dict[str, str]:
     """The process-wide keys renamed for hash tags: old name -> new name."""
     return {f"{ROOT}:tasks": task_stream(), f"{ROOT}:tasks:dead": dead_letters_key(task_stream())}
-
-
-def web_used_link_key(digest: str) -> str:
-    """A memory-page sign-in link already turned into a session, kept until the link expires so
-    it starts no second one; `digest` hashes the link's nonce."""
-    return f"{ROOT}:web:used-link:{digest}"

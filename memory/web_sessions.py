@@ -1,5 +1,6 @@
 """What the memory page keeps in Redis: the link-signing secret when none is configured, the
-sessions signed links open, the links already used, and who each person is (cached for minutes).
+sessions signed links open, the links already used (and by which browser), and who each person
+is (cached for minutes).
 
 Every process serving the page, or issuing its links, shares these, so a link made by the Slack
 process opens on the `arxivscout web` process, and a session started on one web process is
@@ -9,6 +10,7 @@ known to the others. Records are JSON documents: the page's own types stay above
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import secrets
@@ -21,6 +23,8 @@ from memory.stores.base import decode
 
 SESSION_TTL_SECONDS = 8 * 3600
 VIEWER_TTL_SECONDS = 300
+USED_LINK_MARGIN_SECONDS = 300  # a used link is kept this long past its expiry (clock skew)
+NO_BROWSER = "-"  # a used link's browser when its POST had no sign-in cookie: matches none
 
 
 def _digest(*parts: str) -> str:
@@ -77,21 +81,47 @@ class WebSessions:
 
 class UsedLinks:
     """Sign-in links already turned into a session. A link's address can be read where requests
-    are logged (a router logs every path with its query), so a link starts one session only:
-    its nonce, hashed, is kept here until the link expires, when the signature refuses it anyway."""
+    are logged (a router logs every path with its query), so a link starts sessions in one
+    browser only: its nonce, hashed, is kept here with the hash of that browser's sign-in cookie
+    (set by the link's preview page), until the link expires, when the signature refuses it
+    anyway. The same browser pressing again (a double click, a reply lost to a dropped
+    connection or a router timeout, a retried SET whose answer was lost) is let in again; anyone
+    else, or a request without the cookie (someone who read the link in a log), is not."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, margin: int = USED_LINK_MARGIN_SECONDS) -> None:
         self.redis = redis
+        self.margin = margin
 
     @staticmethod
     def key(nonce: str) -> str:
         return web_used_link_key(_digest(nonce))
 
-    async def use(self, nonce: str, remaining: float) -> bool:
-        """Use up the link of `nonce`, valid for `remaining` more seconds: True the first time
-        (one atomic SET NX, so of two at once only one wins), False ever after."""
-        lifetime = max(1, math.ceil(remaining))
-        return bool(await self.redis.set(self.key(nonce), "1", nx=True, ex=lifetime))
+    @staticmethod
+    def _browser(browser: str) -> str:
+        """What is kept for the browser of sign-in cookie `browser`; without one, a value no
+        browser's hash equals, so nobody's retry matches it."""
+        return _digest(browser) if browser else NO_BROWSER
+
+    async def usable(self, nonce: str, browser: str) -> bool:
+        """Whether the link of `nonce` is still unused or was used by this same browser: one
+        read, to refuse a replayed link before anyone is asked who its person is."""
+        used_by = await self.redis.get(self.key(nonce))
+        return used_by is None or self._same(decode(used_by), browser)
+
+    async def use(self, nonce: str, browser: str, remaining: float) -> bool:
+        """Use up the link of `nonce`, valid for `remaining` more seconds, for the browser of
+        sign-in cookie `browser`: True the first time (one atomic SET NX, so of two browsers at
+        once only one wins) and for the same browser again, False for any other. Kept `margin`
+        seconds past the link's expiry: another process's clock may run a little behind."""
+        lifetime = max(1, math.ceil(remaining)) + self.margin
+        key = self.key(nonce)
+        if await self.redis.set(key, self._browser(browser), nx=True, ex=lifetime):
+            return True
+        used_by = await self.redis.get(key)
+        return used_by is not None and self._same(decode(used_by), browser)
+
+    def _same(self, used_by: str, browser: str) -> bool:
+        return bool(browser) and hmac.compare_digest(used_by, self._browser(browser))
 
 
 class ViewerCache:

@@ -200,7 +200,7 @@ async def sign_in(
     """Open the link, then press its page's button (the POST that starts the session)."""
     url = urlsplit(links.login(tenant, user, "slack"))
     page = await client.get(f"{url.path}?{url.query}", allow_redirects=False)
-    assert page.status == 200 and "Set-Cookie" not in page.headers, await page.text()
+    assert page.status == 200 and SESSION_COOKIE not in page.cookies, await page.text()
     return await client.post(url.path, data={"token": token_of(url.geturl())},
                              allow_redirects=False)  # fmt: skip
 
@@ -329,7 +329,7 @@ async def test_opening_a_link_asks_before_it_replaces_the_session(memory, tenant
         evil = links.login(tenant, "EVE", "slack")
         response = await client.get(f"{urlsplit(evil).path}?{urlsplit(evil).query}")
         page = await response.text()
-        assert response.status == 200 and "Set-Cookie" not in response.headers
+        assert response.status == 200 and SESSION_COOKIE not in response.cookies
         assert "<code>EVE</code>" in page and f"<code>{tenant}</code>" in page
         assert "Eve" not in page and people.asked == 1  # the link's claims only, asked nobody
         assert 'method="post" action="/memory/login"' in page and token_of(evil) in page
@@ -712,7 +712,7 @@ async def test_arxivscout_web_serves_the_page_and_prints_a_local_link(cli_env):
     )  # fmt: skip
     try:
         printed = ""
-        while "token=" not in printed:
+        while "--link" not in printed:  # the address, the link, how to get another
             line = await asyncio.wait_for(process.stdout.readline(), 120)
             assert line, (await process.stderr.read()).decode()
             printed += line.decode()
@@ -731,6 +731,31 @@ async def test_arxivscout_web_serves_the_page_and_prints_a_local_link(cli_env):
                 assert response.status == 200 and response.url.path == "/memory"  # signed in
             async with browser.get(f"{base}/healthz") as response:
                 assert (await response.json())["redis"] == "up"
+        port = urlsplit(base).port
+        again = re.search(r"run: (arxivscout web --link .*)$", printed, re.M).group(1)
+        assert again == f"arxivscout web --link --host 127.0.0.1 --port {port} --tenant local"
+
+        # the link is used: another browser is told how to get a new one without a restart
+        async with (
+            aiohttp.ClientSession() as phone,
+            phone.post(login, data={"token": token_of(link)}) as response,
+        ):
+            page = await response.text()
+            assert response.status == 403 and "<code>arxivscout web --link</code>" in page
+        fresh = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", *again.split()[1:],
+            env={**cli_env, "ARXIVSCOUT_SECRET": "cli-secret"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(fresh.communicate(), 120)
+        assert fresh.returncode == 0, err.decode()
+        new_link = re.search(r"http://\S+token=\S+", out.decode()).group(0)
+        assert new_link != link and new_link.startswith(f"{base}/memory/login?token=")
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as phone:
+            async with phone.get(new_link) as response:
+                assert response.status == 200 and "Open my memory" in await response.text()
+            async with phone.post(login, data={"token": token_of(new_link)}) as response:
+                assert response.status == 200 and response.url.path == "/memory"  # signed in
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)

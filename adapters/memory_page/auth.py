@@ -5,12 +5,13 @@ A link names one person on one platform in one tenant, until it expires:
 (tenant, user, platform, expiry, nonce) and the signature HMAC-SHA256 over it with the secret
 (ARXIVSCOUT_SECRET, or one made once and kept in Redis so every process agrees).
 
-A link starts one session: its address, query and all, is written in the router's logs
+A link signs in one browser: its address, query and all, is written in the router's logs
 (Heroku's, a log drain), where someone else could read it within its hour, so the POST that
-turns it into a session uses up its nonce (`memory.web_sessions.UsedLinks`, server.py). Opening
-it (the GET that shows who it signs in as) changes nothing and may be repeated: link scanners
-and previews fetch a URL before the person does. A second browser or the phone asks for a new
-link with /memory.
+turns it into a session uses up its nonce for the browser that pressed it, known by the cookie
+its preview set (`memory.web_sessions.UsedLinks`, server.py). Opening it (the GET that shows who
+it signs in as) signs nobody in and may be repeated: link scanners and previews fetch a URL
+before the person does. A second browser or the phone asks for a new link with /memory (the
+terminal's person runs `arxivscout web --link`).
 """
 
 from __future__ import annotations

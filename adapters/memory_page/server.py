@@ -4,12 +4,17 @@
   in as (the link's own claims: platform, user id, tenant) with a button; it changes nothing.
   The button POSTs the token to `/memory/login`, which checks it again, asks the person's
   platform who they are (`access.py`), uses the link up (`UsedLinks`: a link's address sits in
-  the router's logs, so it starts one session only), starts a session in Redis and sets its
+  the router's logs, so it signs in one browser only), starts a session in Redis and sets its
   cookie (HttpOnly, SameSite=Lax, Path=/memory, Secure under an https public URL), then
-  redirects 303 to `/memory`. Two steps so that a link someone else sends you cannot sign your
-  browser in as them (login CSRF): opening it asks first, and the preview can be opened again
-  (link scanners fetch it). A missing, altered, forged or expired link is a 403 page that says
-  how to get a new one, on either step; so is a used one, on the POST.
+  redirects 303 to `/memory`. Which browser: the preview gives it a random sign-in cookie
+  (`SIGNIN_COOKIE`, on `/memory/login` only) and the link is used up for that cookie's hash, so
+  a press that did not finish (a double click, a dropped connection, a router timeout) can be
+  pressed again in the same browser; someone who read the link in a log has no such cookie.
+  A used link is refused before the platform is asked; pressed again by a browser already
+  signed in as the link's person (a second tab, Back), it leads to `/memory`. Two steps so that
+  a link someone else sends you cannot sign your browser in as them (login CSRF): opening it
+  asks first, and the preview can be opened again (link scanners fetch it). A missing, altered, forged or expired link is a 403 page that says
+  how to get a new one, on either step; so is one used by another browser, on the POST.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, at most
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import html
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,7 +45,14 @@ from aiohttp import BodyPartReader, web
 from yarl import URL
 
 from adapters.memory_page.access import Directory, DirectoryError, viewer_of, viewer_record
-from adapters.memory_page.auth import LOGIN_PATH, InvalidLink, Links, new_csrf, same_csrf
+from adapters.memory_page.auth import (
+    LOGIN_PATH,
+    InvalidLink,
+    LinkClaims,
+    Links,
+    new_csrf,
+    same_csrf,
+)
 from adapters.memory_page.viewer import CSRF, IMPORT_FORM, SESSION, VIEWER
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
@@ -50,6 +63,7 @@ log = logging.getLogger(__name__)
 PREFIX = "/memory"
 LOGOUT_PATH = "/memory/logout"
 SESSION_COOKIE = "arxivscout_memory"
+SIGNIN_COOKIE = "arxivscout_signin"  # which browser pressed a link's button (UsedLinks)
 VIEWER_REFRESH_SECONDS = 300
 IMPORT_PATH = "/memory/import"
 MB = 1024 * 1024
@@ -138,12 +152,18 @@ def bad_link(exc: InvalidLink) -> web.Response:
     return notice(403, title, f"{html.escape(exc.problem)} {ASK_AGAIN}")
 
 
-USED_LINK = "This link was already used: ask for a new one with /memory."
+FRESH_LOCAL_LINK = (
+    "While the page runs, <code>arxivscout web --link</code> (with its <code>--tenant</code> "
+    "and <code>--port</code>) prints a new one without restarting it."
+)
 
 
-def used_link() -> web.Response:
-    return notice(403, "This link was already used", f"{html.escape(USED_LINK)} On the server, "
-                  "<code>arxivscout web</code> prints one.")  # fmt: skip
+def used_link(platform: str) -> web.Response:
+    """A link another browser (or someone who read its address) already signed in with; the
+    terminal's person is told how to get a new one without restarting the page."""
+    more = f" {FRESH_LOCAL_LINK}" if platform == "local" else ""
+    return notice(403, "This link was already used",
+                  f"This link was already used. {ASK_AGAIN}{more}")  # fmt: skip
 
 
 def _origin(url: str) -> str | None:
@@ -189,8 +209,22 @@ class Access:
             f'value="{html.escape(token)}"><button type="submit">Open my memory</button></form>'
         )
         # same-origin, not no-referrer: under no-referrer the button's POST says `Origin: null`
-        return notice(200, "Open your ArxivScout memory", message, extra_html=form,
-                      **{"Referrer-Policy": "same-origin"})  # fmt: skip
+        response = notice(200, "Open your ArxivScout memory", message, extra_html=form,
+                          **{"Referrer-Policy": "same-origin"})  # fmt: skip
+        self._mark_browser(request, response)
+        return response
+
+    def _mark_browser(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Give this browser its sign-in cookie, keeping the value it has (set again only to
+        last the link's lifetime from now). SameSite=Lax, not Strict: opening the link from
+        Slack or Discord is a cross-site navigation, which would not send a Strict cookie, so a
+        person whose first press was lost and who opens the link again would get a new value
+        and be refused; Lax still keeps it off other sites' POSTs."""
+        browser = request.cookies.get(SIGNIN_COOKIE) or secrets.token_urlsafe(32)
+        response.set_cookie(
+            SIGNIN_COOKIE, browser, max_age=self.links.ttl, path=LOGIN_PATH, httponly=True,
+            samesite="Lax", secure=self.links.secure,
+        )  # fmt: skip
 
     def same_site(self, request: web.Request) -> bool:
         """Whether the sign-in POST came from a page of this site (the login page's button).
@@ -209,8 +243,10 @@ class Access:
         return _origin(sent) in ours - {None}
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        """POST: the token again, then a session of its own, replacing this browser's. The link
-        is used up only once its person is known, so a rate limit or an outage leaves it usable."""
+        """POST: the token again, then a session of its own, replacing this browser's. A link
+        used by another browser is refused before the platform is asked (one Redis read); it is
+        used up (atomically) only once its person is known, so a rate limit or an outage leaves
+        it usable, and the same browser pressing again signs in again."""
         if not self.same_site(request):
             return notice(403, "This sign-in cannot be sent", "It did not come from this "
                           f"site's own sign-in page. Open your link again. {ASK_AGAIN}")  # fmt: skip
@@ -223,13 +259,15 @@ class Access:
             claims = self.links.signer.verify(token if isinstance(token, str) else "")
         except InvalidLink as exc:
             return bad_link(exc)
+        browser = request.cookies.get(SIGNIN_COOKIE, "")
+        used_links = self.state.used_links
         try:
+            if not await used_links.usable(claims.nonce, browser):
+                return await self._used(request, claims)
             viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
             remaining = claims.expires - self.links.signer.clock()
-            if not await self.state.used_links.use(claims.nonce, remaining):
-                log.info("memory page: a used link of %s %s of %s was sent again",
-                         claims.platform, claims.user, claims.tenant)  # fmt: skip
-                return used_link()
+            if not await used_links.use(claims.nonce, browser, remaining):
+                return await self._used(request, claims)
             await self.state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
             session = await self.state.sessions.create(
                 {"viewer": viewer_record(viewer), "csrf": new_csrf(), "resolved_at": time.time(),
@@ -248,6 +286,20 @@ class Access:
             httponly=True, samesite="Lax", secure=self.links.secure,
         )  # fmt: skip
         return response
+
+    async def _used(self, request: web.Request, claims: LinkClaims) -> web.Response:
+        """A link another browser used: a 303 to `/memory` when this browser is already signed
+        in as the link's person (a second tab, Back), else a page saying so."""
+        record = await self.state.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
+        if record is not None:
+            viewer = viewer_of(record["viewer"])
+            if (viewer.tenant, viewer.user, viewer.platform) == (
+                claims.tenant, claims.user, claims.platform,
+            ):  # fmt: skip
+                return web.Response(status=303, headers={"Location": PREFIX})
+        log.info("memory page: a used link of %s %s of %s was sent again",
+                 claims.platform, claims.user, claims.tenant)  # fmt: skip
+        return used_link(claims.platform)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         await self.state.sessions.delete(request[SESSION])

@@ -1,5 +1,7 @@
 """`arxivscout web`: the memory page (`/memory`) and `/healthz`, for setups without Slack's
 HTTP mode (the terminal, Socket Mode, Discord); prints a sign-in link for the terminal's person.
+A link signs in one browser; `arxivscout web --link` prints a fresh one (same secret, tenant and
+address) and exits, for a page that is already running.
 
 Also the memory page's wiring, shared with `slack`, `discord` and `worker`: the link signer
 (ARXIVSCOUT_SECRET, or a secret kept in Redis), the public URL links point to, and the
@@ -43,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help=f"address to listen on (default {DEFAULT_HOST})")  # fmt: skip
     parser.add_argument("--port", type=port_number, default=None,
                         help=f"port to listen on (default $PORT or {DEFAULT_PORT})")  # fmt: skip
+    parser.add_argument("--link", action="store_true",
+                        help="only print a new sign-in link for the page already running "
+                        "(same --host, --port and --tenant), then exit")  # fmt: skip
     add_tenant(parser)
     parser.set_defaults(handler=run)
 
@@ -114,9 +119,25 @@ async def listen(runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
     return site
 
 
+def print_link(links: Links, tenant: str) -> None:
+    print(f"Open this link within {links.ttl // 60} minutes to sign in as the {tenant!r} "
+          f"tenant's admin:\n{links.login(tenant, LOCAL_USER, 'local')}", flush=True)  # fmt: skip
+
+
+async def print_fresh_link(args: argparse.Namespace, settings: Settings, port: int) -> int:
+    """`--link`: a new link for the tenant's local admin, signed and addressed as the running
+    page's are (its secret, ARXIVSCOUT_PUBLIC_URL or --host/--port), without restarting it."""
+    async with memory_session(settings) as memory:
+        wiring = await page_wiring(settings, memory, own_url=f"http://{args.host}:{port}")
+        print_link(wiring.links, args.tenant)
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     port = args.port if args.port is not None else settings.port or DEFAULT_PORT
+    if args.link:
+        return await print_fresh_link(args, settings, port)
     stop = stop_on_signals()
     async with memory_session(settings) as memory:
         runner = None
@@ -132,11 +153,10 @@ async def run(args: argparse.Namespace) -> int:
                 if not wiring.configured:
                     wiring.links.public_url = site_url
             wiring.announce()
-            link = wiring.links.login(args.tenant, LOCAL_USER, "local")
-            minutes = wiring.links.ttl // 60
             print(f"Memory page on {site_url}/memory (Ctrl-C to stop)", flush=True)
-            print(f"Open this link within {minutes} minutes to sign in as the {args.tenant!r} "
-                  f"tenant's admin:\n{link}", flush=True)  # fmt: skip
+            print_link(wiring.links, args.tenant)
+            again = f"arxivscout web --link --host {args.host} --port {port} --tenant {args.tenant}"
+            print(f"It signs in one browser; for another link, run: {again}", flush=True)
             await stop.wait()
         finally:
             if runner is not None:
