@@ -5,7 +5,8 @@ for both: a message's place is its audience, or for a message from before audien
 its thread's (`legacy_audience`); a DM place is someone's when exactly one person wrote there,
 across all its threads (a DM has one person; two: none is told). Tombstones keep no author:
 a place whose messages are all tombstones cannot be told from them, so an export keeps the
-record itself (a DM thread line's `dm_person`), and an import takes it before its writers."""
+record itself (a DM thread line's `dm_person`), and an import takes it where its writers cannot
+tell (what the messages show comes first: a file's record is not to override them)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ class DmAuthors:
             self.declared.setdefault(place, set()).add(person)
 
     def people(self) -> dict[str, str]:
-        """Each DM place whose one person is known: place -> that person. A place's record
-        comes first; its writers tell a place without one (or whose records disagree)."""
-        told = {place: next(iter(a)) for place, a in self.authors.items() if len(a) == 1}
-        told.update((p, next(iter(a))) for p, a in self.declared.items() if len(a) == 1)
+        """Each DM place whose one person is known: place -> that person. Its one writer tells
+        it; a place's record (when its records agree) tells a place its writers cannot (no
+        writer left, or two)."""
+        told = {place: next(iter(a)) for place, a in self.declared.items() if len(a) == 1}
+        told.update((p, next(iter(a))) for p, a in self.authors.items() if len(a) == 1)
         return told

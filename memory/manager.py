@@ -12,7 +12,7 @@ from memory.browse import Browse
 from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
 from memory.governance import Governance
-from memory.keys import forgetting_key, import_partial_key, tenant_key
+from memory.keys import forgetting_key, import_partial_key, import_running_key, tenant_key
 from memory.migrate import migrate_to_hash_tags
 from memory.portability import Portability
 from memory.retention import Retention
@@ -76,7 +76,9 @@ class MemoryManager:
         """Erase everything a tenant's memory holds (temporary tenants of evaluations, what a
         failed import wrote), its watches off the due index every tenant shares too. Not its
         erasure lock: the erasure that holds it (memory/governance_tenants.py) keeps it to the
-        end, and releases it; a lock nobody renews lapses on its own. The marker of an import
+        end, and releases it; a lock nobody renews lapses on its own. Nor an import's running
+        key (`import_running_key`): an import that clears a tenant keeps refusing the bot's
+        messages while it does, and releases that key at its end. The marker of an import
         (`import_partial_key`) goes last: a drop that fails midway leaves it, so the next import
         clears what is left (the vector stores' documents) rather than refusing the tenant as
         one that holds memory.
@@ -87,7 +89,8 @@ class MemoryManager:
         Its write lands either before the stores are dropped (the drop takes it) or after,
         when the messages and learned records are gone already (its check takes it out)."""
         await WatchStore(self.redis).unschedule_all(tenant)
-        spared, batch = {forgetting_key(tenant), import_partial_key(tenant)}, []
+        spared = {forgetting_key(tenant), import_partial_key(tenant), import_running_key(tenant)}
+        batch: list = []
         async for key in self.redis.scan_iter(match=tenant_key(tenant, "*"), count=1000):
             if decode(key) not in spared:
                 batch.append(key)

@@ -62,10 +62,13 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from memory.governance import LOCK_TTL_MS as ERASURE_LOCK_TTL_MS
 from memory.keys import (
+    erasing_key,
     forgetting_key,
     import_lock_key,
     import_partial_key,
+    import_running_key,
     papers_key,
     retention_key,
     threads_key,
@@ -80,7 +83,7 @@ from memory.stores.base import decode
 from memory.stores.watches import WatchStore
 
 __all__ = [
-    "BadExportLine", "ErasureRunning", "ImportBusy", "ImportInterrupted", "ImportLost", "Left",
+    "BadExportLine", "ErasureFinishing", "ErasureRunning", "ImportBusy", "ImportInterrupted", "ImportLost", "Left",
     "Portability", "TenantNotEmpty", "dumps",
 ]  # fmt: skip
 
@@ -97,12 +100,19 @@ class TenantNotEmpty(ValueError):
         super().__init__(tenant)
         self.crashed_at = crashed_at
 
+    @property
+    def when_crashed(self) -> str:
+        """When the crashed import started, as " on <date> UTC"; "" when that is not known (no
+        crash, or a marker from before markers held a time). The page's wording uses it too."""
+        if not self.crashed_at:
+            return ""
+        return time.strftime(" on %Y-%m-%d %H:%M UTC", time.gmtime(self.crashed_at))
+
     def __str__(self) -> str:
         if self.crashed_at is not None:
-            when = time.strftime(" on %Y-%m-%d %H:%M UTC", time.gmtime(self.crashed_at))
             return (
                 f"The tenant {self.args[0]!r} holds part of an import that stopped"
-                f"{when if self.crashed_at else ''}, and it was used after that: importing "
+                f"{self.when_crashed}, and it was used after that: importing "
                 "again would erase what was added since. "
                 "Import into another tenant (--tenant); this one is left as it is. Nothing was "
                 "imported."
@@ -126,8 +136,20 @@ class ErasureRunning(ImportBusy):
 
     def __str__(self) -> str:
         return (
-            f"An erasure of the tenant {self.args[0]!r}'s memory is running; try again when it "
-            "has ended. Nothing was imported."
+            f"An erasure in the memory of the tenant {self.args[0]!r} is running; try again "
+            "when it has ended. Nothing was imported."
+        )
+
+
+class ErasureFinishing(ErasureRunning):
+    """The tenant holds nothing but what an erasure that has ended is still deleting (the
+    forgotten messages' episodic documents, memory/keys.py `erasing_key`): not a memory to
+    keep, so not "not empty", but the import waits until it is gone."""
+
+    def __str__(self) -> str:
+        return (
+            f"An erasure in the memory of the tenant {self.args[0]!r} is still finishing; try "
+            "again shortly. Nothing was imported."
         )
 
 
@@ -185,10 +207,13 @@ class ImportInterrupted(Exception):
 class _Held:
     """An import's locks while it writes (its own and the tenant's erasure lock): renewed in
     the background, every third of their lifetime; `__call__` raises `ImportLost` once a
-    renewal found one gone (`lose`). `started`: when its writes began (its marker's time)."""
+    renewal found one gone (`lose`). `started`: when its writes began (its marker's time),
+    set once the tenant was found empty (or cleared)."""
+
+    started: float
 
     def __init__(self, tenant: str) -> None:
-        self.tenant, self.lost, self.started = tenant, False, time.time()
+        self.tenant, self.lost = tenant, False
 
     def lose(self) -> None:
         log.warning("the import lock of %s was lost: the import stops", self.tenant)
@@ -276,24 +301,33 @@ class Portability:
         It holds the tenant's erasure lock too (`forgetting_key`, memory/governance.py), as an
         erasure does: an erasure that ran alongside its writes would be undone by the rest of
         them. An erasure running refuses the import (`ErasureRunning`); one asked for while it
-        writes waits, then answers Busy ("try again"), as it does behind another erasure."""
+        writes waits, then answers Busy ("try again"), as it does behind another erasure.
+
+        Right after it takes its lock, before it looks at the tenant, it sets the tenant's
+        `import_running_key` (renewed and released with its locks): the bot's appends are
+        refused from then on (memory/stores/conversation.py), and one stored before is in the
+        thread index its emptiness check (or `used_since`) reads."""
         lock, token = import_lock_key(tenant), uuid.uuid4().hex
+        running, erasure = import_running_key(tenant), forgetting_key(tenant)
         if not await self._locks.acquire(lock, token, self.lock_ttl_ms):
             raise ImportBusy(tenant)
         try:
-            erasing = await self._locks.acquire(forgetting_key(tenant), token, self.lock_ttl_ms)
+            await self.redis.set(running, token, px=self.lock_ttl_ms)
+            erasing = await self._locks.acquire(erasure, token, ERASURE_LOCK_TTL_MS)
         except BaseException:
-            await self._locks.release(lock, token)
+            await self._give_back(token, running, lock)
             raise
         if not erasing:
-            await self._locks.release(lock, token)
+            await self._give_back(token, running, lock)
             raise ErasureRunning(tenant)
         held = _Held(tenant)
-        name = f"import-lock {tenant}"
+        ttl, lose = self.lock_ttl_ms, held.lose
         async with (
-            self._locks.kept(lock, token, self.lock_ttl_ms, name=name, on_lost=held.lose),
-            self._locks.kept(forgetting_key(tenant), token, self.lock_ttl_ms, on_lost=held.lose),
-        ):
+            self._locks.kept(lock, token, ttl, name=f"import-lock {tenant}", on_lost=lose),
+            self._locks.kept(running, token, ttl, name=f"import-running {tenant}", on_lost=lose),
+            self._locks.kept(erasure, token, ERASURE_LOCK_TTL_MS,
+                             name=f"import-erasure-lock {tenant}", on_lost=lose),
+        ):  # fmt: skip
             crashed = decode(await self.redis.get(import_partial_key(tenant)))
             if crashed is not None:
                 started = _started(crashed)
@@ -301,7 +335,7 @@ class Portability:
                     raise TenantNotEmpty(tenant, crashed_at=started)
                 await self.memory.drop_tenant(tenant)  # what the crashed import wrote
             elif not await self.is_empty(tenant):
-                raise TenantNotEmpty(tenant)
+                raise await self._not_empty(tenant)
             started = held.started = time.time()
             await self.redis.set(import_partial_key(tenant), repr(started))
             try:
@@ -324,6 +358,11 @@ class Portability:
             # only its own marker: one another import (that took over) set stays
             await self._locks.release(import_partial_key(tenant), repr(started))
 
+    async def _give_back(self, token: str, *keys: str) -> None:
+        """Release what an import that does not start took (its running key, then its lock)."""
+        for key in keys:
+            await self._locks.release(key, token)
+
     async def _undo(self, tenant: str, started: float, lock: str, token: str) -> Left:
         """Clear what a failed import wrote, unless the tenant was used meanwhile (then the
         marker stays, and the next import refuses it); what is left. A failure here leaves the
@@ -335,7 +374,12 @@ class Portability:
             if await self.used_since(tenant, started):
                 return Left.USED
             ours = await self._locks.renew(lock, token, self.lock_ttl_ms)
-            ours = ours and await self._locks.renew(forgetting_key(tenant), token, self.lock_ttl_ms)
+            ours = ours and await self._locks.renew(
+                import_running_key(tenant), token, self.lock_ttl_ms
+            )
+            ours = ours and await self._locks.renew(
+                forgetting_key(tenant), token, ERASURE_LOCK_TTL_MS
+            )
         except Exception:
             log.exception("could not tell what a failed import into %s left", tenant)
             return Left.UNKNOWN
@@ -371,11 +415,20 @@ class Portability:
                 continue
         return False
 
+    async def _not_empty(self, tenant: str) -> ErasureFinishing | TenantNotEmpty:
+        """Why a tenant that is not empty is refused: when it holds only indexed documents while
+        an erasure's purge still deletes some (`erasing_key`: the admin forgot its last thread
+        a moment ago), that erasure finishing, not a memory in the way."""
+        if not await self.redis.exists(*_own_keys(tenant)) and await self.redis.exists(
+            erasing_key(tenant)
+        ):
+            return ErasureFinishing(tenant)
+        return TenantNotEmpty(tenant)
+
     async def is_empty(self, tenant: str) -> bool:
         """True when the tenant holds no threads, papers, retention setting, watches or indexed
         records."""
-        keys = (threads_key(tenant), papers_key(tenant), retention_key(tenant), watches_key(tenant))
-        if await self.redis.exists(*keys):
+        if await self.redis.exists(*_own_keys(tenant)):
             return False
         listed = {decode(n) for n in await self.redis.execute_command("FT._LIST")}
         for store in self.memory.vector_stores:
@@ -393,6 +446,11 @@ class Portability:
             if int(total):
                 return False
         return True
+
+
+def _own_keys(tenant: str) -> tuple[str, ...]:
+    """The tenant's keys that hold memory of its own (besides its indexed documents)."""
+    return (threads_key(tenant), papers_key(tenant), retention_key(tenant), watches_key(tenant))
 
 
 def _started(marker: str) -> float:

@@ -204,6 +204,9 @@ class Writer:
                 else f"imported: `/watch resume {watch.id}` where it posts"
             )
             self.counts[PAUSED_WATCHES] += 1
+        # made no later than the import's start, as threads and papers: a creation time ahead
+        # (the exporting host's clock) is not a watch made since (`Portability.used_since`)
+        watch.created_at = min(watch.created_at, self.started)
         await WatchStore(self.redis).restore(watch, record.get("posted") or {}, time.time())
 
     async def _thread(self, record: dict) -> None:

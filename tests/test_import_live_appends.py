@@ -1,6 +1,8 @@
-"""The bot writing into a tenant while an import writes it: refused (said as the memory being
-restored), so no live message shares a position with the file's nor sinks under them; a marker
-a crashed import left does not stop the bot."""
+"""The bot writing into a tenant while an import runs there: refused (said as the memory being
+restored), from right after the import takes its lock (before it looks at the tenant, or clears
+what a crashed import left) to its end, so no live message shares a position with the file's nor
+sinks under them, nor is wiped by the clearing; a marker a crashed import left neither stops the
+bot nor costs its appends a round trip."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis.asyncio as aioredis
 
-from memory.keys import import_lock_key, import_partial_key, messages_key, threads_key
-from memory.portability import dumps
+from memory.keys import import_partial_key, import_running_key, messages_key, threads_key
+from memory.portability import Portability, dumps
 from memory.scope import Scope
 from memory.stores.conversation import ConversationStore, MemoryRestoring
 from tests.agent_world import close_world, open_world
+from tests.test_portability_s25 import gated
+
+__all__ = ["gated"]  # the fixture, used here
 
 THREAD = "t1"  # one thread per place, as a Discord channel's or a Slack DM's `dm`
 
@@ -78,7 +83,7 @@ async def test_a_live_message_during_an_import_is_refused_and_the_thread_kept_wh
     try:
         await memory.portability.import_lines(other, lines)
         assert len(raised) == 1 and isinstance(raised[0], MemoryRestoring)
-        assert "being restored" in str(raised[0]) and "send it again in a minute" in str(raised[0])
+        assert "being restored" in str(raised[0]) and "again in a few minutes" in str(raised[0])
         stored = [
             json.loads(r) for r in await memory.redis.lrange(messages_key(other, THREAD), 0, -1)
         ]
@@ -92,24 +97,90 @@ async def test_a_live_message_during_an_import_is_refused_and_the_thread_kept_wh
         await memory.drop_tenant(other)
 
 
-async def test_a_crashed_imports_marker_does_not_stop_the_bot(memory, tenant):
-    """A crash leaves the marker (its import's lock lapses): the bot writes past it, and the
-    next import then refuses the tenant rather than wipe what was said since."""
+async def export_of_a_thread(memory, tenant: str) -> list[dict]:
+    source = Scope(tenant, THREAD, channel="C1", user="U1", user_name="alice")
+    for i, text in enumerate(["Find the quokka paper.", "Here it is.", "Who wrote it?"]):
+        role = "user" if i % 2 == 0 else "assistant"
+        await memory.conversation.append(source, role, text, timestamp=time.time() - 60 * (3 - i))
+    return [json.loads(dumps(r)) async for r in memory.portability.export_tenant(tenant)]
+
+
+def marker_write(tenant: str) -> bytes:
+    """The import setting its marker, as it goes to Redis: after it found the tenant empty, or
+    cleared what a crashed import left."""
+    key = import_partial_key(tenant)
+    return f"SET\r\n${len(key)}\r\n{key}".encode()
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["empty", "a-crashed-import-cleared"])
+async def test_a_live_message_before_the_import_starts_writing_is_refused(
+    memory, gated, tenant, other, crashed
+):
+    """The import has its lock and found the tenant empty (or cleared what a crashed import
+    left), and has not set its marker yet: a live message then is refused all the same, not
+    stored unseen (positions shared with the file's) nor wiped."""
+    through_gate, gate = gated
+    records = await export_of_a_thread(memory, tenant)
+    if crashed:
+        await memory.redis.set(import_partial_key(other), repr(time.time() - 60))
+    gate.hold(marker_write(other))
+    task = asyncio.create_task(Portability(through_gate).import_records(other, records))
+    try:
+        await gate.held.wait()
+        with pytest.raises(MemoryRestoring):
+            await memory.conversation.append(Scope(other, THREAD), "user", "a live question")
+        gate.release.set()
+        await task
+        stored = [m.content for m in await memory.conversation.all(Scope(other, THREAD))]
+        assert stored == [r["message"]["content"] for r in records if r["kind"] == "message"]
+        assert not await memory.redis.exists(import_running_key(other))  # the import ended
+        after = await memory.conversation.append(Scope(other, THREAD), "user", "And now?")
+        assert after.seq == len(stored)
+    finally:
+        gate.release.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await memory.drop_tenant(other)
+
+
+class CountingRedis(aioredis.Redis):
+    """A client that notes each command it sends (the Redis client's, not ours)."""
+
+    sent: list[str]
+
+    async def execute_command(self, *args, **options):
+        self.sent.append(str(args[0]).upper())
+        return await super().execute_command(*args, **options)
+
+
+async def test_a_crashed_imports_marker_neither_stops_the_bot_nor_slows_it(
+    memory, tenant, redis_url
+):
+    """A crash leaves the marker (its running key lapses with its lock): the bot writes past
+    it, in the one round trip of any append, and the next import then refuses the tenant
+    rather than wipe what was said since. An import running refuses the append."""
     scope = Scope(tenant, THREAD)
-    await memory.redis.set(import_partial_key(tenant), "1234.5")
-    stored = await memory.conversation.append(scope, "user", "Still there?")
-    assert stored.seq == 0 and not stored.duplicate
+    client = CountingRedis.from_url(redis_url)
+    client.sent = []
+    try:
+        store = ConversationStore(client)
+        await store.append(Scope(tenant, "warm-up"), "user", "The script, loaded.")
+        await memory.redis.set(import_partial_key(tenant), "1234.5")
+        client.sent = []
+        stored = await store.append(scope, "user", "Still there?")
+        assert stored.seq == 0 and not stored.duplicate
+        assert client.sent == ["EVALSHA"]
+    finally:
+        await client.aclose()
     assert [m.content for m in await memory.conversation.all(scope)] == ["Still there?"]
 
-    await memory.redis.set(import_lock_key(tenant), "another-import", px=60_000)
-    try:  # an import running (its lock held): refused, nothing stored
+    await memory.redis.set(import_running_key(tenant), "another-import", px=60_000)
+    try:  # an import running: refused, nothing stored
         with pytest.raises(MemoryRestoring):
             await memory.conversation.append(scope, "user", "And now?", once="job-2")
         assert [m.content for m in await memory.conversation.all(scope)] == ["Still there?"]
         assert await memory.conversation.appended(scope, "job-2") is None
     finally:
-        await memory.redis.delete(import_lock_key(tenant))
-        await memory.redis.delete(import_partial_key(tenant))
+        await memory.redis.delete(import_running_key(tenant), import_partial_key(tenant))
 
 
 @pytest.fixture
@@ -121,16 +192,14 @@ async def world(redis_url, tmp_path):
 
 async def test_a_turn_during_an_import_tells_the_person_to_send_it_again(world, tenant):
     memory = world.runtime.memory
-    await memory.redis.set(import_lock_key(tenant), "an-import", px=60_000)
-    await memory.redis.set(import_partial_key(tenant), repr(time.time()))
+    await memory.redis.set(import_running_key(tenant), "an-import", px=60_000)
     try:
         scope = Scope(tenant, "dm", user="U1", user_name="alice")
         reply = await world.runtime.turns().handle(scope, "What is MemGPT?", turn_id="job-1")
         assert reply.refused and "my memory is being restored" in reply.text
-        assert "please send it again in a minute" in reply.text
+        assert "please send it again in a few minutes" in reply.text
         assert world.model_requests() == []  # refused before the model was asked
         assert await memory.conversation.all(scope) == []
         assert not await memory.redis.exists(threads_key(tenant))
     finally:
-        await memory.redis.delete(import_lock_key(tenant))
-        await memory.redis.delete(import_partial_key(tenant))
+        await memory.redis.delete(import_running_key(tenant))

@@ -5,9 +5,12 @@ Redis and MiniLM:
   and an import (the thread line's `dm_person`): erasing them takes the thread, answers too;
 - an erasure and an import's writes never run together: an erasure running refuses the import,
   and one due while an import writes waits for it (the tenant's erasure lock);
+- a file's `dm_person` does not override the person its messages show;
+- a tenant left with only what an erasure's purge is still deleting is refused as that erasure
+  finishing, not as "not empty";
 - a file nested thousands deep is a bad line, and so is a turn whose asker is not text;
-- a thread's or paper's time ahead of the importing host's clock is not taken for use of the
-  tenant since the import began;
+- a thread's, paper's or watch's time ahead of the importing host's clock is not taken for use
+  of the tenant since the import began;
 - a tenant's drop that fails midway leaves the import's marker: the next import clears the rest.
 """
 
@@ -23,15 +26,25 @@ import pytest
 from memory.governance_tenants import TenantErasures
 from memory.keys import (
     dm_people_key,
+    erasing_key,
     forgetting_key,
     import_lock_key,
     import_partial_key,
     papers_key,
     threads_key,
 )
-from memory.portability import BadExportLine, ErasureRunning, Portability
+from memory.portability import (
+    BadExportLine,
+    ErasureFinishing,
+    ErasureRunning,
+    Portability,
+    TenantNotEmpty,
+)
 from memory.scope import Scope, Visibility
 from memory.stores.base import decode
+from memory.stores.episodic_episode import Episode
+from memory.stores.watches import DAY as A_DAY
+from memory.stores.watches import WatchStore
 from tests.support.memory_seed import say
 from tests.test_memory_stores import add_memgpt
 from tests.test_portability import export, populate
@@ -85,6 +98,19 @@ async def test_a_file_without_the_record_still_tells_the_person_by_their_words(m
     await memory.drop_tenant(other)
 
 
+async def test_a_file_s_person_does_not_override_what_its_messages_show(memory, tenant, other):
+    """The DM's one writer is U7; the file's record says U8 (edited, or another export's): the
+    messages tell the place, the record only where they cannot."""
+    here = Scope(tenant, f"slack:{tenant}:D7:1.1", "D7", Visibility.DM, "U7", "Dee")
+    await say(memory, here, "user", "hello there", DAY)
+    records = await export(memory, tenant)
+    line = next(r for r in records if r["kind"] == "thread")
+    line["dm_person"] = "U8"
+    await memory.portability.import_lines(other, lambda: iter(lines_of(records)))
+    assert decode(await memory.redis.hget(dm_people_key(other), "dm:D7")) == "U7"
+    await memory.drop_tenant(other)
+
+
 @pytest.mark.parametrize("person", [5, "", "U7\n"])
 async def test_a_dm_person_that_is_not_an_id_is_a_bad_line(memory, tenant, other, person):
     here = Scope(tenant, f"slack:{tenant}:D7:1.1", "D7", Visibility.DM, "U7", "Dee")
@@ -133,13 +159,35 @@ async def test_a_tenant_erasure_due_while_an_import_writes_waits_for_it(memory, 
         assert await erasures.erase_due(now=0.0) == []  # busy: the import holds the tenant
         gate.release.set()
         counts = await task
+        assert counts["messages"] > 0
+        assert await erasures.erase_due(now=0.0) == [other]  # the next tick
+        assert await memory.portability.is_empty(other)
+        assert not await memory.redis.exists(threads_key(other))
     finally:
         gate.release.set()
         await asyncio.gather(task, return_exceptions=True)
-    assert counts["messages"] > 0
-    assert await erasures.erase_due(now=0.0) == [other]  # the next tick
-    assert await memory.portability.is_empty(other)
-    assert not await memory.redis.exists(threads_key(other))
+        await erasures.cancel([other])  # the uninstalled list shared by every test: left clean
+        await memory.drop_tenant(other)
+
+
+async def test_what_an_erasure_still_purges_is_not_a_memory_in_the_way(memory, tenant, other):
+    """The admin forgot the tenant's last thread a moment ago: its episodic documents are still
+    being deleted (`erasing_key`), nothing else is left. The import says that erasure is
+    finishing (try again shortly), not that the tenant holds memory."""
+    await add_memgpt(memory, tenant)
+    records = await export(memory, tenant)
+    said = Episode(id="m-gone", thread="t-gone", author="U1", text="a forgotten question", ts=DAY)
+    await memory.episodes.add(Scope(other), [said])
+    await memory.redis.hset(erasing_key(other), "m-gone", 1)
+    try:
+        with pytest.raises(ErasureFinishing, match="still finishing; try again shortly"):
+            await memory.portability.import_records(other, records)
+        await memory.conversation.append(Scope(other, "t1"), "user", "A thread of its own.")
+        with pytest.raises(TenantNotEmpty):  # a memory of its own besides: not empty, as ever
+            await memory.portability.import_records(other, records)
+    finally:
+        await memory.redis.delete(erasing_key(other))
+        await memory.drop_tenant(other)
 
 
 # -- 5. not an export ----------------------------------------------------------------------------
@@ -171,20 +219,33 @@ async def test_a_turn_s_text_field_that_is_not_text_is_a_bad_line(memory, tenant
 # -- 7. a clock ahead ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ahead", ["thread", "paper"])
+@pytest.mark.parametrize("ahead", ["thread", "paper", "watch"])
 async def test_times_ahead_of_the_import_are_not_use_since(memory, tenant, other, ahead):
     """A file from a host whose clock ran an hour ahead, its import crashed (its marker left):
     the next import clears what it wrote and imports again, not refusing a tenant 'used'."""
     await populate(memory, tenant)
+    if ahead == "watch":
+        await WatchStore(memory.redis).create(
+            Scope(tenant, channel="C9", user="U9"), "walruses", A_DAY, platform="slack",
+            channel="C9",
+        )  # fmt: skip
     records = await export(memory, tenant)
     later = time.time() + 3600
     for record in records:
-        if ahead == "thread" and record["kind"] == "thread":
+        # (a watch's case: its threads' times too, clamped to the import's start, show it)
+        if ahead in ("thread", "watch") and record["kind"] == "thread":
             record["last_active"] = later
         if ahead == "paper" and record["kind"] == "paper":
             record["paper"]["ingested_at"] = later
+        if ahead == "watch" and record["kind"] == "watch":
+            record["watch"]["created_at"] = later
     await memory.portability.import_records(other, records)
     started = time.time()  # (at most) when a crashed import of it would have started
+    if ahead == "watch":  # exactly when it started: its threads' times were clamped to it
+        started = max(s for _, s in await memory.redis.zrange(threads_key(other), 0, -1,
+                                                              withscores=True))  # fmt: skip
+        watches = await WatchStore(memory.redis).all(other)
+        assert watches and all(w.created_at <= started for w in watches)
     assert max(s for _, s in await memory.redis.zrange(threads_key(other), 0, -1,
                                                        withscores=True)) <= time.time()  # fmt: skip
     for raw in await memory.redis.hvals(papers_key(other)):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from typing import IO, Any
@@ -71,8 +70,7 @@ def said_here(exc: Exception) -> str:
     if isinstance(exc, TenantNotEmpty):
         if exc.crashed_at is None:
             return NOT_EMPTY
-        when = time.strftime(" on %Y-%m-%d %H:%M UTC", time.gmtime(exc.crashed_at))
-        return CRASHED_AND_USED.format(when=when if exc.crashed_at else "")
+        return CRASHED_AND_USED.format(when=exc.when_crashed)
     if isinstance(exc, ImportInterrupted) and exc.left is Left.USED:
         return USED_MEANWHILE.format(failure=exc.failure)
     return str(exc)

@@ -330,11 +330,21 @@ async def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def not_utf8() -> int:
+    """An import's input that is not UTF-8: said, and the command's exit status."""
+    print("arxivscout: error: the file is not UTF-8 text; nothing was imported.", file=sys.stderr)
+    return 2
+
+
 async def run_import(args: argparse.Namespace) -> int:
     if args.file == "-":
-        # split on "\n" alone, as a file is read: `splitlines` also cuts at U+2028, U+2029 and
-        # U+0085, which an export keeps raw inside its JSON strings (a record cut in two)
-        text = sys.stdin.read().split("\n")
+        # UTF-8, as a file is read, whatever the locale's encoding; split on "\n" alone:
+        # `splitlines` also cuts at U+2028, U+2029 and U+0085, which an export keeps raw inside
+        # its JSON strings (a record cut in two)
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            return not_utf8()
 
         def lines() -> Iterator[str]:
             return iter(text)
@@ -352,11 +362,7 @@ async def run_import(args: argparse.Namespace) -> int:
         try:
             counts = await memory.portability.import_lines(args.tenant, lines)
         except UnicodeDecodeError:
-            print(
-                "arxivscout: error: the file is not UTF-8 text; nothing was imported.",
-                file=sys.stderr,
-            )
-            return 2
+            return not_utf8()
     if args.json:
         print_json(counts)
     else:

@@ -17,12 +17,12 @@ notes, episodic indexing, `all`; only the summarizers' snapshots keep them, for 
 A tombstone keeps no author, so the append of a DM's message records whose DM the place is
 (`dm_people_key`): erasing that person takes the DM's threads whole (memory/governance_sweeps.py).
 
-While an import writes a tenant (memory/portability.py: its marker set, its lock held), appends
-there are refused (`MemoryRestoring`): the import pushes a thread's old messages with positions
-of its own and sets its score and summarized counter, so a live message in a thread the file
-also holds would share a position with one of them and sink under them. A marker a crashed
-import left (no lock) does not stop the bot: that tenant is then used, and the next import
-refuses it rather than wipe what was said since.
+While an import runs in a tenant (memory/portability.py: from right after it takes its lock
+to its end, `import_running_key` is set), appends there are refused (`MemoryRestoring`): the
+import pushes a thread's old messages with positions of its own and sets its score and
+summarized counter, so a live message in a thread the file also holds would share a position
+with one of them and sink under them. A crashed import's key lapses with its lock: the bot
+writes again, and the next import refuses that used tenant rather than wipe what was said since.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ from memory.keys import (
     appended_id_key,
     appended_key,
     dm_people_key,
-    import_lock_key,
-    import_partial_key,
+    import_running_key,
     messages_key,
     summarized_count_key,
     summarizing_key,
@@ -67,17 +66,17 @@ MAX_MESSAGE_CHARS = 200_000
 # the append records where it stored which message (its position stays a bare number, as the
 # version before reads it), and a second append under it stores nothing and returns that
 # record. A DM's message (ARGV[6] its audience, ARGV[7] its person) records whose DM the place
-# is in the tenant's DM-people hash (KEYS[3], `dm_people_key`). While the tenant's import
-# marker (KEYS[4], `import_partial_key`) is set, nothing is stored, unless it is ARGV[8] (a
-# crashed import's: `ConversationStore._past_import`). Returns {seq, ""} when stored,
-# {-1, "<seq> <id>"} when appended before, {-2, "<marker>"} when an import's marker refused it.
+# is in the tenant's DM-people hash (KEYS[3], `dm_people_key`). While an import runs in the
+# tenant (KEYS[4], `import_running_key`), nothing is stored. The thread's index is written with
+# its message, so an import that set its key sees every message stored before (its emptiness
+# check) and none after. Returns {seq, ""} when stored, {-1, "<seq> <id>"} when appended
+# before, {-2, ""} when an import running refused it.
 _APPEND_SCRIPT = """
 if KEYS[5] then
   local prior = redis.call('GET', KEYS[5])
   if prior then return {-1, prior .. ' ' .. (redis.call('GET', KEYS[6]) or '')} end
 end
-local importing = redis.call('GET', KEYS[4])
-if importing and importing ~= ARGV[8] then return {-2, importing} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {-2, ''} end
 local seq = redis.call('LLEN', KEYS[1])
 local json = string.gsub(ARGV[1], '"seq":%-1}$', '"seq":' .. seq .. '}')
 redis.call('RPUSH', KEYS[1], json)
@@ -89,7 +88,7 @@ if KEYS[5] then
 end
 return {seq, ''}
 """
-_IMPORTING = -2  # the append script's reply when an import's marker refused the message
+_IMPORTING = -2  # the append script's reply when an import running refused the message
 ONCE_TTL_SECONDS = 7 * 24 * 3600
 
 _MARK_SCRIPT = """
@@ -182,7 +181,7 @@ class MemoryRestoring(InvalidMessage):
     def __init__(self) -> None:
         super().__init__(
             "my memory is being restored from an export right now, so your message was not "
-            "saved; please send it again in a minute."
+            "saved; please send it again in a few minutes."
         )
 
 
@@ -319,34 +318,19 @@ class ConversationStore:
             message.timestamp = float(timestamp)
         tenant = scope.tenant
         keys = [self.key(scope), threads_key(tenant), dm_people_key(tenant),
-                import_partial_key(tenant)]  # fmt: skip
+                import_running_key(tenant)]  # fmt: skip
         if once:
             keys += [appended_key(tenant, once), appended_id_key(tenant, once)]
         dm = scope.visibility is Visibility.DM and bool(scope.user)  # whose DM: erasure finds it
         args = [message.to_json(), message.timestamp, scope.thread, ONCE_TTL_SECONDS, message.id,
                 scope.audience if dm else "", scope.user if dm else ""]  # fmt: skip
-        seq, prior = await self._append(keys=keys, args=[*args, ""])
+        seq, prior = await self._append(keys=keys, args=args)
         if int(seq) == _IMPORTING:
-            seq, prior = await self._past_import(tenant, keys, args, decode(prior))
+            raise MemoryRestoring()
         if int(seq) >= 0:
             message.seq = int(seq)
             return message
         return await self._stored_at(scope, decode(prior), message)  # appended before: a re-run
-
-    async def _past_import(
-        self, tenant: str, keys: list[str], args: list[Any], marker: str
-    ) -> tuple[Any, Any]:
-        """The append again, once the import's `marker` refused it, when no import holds the
-        tenant (its lock, memory/keys.py `import_lock_key`, not a tenant key: read here, not in
-        the script): the marker is a crashed import's, and the message goes in past it. The
-        script still refuses any other marker: one a new import set since. Raises
-        `MemoryRestoring` while an import runs."""
-        if await self.redis.exists(import_lock_key(tenant)):
-            raise MemoryRestoring()
-        seq, prior = await self._append(keys=keys, args=[*args, marker])
-        if int(seq) == _IMPORTING:
-            raise MemoryRestoring()
-        return seq, prior
 
     async def appended(self, scope: Scope, once: str, role: str = "user") -> Message | None:
         """The message an append with idempotency key `once` stored (a tombstone when it was
