@@ -23,6 +23,7 @@ from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
+from memory.stores.base import Segment
 from memory.stores.knowledge_base import KnowledgeBase, Passage, base_arxiv_id, is_from_arxiv
 
 log = logging.getLogger(__name__)
@@ -203,18 +204,37 @@ def shown_passages(passages: list[Passage], sources: SourceRegistry) -> str:
     numbered and registered for citing. The rest go unnumbered: a passage the model did not read
     must list no source, and a number it saw on a cut one could later mean another passage.
     `read_tool_log` numbers and registers them as its pages show them. Sized on a copy of
-    `sources`, as `_page_end` is."""
-    trial = KnowledgeBase.segment(passages, copy.deepcopy(sources).numbers(passages))
-    end = len(trial.render()) - len("\n\n".join(trial.items)) - 2  # before the first "\n\n"
+    `sources`, as `_page_end` is.
+
+    Whole is judged on the result as it is handed over, its cut passages unnumbered, and so
+    shorter: a passage cut with its number can be whole without it. That one is numbered all
+    the same, its last characters (no more than its number's width) past the cut: unnumbered,
+    it would be read whole and never be citable, as reading on starts after it. Reading on
+    from the cut shows it whole from its header, under that number (or, one longer than a
+    page, the rest of it)."""
+    numbers = copy.deepcopy(sources).numbers(passages)
+    items = KnowledgeBase.segment(passages, numbers).items
+
+    def rendered(numbered: int) -> Segment:
+        segment = KnowledgeBase.segment(passages[:numbered], numbers[:numbered])
+        segment.items += [_NUMBERED.sub("", item, count=1) for item in items[numbered:]]
+        return segment
+
+    numbered = _whole_items(rendered(_whole_items(rendered(len(passages)))))
+    sources.numbers(passages[:numbered])  # registered: under the numbers the copy gave them
+    return rendered(numbered).render()
+
+
+def _whole_items(segment: Segment) -> int:
+    """How many of `segment`'s items, from the first, end within `TOOL_RESULT_CHARS` of it."""
+    end = len(segment.render()) - len("\n\n".join(segment.items)) - 2  # before the first "\n\n"
     whole = 0
-    for item in trial.items:
+    for item in segment.items:
         end += 2 + len(item)
         if end > TOOL_RESULT_CHARS:
             break
         whole += 1
-    segment = KnowledgeBase.segment(passages[:whole], sources.numbers(passages[:whole]))
-    segment.items += [_NUMBERED.sub("", item, count=1) for item in trial.items[whole:]]
-    return segment.render()
+    return whole
 
 
 @toolbox.register_tool
@@ -283,8 +303,10 @@ def _page_start(output: str, asked: int, room: int, sources: SourceRegistry) -> 
         return asked
     following = _PASSAGE_START.search(output, asked)
     end = following.start() if following else len(output)
-    whole = copy.deepcopy(sources).renumber(output[opening:end])
-    return opening if len(whole) <= room else asked
+    # Only when the page from the header shows the passage whole: one that fits a page under
+    # this turn's numbers but not under the log's would else end it before `asked`, each
+    # "read on" pointing back inside it, the same page forever. So each page gets past `asked`.
+    return opening if _page_end(output, opening, room, sources) >= end else asked
 
 
 def _page_end(output: str, start: int, room: int, sources: SourceRegistry) -> int:

@@ -1,7 +1,10 @@
 """A search result the harness cuts short numbers, and so lets the answer cite, only the passages
 the model was shown whole: one cut at the limit, and those after it, are unnumbered and get
-their numbers when `read_tool_log` shows them, the cut one whole from its header. And the
-Sources list tells two chunks of one paper apart when their section and page do not."""
+their numbers when `read_tool_log` shows them, the cut one whole from its header. A passage
+whole only without its number is numbered all the same (unnumbered, it could never be cited).
+Reading a log on from inside a passage always gets past where it was asked to read from, under
+whatever numbers the reading turn gives. And the Sources list tells two chunks of one paper
+apart when their section and page do not."""
 
 from __future__ import annotations
 
@@ -11,9 +14,17 @@ import numpy as np
 import pytest
 
 from bot.citations import SourceRegistry, cite
-from bot.tools import TOOL_RESULT_CHARS, shown_passages
+from bot.tools import (
+    LOG_INPUT_CHARS,
+    LOG_NOTE_CHARS,
+    TOOL_RESULT_CHARS,
+    ToolContext,
+    read_tool_log,
+    shown_passages,
+)
 from memory.scope import Scope
-from memory.stores.knowledge_base import Chunk, Paper, Passage
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper, Passage
+from memory.stores.tool_log import ToolLogEntry
 from tests.agent_world import close_world, open_world
 from tests.support.scripted_openai import call, text, tool_calls
 
@@ -151,3 +162,133 @@ def test_sources_of_one_paper_alike_but_for_their_chunk_say_which_chunk():
     ]
     alone = cite("Paging [1].", registry)  # nothing to tell it from: as before
     assert alone.text.endswith(f"\n\nSources:\n- [1] [Paging Memory]({link})")
+
+
+LOG_ID = "log_0123456789ab"
+SEARCHED = {"query": "archival paging between a main context and a store " * 5}
+CALLED = str(SEARCHED)[:LOG_INPUT_CHARS] + "…"  # as a page repeats it: a long one, cut
+HEAD = f"Tool log {LOG_ID}: search_knowledge_base({CALLED}) -> success"
+ROOM = TOOL_RESULT_CHARS - len(HEAD) - LOG_NOTE_CHARS  # of a page's text
+# a passage's header, its number if it has one, and where its text ends
+HEADER = re.compile(
+    r"^(?:\[(?P<n>\d+)\] )?\[arXiv:[^\]\n]+\] [^\n]* — chunk (?P<chunk>\d+)\n", re.M
+)
+ANY_NUMBER = re.compile(r"^\[\d+\] (?=\[arXiv:)", re.M)
+PAGE = re.compile(
+    r"\ATool log (?P<log>log_\w+): [^\n]*\(characters (?P<start>[\d,]+) to (?P<end>[\d,]+) "
+    r"of [\d,]+\)\n(?P<text>.*)\n\n\[(?:Read on with [^\n]*|End of the log)\]\Z",
+    re.DOTALL,
+)
+
+
+def passage_of(chunk: int, length: int, arxiv_id: str = PAGING) -> Passage:
+    """`length` characters of text, in lines of about a hundred."""
+    line = "Archival paging moves memory between a main context and a store, a page at a time.\n"
+    return Passage(arxiv_id, "Paging Memory", "", chunk, (line * 80)[:length], "", 2024, 0.5)
+
+
+def context_sources(count: int) -> SourceRegistry:
+    """A turn that has shown `count` passages already: the next one it numbers is count + 1."""
+    return SourceRegistry([passage_of(i, 20, ZEBRA) for i in range(count)])
+
+
+def passage_ends(output: str) -> list[tuple[int | None, int]]:
+    """Each passage of `output`: its number (None if unnumbered) and where its text ends."""
+    headers = list(HEADER.finditer(output))
+    ends = [h.start() - 2 for h in headers[1:]] + [len(output)]
+    return [(int(h["n"]) if h["n"] else None, end) for h, end in zip(headers, ends, strict=True)]
+
+
+async def write_log(memory, scope: Scope, output: str) -> None:
+    entry = ToolLogEntry(scope.thread, "search_knowledge_base", SEARCHED, output, "success",
+                         id=LOG_ID)  # fmt: skip
+    await memory.tool_logs.write(scope, entry)
+
+
+async def read_pages(memory, scope: Scope, sources: SourceRegistry, offset: int, output: str):
+    """The pages read on from `offset`, as the notes say, each (start, end, text); a page that
+    does not get past where it was asked to read from fails, so this always ends."""
+    ctx = ToolContext(scope, memory, arxiv=None, consolidator=None, encoding=None,  # type: ignore[arg-type]
+                      sources=sources)  # fmt: skip
+    pages = []
+    while offset < len(output):
+        page = await read_tool_log(ctx, LOG_ID, offset)
+        assert len(page) <= TOOL_RESULT_CHARS
+        found = PAGE.match(page)
+        assert found is not None, page[-300:]
+        start, end = int(found["start"].replace(",", "")), int(found["end"].replace(",", ""))
+        assert start <= offset < end, (offset, start, end, [p[:2] for p in pages])
+        pages.append((start, end, found["text"]))
+        offset = end
+    return pages
+
+
+def assert_every_character_shown(output: str, offset: int, pages) -> None:
+    """Pages from `offset` to the end, none skipping any text, each the log's own text (under
+    the reading turn's numbers)."""
+    shown_to = offset
+    for start, end, page_text in pages:
+        assert start <= shown_to  # no gap
+        assert ANY_NUMBER.sub("", page_text) == ANY_NUMBER.sub("", output[start:end])
+        shown_to = end
+    assert shown_to == len(output)
+
+
+async def test_paging_a_log_numbered_higher_than_the_reading_turn_ends(memory, tenant):
+    """A log whose passages an earlier turn numbered from 12: the first fits a page under this
+    turn's [6] but not under its [12]; the second is over two pages long. Read from its start
+    and from the cut, by a turn whose numbers are shorter and by one whose numbers are longer,
+    every page gets past where it was asked from (it used to go back to the first passage's
+    header, end before the same place and name it again, forever) and all is shown."""
+    # "\n\n[12] [arXiv:…] Paging Memory (2024) — chunk 0\nLink: \n": the first one's header
+    head = 2 + len(KnowledgeBase.segment([passage_of(0, 0)], [12]).items[0])
+    logged = [passage_of(0, ROOM + 1 - head), passage_of(1, ROOM * 5 // 2), passage_of(2, 500)]
+    output = shown_passages(logged, context_sources(11))
+    (first_number, first_end), *_ = passage_ends(output)
+    first_start = output.index("\n\n[12] [arXiv:")
+    assert first_number == 12 and first_end - first_start == ROOM + 1  # one over, raw
+    assert len(output) > TOOL_RESULT_CHARS
+    scope = Scope(tenant, "t-paging")
+    await write_log(memory, scope, output)
+
+    for shown_before in (5, 120):  # this turn numbers the first [6], or [121]
+        for offset in (0, TOOL_RESULT_CHARS):
+            sources = context_sources(shown_before)
+            pages = await read_pages(memory, scope, sources, offset, output)
+            assert len(pages) <= 2 + len(output) // (ROOM // 2), [p[:2] for p in pages]
+            assert_every_character_shown(output, offset, pages)
+
+
+async def test_a_passage_whole_only_unnumbered_is_numbered_and_read_on_whole(memory, tenant):
+    """Two passages, then one whose end falls around the cut, then one more: whatever its
+    length, every passage the model is shown whole is numbered and registered (one whose text
+    ended within a number's width past the cut, numbered, used to go unnumbered: its number
+    gone, it was whole, and reading on from the cut started after it). One numbered but cut
+    loses no more than its number's width, and reading on shows it whole under that number."""
+    boundary = None
+    for length in range(600, 1400):
+        logged = [passage_of(0, 900), passage_of(1, 900), passage_of(2, length), passage_of(3, 500)]
+        sources = SourceRegistry()
+        output = shown_passages(logged, sources)
+        numbered = []
+        for chunk, (number_, end) in enumerate(passage_ends(output)):
+            if end <= TOOL_RESULT_CHARS:  # shown whole
+                assert number_ is not None, (length, chunk)
+            if number_ is not None:
+                assert end <= TOOL_RESULT_CHARS + len(f"[{number_}] "), (length, chunk)
+                assert sources.get(number_) == logged[chunk]
+                numbered.append(number_)
+                if end > TOOL_RESULT_CHARS:
+                    boundary = boundary or (length, logged, output, sources, number_)
+        assert numbered == list(range(1, len(numbered) + 1)) and len(sources) == len(numbered)
+    assert boundary is not None  # some length put a passage's end within its number's width
+
+    length, logged, output, sources, cut_number = boundary
+    scope = Scope(tenant, "t-boundary")
+    await write_log(memory, scope, output)
+    pages = await read_pages(memory, scope, sources, TOOL_RESULT_CHARS, output)
+    assert_every_character_shown(output, TOOL_RESULT_CHARS, pages)
+    cut = logged[cut_number - 1]
+    whole = f"[{cut_number}] [arXiv:{PAGING}] Paging Memory (2024) — chunk {cut.chunk_index}\n"
+    assert pages[0][2].startswith(f"\n\n{whole}Link: \n{cut.content}\n\n")  # from its header
+    assert len(sources) == len(logged) and sources.get(cut_number) == cut
