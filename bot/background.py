@@ -4,8 +4,10 @@ Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before 
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries` (bot/spent_tasks.py: a task's last
-delivery, and what is done with a task past it). The same claiming hands the tasks of a crashed
-process to a live one. Delivery is at least once: handlers must be idempotent. The tasks read
+delivery, and what is done with a task past it). A task whose handler raises `Deferred` (what it
+needs is held by a long job, an import) is put back instead, its delivery unspent, and claimed
+again after `claim_idle_ms` like a failed one (`_put_back`). The same claiming hands the tasks
+of a crashed process to a live one. Delivery is at least once: handlers must be idempotent. The tasks read
 and not yet acknowledged are kept alive, so nobody else claims them meanwhile, and those left
 unstarted by close() are handed back (bot/held_tasks.py).
 
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 from bot.held_tasks import HeldTasks
 from bot.spent_tasks import DeadLetterHook, SpentTasks, running_delivery
+from memory.errors import Deferred
 from memory.tasks import Task, TaskStream
 
 log = logging.getLogger(__name__)
@@ -299,6 +302,8 @@ class BackgroundWork:
                 most = self.max_deliveries + (len(tasks) > 1)
                 running_delivery(min(t.deliveries for t in tasks), most)
                 await handler([t.payload for t in tasks])
+            except Deferred as exc:
+                await self._deferred(kind, handler, tasks, exc)
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
             else:
@@ -309,6 +314,34 @@ class BackgroundWork:
             if not unstarted:
                 self._held.release(tasks)
             self._slots.release()
+
+    async def _deferred(
+        self, kind: str, handler: Handler | None, tasks: list[Task], exc: Deferred
+    ) -> None:
+        """A batch that cannot run now (`Deferred`): a task alone is put back; a batch's tasks
+        are each run alone first, so that one tenant's import holds back no other tenant's
+        task (handlers are idempotent: those done before the deferral only run again)."""
+        if handler is None or len(tasks) == 1:
+            await self._put_back(kind, tasks, exc)
+            return
+        for task in tasks:
+            try:
+                await self._held.started([task])
+                running_delivery(task.deliveries, self.max_deliveries)
+                await handler([task.payload])
+            except Deferred as alone:
+                await self._put_back(kind, [task], alone)
+            except Exception as alone:
+                await self._failed(kind, handler, [task], alone)
+            else:
+                await self.stream.ack([task])
+
+    async def _put_back(self, kind: str, tasks: list[Task], exc: Deferred) -> None:
+        """Give `tasks` back with their delivery unspent, looking just delivered (idle 0): the
+        worker is free at once, and they are claimed again after `claim_idle_ms`, as a failed
+        task is (no hot loop), however long what holds them back lasts."""
+        log.info("background %s: %d tasks put back, tried again later: %s", kind, len(tasks), exc)
+        await self.stream.give_back(tasks, idle_ms=0)
 
     async def _failed(
         self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception
@@ -324,6 +357,8 @@ class BackgroundWork:
                     await self._held.started([task])  # a run of its own: max_run_ms afresh
                     running_delivery(task.deliveries, self.max_deliveries)
                     await handler([task.payload])
+                except Deferred as alone:
+                    await self._put_back(kind, [task], alone)
                 except Exception as alone:
                     await self._spent.give_up(task, alone)
                 else:

@@ -18,6 +18,13 @@ _OUT_OF_MEMORY = "oom command not allowed"
 PASSING_ERRORS = (openai.APIConnectionError, aiohttp.ClientError, OSError, TimeoutError)
 
 
+class Deferred(Exception):
+    """Work that cannot start now through no fault of its own: what it needs is held by a long
+    job that will end (an import holding the tenant's erasure lock). A background task failing
+    so is put back with its delivery unspent and tried again later (bot/background.py): waiting
+    in a worker, or being dead-lettered after a few tries, would be wrong for it."""
+
+
 class ServiceError(RuntimeError):
     """A service other than Redis failed (the embedding model): what caused it, a connection
     refused say, is that service's, so the memory is never taken for down because of it."""

@@ -41,6 +41,7 @@ from typing import Any
 from redisvl.query.filter import Tag
 
 from memory.erased_people import ErasedPeople
+from memory.errors import Deferred
 from memory.governance_edits import Edits
 from memory.governance_erasure import Busy, Erasure, NotFound
 from memory.governance_learned import Learned
@@ -53,6 +54,7 @@ from memory.keys import (
     deleted_message_key,
     erased_tenant_key,
     forgetting_key,
+    import_lock_key,
     papers_key,
     threads_key,
     turn_queue_key,
@@ -65,13 +67,29 @@ from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
 from memory.stores.watches import Watch, WatchStore
 
-__all__ = ["Busy", "Erasure", "Governance", "NotFound"]
+__all__ = ["Busy", "Erasure", "Governance", "ImportRunning", "NotFound"]
 
 log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a crash
 LOCK_WAIT_SECONDS = 60.0
+ERASURE_RUNNING = "Another erasure of this workspace's memory is running; try again in a minute."
+IMPORT_RUNNING = "A memory import is running in this workspace; try again when it has finished."
 TOOL_LOG_ID_PREFIX = "log_"  # every tool log's id (memory/stores/tool_log.py `ToolLogEntry.id`)
+
+
+class ImportRunning(Busy, Deferred):
+    """An import holds the tenant's erasure lock (memory/portability.py), maybe for many
+    minutes: an erasure fails at once instead of waiting a minute for it, and a background
+    one (a message deleted on the platform) is put back, its delivery unspent (`Deferred`)."""
+
+    def __init__(self, message: str = IMPORT_RUNNING) -> None:
+        super().__init__(message)
+
+
+async def import_running(redis: Any, tenant: str) -> bool:
+    """Whether an import into the tenant runs (its lock, memory/keys.py `import_lock_key`)."""
+    return bool(await redis.exists(import_lock_key(tenant)))
 
 
 @dataclass
@@ -495,13 +513,16 @@ class Governance:
     @contextlib.asynccontextmanager
     async def _exclusive(self, tenant: str) -> AsyncIterator[None]:
         """Hold the tenant's erasure lock (waiting up to LOCK_WAIT_SECONDS), renewed while
-        held, so a long erasure keeps it and a crashed one frees it within a minute."""
+        held, so a long erasure keeps it and a crashed one frees it within a minute. Held by an
+        import, which may write for many minutes: `ImportRunning` at once, no wait."""
         key, token = forgetting_key(tenant), uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LOCK_WAIT_SECONDS
         while not await self._locks.acquire(key, token, LOCK_TTL_MS):
+            if await import_running(self.redis, tenant):
+                raise ImportRunning()
             if loop.time() >= deadline:
-                raise Busy("Another erasure of this workspace's memory is running; try again.")
+                raise Busy(ERASURE_RUNNING)
             await asyncio.sleep(0.05)
         try:
             async with (

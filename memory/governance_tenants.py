@@ -24,7 +24,13 @@ from typing import Any
 
 from memory.dead_letters import dead_letter_streams, dead_letters
 from memory.embeddings import cache_keys
-from memory.governance import LOCK_TTL_MS, LOCK_WAIT_SECONDS
+from memory.governance import (
+    ERASURE_RUNNING,
+    LOCK_TTL_MS,
+    LOCK_WAIT_SECONDS,
+    ImportRunning,
+    import_running,
+)
 from memory.governance_erasure import Busy, Erasure
 from memory.governance_purge import message_texts
 from memory.keys import (
@@ -236,7 +242,9 @@ class TenantErasures:
         deadline = loop.time() + wait_seconds
         while not await self._locks.acquire(key, token, LOCK_TTL_MS):
             if loop.time() >= deadline:
-                raise Busy("Another erasure of this workspace's memory is running; try again.")
+                if await import_running(self.redis, tenant):
+                    raise ImportRunning()
+                raise Busy(ERASURE_RUNNING)
             await asyncio.sleep(0.05)
         async with self._locks.kept(key, token, LOCK_TTL_MS):
             yield

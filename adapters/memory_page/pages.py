@@ -44,7 +44,7 @@ from adapters.memory_page.transfer import (
 )
 from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from memory.browse import PAGE_SIZE, Listing
-from memory.governance import Busy, NotFound
+from memory.governance import Busy, ImportRunning, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC
@@ -99,6 +99,10 @@ def page(handler: Handler) -> Handler:
             return self.render(request, "error.html", status=403, title="Not allowed",
                                message="Only an admin of this workspace, or the person it "
                                "is about, may do that.")  # fmt: skip
+        except ImportRunning:
+            return self.render(request, "error.html", status=503, title="Try again later",
+                               message="A memory import is running in this workspace. Nothing "
+                               "was changed; try again when it has finished.")  # fmt: skip
         except Busy:
             return self.render(request, "error.html", status=503, title="Try again shortly",
                                message="Another erasure is still running in this workspace's "

@@ -1,0 +1,181 @@
+"""Erasures behind an import (memory/portability.py holds the tenant's erasure lock while it
+writes, maybe for many minutes): an erasure fails at once (`ImportRunning`), and a background
+one, a message deleted on the platform, is put back with its delivery unspent, holding no
+worker, however long the import lasts; once the import ends it runs. Real Redis throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from bot.background import BackgroundWork
+from bot.consolidation import Consolidator
+from bot.upkeep import DELETED, Upkeep
+from memory.governance import ImportRunning
+from memory.keys import forgetting_key, import_lock_key, task_stream
+from memory.scope import Scope
+from memory.stores.conversation import Message
+from memory.tasks import TaskStream
+
+MAX_DELIVERIES = 2
+CLAIM_IDLE_MS = 200  # a put-back task is claimed again this long after: many tries per second
+WAIT = 30.0  # seconds: bounds every wait below (an erasure waiting for the lock takes 60)
+NOOP = "noop"
+
+
+@pytest.fixture
+async def stream(memory):
+    stream = TaskStream(memory.redis, task_stream(f"behind-import-{uuid.uuid4().hex[:8]}"))
+    yield stream
+    await stream.destroy()
+
+
+async def importing(memory, tenant: str) -> Callable[[], Awaitable[None]]:
+    """Hold the locks an import holds while it writes (its own, and the tenant's erasure
+    lock); returns what ends it."""
+    token = uuid.uuid4().hex
+    keys = [import_lock_key(tenant), forgetting_key(tenant)]
+    for key in keys:
+        assert await memory.redis.set(key, token, px=600_000, nx=True)
+
+    async def end() -> None:
+        for key in keys:  # one slot each
+            await memory.redis.delete(key)
+
+    return end
+
+
+async def deleted_message(memory, tenant: str) -> tuple[Scope, Message, str]:
+    """A person's message, stored from the platform (its `source`), that they then delete."""
+    scope = Scope(tenant, "C1:1.1", user="U1")
+    source = f"C1:{uuid.uuid4().hex[:6]}"
+    said = await memory.conversation.append(scope, "user", "the walrus budget", source=source)
+    await memory.conversation.append(scope, "assistant", "Noted.")
+    return scope, said, source
+
+
+async def forgotten(memory, scope: Scope, message: Message) -> bool:
+    stored = await memory.conversation.all(scope, forgotten=True)
+    return next(m for m in stored if m.id == message.id).forgotten
+
+
+def counted(handler: Callable[[list[dict]], Awaitable[None]], runs: list[list[dict]]):
+    """The handler, each of its runs recorded (the payloads it was given)."""
+
+    async def run(payloads: list[dict]) -> None:
+        runs.append(payloads)
+        await handler(payloads)
+
+    return run
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
+    async def poll() -> None:
+        while True:
+            ready = check()
+            if not isinstance(ready, bool):
+                ready = await ready
+            if ready:
+                return
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), WAIT)
+
+
+def background(stream: TaskStream, handlers: dict[str, Any]) -> BackgroundWork:
+    return BackgroundWork(
+        stream,
+        handlers,
+        workers=1,
+        claim_idle_ms=CLAIM_IDLE_MS,
+        max_deliveries=MAX_DELIVERIES,
+        block_ms=100,
+    )
+
+
+async def test_an_erasure_behind_an_import_fails_at_once_saying_so(memory, tenant):
+    scope, said, _ = await deleted_message(memory, tenant)
+    end = await importing(memory, tenant)
+    try:
+        with pytest.raises(ImportRunning, match="import is running"):
+            await asyncio.wait_for(
+                memory.governance.forget_message(tenant, scope.thread, said.id), WAIT / 3
+            )
+    finally:
+        await end()
+    assert not await forgotten(memory, scope, said)
+
+
+async def test_a_deletion_behind_an_import_waits_for_it_unspent_and_holds_no_worker(
+    memory, tenant, stream
+):
+    upkeep_stream = TaskStream(memory.redis, stream.stream)
+    upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(upkeep_stream))
+    runs: list[list[dict]] = []
+    others: list[dict] = []
+
+    async def noop(payloads: list[dict]) -> None:
+        others.extend(payloads)
+
+    work = background(stream, {DELETED: counted(upkeep.forget_deleted, runs), NOOP: noop})
+    scope, said, source = await deleted_message(memory, tenant)
+    end = await importing(memory, tenant)
+    try:
+        task_id = await work.submit(
+            DELETED, {"tenant": tenant, "threads": [scope.thread], "source": source}
+        )
+        await until(lambda: len(runs) >= 1)
+        # the single worker is free meanwhile: other work runs
+        await work.submit(NOOP, {"n": 1})
+        await until(lambda: others == [{"n": 1}])
+        # tried again and again, well past its deliveries: never dead-lettered nor spent
+        await until(lambda: len(runs) > 2 * MAX_DELIVERIES + 1)
+        assert await memory.redis.xlen(stream.dead_stream) == 0
+        assert await stream.deliveries(task_id) <= 1
+        assert not await forgotten(memory, scope, said)
+    finally:
+        await end()
+    # the import ended: the deletion runs, and the message is forgotten
+    try:
+        await asyncio.wait_for(work.drain(), WAIT)
+    finally:
+        await work.close()
+    await memory.governance.settle()
+    assert await forgotten(memory, scope, said)
+    assert await memory.redis.xlen(stream.dead_stream) == 0
+
+
+async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_batch(memory, stream):
+    importing_tenant, other = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    upkeep_stream = TaskStream(memory.redis, stream.stream)
+    upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(upkeep_stream))
+    work = background(stream, {DELETED: upkeep.forget_deleted})
+    held_scope, held, held_source = await deleted_message(memory, importing_tenant)
+    free_scope, free, free_source = await deleted_message(memory, other)
+    end = await importing(memory, importing_tenant)
+    try:
+        await stream.ensure_group()
+        for scope, source in ((held_scope, held_source), (free_scope, free_source)):
+            payload = {"tenant": scope.tenant, "threads": [scope.thread], "source": source}
+            await stream.add(DELETED, payload)  # both queued before the consumer reads: a batch
+        work.start()
+        await until(lambda: forgotten(memory, free_scope, free))
+        assert not await forgotten(memory, held_scope, held)
+
+        async def only_the_held_one_pending() -> bool:
+            return await stream.pending_count() == 1
+
+        await until(only_the_held_one_pending)  # the other's ack follows its erasure
+        assert await memory.redis.xlen(stream.dead_stream) == 0
+    finally:
+        await end()
+    try:
+        await asyncio.wait_for(work.drain(), WAIT)
+    finally:
+        await work.close()
+    assert await forgotten(memory, held_scope, held)
+    assert await memory.redis.xlen(stream.dead_stream) == 0
