@@ -381,27 +381,28 @@ class Harness:
     async def write_artifacts(self, tasks: list[dict[str, Any]]) -> None:
         """The background task: the workflow of a turn that used tools, and its entities, each
         with its provenance (the thread, and the turn's asker as its author). A question edited
-        before any version of it was learned (while its turn ran, or followed before this task)
-        is learned from the text it says now, with the turn's steps: no edit's relearn brings
-        the workflow (it has no steps), and an edit followed before the turn saved its record
-        queues none. Each version is learned once (its done mark): the edit's relearn, or this
-        task delivered again, finds it done."""
+        before its turn's workflow was written (while its turn ran, followed before this task,
+        or after a run of it that failed half-way) is learned from the text it says now, with
+        the turn's steps (`_retold`): no edit's relearn brings the workflow (it has no steps),
+        and an edit followed before the turn saved its record queues none. Each version's
+        entities are learned once, and the turn's workflow once (`_teaching`): the edit's
+        relearn, or this task delivered again, finds them done."""
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             authors = [scope.user] if scope.user else []
             state, now = await self._asking(scope, task)
-            learned = self.memory.governance.learned
-            if state == EDITED and await learned.untaught(scope.tenant, _asked(task)):
-                task, state = _retold(task, now), ASKED  # edited before any text was learned
+            learned, asked = self.memory.governance.learned, _asked(task)
+            if state == EDITED and await learned.untaught(scope.tenant, asked):
+                task, state = _retold(task, now), ASKED  # edited before its workflow was written
             if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
                 await self._unlearn(scope, task, state, now)  # a run that failed is undone
                 continue
-            asked, version = _asked(task), _version(task)
-            if asked and await learned.learned(scope.tenant, asked, version):
+            workflow, entities = await self._teaching(scope.tenant, task)
+            if not (workflow or entities):
                 continue  # delivered again after it was written: once is enough
             with metered() as meter:  # entity extraction's model call, counted to the thread
                 try:
-                    written = await self._learn(scope, task, authors)
+                    written = await self._learn(scope, task, authors, workflow, entities)
                 except Exception:  # the failed extraction's call was made: counted too
                     await self._count(scope, meter)
                     raise
@@ -411,7 +412,21 @@ class Harness:
                 continue  # and its usage is not counted to a thread that may be gone
             await self._count(scope, meter)
             if asked and (written or meter.calls):  # run once: a batch-mate's failure
-                await learned.written(scope.tenant, asked, version)  # redelivers it too
+                version = _version(task)  # redelivers it too
+                await learned.written(scope.tenant, asked, version, told=workflow)
+                if (await self._asking(scope, task))[0] == EDITED:  # an edit away from it took
+                    await learned.unwritten(scope.tenant, asked, version)  # marks out: too soon
+
+    async def _teaching(self, tenant: str, task: dict[str, Any]) -> tuple[bool, bool]:
+        """Whether a task is still to write its turn's workflow, and its version's entities:
+        each once (written again, it would undo a person's edit on the memory page). The
+        workflow when the turn's steps succeeded and no run of its task wrote it; the entities
+        when no task for this version (its own, or an edit's relearn) wrote them."""
+        learned, asked, steps = self.memory.governance.learned, _asked(task), task["steps"]
+        if not asked:  # a task from before questions were named
+            return _succeeded(steps), True
+        workflow = _succeeded(steps) and await learned.untaught(tenant, asked)
+        return workflow, not await learned.learned(tenant, asked, _version(task))
 
     async def _count(self, scope: Scope, meter: Meter) -> None:
         """Count a task's background model calls to its thread."""
@@ -435,30 +450,23 @@ class Harness:
         for key in learned.workflows(scope.tenant, keys):
             await learned.requery(scope.tenant, asked, key, now)
 
-    async def _learn(self, scope: Scope, task: dict[str, Any], authors: list[str]) -> list[str]:
-        """Write a turn's workflow and entities; their keys, each noted first under the stored
-        question's id (forgetting it takes them: memory/governance_learned.py; a question
-        forgotten already refuses the note, and nothing more is written). The workflow
-        of a turn that got a 👎 (before or while it is written) is stored rejected: never
-        offered again."""
-        question, answer, turn = task["question"], task["answer"], task.get("turn", "")
+    async def _learn(
+        self, scope: Scope, task: dict[str, Any], authors: list[str],
+        learn_workflow: bool = True, learn_entities: bool = True,
+    ) -> list[str]:  # fmt: skip
+        """Write a turn's workflow and entities (those `_teaching` says are still to write);
+        their keys, each noted first under the stored question's id (forgetting it takes them:
+        memory/governance_learned.py; a question forgotten already refuses the note, and
+        nothing more is written)."""
+        question, answer = task["question"], task["answer"]
         asked, learned = _asked(task), self.memory.governance.learned
         written: list[str] = []
-        if _succeeded(task["steps"]):  # every step failed: no procedure to offer again
-            rejected = await self.rejected(scope.tenant, turn)
-            workflows = self.memory.workflows
-            taught = workflows.key_for(scope, question, task["steps"], answer)
-            if not await learned.note(scope.tenant, asked, [taught]):
+        if learn_workflow:  # not when every step failed: no procedure to offer again
+            key = await self._learn_workflow(scope, task, authors)
+            if key is None:
                 return written
-            key = await workflows.add(
-                scope, question, task["steps"], answer, authors=authors, turn=turn,
-                rejected=rejected, question=asked,
-            )  # fmt: skip
             written.append(key)
-            noted = turn and await self.memory.turn_records.set_workflow(scope.tenant, turn, key)
-            if noted and not rejected and await self.rejected(scope.tenant, turn):
-                await self.memory.workflows.reject(key)  # a 👎 came meanwhile
-        if mentions_names(f"{question}\n{answer}"):
+        if learn_entities and mentions_names(f"{question}\n{answer}"):
             try:
                 entities = await self.extract_entities(question, answer)
             except Exception as exc:  # delivered again, unless no run comes after this one
@@ -479,6 +487,30 @@ class Harness:
                 )
                 written += [self.memory.entities.key(scope, e.name) for e in stored]
         return written
+
+    async def _learn_workflow(
+        self, scope: Scope, task: dict[str, Any], authors: list[str]
+    ) -> str | None:
+        """Write a turn's workflow: its QUERY line says the task's text, its key is that of the
+        text the turn was asked as (`_retold`: one workflow for the turn, whichever text its
+        runs saw). Its key; None when the question was forgotten (the note refused). The
+        workflow of a turn that got a 👎 (before or while it is written) is stored rejected:
+        never offered again."""
+        question, answer, steps = task["question"], task["answer"], task["steps"]
+        turn, keyed_by = task.get("turn", ""), task.get("keyed_by", question)
+        asked, workflows = _asked(task), self.memory.workflows
+        rejected = await self.rejected(scope.tenant, turn)
+        taught = workflows.key_for(scope, keyed_by, steps, answer)
+        if not await self.memory.governance.learned.note(scope.tenant, asked, [taught]):
+            return None
+        key = await workflows.add(
+            scope, question, steps, answer, authors=authors, turn=turn, rejected=rejected,
+            question=asked, keyed_by=keyed_by,
+        )  # fmt: skip
+        noted = turn and await self.memory.turn_records.set_workflow(scope.tenant, turn, key)
+        if noted and not rejected and await self.rejected(scope.tenant, turn):
+            await workflows.reject(key)  # a 👎 came meanwhile
+        return key
 
     async def rejected(self, tenant: str, turn: str) -> bool:
         """True when someone gave the turn a 👎."""
@@ -536,8 +568,16 @@ class Harness:
 
 def _retold(task: dict[str, Any], text: str) -> dict[str, Any]:
     """The task as if its question had been asked as `text` (its stored text now): the
-    workflow's QUERY line and the entities' exchange say it, and its pieces are that version's."""
-    return {**task, "question": text, "asked": {**task["asked"], "text": text}}
+    workflow's QUERY line and the entities' exchange say it, and its pieces are that version's.
+    Its workflow keeps the key of the text the turn was asked as (`keyed_by`): a run of it
+    delivered again after an edit back finds the same record, not a second one."""
+    keyed_by = task.get("keyed_by", task["question"])
+    return {
+        **task,
+        "question": text,
+        "asked": {**task["asked"], "text": text},
+        "keyed_by": keyed_by,
+    }
 
 
 def _succeeded(steps: list[str]) -> bool:

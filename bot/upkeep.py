@@ -207,8 +207,9 @@ class Upkeep:
         the stored answer (its workflow was rewritten in place). The task names the text: it
         learns nothing once a newer edit (or a forget) changed the question. A turn whose record
         is not saved yet (still answering) is left to its own task: finding its question edited
-        before any text of it was learned, that task learns the text it says now, with the
-        turn's steps (bot/harness.py `write_artifacts`); so does one that runs after this."""
+        before the turn's workflow was written, that task learns the text it says now, with the
+        turn's steps (bot/harness.py `write_artifacts`); so does one that runs after this (its
+        workflow only, when this relearn ran first and learned that text's entities)."""
         record = await self.memory.governance.learned.turn_of(tenant, question.id)
         if record is None or record.thread != thread:
             return

@@ -18,8 +18,9 @@ an edit every version but the new text's, a forget them all. A forget does not d
 record: it marks it forgotten for a day (`FORGOTTEN`), reading it in the same step, and `note`
 then refuses (its writer writes nothing), so a late or redelivered task cannot teach a forgotten
 question again; a task that noted before the mark sees it when it checks after writing, and
-takes out what it wrote. A task applies once per version (`DONE`): delivered again, it would
-undo a correction made on the memory page meanwhile.
+takes out what it wrote. A task applies once per version (`DONE`), and a turn's workflow is
+written once (`TOLD`): delivered again, it would undo a correction made on the memory page
+meanwhile.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ QUERY, STEPS = "QUERY: ", "\nSTEPS:"
 FORGOTTEN = "!forgotten"  # the member marking a record forgotten (no store key starts so)
 FORGOTTEN_SECONDS = 86_400  # a marked record outlives any late or redelivered task
 DONE = "!done:"  # + a version: the member marking that version's task written (applied once)
+TOLD = "!told"  # the member marking the turn's workflow written (by its own task: it has steps)
 REPLACED = "!replaced:"  # + an entity key: a person's edit replaced what the question taught it
 
 
@@ -135,15 +137,23 @@ class Learned:
         return bool(await self.redis.sismember(learned_key(tenant, question), DONE + version))
 
     async def untaught(self, tenant: str, question: str) -> bool:
-        """Whether no version of the question was learned yet: no task marked done, no key
-        noted. Its turn's task, finding it edited, then learns the text it says now (with the
-        turn's steps: bot/harness.py `write_artifacts`) rather than nothing."""
-        members = map(decode, await self.redis.smembers(learned_key(tenant, question)))
-        return not any(_is_key(m) or (m or "").startswith(DONE) for m in members)
+        """Whether the question's turn's workflow was not written yet (`TOLD`: a mark only
+        `written` sets, once all of that task is written; noted keys do not count, so a task
+        that failed half-way runs again whole). Its turn's task, finding the question edited,
+        then learns the text it says now, with the turn's steps (bot/harness.py
+        `write_artifacts`), rather than nothing: an edit's relearn has no steps."""
+        return not await self.redis.sismember(learned_key(tenant, question), TOLD)
 
-    async def written(self, tenant: str, question: str, version: str) -> None:
-        """Mark this version's task written (the record exists: it noted what it wrote)."""
-        await self.redis.sadd(learned_key(tenant, question), DONE + version)
+    async def written(self, tenant: str, question: str, version: str, told: bool = False) -> None:
+        """Mark this version's task written (the record exists: it noted what it wrote);
+        `told`: it wrote the turn's workflow too."""
+        marks = [DONE + version, TOLD] if told else [DONE + version]
+        await self.redis.sadd(learned_key(tenant, question), *marks)
+
+    async def unwritten(self, tenant: str, question: str, version: str) -> None:
+        """Take back a version's done mark set after an edit away from it took the marks out
+        (`edited`): editing back to that text must learn it again."""
+        await self.redis.srem(learned_key(tenant, question), DONE + version)
 
     async def forgotten(self, tenant: str, question: str) -> bool:
         """Whether the question's record was marked forgotten (in the last day)."""
@@ -169,10 +179,13 @@ class Learned:
     async def edited(self, tenant: str, question: str, text: str) -> None:
         """The question now says `text` (an edit on the platform): the entity pieces any other
         text of it taught go (every version but the new text's), and its workflow's QUERY line
-        says `text`. The new text's done mark goes first: a text said before (A, B, back to A)
-        lost its pieces to the edit away from it, and its relearn must not be skipped as done."""
-        version = version_of(question, text)
-        await self.redis.srem(learned_key(tenant, question), DONE + version)
+        says `text`. The other texts' done marks go with their pieces: a text said before (A,
+        B, back to A) is learned again; the new text's stays (this edit followed again finds
+        its relearn done)."""
+        version, record = version_of(question, text), learned_key(tenant, question)
+        members = map(decode, await self.redis.smembers(record))
+        if stale := [m for m in members if m.startswith(DONE) and m != DONE + version]:
+            await self.redis.srem(record, *stale)
         taught = await self.taught(tenant, question)
         entities = [k for k in taught if self._is_entity(tenant, k)]
         replaced = []  # a person's edit on the memory page took the question's pieces out

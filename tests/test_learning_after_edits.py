@@ -1,7 +1,9 @@
 """A question edited on the platform is learned as it says now, workflow and entities: edited
 while its turn answers it (before the turn saved its record), or followed before the turn's
-learning task ran, and after edits that bring an old text back (A, B, back to A). Real Redis,
-scripted model (tests/agent_world.py)."""
+learning task ran (before or after the edit's relearn), and after edits that bring an old text
+back (A, B, back to A); a task that failed half-way runs again whole, under one workflow key for
+its turn; an edit followed again learns its text once. Real Redis, scripted model
+(tests/agent_world.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from bot.consolidation import SUMMARY_INSTRUCTIONS
 from bot.harness import ENTITY_INSTRUCTIONS
+from bot.llm import LLMResponseError
 from bot.upkeep import ARTIFACTS, EDITED
 from memory.scope import Scope
+from memory.stores.base import decode
 from memory.tasks import Task
 from tests import test_governance_learned_retries
 from tests.support.scripted_openai import call, text, tool_calls
@@ -128,3 +134,104 @@ async def test_an_edit_back_to_an_old_text_learns_it_again(world, tenant):
     assert await says(world, scope, ZEBRA)
     assert await pieces(world, tenant) == [ZEBRA_PIECE]
     assert await workflow_queries(world, tenant) == [f"QUERY: {ZEBRA}"]
+
+
+STEPS = ['arxiv_search_candidates({"query": "Kestrel"}) -> success']
+
+
+async def edited_question(world, scope: Scope, asked: str, now: str) -> dict[str, Any]:
+    """A question stored as `asked` and edited to `now` (followed) before its turn saved a
+    record (no relearn is queued): its turn's learning task, as the turn queues it."""
+    stored = await world.runtime.memory.conversation.append(scope, "user", asked, source=SOURCE)
+    await edit_to(world, scope.tenant, now)
+    await world.runtime.harness.drain()
+    assert await says(world, scope, now)
+    return {
+        "scope": scope.to_dict(), "question": asked, "answer": "Kestrel: ok.", "steps": STEPS,
+        "turn": "", "asked": {"id": stored.id, "seq": stored.seq, "text": asked},
+    }  # fmt: skip
+
+
+def extraction_cut_once(world) -> None:
+    """The model's first entity extraction is cut off (its task fails, to be delivered
+    again); the others answer as `taught`."""
+    cut = [text("[", finish_reason="length")]
+
+    def route(body: dict[str, Any]):
+        if body["messages"][0]["content"] != ENTITY_INSTRUCTIONS:
+            return world.route(body)
+        return cut.pop() if cut else taught(body)
+
+    world.model.router = route
+
+
+async def failed_once(world, task: dict[str, Any]) -> None:
+    """Run the task, its entity extraction failing (as `extraction_cut_once` scripts)."""
+    with pytest.raises(LLMResponseError):
+        await world.runtime.harness.write_artifacts([task])
+
+
+async def test_an_edited_questions_task_failing_half_way_learns_it_whole_again(world, tenant):
+    scope = Scope(tenant, "t", "C1", user="U1")
+    task = await edited_question(world, scope, ZEBRA, OKAPI)
+    extraction_cut_once(world)
+    await failed_once(world, task)  # the okapi text's workflow written, its entities not
+    await world.runtime.harness.write_artifacts([task])  # delivered again
+    assert await workflow_queries(world, tenant) == [f"QUERY: {OKAPI}"]
+    assert await pieces(world, tenant) == [OKAPI_PIECE]
+
+
+async def test_a_turn_learned_as_edited_keeps_one_workflow_after_an_edit_back(world, tenant):
+    harness = world.runtime.harness
+    scope = Scope(tenant, "t", "C1", user="U1")
+    task = await edited_question(world, scope, ZEBRA, OKAPI)
+    extraction_cut_once(world)
+    await failed_once(world, task)  # the okapi text's workflow written, its entities not
+    await edit_to(world, tenant, ZEBRA)  # back to the text the turn was asked as
+    await harness.drain()
+    await harness.write_artifacts([task])  # delivered again: asked as it says now
+    assert await workflow_queries(world, tenant) == [f"QUERY: {ZEBRA}"]
+    assert await pieces(world, tenant) == [ZEBRA_PIECE]
+
+
+async def test_an_edit_followed_again_does_not_learn_its_text_twice(world, tenant):
+    memory, harness = world.runtime.memory, world.runtime.harness
+    scope = Scope(tenant, "t", "C1", user="U1")
+    asked = await ask(world, scope, ZEBRA, ZEBRA_PIECE, source=SOURCE)
+    world.entities = [{"name": KESTREL, "type": "system", "description": OKAPI_PIECE}]
+    await edit_to(world, tenant, OKAPI)
+    await harness.drain()
+    assert await pieces(world, tenant) == [OKAPI_PIECE]
+    world.entities = [{"name": KESTREL, "type": "system", "description": "Okapis, reworded."}]
+    await memory.governance.learned.edited(tenant, asked, OKAPI)  # its follow delivered again
+    [stored] = [m for m in await memory.conversation.all(scope) if m.id == asked]
+    relearn = {  # and its relearn, as bot/upkeep.py `_learn_again` queues it
+        "scope": scope.to_dict(), "question": OKAPI, "answer": "Kestrel: ok.", "steps": [],
+        "turn": "", "asked": {"id": asked, "seq": stored.seq, "text": OKAPI},
+    }  # fmt: skip
+    await harness.write_artifacts([relearn])
+    assert await pieces(world, tenant) == [OKAPI_PIECE]
+
+
+async def test_an_edits_relearn_run_before_the_turns_task_keeps_its_workflow(world, tenant):
+    harness = world.runtime.harness
+    scope = Scope(tenant, "t", "C1", user="U1")
+    await harness.stop_reading()  # the test runs the queued tasks, in the order under test
+    world.model.router = lambda body: (
+        taught(body) if body["messages"][0]["content"] == ENTITY_INSTRUCTIONS else world.route(body)
+    )
+    script_tool_turn(world)
+    await world.agent.run_turn(scope, ZEBRA, source=SOURCE)  # its record saved, its task queued
+    await edit_to(world, tenant, OKAPI)
+    first = await queued(world)
+    await run(world, [t for t in first if t.kind == EDITED])
+    relearns = [t for t in await queued(world) if t.kind == ARTIFACTS]
+    assert [t.payload["steps"] for t in relearns] == [[]]
+    await run(world, relearns)  # the relearn first: the okapi text's entities learned
+    await run(world, [t for t in first if t.kind != EDITED])  # then the turn's own task
+    assert await workflow_queries(world, tenant) == [f"QUERY: {OKAPI}"]
+    assert await pieces(world, tenant) == [OKAPI_PIECE]
+    memory = world.runtime.memory
+    [record] = await memory.turn_records.of_thread(tenant, "t")
+    said = decode(await memory.redis.hget(record.workflow, "text")) if record.workflow else ""
+    assert (said or "").startswith(f"QUERY: {OKAPI}")  # the turn's record points at it

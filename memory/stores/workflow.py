@@ -73,15 +73,18 @@ class WorkflowStore(VectorStore):
         turn: str = "",
         rejected: bool = False,
         question: str = "",
+        keyed_by: str = "",
     ) -> str:
         """Store the workflow of a turn in `scope.thread` by `authors` (default: `scope.user`);
         `turn`: the turn's id; `rejected`: its turn got a 👎 (kept, never reused); `question`:
-        the stored question's id (forgetting it takes the workflow: memory/governance_learned.py)."""
+        the stored question's id (forgetting it takes the workflow: memory/governance_learned.py);
+        `keyed_by`: the query its key is made from, when not `query` (a question edited before
+        its turn's workflow was written keeps the key of the text it was asked as)."""
         authors = [scope.user] if authors is None else list(authors)
         text = workflow_text(query, steps, outcome)
         if vector is None:
             vector = (await self.embedder.embed([text]))[0]
-        key = self.key_for(scope, query, steps, outcome)
+        key = self.key_for(scope, keyed_by or query, steps, outcome)
         if decode(await self.redis.hget(key, "rejected")) == "1":
             rejected = True  # another turn sharing the record got a 👎: it stays rejected
         fields = {
