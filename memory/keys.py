@@ -531,8 +531,8 @@ def web_viewer_key(digest: str) -> str:
 
 def web_used_link_key(digest: str) -> str:
     """A memory-page sign-in link already turned into a session, kept until the link expires so
-    it starts no second one; `digest` hashes the link's nonce, the value the browser that used it
-    (the hash of its sign-in cookie), so that browser's retry is known."""
+    it starts no second one; `digest` hashes the link's nonce, the value says which browser
+    pressed it and which session that press started (memory/web_sessions.py `UsedLinks`)."""
     return f"{ROOT}:web:used-link:{digest}"
 
 

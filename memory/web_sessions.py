@@ -25,6 +25,7 @@ SESSION_TTL_SECONDS = 8 * 3600
 VIEWER_TTL_SECONDS = 300
 USED_LINK_MARGIN_SECONDS = 300  # a used link is kept this long past its expiry (clock skew)
 NO_BROWSER = "-"  # a used link's browser when its POST had no sign-in cookie: matches none
+PRESS_AGAIN_SECONDS = 120  # the same browser may press a used link again this long after
 
 
 def _digest(*parts: str) -> str:
@@ -81,20 +82,36 @@ class WebSessions:
 
 class UsedLinks:
     """Sign-in links already turned into a session. A link's address can be read where requests
-    are logged (a router logs every path with its query), so a link starts sessions in one
-    browser only: its nonce, hashed, is kept here with the hash of that browser's sign-in cookie
-    (set by the link's preview page), until the link expires, when the signature refuses it
-    anyway. The same browser pressing again (a double click, a reply lost to a dropped
-    connection or a router timeout, a retried SET whose answer was lost) is let in again; anyone
-    else, or a request without the cookie (someone who read the link in a log), is not."""
+    are logged (a router logs every path with its query), so a link signs in one browser: its
+    nonce, hashed, is kept here (`link_id`) with the hash of that browser's sign-in cookie (set
+    by the link's preview page), the hash of the session its press started and when, until the
+    link expires, when the signature refuses it anyway.
 
-    def __init__(self, redis: Redis, margin: int = USED_LINK_MARGIN_SECONDS) -> None:
+    A press's verdict: OPEN (unused, or the same browser again within `again_seconds` of the
+    first press: a double click, a reply lost to a dropped connection or a router timeout),
+    USED (that window has passed, or the link's session was ended), LEAKED (another browser, or
+    a request without the cookie, while the first press's session lives: whoever read the link
+    in a log pressed it before or after its person, so that session is ended and both are
+    refused from then on)."""
+
+    OPEN, USED, LEAKED = "open", "used", "leaked"
+
+    def __init__(
+        self, redis: Redis, margin: int = USED_LINK_MARGIN_SECONDS,
+        again_seconds: int = PRESS_AGAIN_SECONDS,
+    ) -> None:  # fmt: skip
         self.redis = redis
         self.margin = margin
+        self.again_seconds = again_seconds
 
     @staticmethod
-    def key(nonce: str) -> str:
-        return web_used_link_key(_digest(nonce))
+    def link_id(nonce: str) -> str:
+        """What names the link here (and in its session's record, for signing out)."""
+        return _digest(nonce)
+
+    @classmethod
+    def key(cls, nonce: str) -> str:
+        return web_used_link_key(cls.link_id(nonce))
 
     @staticmethod
     def _browser(browser: str) -> str:
@@ -102,26 +119,99 @@ class UsedLinks:
         browser's hash equals, so nobody's retry matches it."""
         return _digest(browser) if browser else NO_BROWSER
 
-    async def usable(self, nonce: str, browser: str) -> bool:
-        """Whether the link of `nonce` is still unused or was used by this same browser: one
-        read, to refuse a replayed link before anyone is asked who its person is."""
-        used_by = await self.redis.get(self.key(nonce))
-        return used_by is None or self._same(decode(used_by), browser)
+    def _verdict(self, record: dict[str, Any] | None, browser: str, now: float) -> str:
+        if record is None:
+            return self.OPEN
+        if not record["session"]:  # ended: signed out, or leaked
+            return self.USED
+        if not (browser and hmac.compare_digest(record["browser"], self._browser(browser))):
+            return self.LEAKED
+        return self.OPEN if now - record["at"] < self.again_seconds else self.USED
 
-    async def use(self, nonce: str, browser: str, remaining: float) -> bool:
+    async def check(self, nonce: str, browser: str, now: float) -> str:
+        """The verdict on a press by the browser of sign-in cookie `browser`: one read, to
+        refuse a used link before anyone is asked who its person is."""
+        raw = await self.redis.get(self.key(nonce))
+        return self._verdict(self._load(raw), browser, now)
+
+    async def use(
+        self, nonce: str, browser: str, session_id: str, now: float, remaining: float
+    ) -> bool:
         """Use up the link of `nonce`, valid for `remaining` more seconds, for the browser of
-        sign-in cookie `browser`: True the first time (one atomic SET NX, so of two browsers at
-        once only one wins) and for the same browser again, False for any other. Kept `margin`
-        seconds past the link's expiry: another process's clock may run a little behind."""
-        lifetime = max(1, math.ceil(remaining)) + self.margin
+        sign-in cookie `browser` and the session `session_id` its press started: True when the
+        verdict is OPEN, the first press recorded, or a press again replacing the session the
+        previous one started (which ends). One transaction, so of two browsers at once only one
+        wins. Kept `margin` seconds past the link's expiry: another process's clock may run a
+        little behind."""
         key = self.key(nonce)
-        if await self.redis.set(key, self._browser(browser), nx=True, ex=lifetime):
-            return True
-        used_by = await self.redis.get(key)
-        return used_by is not None and self._same(decode(used_by), browser)
 
-    def _same(self, used_by: str, browser: str) -> bool:
-        return bool(browser) and hmac.compare_digest(used_by, self._browser(browser))
+        async def press(pipe: Any) -> tuple[bool, str]:
+            raw = await pipe.get(key)
+            record = self._load(raw)
+            if self._verdict(record, browser, now) != self.OPEN:
+                return False, ""
+            pressed = {"browser": self._browser(browser), "session": _digest(session_id),
+                       "at": record["at"] if record else now}  # fmt: skip
+            pipe.multi()
+            if record is None:
+                pipe.set(key, json.dumps(pressed), ex=max(1, math.ceil(remaining)) + self.margin)
+                return True, ""
+            pipe.set(key, json.dumps(pressed), keepttl=True)
+            return True, record["session"]
+
+        used, replaced = await self.redis.transaction(press, key, value_from_callable=True)
+        await self._end_session(replaced)
+        return bool(used)
+
+    async def refuse(self, nonce: str, browser: str, now: float) -> str:
+        """The verdict on a press that is not let in (USED or LEAKED); when LEAKED, the link is
+        kept as ended (one transaction: of two such presses at once, one ends it) and the
+        session the first press started ends."""
+        key = self.key(nonce)
+
+        async def press(pipe: Any) -> tuple[str, str]:
+            raw = await pipe.get(key)
+            record = self._load(raw)
+            verdict = self._verdict(record, browser, now)
+            if verdict != self.LEAKED or record is None:
+                return self.USED, ""
+            pipe.multi()
+            pipe.set(key, json.dumps(self._ended(record)), keepttl=True)
+            return self.LEAKED, record["session"]
+
+        verdict, leaked = await self.redis.transaction(press, key, value_from_callable=True)
+        await self._end_session(leaked)
+        return str(verdict)
+
+    async def _end_session(self, digest: str) -> None:
+        """End the session of hash `digest` (one this key's transaction gave up: only its
+        caller ends it; a key of its own, so not in that transaction)."""
+        if digest:
+            await self.redis.delete(web_session_key(digest))
+
+    async def end(self, link_id: str) -> None:
+        """Signing out: the link lets no browser in again (its record kept until it expires)."""
+        key = web_used_link_key(link_id)
+        raw = await self.redis.get(key)
+        if raw:
+            ended = self._ended(self._load(raw) or {})
+            await self.redis.set(key, json.dumps(ended), xx=True, keepttl=True)
+
+    @classmethod
+    def _load(cls, raw: bytes | str | None) -> dict[str, Any] | None:
+        """A used link's record; one kept before records were JSON (a browser's hash alone,
+        for at most the link's hour) reads as ended."""
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        return record if isinstance(record, dict) else cls._ended({"at": 0.0})
+
+    @staticmethod
+    def _ended(record: dict[str, Any]) -> dict[str, Any]:
+        return {**record, "browser": NO_BROWSER, "session": ""}
 
 
 class ViewerCache:

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import re
+import shlex
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -43,6 +44,7 @@ from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
 from adapters.slack import SlackAdapter, thread_id
 from adapters.slack_home import BUTTON_ACTION
 from adapters.web import build_web_app
+from app.commands.web_cmd import again_command
 from memory.keys import web_session_key
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.knowledge_base import Chunk, Paper
@@ -283,10 +285,13 @@ async def test_a_link_signs_one_browser_in_and_only_for_its_own_tenant(memory, t
         login = first.make_url(f"{urlsplit(link).path}?{urlsplit(link).query}")
         response = await first.session.post(login.with_query(None), data={"token": token_of(link)})
         assert response.status == 200 and (await response.json())["tenant"] == tenant
-        # a second browser (each has a cookie jar of its own) asks for a link of its own
+        # a second browser (each has a cookie jar of its own) asks for a link of its own; its
+        # press ends the session the link started (the link may have been read from a log)
         response = await second.post(login.with_query(None), data={"token": token_of(link)})
-        assert response.status == 403 and "already used" in await response.text()
+        assert response.status == 403 and "used by another browser" in await response.text()
         assert not second.cookie_jar.filter_cookies(login)
+        assert (await first.get("/memory")).status == 401
+        assert (await sign_in(first, links, tenant, "U1")).status == 303  # a new link
         # the same person's id in another workspace: that workspace's directory decides
         response = await sign_in(first, links, "T-elsewhere", "U1")
         assert response.status == 403 and "does not know you" in await response.text()
@@ -305,7 +310,7 @@ async def test_expired_forged_and_tampered_links_get_a_page_that_says_what_to_do
             response = await client.get("/memory/login", params={"token": bad})
             page = await response.text()
             assert response.status == 403 and title in page and "/memory" in page
-            assert "`" not in page and "<code>arxivscout web</code>" in page  # markup, not Markdown
+            assert "`" not in page and "<code>arxivscout web --link</code>" in page  # markup
         clock.now += links.ttl + 1
         response = await client.get("/memory/login", params={"token": token})
         page = await response.text()
@@ -702,6 +707,14 @@ async def test_app_home_without_any_memory_yet(world, slack_api):
         await settle()
     texts = json.dumps(slack_api.home_views["U2"])
     assert "No papers saved yet" in texts and "No threads with me yet" in texts
+
+
+def test_the_printed_link_command_is_quoted_for_a_shell():
+    """A tenant with a space or a quote still gets a command that runs as printed."""
+    assert shlex.split(again_command("127.0.0.1", 8080, "it's ours")) == [
+        "arxivscout", "web", "--link", "--host", "127.0.0.1", "--port", "8080",
+        "--tenant", "it's ours",
+    ]  # fmt: skip
 
 
 async def test_arxivscout_web_serves_the_page_and_prints_a_local_link(cli_env):

@@ -20,11 +20,21 @@ from adapters.memory_page.server import (
 )
 from adapters.memory_page.viewer import Viewer
 from adapters.web import build_web_app
-from memory.web_sessions import USED_LINK_MARGIN_SECONDS, UsedLinks, WebSessions, WebState
+from memory.web_sessions import (
+    PRESS_AGAIN_SECONDS,
+    USED_LINK_MARGIN_SECONDS,
+    UsedLinks,
+    WebSessions,
+    WebState,
+)
 from tests.test_memory_access import Clock, People, page_client, probe_routes, token_of
 
 BACK = '<a href="/memory">Back to the memory page</a>'
 USED = "This link was already used. Type <code>/memory</code> in Slack or Discord"
+LEAKED = (
+    "This link was used by another browser: the session it started has been ended. Ask for a "
+    "new link with <code>/memory</code>."
+)
 
 
 class Unsteady(People):
@@ -72,7 +82,8 @@ async def press_as(
 
 
 async def test_a_link_starts_one_session_and_its_preview_stays_repeatable(memory, tenant):
-    """A link copied from `heroku logs` after its person used it opens nothing."""
+    """A link copied from `heroku logs` after its person used it opens nothing, and ends the
+    session it started: a copy pressed before the person would have had it."""
     people = Unsteady()
     people.known["U1"] = Viewer(tenant, "U1", "slack", name="Ada")
     clock = Clock()
@@ -98,19 +109,55 @@ async def test_a_link_starts_one_session_and_its_preview_stays_repeatable(memory
             1800 < await memory.redis.ttl(UsedLinks.key(nonce)) <= 1800 + USED_LINK_MARGIN_SECONDS
         )
 
-        # whoever read the link elsewhere: refused, without a cookie or with another browser's,
-        # before Slack is asked anything, and no session starts
+        # whoever read the link elsewhere: refused before Slack is asked anything, no session
+        # starts, and the link's session ends; from then on every browser is refused
         asked = people.asked
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as stranger:
+            response = await press_as(stranger, client, token)
+            page = await response.text()
+            assert response.status == 403 and LEAKED in page, page
+            assert "Set-Cookie" not in response.headers and "--link" not in page
+            assert not await memory.redis.exists(WebSessions.key(session))
             for cookies in ({}, {SIGNIN_COOKIE: "another-browser"}):
                 response = await press_as(stranger, client, token, **cookies)
-                page = await response.text()
-                assert response.status == 403 and USED in page, page
-                assert "Set-Cookie" not in response.headers and "--link" not in page
+                assert response.status == 403 and USED in await response.text()
         assert people.asked == asked
+        response = await press(client, token)  # the person's own browser, within the minutes
+        assert response.status == 403 and USED in await response.text()
         response = await client.get(f"{link.path}?{link.query}")  # the preview still shows
         assert response.status == 200 and "Open my memory" in await response.text()
-        assert session_of(client) == session and (await client.get("/memory")).status == 200
+        assert (await client.get("/memory")).status == 401
+
+
+async def test_a_link_pressed_first_by_someone_reading_the_logs_is_ended_by_its_person(
+    memory, tenant, caplog
+):
+    """Whoever reads the router's log live may press the link before its person: the person's
+    own press then ends that session, says so, and a warning (without the token) is logged."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with (
+        page_client(memory, people) as (client, links, _),
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as attacker,
+    ):
+        link = links.login(tenant, "U1", "slack")
+        token = token_of(link)
+        taken = await press_as(attacker, client, token)
+        assert taken.status == 303
+        stolen = taken.cookies[SESSION_COOKIE].value
+        await preview(client, link)
+        response = await press(client, token)
+        page = await response.text()
+        assert response.status == 403 and LEAKED in page and SESSION_COOKIE not in response.cookies
+        assert not await memory.redis.exists(WebSessions.key(stolen))
+        answer = await attacker.get(client.make_url("/memory"),
+                                    headers={"Cookie": f"{SESSION_COOKIE}={stolen}"})  # fmt: skip
+        assert answer.status == 401
+        warned = [r for r in caplog.records if r.levelname == "WARNING" and "second" in r.message]
+        assert len(warned) == 1 and token not in warned[0].message
+        assert "U1" in warned[0].message
+        response = await press_as(attacker, client, token)  # and again: refused, nothing starts
+        assert response.status == 403 and USED in await response.text()
 
 
 async def test_the_preview_gives_its_browser_one_sign_in_cookie(memory, tenant):
@@ -150,6 +197,8 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
         assert again.status == 303 and again.headers["Location"] == "/memory"
         session = again.cookies[SESSION_COOKIE].value
         assert session != lost.cookies[SESSION_COOKIE].value
+        # the press that was lost started a session nobody holds: it ends
+        assert not await memory.redis.exists(WebSessions.key(lost.cookies[SESSION_COOKIE].value))
         assert (await browser.get(client.make_url("/memory"),
                                   headers={"Cookie": f"{SESSION_COOKIE}={session}"})).status == 200  # fmt: skip
 
@@ -159,7 +208,35 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
         )
         assert [a.status for a in answers] == [303, 303]
         other = await press_as(browser, client, token, **{SIGNIN_COOKIE: "x" + signin})
-        assert other.status == 403 and USED in await other.text()
+        assert other.status == 403 and LEAKED in await other.text()
+
+
+async def test_the_same_browser_may_press_a_used_link_again_only_for_two_minutes(memory, tenant):
+    """After the double-click and lost-answer window, a sign-in cookie planted in someone's
+    browser no longer replays the link; a browser signed in as its person still goes on."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    clock = Clock()
+    async with (
+        page_client(memory, people, clock=clock) as (client, links, _),
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
+    ):
+        link = links.login(tenant, "U1", "slack")
+        token = token_of(link)
+        signin = await preview(client, link)
+        first = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
+        assert first.status == 303
+        clock.now += PRESS_AGAIN_SECONDS - 1
+        again = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
+        assert again.status == 303
+        clock.now += 2  # past the window since the first press
+        late = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
+        assert late.status == 403 and USED in await late.text()
+        session = again.cookies[SESSION_COOKIE].value
+        signed_in = {SIGNIN_COOKIE: signin, SESSION_COOKIE: session}
+        response = await press_as(browser, client, token, **signed_in)
+        assert response.status == 303 and response.headers["Location"] == "/memory"
+        assert await memory.redis.exists(WebSessions.key(session))  # not taken for a leak
 
 
 async def test_a_used_link_pressed_again_while_signed_in_as_its_person_leads_to_the_page(
@@ -184,8 +261,37 @@ async def test_a_used_link_pressed_again_while_signed_in_as_its_person_leads_to_
         assert response.status == 303 and response.headers["Location"] == "/memory"
         assert "Set-Cookie" not in response.headers  # the session it has goes on
         response = await press_as(browser, client, token, **{SESSION_COOKIE: someone_else})
-        assert response.status == 403 and USED in await response.text()
+        assert response.status == 403 and LEAKED in await response.text()
         assert people.asked == asked
+
+
+async def test_signing_out_ends_the_link_for_its_browser_too(memory, tenant):
+    """Within the minutes a press may be repeated, the sign-in cookie (or a copy of it) no
+    longer opens the link once its person signed out: the cookie is deleted, the link ended."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with (
+        page_client(memory, people) as (client, links, _),
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as copy,
+    ):
+        link = links.login(tenant, "U1", "slack")
+        token = token_of(link)
+        signin = await preview(client, link)
+        assert (await press(client, token)).status == 303
+        csrf = (await (await client.get("/memory")).json())["csrf"]
+        response = await client.post(LOGOUT_PATH, data={"csrf": csrf})
+        assert response.status == 200
+        cleared = response.headers.getall("Set-Cookie")
+        assert any(f"{SIGNIN_COOKIE}=" in c and "Path=/memory/login" in c for c in cleared)
+        assert not client.session.cookie_jar.filter_cookies(client.make_url("/memory/login"))
+        nonce = links.signer.verify(token).nonce
+        assert await memory.redis.ttl(UsedLinks.key(nonce)) > 0  # kept until the link expires
+        for answer in (
+            await press(client, token),
+            await press_as(copy, client, token, **{SIGNIN_COOKIE: signin}),
+        ):
+            assert answer.status == 403 and USED in await answer.text()
+            assert SESSION_COOKIE not in answer.cookies
 
 
 async def test_two_presses_at_once_start_one_session(memory, tenant):

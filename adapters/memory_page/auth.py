@@ -8,7 +8,8 @@ A link names one person on one platform in one tenant, until it expires:
 A link signs in one browser: its address, query and all, is written in the router's logs
 (Heroku's, a log drain), where someone else could read it within its hour, so the POST that
 turns it into a session uses up its nonce for the browser that pressed it, known by the cookie
-its preview set (`memory.web_sessions.UsedLinks`, server.py). Opening it (the GET that shows who
+its preview set (`memory.web_sessions.UsedLinks`, server.py); a second browser pressing it ends
+the session it started. Opening it (the GET that shows who
 it signs in as) signs nobody in and may be repeated: link scanners and previews fetch a URL
 before the person does. A second browser or the phone asks for a new link with /memory (the
 terminal's person runs `arxivscout web --link`).
@@ -37,7 +38,7 @@ DEFAULT_LINK_TTL = 3600
 LOGIN_PATH = "/memory/login"
 NOT_SERVED = "The memory page is not served by this ArxivScout (ask whoever runs it)."
 ASK_AGAIN = (  # plain words: the page shows its own markup (server.ASK_AGAIN)
-    "Ask for a new link: type /memory in Slack or Discord (or, on the server, run arxivscout web)."
+    "Ask for a new link: type /memory in Slack or Discord (or, on the server, run arxivscout web --link)."
 )
 
 

@@ -9,12 +9,16 @@
   redirects 303 to `/memory`. Which browser: the preview gives it a random sign-in cookie
   (`SIGNIN_COOKIE`, on `/memory/login` only) and the link is used up for that cookie's hash, so
   a press that did not finish (a double click, a dropped connection, a router timeout) can be
-  pressed again in the same browser; someone who read the link in a log has no such cookie.
-  A used link is refused before the platform is asked; pressed again by a browser already
-  signed in as the link's person (a second tab, Back), it leads to `/memory`. Two steps so that
-  a link someone else sends you cannot sign your browser in as them (login CSRF): opening it
-  asks first, and the preview can be opened again (link scanners fetch it). A missing, altered, forged or expired link is a 403 page that says
-  how to get a new one, on either step; so is one used by another browser, on the POST.
+  pressed again in the same browser within two minutes (the session the previous press started
+  ends). A used link is refused before the platform is asked; pressed again by a browser already
+  signed in as the link's person (a second tab, Back), it leads to `/memory`; pressed by another
+  browser (or one without the cookie, as from a log) while the session it started lives, that
+  session is ended, a warning logged and both browsers refused from then on: whoever read the
+  link in a log and pressed first is signed out by the person's own press. Signing out ends the
+  link too. Two steps so that a link someone else sends you cannot sign your browser in as them
+  (login CSRF): opening it asks first, and the preview can be opened again (link scanners fetch
+  it). A missing, altered, forged or expired link is a 403 page that says how to get a new one,
+  on either step; so is a used one, on the POST.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, at most
@@ -56,7 +60,7 @@ from adapters.memory_page.auth import (
 from adapters.memory_page.viewer import CSRF, IMPORT_FORM, SESSION, VIEWER
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
-from memory.web_sessions import WebState
+from memory.web_sessions import UsedLinks, WebState
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ MAX_IMPORT_BYTES = 64 * MB  # an import's file, streamed to disk by its handler 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ASK_AGAIN = (
     "Type <code>/memory</code> in Slack or Discord for a new link (on the server, "
-    "<code>arxivscout web</code> prints one)."
+    "<code>arxivscout web --link</code> prints one)."
 )
 HEADERS = {  # every /memory answer: private, not framed, no referrer, no script
     "Cache-Control": "no-store",
@@ -159,11 +163,21 @@ FRESH_LOCAL_LINK = (
 
 
 def used_link(platform: str) -> web.Response:
-    """A link another browser (or someone who read its address) already signed in with; the
-    terminal's person is told how to get a new one without restarting the page."""
+    """A link already used (by another browser, or by this one more than a couple of minutes
+    ago, or signed out of); the terminal's person is told how to get a new one without
+    restarting the page."""
     more = f" {FRESH_LOCAL_LINK}" if platform == "local" else ""
     return notice(403, "This link was already used",
                   f"This link was already used. {ASK_AGAIN}{more}")  # fmt: skip
+
+
+def leaked_link(platform: str) -> web.Response:
+    """A link pressed by a second browser while the session the first started lived: that
+    session has just been ended, whoever held it."""
+    more = f" {FRESH_LOCAL_LINK}" if platform == "local" else ""
+    return notice(403, "This link was used by another browser", "This link was used by another "
+                  "browser: the session it started has been ended. Ask for a new link with "
+                  f"<code>/memory</code>.{more}")  # fmt: skip
 
 
 def _origin(url: str) -> str | None:
@@ -201,8 +215,8 @@ class Access:
         message = (
             f"This link opens the memory page as {html.escape(platform)} user "
             f"<code>{html.escape(claims.user)}</code> in <code>{html.escape(claims.tenant)}</code>."
-            " Continue only if it is your own link: it signs in once, and this browser's current "
-            "memory-page session, if any, ends."
+            " Continue only if it is your own link: it signs in one browser, and this browser's "
+            "current memory-page session, if any, ends."
         )
         form = (
             f'<form method="post" action="{LOGIN_PATH}"><input type="hidden" name="token" '
@@ -243,10 +257,10 @@ class Access:
         return _origin(sent) in ours - {None}
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        """POST: the token again, then a session of its own, replacing this browser's. A link
-        used by another browser is refused before the platform is asked (one Redis read); it is
-        used up (atomically) only once its person is known, so a rate limit or an outage leaves
-        it usable, and the same browser pressing again signs in again."""
+        """POST: the token again, then a session of its own, replacing this browser's. A used
+        link is refused before the platform is asked (one Redis read); it is used up
+        (atomically) only once its person is known, so a rate limit or an outage leaves it
+        usable, and the same browser pressing again within minutes signs in again."""
         if not self.same_site(request):
             return notice(403, "This sign-in cannot be sent", "It did not come from this "
                           f"site's own sign-in page. Open your link again. {ASK_AGAIN}")  # fmt: skip
@@ -260,19 +274,21 @@ class Access:
         except InvalidLink as exc:
             return bad_link(exc)
         browser = request.cookies.get(SIGNIN_COOKIE, "")
-        used_links = self.state.used_links
+        used_links, sessions = self.state.used_links, self.state.sessions
         try:
-            if not await used_links.usable(claims.nonce, browser):
-                return await self._used(request, claims)
+            verdict = await used_links.check(claims.nonce, browser, self.links.signer.clock())
+            if verdict != UsedLinks.OPEN:
+                return await self._used(request, claims, browser)
             viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
-            remaining = claims.expires - self.links.signer.clock()
-            if not await used_links.use(claims.nonce, browser, remaining):
-                return await self._used(request, claims)
-            await self.state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
-            session = await self.state.sessions.create(
+            session = await sessions.create(
                 {"viewer": viewer_record(viewer), "csrf": new_csrf(), "resolved_at": time.time(),
-                 "created_at": time.time()}
+                 "created_at": time.time(), "link": used_links.link_id(claims.nonce)}
             )  # fmt: skip
+            now = self.links.signer.clock()
+            if not await used_links.use(claims.nonce, browser, session, now, claims.expires - now):
+                await sessions.delete(session)  # another press won meanwhile
+                return await self._used(request, claims, browser)
+            await sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
         except DirectoryError as exc:
             return refused(exc, signed_in=False)  # not as the link's person, at least
         except Exception as exc:
@@ -287,9 +303,11 @@ class Access:
         )  # fmt: skip
         return response
 
-    async def _used(self, request: web.Request, claims: LinkClaims) -> web.Response:
-        """A link another browser used: a 303 to `/memory` when this browser is already signed
-        in as the link's person (a second tab, Back), else a page saying so."""
+    async def _used(self, request: web.Request, claims: LinkClaims, browser: str) -> web.Response:
+        """A link this press may not use: a 303 to `/memory` when this browser is already signed
+        in as the link's person (a second tab, Back); else, pressed by a second browser while
+        the session the first started lives, that session ends (`UsedLinks.refuse`) and a
+        warning is logged; else a page saying the link was used."""
         record = await self.state.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
         if record is not None:
             viewer = viewer_of(record["viewer"])
@@ -297,14 +315,28 @@ class Access:
                 claims.tenant, claims.user, claims.platform,
             ):  # fmt: skip
                 return web.Response(status=303, headers={"Location": PREFIX})
+        verdict = await self.state.used_links.refuse(
+            claims.nonce, browser, self.links.signer.clock()
+        )
+        if verdict == UsedLinks.LEAKED:
+            log.warning("memory page: a sign-in link of %s %s of %s was pressed by a second "
+                        "browser (it may have been read from a log): the session it started "
+                        "was ended", claims.platform, claims.user, claims.tenant)  # fmt: skip
+            return leaked_link(claims.platform)
         log.info("memory page: a used link of %s %s of %s was sent again",
                  claims.platform, claims.user, claims.tenant)  # fmt: skip
         return used_link(claims.platform)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
+        """End the session, and the link that started it for this browser too: its sign-in
+        cookie goes and the link lets no browser in again."""
+        record = await self.state.sessions.get(request[SESSION])
         await self.state.sessions.delete(request[SESSION])
+        if record is not None and record.get("link"):
+            await self.state.used_links.end(record["link"])
         response = notice(200, "Signed out", f"This browser's session has ended. {ASK_AGAIN}")
         response.del_cookie(SESSION_COOKIE, path=PREFIX)
+        response.del_cookie(SIGNIN_COOKIE, path=LOGIN_PATH)
         return response
 
     @web.middleware

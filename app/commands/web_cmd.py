@@ -1,7 +1,8 @@
 """`arxivscout web`: the memory page (`/memory`) and `/healthz`, for setups without Slack's
 HTTP mode (the terminal, Socket Mode, Discord); prints a sign-in link for the terminal's person.
 A link signs in one browser; `arxivscout web --link` prints a fresh one (same secret, tenant and
-address) and exits, for a page that is already running.
+address) and exits, for a page that is already running: run it in the page's environment (the
+same ARXIVSCOUT_SECRET, REDIS_URL and ARXIVSCOUT_PUBLIC_URL), or its link will not open there.
 
 Also the memory page's wiring, shared with `slack`, `discord` and `worker`: the link signer
 (ARXIVSCOUT_SECRET, or a secret kept in Redis), the public URL links point to, and the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -47,7 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help=f"port to listen on (default $PORT or {DEFAULT_PORT})")  # fmt: skip
     parser.add_argument("--link", action="store_true",
                         help="only print a new sign-in link for the page already running "
-                        "(same --host, --port and --tenant), then exit")  # fmt: skip
+                        "(same --host, --port and --tenant), then exit; run it where the page "
+                        "runs, with the same ARXIVSCOUT_SECRET, REDIS_URL and "
+                        "ARXIVSCOUT_PUBLIC_URL")  # fmt: skip
     add_tenant(parser)
     parser.set_defaults(handler=run)
 
@@ -124,6 +128,13 @@ def print_link(links: Links, tenant: str) -> None:
           f"tenant's admin:\n{links.login(tenant, LOCAL_USER, 'local')}", flush=True)  # fmt: skip
 
 
+def again_command(host: str, port: int, tenant: str) -> str:
+    """The `--link` command for the page on host:port, quoted for a shell (a tenant may hold
+    spaces or quotes)."""
+    return shlex.join(["arxivscout", "web", "--link", "--host", host, "--port", str(port),
+                       "--tenant", tenant])  # fmt: skip
+
+
 async def print_fresh_link(args: argparse.Namespace, settings: Settings, port: int) -> int:
     """`--link`: a new link for the tenant's local admin, signed and addressed as the running
     page's are (its secret, ARXIVSCOUT_PUBLIC_URL or --host/--port), without restarting it."""
@@ -155,7 +166,7 @@ async def run(args: argparse.Namespace) -> int:
             wiring.announce()
             print(f"Memory page on {site_url}/memory (Ctrl-C to stop)", flush=True)
             print_link(wiring.links, args.tenant)
-            again = f"arxivscout web --link --host {args.host} --port {port} --tenant {args.tenant}"
+            again = again_command(args.host, port, args.tenant)
             print(f"It signs in one browser; for another link, run: {again}", flush=True)
             await stop.wait()
         finally:
