@@ -8,10 +8,12 @@ entity writes as durable background work (`bot.background`) so the reply is not 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,7 +34,7 @@ from memory.governance_erasure import Busy, NotFound
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
 from memory.scope import NOWHERE, Scope
-from memory.stores.conversation import MarkConflict, Message
+from memory.stores.conversation import MarkConflict, MemoryRestoring, Message
 from memory.stores.entity import Entity
 from memory.stores.entity_pieces import version_of
 from memory.stores.tool_log import ToolLogEntry, log_audience
@@ -45,6 +47,12 @@ COMPACT_THRESHOLD = 0.80
 FORGOTTEN_QUESTION = "This message was forgotten before I could answer it."
 TOP_K_TOOLS = 4
 EXTRACT_CHARS = 12_000  # of a question and of an answer, read for entities (a few k tokens)
+RESTORE_WAIT_SECONDS = 10.0  # an answer refused by a restore (an import) is tried again this long
+RESTORE_RETRY_SECONDS = 0.5
+ANSWER_NOT_SAVED = (
+    "(My memory is being restored from an export right now, so this answer could not be saved "
+    "to it; your question was.)"
+)
 
 ENTITY_INSTRUCTIONS = """\
 Extract the named entities (people, organisations, systems, models, datasets, papers) from this
@@ -78,6 +86,17 @@ class QuestionForgotten(RuntimeError):
     """A turn run again (taken over after a crash) whose question, stored by the first run,
     was forgotten since (the memory page, a person's erasure, retention, a deletion on the
     platform): it is not answered, recorded or indexed; the person is told (bot/turns.py)."""
+
+
+class AnswerNotSaved(RuntimeError):
+    """The turn's answer was refused by an import of the tenant running (`MemoryRestoring`)
+    for longer than the harness waits: it is given all the same, with a note that memory does
+    not hold it (bot/turns.py), and leaves no record. Not an `InvalidMessage`: the question was
+    stored, and the person is not asked to send it again."""
+
+    def __init__(self, answer: str) -> None:
+        super().__init__(ANSWER_NOT_SAVED)
+        self.answer = answer
 
 
 @dataclass
@@ -133,6 +152,7 @@ class Harness:
     background: BackgroundWork
     upkeep: Upkeep
     window: int | None = None
+    restore_wait: float = RESTORE_WAIT_SECONDS  # how long an answer a restore refused is retried
 
     @property
     def limits(self) -> ContextLimits:
@@ -279,10 +299,7 @@ class Harness:
         recent window grew past its share, the workflow and entities. A question forgotten while
         the turn ran teaches nothing, and leaves no record (`_kept`); a failed turn (the model's
         error, a timeout, the iteration cap, a cut or filtered answer) no workflow or entity."""
-        once = f"{prepared.turn_id}:answer" if prepared.turn_id else ""
-        answered = await self.memory.conversation.append(
-            scope, "assistant", answer, once=once, **meta
-        )
+        answered = await self._store_answer(scope, prepared, answer, meta)
         await self.record_turn(
             scope, prepared, steps, answer, answered, usage or Meter(), citations_removed,
             str(meta.get("stop_reason", "final")), cited,
@@ -309,6 +326,28 @@ class Harness:
                  "asked": {"id": asked.id, "seq": asked.seq, "text": asked.content}
                  if asked else None},
             )  # fmt: skip
+
+    async def _store_answer(
+        self, scope: Scope, prepared: Prepared, answer: str, meta: dict[str, Any]
+    ) -> Message:
+        """Append the answer. An import of the tenant refuses it (`MemoryRestoring`) while it
+        runs, mostly one that will itself be refused soon (the question, stored, makes the
+        tenant not empty): tried again for `restore_wait`, then `AnswerNotSaved`, so the answer
+        is still given, not thrown away as a message refused."""
+        once = f"{prepared.turn_id}:answer" if prepared.turn_id else ""
+        deadline = time.monotonic() + self.restore_wait
+        while True:
+            try:
+                return await self.memory.conversation.append(
+                    scope, "assistant", answer, once=once, **meta
+                )
+            except MemoryRestoring:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("thread %s: a restore refused the answer; given unsaved",
+                                scope.thread)  # fmt: skip
+                    raise AnswerNotSaved(answer) from None
+                await asyncio.sleep(min(RESTORE_RETRY_SECONDS, left))
 
     async def _kept(self, scope: Scope, prepared: Prepared, answered: Message) -> str:
         """Whether the turn's question is still stored, read once its record is saved: an

@@ -13,7 +13,7 @@ from typing import Any
 
 from bot.agent import Agent, EventCallback, TurnResult
 from bot.consolidation import SummaryInProgress
-from bot.harness import FORGOTTEN_QUESTION, QuestionForgotten
+from bot.harness import FORGOTTEN_QUESTION, AnswerNotSaved, QuestionForgotten
 from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
 from bot.watches import WatchService
@@ -128,6 +128,8 @@ class TurnHandler:
             return Reply(f"I can't take that message: {exc}", refused=True)
         except QuestionForgotten as exc:  # a re-run after a crash: not answered, just said
             return Reply(str(exc), refused=True)
+        except AnswerNotSaved as exc:  # answered, not stored (a restore ran): given, and said
+            return Reply(f"{exc.answer}\n\n{exc}")
         return Reply(result.answer, result)
 
     async def changed_meanwhile(self, scope: Scope, source: str) -> bool:

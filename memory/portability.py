@@ -88,6 +88,7 @@ __all__ = [
 ]  # fmt: skip
 
 LOCK_TTL_MS = 120_000
+OWN_KEYS = "own keys"  # what `_holding` says for a tenant's keys of its own
 
 log = logging.getLogger(__name__)
 
@@ -306,19 +307,23 @@ class Portability:
         Right after it takes its lock, before it looks at the tenant, it sets the tenant's
         `import_running_key` (renewed and released with its locks): the bot's appends are
         refused from then on (memory/stores/conversation.py), and one stored before is in the
-        thread index its emptiness check (or `used_since`) reads."""
+        thread index its emptiness check (or `used_since`) reads. A tenant plainly in use is
+        refused before any of that (`_plainly_used`): its appends are never refused for an
+        import that would not run."""
         lock, token = import_lock_key(tenant), uuid.uuid4().hex
         running, erasure = import_running_key(tenant), forgetting_key(tenant)
+        if await self._plainly_used(tenant):
+            raise TenantNotEmpty(tenant)
         if not await self._locks.acquire(lock, token, self.lock_ttl_ms):
             raise ImportBusy(tenant)
         try:
             await self.redis.set(running, token, px=self.lock_ttl_ms)
             erasing = await self._locks.acquire(erasure, token, ERASURE_LOCK_TTL_MS)
-        except BaseException:
-            await self._give_back(token, running, lock)
+        except BaseException:  # the erasure lock too: its SET may have been applied
+            await self._give_back(tenant, token, erasure, running, lock)
             raise
         if not erasing:
-            await self._give_back(token, running, lock)
+            await self._give_back(tenant, token, running, lock)
             raise ErasureRunning(tenant)
         held = _Held(tenant)
         ttl, lose = self.lock_ttl_ms, held.lose
@@ -334,8 +339,8 @@ class Portability:
                 if await self.used_since(tenant, started):
                     raise TenantNotEmpty(tenant, crashed_at=started)
                 await self.memory.drop_tenant(tenant)  # what the crashed import wrote
-            elif not await self.is_empty(tenant):
-                raise await self._not_empty(tenant)
+            elif holding := await self._holding(tenant):
+                raise await self._not_empty(tenant, holding)
             started = held.started = time.time()
             await self.redis.set(import_partial_key(tenant), repr(started))
             try:
@@ -358,10 +363,24 @@ class Portability:
             # only its own marker: one another import (that took over) set stays
             await self._locks.release(import_partial_key(tenant), repr(started))
 
-    async def _give_back(self, token: str, *keys: str) -> None:
-        """Release what an import that does not start took (its running key, then its lock)."""
+    async def _plainly_used(self, tenant: str) -> bool:
+        """The cheap check before anything is taken: the tenant holds keys of its own and no
+        crashed import's marker, so the import would be refused. Refused at once, it never sets
+        the running key that refuses the bot's appends (nor takes a lock); the full check still
+        follows the running key's SET."""
+        if not await self.redis.exists(*_own_keys(tenant)):
+            return False
+        return not await self.redis.exists(import_partial_key(tenant))
+
+    async def _give_back(self, tenant: str, token: str, *keys: str) -> None:
+        """Release what an import that does not start took (its lock last), each key only
+        while it holds this import's token; a release that fails does not keep the others
+        (logged: that key lapses with its time to live)."""
         for key in keys:
-            await self._locks.release(key, token)
+            try:
+                await self._locks.release(key, token)
+            except Exception:
+                log.exception("an import into %s that did not start left %s", tenant, key)
 
     async def _undo(self, tenant: str, started: float, lock: str, token: str) -> Left:
         """Clear what a failed import wrote, unless the tenant was used meanwhile (then the
@@ -415,11 +434,13 @@ class Portability:
                 continue
         return False
 
-    async def _not_empty(self, tenant: str) -> ErasureFinishing | TenantNotEmpty:
-        """Why a tenant that is not empty is refused: when it holds only indexed documents while
-        an erasure's purge still deletes some (`erasing_key`: the admin forgot its last thread
-        a moment ago), that erasure finishing, not a memory in the way."""
-        if not await self.redis.exists(*_own_keys(tenant)) and await self.redis.exists(
+    async def _not_empty(self, tenant: str, holding: set[str]) -> ErasureFinishing | TenantNotEmpty:
+        """Why a tenant that is not empty is refused (`holding`: what `_holding` found): when
+        only the episodic index holds documents while an erasure's purge still deletes some
+        (`erasing_key`: the admin forgot its last thread a moment ago), that erasure
+        finishing, not a memory in the way. Learned records (entities, workflows) left are a
+        memory: their erasure is done."""
+        if holding == {self.memory.episodes.family()} and await self.redis.exists(
             erasing_key(tenant)
         ):
             return ErasureFinishing(tenant)
@@ -428,9 +449,16 @@ class Portability:
     async def is_empty(self, tenant: str) -> bool:
         """True when the tenant holds no threads, papers, retention setting, watches or indexed
         records."""
+        return not await self._holding(tenant)
+
+    async def _holding(self, tenant: str) -> set[str]:
+        """What the tenant holds: OWN_KEYS when it has keys of its own (threads, papers,
+        retention, watches), else the families of the vector stores holding its documents
+        (empty: nothing)."""
         if await self.redis.exists(*_own_keys(tenant)):
-            return False
+            return {OWN_KEYS}
         listed = {decode(n) for n in await self.redis.execute_command("FT._LIST")}
+        holding: set[str] = set()
         for store in self.memory.vector_stores:
             name = store.index_name(tenant)
             if not store.TENANT_SCOPED or name not in listed:
@@ -444,8 +472,8 @@ class Portability:
             else:
                 total = reply[0]
             if int(total):
-                return False
-        return True
+                holding.add(store.family())
+        return holding
 
 
 def _own_keys(tenant: str) -> tuple[str, ...]:

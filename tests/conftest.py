@@ -21,6 +21,7 @@ from memory.connection import connect
 from memory.embeddings import CachedEmbedder, LocalEmbedder
 from memory.manager import MemoryManager
 from memory.redis_server import EmbeddedRedis
+from tests.support.gated_memory import gated  # noqa: F401  (a fixture, for every test)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

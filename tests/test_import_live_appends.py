@@ -2,7 +2,8 @@
 restored), from right after the import takes its lock (before it looks at the tenant, or clears
 what a crashed import left) to its end, so no live message shares a position with the file's nor
 sinks under them, nor is wiped by the clearing; a marker a crashed import left neither stops the
-bot nor costs its appends a round trip."""
+bot nor costs its appends a round trip. An import into a tenant in use is refused before it
+sets its running key; an answer a restore refuses is tried again, then given unsaved."""
 
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from memory.keys import import_partial_key, import_running_key, messages_key, threads_key
-from memory.portability import Portability, dumps
+from memory.portability import Portability, TenantNotEmpty, dumps
 from memory.scope import Scope
 from memory.stores.conversation import ConversationStore, MemoryRestoring
+from memory.stores.turn_records import UnknownTurn
 from tests.agent_world import close_world, open_world
-from tests.test_portability_s25 import gated
-
-__all__ = ["gated"]  # the fixture, used here
+from tests.support.redis_monitor import monitored
+from tests.support.scripted_openai import TextReply
 
 THREAD = "t1"  # one thread per place, as a Discord channel's or a Slack DM's `dm`
 
@@ -201,5 +203,75 @@ async def test_a_turn_during_an_import_tells_the_person_to_send_it_again(world, 
         assert world.model_requests() == []  # refused before the model was asked
         assert await memory.conversation.all(scope) == []
         assert not await memory.redis.exists(threads_key(tenant))
+    finally:
+        await memory.redis.delete(import_running_key(tenant))
+
+
+async def test_an_import_into_a_tenant_in_use_never_sets_its_running_key(memory, tenant, redis_url):
+    """The tenant holds a thread and no crashed import's marker: the import is refused before
+    it sets the running key, so the bot's appends there are never refused for it."""
+    records = await export_of_a_thread(memory, tenant)
+
+    async def refused() -> None:
+        with pytest.raises(TenantNotEmpty, match="already holds memory"):
+            await memory.portability.import_records(tenant, records)
+
+    ran = await monitored(redis_url, memory.redis, refused)
+    assert not [r for r in ran if import_running_key(tenant) in r.args]
+    assert not await memory.redis.exists(import_running_key(tenant))
+
+
+ANSWER = "It pages what it holds between a small context and a large store."
+
+
+def a_restore_starts_while_the_model_answers(
+    redis_url: str, tenant: str, lasting_ms: int
+) -> Callable[[dict], TextReply]:
+    """The scripted model's responder: an import of the tenant takes its running key (for
+    `lasting_ms`) while the model writes the answer, the question stored already."""
+
+    def respond(body: dict) -> TextReply:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            client.set(import_running_key(tenant), "an-import", px=lasting_ms)
+        finally:
+            client.close()
+        return TextReply(ANSWER)
+
+    return respond
+
+
+async def test_an_answer_a_short_restore_refused_is_stored_once_it_ends(world, tenant, redis_url):
+    """The import (refused: the question makes the tenant not empty) holds its key a moment:
+    the answer is tried again, then stored with its record, as any answer."""
+    memory = world.runtime.memory
+    world.model.responder = a_restore_starts_while_the_model_answers(redis_url, tenant, 1500)
+    scope = Scope(tenant, "dm", user="U1", user_name="alice")
+    try:
+        reply = await world.runtime.turns().handle(scope, "how does it remember?", turn_id="j-1")
+        assert not reply.refused and reply.text == ANSWER and reply.turn_id == "j-1"
+        stored = [(m.role, m.content) for m in await memory.conversation.all(scope)]
+        assert stored == [("user", "how does it remember?"), ("assistant", ANSWER)]
+        assert (await memory.turn_records.get(tenant, "j-1")).answer == ANSWER
+    finally:
+        await memory.redis.delete(import_running_key(tenant))
+
+
+async def test_an_answer_a_restore_keeps_refusing_is_given_unsaved(world, tenant, redis_url):
+    """The restore outlasts the harness's wait: the person gets the answer all the same, told
+    it could not be saved (not that their message was not: it was), so nothing is sent twice."""
+    memory = world.runtime.memory
+    world.agent.harness.restore_wait = 0.2
+    world.model.responder = a_restore_starts_while_the_model_answers(redis_url, tenant, 60_000)
+    scope = Scope(tenant, "dm", user="U1", user_name="alice")
+    try:
+        reply = await world.runtime.turns().handle(scope, "how does it remember?", turn_id="j-1")
+        assert not reply.refused and reply.text.startswith(ANSWER)
+        assert "this answer could not be saved" in reply.text and "send it again" not in reply.text
+        assert reply.turn_id == ""  # no record: nothing to give feedback on
+        stored = [(m.role, m.content) for m in await memory.conversation.all(scope)]
+        assert stored == [("user", "how does it remember?")]  # the question, once
+        with pytest.raises(UnknownTurn):
+            await memory.turn_records.get(tenant, "j-1")
     finally:
         await memory.redis.delete(import_running_key(tenant))

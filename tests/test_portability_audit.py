@@ -7,7 +7,9 @@ Redis and MiniLM:
   and one due while an import writes waits for it (the tenant's erasure lock);
 - a file's `dm_person` does not override the person its messages show;
 - a tenant left with only what an erasure's purge is still deleting is refused as that erasure
-  finishing, not as "not empty";
+  finishing, not as "not empty" (learned records left are a memory: "not empty");
+- an import that does not start gives back all it took, the erasure lock too (a SET applied
+  whose answer the import never read), and never leaves the running key;
 - a file nested thousands deep is a bad line, and so is a turn whose asker is not text;
 - a thread's, paper's or watch's time ahead of the importing host's clock is not taken for use
   of the tenant since the import began;
@@ -23,6 +25,7 @@ import uuid
 
 import pytest
 
+from memory.governance import LOCK_TTL_MS as ERASURE_LOCK_TTL_MS
 from memory.governance_tenants import TenantErasures
 from memory.keys import (
     dm_people_key,
@@ -30,6 +33,7 @@ from memory.keys import (
     forgetting_key,
     import_lock_key,
     import_partial_key,
+    import_running_key,
     papers_key,
     threads_key,
 )
@@ -42,15 +46,14 @@ from memory.portability import (
 )
 from memory.scope import Scope, Visibility
 from memory.stores.base import decode
+from memory.stores.entity import Entity
 from memory.stores.episodic_episode import Episode
 from memory.stores.watches import DAY as A_DAY
 from memory.stores.watches import WatchStore
 from tests.support.memory_seed import say
 from tests.test_memory_stores import add_memgpt
 from tests.test_portability import export, populate
-from tests.test_portability_s25 import gated, lines_of, message_write
-
-__all__ = ["gated"]  # the fixture, used here
+from tests.test_portability_s25 import lines_of, message_write
 
 DAY = 1_700_000_000.0
 
@@ -135,6 +138,7 @@ async def test_an_import_is_refused_while_an_erasure_runs(memory, tenant, other)
         assert await memory.portability.is_empty(other)
         assert not await memory.redis.exists(import_lock_key(other))
         assert not await memory.redis.exists(import_partial_key(other))
+        assert not await memory.redis.exists(import_running_key(other))
         assert await memory.redis.get(forgetting_key(other)) == b"an-erasure"  # not released
     finally:
         await memory.redis.delete(forgetting_key(other))
@@ -155,6 +159,8 @@ async def test_a_tenant_erasure_due_while_an_import_writes_waits_for_it(memory, 
     task = asyncio.create_task(Portability(through_gate).import_records(other, records))
     try:
         await gate.held.wait()
+        # the erasure lock is held as an erasure holds it (its TTL, not the import lock's)
+        assert 0 < await memory.redis.pttl(forgetting_key(other)) <= ERASURE_LOCK_TTL_MS
         assert await erasures.schedule(other, now=0.0) == 0.0
         assert await erasures.erase_due(now=0.0) == []  # busy: the import holds the tenant
         gate.release.set()
@@ -182,12 +188,65 @@ async def test_what_an_erasure_still_purges_is_not_a_memory_in_the_way(memory, t
     try:
         with pytest.raises(ErasureFinishing, match="still finishing; try again shortly"):
             await memory.portability.import_records(other, records)
+        assert not await memory.redis.exists(import_running_key(other))
         await memory.conversation.append(Scope(other, "t1"), "user", "A thread of its own.")
         with pytest.raises(TenantNotEmpty):  # a memory of its own besides: not empty, as ever
             await memory.portability.import_records(other, records)
+        assert not await memory.redis.exists(import_running_key(other))
     finally:
         await memory.redis.delete(erasing_key(other))
         await memory.drop_tenant(other)
+
+
+async def test_learned_records_left_beside_a_purge_are_a_memory(memory, tenant, other):
+    """The purge still deletes forgotten messages' episodic documents, but an entity the
+    tenant learned is there too: no erasure is finishing it, so the tenant is not empty."""
+    await add_memgpt(memory, tenant)
+    records = await export(memory, tenant)
+    said = Episode(id="m-gone", thread="t-gone", author="U1", text="a forgotten question", ts=DAY)
+    await memory.episodes.add(Scope(other), [said])
+    learned = Entity("MemGPT", "system", "An LLM that pages its own memory.")
+    await memory.entities.upsert(Scope(other, "t-kept", user="U1"), [learned])
+    await memory.redis.hset(erasing_key(other), "m-gone", 1)
+    try:
+        with pytest.raises(TenantNotEmpty, match="already holds memory"):
+            await memory.portability.import_records(other, records)
+        assert not await memory.redis.exists(import_running_key(other))
+    finally:
+        await memory.redis.delete(erasing_key(other))
+        await memory.drop_tenant(other)
+
+
+def erasure_lock_set(tenant: str) -> bytes:
+    """The import taking the tenant's erasure lock (SET NX), as it goes to Redis."""
+    key = forgetting_key(tenant)
+    return f"SET\r\n${len(key)}\r\n{key}".encode()
+
+
+async def test_an_import_stopped_while_it_takes_the_erasure_lock_gives_it_back(
+    memory, gated, tenant, other
+):
+    """Cancelled while it waits for the answer to its erasure lock's SET, which Redis then
+    applied: it gives that lock back too (with its running key and its lock), so no erasure
+    waits a minute behind an import that never ran."""
+    through_gate, gate = gated
+    await add_memgpt(memory, tenant)
+    records = await export(memory, tenant)
+    gate.hold(erasure_lock_set(other))
+    task = asyncio.create_task(Portability(through_gate).import_records(other, records))
+    try:
+        await gate.held.wait()
+        gate.release.set()  # the SET goes on to Redis, and is applied...
+        task.cancel()  # ...while the import, cancelled, never reads its answer
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        gate.release.set()
+        await asyncio.gather(task, return_exceptions=True)
+    assert not await memory.redis.exists(forgetting_key(other))
+    assert not await memory.redis.exists(import_running_key(other))
+    assert not await memory.redis.exists(import_lock_key(other))
+    assert await memory.portability.is_empty(other)
 
 
 # -- 5. not an export ----------------------------------------------------------------------------

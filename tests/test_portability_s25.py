@@ -20,20 +20,17 @@ import pytest
 
 from adapters.memory_page.transfer import visible
 from adapters.memory_page.viewer import Viewer
-from memory.connection import connect
-from memory.embeddings import CachedEmbedder
 from memory.governance_places import DeletedPlace
 from memory.keys import (
     import_lock_key,
     import_partial_key,
+    import_running_key,
     messages_key,
     papers_key,
     threads_key,
 )
-from memory.manager import MemoryManager
 from memory.portability import BadExportLine, ImportLost, Portability, dumps
 from memory.scope import Scope, Visibility
-from tests.support.redis_gate import RedisGate
 from tests.test_memory_page_powers import Known, flash_after, import_form, sign_in, site
 from tests.test_memory_stores import add_memgpt
 from tests.test_portability import PUBLIC_THREAD, export, places, populate
@@ -147,18 +144,6 @@ def finish_write(tenant: str) -> bytes:
     return f"HSET\r\n${len(key)}\r\n{key}".encode()
 
 
-@pytest.fixture
-async def gated(redis_url, local_embedder):
-    """A memory whose Redis connection goes through a gate, and its gate."""
-    gate = RedisGate(redis_url)
-    client = await connect(await gate.start())
-    manager = await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
-    yield manager, gate
-    gate.release.set()
-    await manager.close()
-    await gate.close()
-
-
 async def test_the_import_lock_is_kept_while_it_writes(memory, gated, tenant, other):
     through_gate, gate = gated
     await add_memgpt(memory, tenant)
@@ -222,6 +207,7 @@ async def test_an_import_that_lost_its_lock_stops_and_keeps_the_others(memory, g
         await asyncio.gather(running, return_exceptions=True)
     assert await memory.redis.get(import_partial_key(other)) == b"1234.5"
     assert await memory.redis.get(import_lock_key(other)) == b"the-other-import"
+    assert not await memory.redis.exists(import_running_key(other))
     assert not await memory.portability.is_empty(other)  # nothing cleared under the other
     await memory.redis.delete(import_lock_key(other))
     await memory.drop_tenant(other)
@@ -260,6 +246,7 @@ async def test_an_import_failing_after_its_lock_lapsed_clears_nothing(memory, ga
     assert await memory.redis.get(messages_key(other, PUBLIC_THREAD)) == b"theirs"
     assert await memory.redis.get(import_partial_key(other)) == b"1234.5"
     assert await memory.redis.get(import_lock_key(other)) == b"the-other-import"
+    assert not await memory.redis.exists(import_running_key(other))
     await memory.redis.delete(import_lock_key(other))
     await memory.drop_tenant(other)
 
@@ -328,6 +315,7 @@ async def test_a_page_import_that_fails_midway_says_the_tenant_is_as_before(memo
     assert "failed while it wrote" in said and "the tenant is as it was before" in said
     assert await memory.portability.is_empty(other)
     assert not await memory.redis.exists(import_partial_key(other))
+    assert not await memory.redis.exists(import_running_key(other))
     await memory.drop_tenant(other)
 
 
