@@ -85,6 +85,8 @@ RESUBMIT_EVERY_SECONDS = 5.0
 RESUBMIT_TRIES = 720  # an hour: Discord does not redeliver a message, so this process keeps it
 LAST_TRIES_SECONDS = 8.0  # all of stop()'s last tries, when the running turns left that much
 STOP_WITHIN_SECONDS = 27.0  # all of stop() (turns' grace, then last tries): Heroku kills at 30 s
+GIVE_UP_SECONDS = 1.0  # of those, kept for letting go of what was given up (the grace and the
+# last tries end before it: a turn, or discord.py's own retries of a 5xx, could take them all)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 Take = Callable[[], Awaitable[object]]  # queueing a message or an event's work
 GiveUp = Callable[[], Awaitable[bool]]  # after the last try: False when the memory failed
@@ -96,10 +98,13 @@ NO_THREAD_ALLOWED = (
     "in Threads permissions here)."
 )
 # Only "for a while": the retries are this process's, for an hour at most. A message given up
-# (the hour out, or the process stopping first) lets go of its de-duplication claim, so the
-# next READY's catch-up (adapters/discord_catchup.py) takes it again: unless the memory is
-# unreachable then (the claim lapses within the hour), or a later message in its place moved
-# that place's catch-up cursor past it.
+# (the hour out, the process stopping first, or another error) holds its place's catch-up
+# from just before it and lets go of its de-duplication claim, so the next READY's catch-up
+# (adapters/discord_catchup.py) reads it again and answers it, whatever passed its place's
+# cursor meanwhile. Unless the memory is unreachable then (the claim lapses within the hour,
+# the place is not held), or no READY comes in time: in a rolling restart the process that
+# goes on is connected already, so the hold is read at its next READY, and a message older
+# than the catch-up's WINDOW by then is not answered.
 DISCORD_FAILED = (  # Discord answered a server error or a rate limit
     "Discord answered with an error while I was opening a thread for this. I will keep trying "
     "for a while and answer in a thread if it works."
@@ -290,8 +295,9 @@ class DiscordAdapter:
         further than it knew (a push that timed out after Redis ran it, a thread opened
         before Redis failed) queues the message once, in its thread. A message already
         kept (read again by the catch-up, or redelivered) is not kept, nor told, twice. One
-        given up (its hour of retries out, or at stop()) lets go of its de-duplication claim,
-        so the next READY's catch-up takes it again."""
+        given up (its hour of retries out, at stop(), or another error) holds its place's
+        catch-up and lets go of its de-duplication claim, so the next READY's catch-up reads
+        and takes it again (within the catch-up's WINDOW: see DISCORD_FAILED)."""
         delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
         try:
             await self._take(message, delivery)
@@ -300,12 +306,12 @@ class DiscordAdapter:
                 notice: str | None = exc.notice
             elif not_queued_for_now(exc):  # unsure whether it is for the bot: say so only if
                 notice = NOT_TAKEN if self.addressed(message) else None  # it surely is
-            else:
-                self._claims.pop(delivery, None)
+            else:  # given up at once, as a retry failing so would be
+                await self._let_go(message, delivery)
                 raise
             if message.id in self._kept:  # another delivery's retries go on, and told: any
                 # claim this one took is let go, or those retries would take it for a duplicate
-                await self._let_go(message, delivery)
+                await self._let_go(message, delivery, hold=False)
                 return
             self._keep(message, delivery)
             if notice is not None:
@@ -326,21 +332,23 @@ class DiscordAdapter:
 
         task.add_done_callback(forget)
 
-    async def _let_go(self, message: discord.Message, delivery: str) -> bool:
-        """A message given up before its work was queued lets go of its de-duplication claim,
-        if `delivery` still holds it: the next catch-up (or a redelivery) takes it again.
+    async def _let_go(self, message: discord.Message, delivery: str, hold: bool = True) -> bool:
+        """A message given up before its work was queued holds its place's catch-up from just
+        before it (`hold`: not when another delivery's retries go on) and lets go of its
+        de-duplication claim, if `delivery` still holds it: the next catch-up (or a
+        redelivery) reads and takes it again, however far the place's cursor went meanwhile.
         Best effort: a failure is logged (the claim then lapses within the hour); False when
         the memory was unreachable."""
-        tenant = self._claims.get(delivery)
+        tenant = self._claims.pop(delivery, None)
         if tenant is None:  # never claimed, or its work was queued: the claim stays
             return True
-        try:
+        try:  # held even if another delivery took the claim since: it may give up too
+            if hold:
+                await self.catchup.given_up(tenant, message)
             await self.handler.memory.events.let_go(tenant, claim_id(message), delivery)
         except Exception as exc:
-            self._claims.pop(delivery, None)
             log.warning("message %s keeps its de-duplication claim: %r", message.id, exc)
             return not not_queued_for_now(exc)
-        self._claims.pop(delivery, None)
         return True
 
     def addressed(self, message: discord.Message) -> bool:
@@ -421,8 +429,8 @@ class DiscordAdapter:
             self._retry_later(what, take)
 
     def _retry_later(self, what: str, take: Take, give_up: GiveUp | None = None) -> asyncio.Task:
-        """Call `take` again every few seconds, for an hour (`resubmit_tries`), until the memory (or Discord) is
-        back; then, or on another error, it is given up (`give_up`)."""
+        """Call `take` again every few seconds, for an hour (`resubmit_tries`), until the
+        memory (or Discord) is back; then, or on another error, it is given up (`give_up`)."""
 
         async def retry() -> None:
             for _ in range(self.resubmit_tries):
@@ -448,17 +456,19 @@ class DiscordAdapter:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
         finish or go back to the queue (their progress kept); what waits for the memory (or
         for Discord) gets one last try, all within `last_tries_seconds`, and what still cannot
-        be taken is logged and given up (a message lets go of its de-duplication claim, so the
-        next READY's catch-up takes it again). The whole of it ends STOP_WITHIN_SECONDS after
-        it began, so the runtime and client still close before the platform kills the process:
-        the last tries, then the letting go, get what the turns left of it. Once the memory proves unreachable, or the time is out,
-        the rest is not tried; Discord failing for one message says nothing of the others,
-        which are still tried."""
+        be taken is logged and given up (a message holds its place's catch-up and lets go of
+        its de-duplication claim, so the next READY's catch-up takes it again). The whole of it
+        ends STOP_WITHIN_SECONDS after it began, so the runtime and client still close before
+        the platform kills the process: the last tries get what the turns left of it, but for
+        the letting go's GIVE_UP_SECONDS. Once the memory proves unreachable, or the time is
+        out, the rest is not tried; Discord failing for one message says nothing of the
+        others, which are still tried."""
         loop = asyncio.get_running_loop()
         stop_by = loop.time() + STOP_WITHIN_SECONDS
+        tries_by = stop_by - GIVE_UP_SECONDS
         await self.catchup.stop()
         await self.pipeline.shutdown(
-            grace=max(0.0, min(SHUTDOWN_GRACE_SECONDS, stop_by - loop.time()))
+            grace=max(0.0, min(SHUTDOWN_GRACE_SECONDS, tries_by - loop.time()))
         )
         waiting = list(self._waiting.items())
         for task, _ in waiting:
@@ -466,7 +476,7 @@ class DiscordAdapter:
         await asyncio.gather(*(task for task, _ in waiting), return_exceptions=True)
         untried: list[Waiting] = []  # the memory unreachable, or no time left
         failed: list[Waiting] = []  # Discord's failure, or any other error
-        deadline = min(loop.time() + self.last_tries_seconds, stop_by)
+        deadline = min(loop.time() + self.last_tries_seconds, tries_by)
         for index, (_, kept) in enumerate(waiting):
             try:
                 async with asyncio.timeout_at(deadline):
@@ -492,13 +502,12 @@ class DiscordAdapter:
 
     @staticmethod
     async def _give_up_all(given_up: list[Waiting], stop_by: float) -> None:
-        """At stop(), what was not taken is given up, within what is left of stop()'s time;
-        once the memory fails, the rest is not asked (their claims lapse in time)."""
+        """At stop(), what was not taken is given up, all at once, within what is left of
+        stop()'s time (what is not let go then lapses in time)."""
+        giving_up = [kept.give_up() for kept in given_up if kept.give_up is not None]
         try:
             async with asyncio.timeout_at(stop_by):
-                for kept in given_up:
-                    if kept.give_up is not None and not await kept.give_up():
-                        return
+                await asyncio.gather(*giving_up)
         except TimeoutError:
             log.warning("out of time giving up what was not taken before stopping")
 

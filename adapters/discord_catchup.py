@@ -24,8 +24,13 @@ to a new one (READY). So:
   timeout) is logged, the others are read, and it is read again in the session with back-off,
   at most `REREAD_TRIES` times; one Discord refuses (no access, a bad request) is not. Either
   way a place given up keeps its cursor, so the next READY reads it from there.
-- A place the bot never saw a message in (a first DM, a first mention in a channel) has no
-  cursor: what is posted there while no session is up is not read.
+- A message the adapter gave up (`given_up`: at stop(), or its retries out, its work never
+  queued) holds its place from just before it (a hold next to the cursor, which `seen` never
+  moves): the next READY reads the place from there, however far its cursor went meanwhile (a
+  later message, a catch-up that read it while its claim was held, another process), and
+  releases the hold once it has read it all. A place with no cursor yet gets one so.
+- Otherwise a place the bot never saw a message in (a first DM, a first mention in a channel)
+  has no cursor: what is posted there while no session is up is not read.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from adapters.spine import not_queued_for_now
-from memory.coordination import PlaceCursors
+from memory.coordination import HOLD_SUFFIX, PlaceCursors
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
@@ -67,8 +72,9 @@ class DiscordCatchUp:
         self.adapter = adapter
         self.cursors = PlaceCursors(adapter.handler.memory.redis)
         self.known: dict[int, str] = {}  # place -> tenant: every message there moves its cursor
-        # places this session's catch-up has not read (yet) -> (tenant, read after): cursors kept
-        self.unread: dict[int, tuple[str, int]] = {}
+        # places this session's catch-up has not read (yet) -> (tenant, read after, its hold if
+        # any): cursors kept
+        self.unread: dict[int, tuple[str, int, str | None]] = {}
         self.failed_reads: dict[int, int] = {}  # of the unread, those to read again -> tries
         self.plan_pending = False  # a new session whose catch-up has not planned yet
         self._session = 0  # READYs so far: a catch-up planned in an older one plans again
@@ -94,6 +100,11 @@ class DiscordCatchUp:
         """A place to catch up from message `after` on (a thread opened from it)."""
         await self.cursors.advance(tenant, str(place), str(after))
         self.known[place] = tenant
+
+    async def given_up(self, tenant: str, message: discord.Message) -> None:
+        """`message` was given up before its work was queued: the next READY reads its place
+        from just before it (`PlaceCursors.hold`)."""
+        await self.cursors.hold(tenant, str(message.channel.id), str(message.id - 1))
 
     def connected(self) -> None:
         """A new gateway session (discord.py's `connect`, on READY): no cursor moves until
@@ -156,11 +167,11 @@ class DiscordCatchUp:
         if (session, connects) == (self._session, self._connects):  # else a newer session:
             self.plan_pending = False  # its plan may hold more (a connect alone: no READY yet)
         handed = 0
-        for place, (tenant, after) in list(self.unread.items()):
+        for place, (tenant, after, held) in list(self.unread.items()):
             if session != self._session:  # a new READY: plan again (the rest keep cursors)
                 break
             try:  # one place failing leaves the others to read
-                handed += await self._place(tenant, place, after)
+                handed += await self._place(tenant, place, after, held)
             except Exception as exc:
                 if not_queued_for_now(exc):
                     raise
@@ -180,28 +191,33 @@ class DiscordCatchUp:
         expired = discord.utils.time_snowflake(now - datetime.timedelta(seconds=self.cursors.ttl))
         guilds = {str(guild.id) for guild in self.adapter.client.guilds}
         tenants = [t for t in await self.cursors.tenants() if t.startswith("dm-") or t in guilds]
-        places: list[tuple[bool, int, int, str]] = []  # (known new, read after, place, tenant)
+        # (known new, read after, place, tenant, its hold)
+        places: list[tuple[bool, int, int, str, str | None]] = []
         dropped = unchanged = 0
-        for tenant, cursors in (await self.cursors.places_of(tenants)).items():
+        for tenant, fields in (await self.cursors.places_of(tenants)).items():
+            cursors = {p: c for p, c in fields.items() if not p.endswith(HOLD_SUFFIX)}
             old = [place for place, cursor in cursors.items() if int(cursor) < expired]
             await self.cursors.drop(tenant, *old)
             dropped += len(old)
             for place, cursor in cursors.items():
                 if place in old:
                     continue
-                after = max(int(cursor), window_start)
+                held = fields.get(place + HOLD_SUFFIX)  # a message given up there
+                after = max(min(int(cursor), int(held or cursor)), window_start)
                 last = self._last_message(int(place))
                 if last is not None and last <= after:
                     unchanged += 1
                     self.known[int(place)] = tenant
                 else:
-                    places.append((last is not None, after, int(place), tenant))
+                    places.append((last is not None, after, int(place), tenant, held))
         # places known to hold something new (cached channels) first, then the most recent
         # (DMs are not cached: a mention in a channel must not rank below a hundred of them)
         places.sort(reverse=True)
-        for _, _, place, tenant in places[MAX_PLACES:]:  # left out: followed from now on
-            self.known[place] = tenant
-        self.unread = {place: (tenant, after) for _, after, place, tenant in places[:MAX_PLACES]}
+        for _, _, place, tenant, _ in places[MAX_PLACES:]:  # left out: followed from now on
+            self.known[place] = tenant  # (their holds kept for a later READY)
+        self.unread = {
+            place: (tenant, after, held) for _, after, place, tenant, held in places[:MAX_PLACES]
+        }
         self.failed_reads = {}
         return len(self.unread), unchanged, dropped, max(len(places) - MAX_PLACES, 0)
 
@@ -220,9 +236,9 @@ class DiscordCatchUp:
                 if place not in self.unread:  # read meanwhile (or gone)
                     self.failed_reads.pop(place, None)
                     continue
-                tenant, after = self.unread[place]
+                tenant, after, held = self.unread[place]
                 try:
-                    await self._place(tenant, place, after)
+                    await self._place(tenant, place, after, held)
                 except Exception as exc:  # the memory unreachable counts as a try too
                     self._failed(place, exc)
 
@@ -248,10 +264,11 @@ class DiscordCatchUp:
         last = getattr(self.adapter.client.get_channel(place), "last_message_id", None)
         return last if isinstance(last, int) else None
 
-    async def _place(self, tenant: str, place: int, after: int) -> int:
+    async def _place(self, tenant: str, place: int, after: int, held: str | None) -> int:
         """Hand on what was posted in `place` after `after`. Until all of it is read and
-        handed on, its cursor stays (`unread`): a Discord error, or the memory failing before
-        the messages are handed on, leaves it to read again (`_failed`, or a new plan)."""
+        handed on, its cursor (and its hold, `held`) stays (`unread`): a Discord error, or the
+        memory failing before the messages are handed on, leaves it to read again (`_failed`,
+        or a new plan)."""
         channel = await self.adapter.pipeline.platform.channel(place)
         if channel is None:  # deleted, or no longer visible to the bot
             await self.cursors.drop(tenant, str(place))
@@ -290,6 +307,8 @@ class DiscordCatchUp:
             except Exception:
                 log.exception("message %s (caught up) could not be taken", message.id)
         if read_all:  # handed on: its cursor moves again, from the last of them
+            if held is not None:  # first: failing, the place stays unread (held), as its cursor
+                await self.cursors.release(tenant, str(place), held)
             self.unread.pop(place, None)
             self.failed_reads.pop(place, None)
             self.known[place] = tenant

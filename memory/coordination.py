@@ -356,7 +356,28 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return later and 1 or 0
 """
 
+# Hold place ARGV[1]'s catch-up from ARGV[2] on (field "<place><"): the earliest hold is kept
+# (ids compare by length, then as text); a place with no cursor gets one, so it is followed.
+_HOLD = """
+local field = ARGV[1] .. '<'
+local old = redis.call('HGET', KEYS[1], field)
+if not old or #ARGV[2] < #old or (#ARGV[2] == #old and ARGV[2] < old) then
+  redis.call('HSET', KEYS[1], field, ARGV[2])
+end
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# Release place ARGV[1]'s hold if it is still ARGV[2] (an earlier one set meanwhile stays).
+_RELEASE_HOLD = """
+local field = ARGV[1] .. '<'
+if redis.call('HGET', KEYS[1], field) == ARGV[2] then return redis.call('HDEL', KEYS[1], field) end
+return 0
+"""
+
 CURSOR_TTL_SECONDS = 7 * 24 * 3600
+HOLD_SUFFIX = "<"  # a place's hold is the field f"{place}<" in its tenant's cursors
 
 
 class PlaceCursors:
@@ -368,6 +389,8 @@ class PlaceCursors:
         self.redis = redis
         self.ttl = ttl
         self._advance = redis.register_script(_ADVANCE)
+        self._hold = redis.register_script(_HOLD)
+        self._release_hold = redis.register_script(_RELEASE_HOLD)
 
     async def advance(self, tenant: str, place: str, message_id: str) -> None:
         """One round trip; the tenant listed each time (`places` may have just unlisted it)."""
@@ -377,11 +400,27 @@ class PlaceCursors:
         pipe.sadd(discord_cursor_tenants_key(), tenant)
         await pipe.execute()
 
+    async def hold(self, tenant: str, place: str, before: str) -> None:
+        """The next catch-up reads `place` from after `before` at the latest, however far its
+        cursor moves meanwhile (a message given up there must be read again); a place never
+        seen gets a cursor, so it is read at all. Kept until a catch-up reads it (`release`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        cursors = discord_cursors_key(tenant)
+        await self._hold(keys=[cursors], args=[place, before, self.ttl], client=pipe)
+        pipe.sadd(discord_cursor_tenants_key(), tenant)
+        await pipe.execute()
+
+    async def release(self, tenant: str, place: str, held: str) -> None:
+        """A catch-up read `place` from `held` on: the hold goes, unless an earlier one was
+        set meanwhile (by a message given up while it read)."""
+        await self._release_hold(keys=[discord_cursors_key(tenant)], args=[place, held])
+
     async def tenants(self) -> list[str]:
         return sorted(decode(t) for t in await self.redis.smembers(discord_cursor_tenants_key()))
 
     async def places(self, tenant: str) -> dict[str, str]:
-        """Place -> its cursor; a tenant with none left (expired, erased) is unlisted."""
+        """Place -> its cursor, and f"{place}<" -> its hold (`hold`); a tenant with none left
+        (expired, erased) is unlisted."""
         return (await self.places_of([tenant]))[tenant]
 
     async def places_of(self, tenants: list[str]) -> dict[str, dict[str, str]]:
@@ -398,9 +437,11 @@ class PlaceCursors:
         }
 
     async def drop(self, tenant: str, *places: str) -> None:
-        """Places not to catch up again (gone, or not seen for longer than the TTL)."""
+        """Places not to catch up again (gone, or not seen for longer than the TTL), with
+        their holds."""
         if places:
-            await self.redis.hdel(discord_cursors_key(tenant), *places)
+            fields = [field for place in places for field in (place, place + HOLD_SUFFIX)]
+            await self.redis.hdel(discord_cursors_key(tenant), *fields)
 
     async def answered(self, tenant: str, job_ids: list[str]) -> set[str]:
         """Which of `job_ids` were delivered (`TurnQueue.complete`, kept DONE_TTL_SECONDS):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from adapters.discord import DISCORD_FAILED, DiscordAdapter
+from memory.coordination import PlaceCursors
 from memory.keys import seen_event_key
 from tests import test_discord
 from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, serving_discord_api
@@ -125,3 +126,115 @@ async def test_a_claim_is_let_go_only_by_its_taker(world):
     assert not await events.first_time(tenant, "discord:1", taker="second")
     assert await events.let_go(tenant, "discord:1", taker="first")
     assert await events.first_time(tenant, "discord:1", taker="second")
+
+
+# -- the place held: its catch-up cursor may pass a message given up ---------------------------
+
+
+async def given_up_at_stop(world, fake, api, channel: Any, *passing: Any) -> Any:
+    """A process that answers a first mention in `channel` (its cursor there: none if no
+    `passing`), then one Discord fails (503) to open a thread for until it stops, while each of
+    `passing` (a later message in the place, or a READY) goes by meanwhile: that mention, and
+    the first, in `channel`'s history."""
+    before = DiscordAdapter(
+        world.runtime.turns(), sync=False, resubmit_every_seconds=3600.0, last_tries_seconds=5.0
+    )
+    fake.attach(before.client)
+    posted = []
+    if passing:
+        asked = fake.mention(channel, fake.user(), "find MemGPT", message_id=now_id())
+        await before.handle_message(asked)
+        await settle(world, before)
+        posted.append(asked)
+    failing = fake.mention(channel, fake.user(), "and Voyager?", message_id=now_id())
+    posted.append(failing)
+    holds(channel, *posted)
+    opens = await over_http(before, failing)
+    api.fail(THREAD_ROUTE, 503, times=100)
+    try:
+        await before.handle_message(failing)
+        assert len(before._waiting) == 1
+        for then in passing:
+            posted.extend(await then(before, failing))
+            holds(channel, *posted)
+        await before.stop()
+    finally:
+        await before.pipeline.close()
+        await before.client.http.close()
+    failing.create_thread.side_effect = opens  # Discord is back
+    return failing
+
+
+async def answered_at_next_ready(world, fake, guild: Any) -> None:
+    after = test_discord.new_adapter(world, fake)
+    await ready(after, guild)
+    await settle(world, after)
+    await after.catchup.stop()
+    await after.pipeline.close()
+
+
+async def test_a_message_given_up_after_a_later_one_passed_is_answered(world, fake, api):
+    """(a) A later message in the place moves its cursor past the mention being retried: the
+    mention given up at stop() holds the place from just before it, so the next READY reads
+    it again."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+    cursors = PlaceCursors(world.runtime.memory.redis)
+
+    async def chatter_passes(adapter: DiscordAdapter, failing: Any) -> list[Any]:
+        chatter = fake.message(channel, fake.user(), "lunch?", message_id=now_id())
+        await adapter.handle_message(chatter)
+        places = await cursors.places(str(guild.id))
+        assert places[str(channel.id)] == str(chatter.id)  # the cursor passed the mention
+        return [chatter]
+
+    failing = await given_up_at_stop(world, fake, api, channel, chatter_passes)
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+    assert fake.texts(channel.id) == [DISCORD_FAILED]  # the chatter stays unanswered
+    assert f"{channel.id}<" not in await cursors.places(str(guild.id))  # read: released
+
+
+async def test_a_message_read_by_a_catch_up_while_retried_is_answered_after_stop(world, fake, api):
+    """(b) A READY while the mention is retried: its catch-up reads it (the claim held by the
+    retries, so skipped) and moves the cursor to it. Given up at stop(), it is still read by
+    the next process's READY and answered."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+
+    async def a_ready(adapter: DiscordAdapter, failing: Any) -> list[Any]:
+        await ready(adapter, guild)
+        places = await adapter.catchup.cursors.places(str(guild.id))
+        assert places[str(channel.id)] == str(failing.id)  # read, skipped, passed
+        return []
+
+    failing = await given_up_at_stop(world, fake, api, channel, a_ready)
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+
+
+async def test_a_first_mention_given_up_in_a_place_with_no_cursor_is_answered(world, fake, api):
+    """(d) The first mention in a channel (no cursor there yet), its thread failing to open
+    until stop(): the hold makes the place followed, so the next READY reads it."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+    failing = await given_up_at_stop(world, fake, api, channel)
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+
+
+async def test_a_hold_keeps_the_earliest_and_is_released_only_as_read(world):
+    cursors = PlaceCursors(world.runtime.memory.redis)
+    await cursors.hold("t1", "7", "100")  # a place never seen: followed from there
+    assert await cursors.places("t1") == {"7": "100", "7<": "100"}
+    await cursors.advance("t1", "7", "250")
+    await cursors.hold("t1", "7", "99")
+    await cursors.hold("t1", "7", "1000")  # later: the earlier hold stays
+    assert await cursors.places("t1") == {"7": "250", "7<": "99"}
+    await cursors.release("t1", "7", "100")  # not the hold any more: kept
+    assert (await cursors.places("t1"))["7<"] == "99"
+    await cursors.release("t1", "7", "99")
+    assert await cursors.places("t1") == {"7": "250"}
+    await cursors.hold("t1", "7", "200")
+    await cursors.drop("t1", "7")
+    assert await cursors.places("t1") == {}
