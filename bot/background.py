@@ -4,12 +4,12 @@ Tasks are durable: `submit` adds them to a Redis stream (`memory.tasks`) before 
 consumer loop runs them through per-kind handlers, in batches of one kind. A task is
 acknowledged only after its handler succeeds; one that fails is retried once it has been idle
 `claim_idle_ms`, and dead-lettered after `max_deliveries` (bot/spent_tasks.py: a task's last
-delivery, and what is done with a task past it). A task whose handler raises `Deferred` (what it
-needs is held by a long job, an import) is put back instead, its delivery unspent, and claimed
-again after `claim_idle_ms` like a failed one (`_put_back`). The same claiming hands the tasks
-of a crashed process to a live one. Delivery is at least once: handlers must be idempotent. The tasks read
-and not yet acknowledged are kept alive, so nobody else claims them meanwhile, and those left
-unstarted by close() are handed back (bot/held_tasks.py).
+delivery, and what is done with a task past it). A task whose handler raises `Deferred` (what
+it needs is held by a long job, an import) is put back instead, its delivery unspent, and
+claimed again after `claim_idle_ms` like a failed one (`_put_back`). The same claiming hands the
+tasks of a crashed process to a live one. Delivery is at least once: handlers must be
+idempotent. The tasks read and not yet acknowledged are kept alive, so nobody else claims them
+meanwhile, and those left unstarted by close() are handed back (bot/held_tasks.py).
 
 The work gives way to turns being prepared: while any turn assembles its context, the loop does
 not read new tasks and batches in hand do not start (for at most `max_wait`). In a burst of
@@ -25,10 +25,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
-from bot.held_tasks import HeldTasks
+from bot.held_tasks import GIVE_BACK_IDLE_MS, HeldTasks
 from bot.spent_tasks import DeadLetterHook, SpentTasks, running_delivery
 from memory.errors import Deferred
-from memory.tasks import Task, TaskStream
+from memory.tasks import PartlyDeferred, Task, TaskStream
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,9 @@ class BackgroundWork:
 
     async def drain(self) -> None:
         """Wait until every task on the stream (submitted by anyone) is done and acknowledged.
-        Tasks that keep failing hold this up until they are dead-lettered. A closing process
-        reads no more: it does not wait."""
+        Tasks that keep failing hold this up until they are dead-lettered, and a deferred one
+        (`Deferred`: an import holds what it needs) until it can run, as long as the import
+        lasts. A closing process reads no more: it does not wait."""
         if self._closing or not await self.stream.pending_count():
             return
         self.start()
@@ -303,6 +304,7 @@ class BackgroundWork:
                 running_delivery(min(t.deliveries for t in tasks), most)
                 await handler([t.payload for t in tasks])
             except Deferred as exc:
+                assert handler is not None  # raised by the handler
                 await self._deferred(kind, handler, tasks, exc)
             except Exception as exc:
                 await self._failed(kind, handler, tasks, exc)
@@ -316,15 +318,28 @@ class BackgroundWork:
             self._slots.release()
 
     async def _deferred(
-        self, kind: str, handler: Handler | None, tasks: list[Task], exc: Deferred
+        self, kind: str, handler: Handler, tasks: list[Task], exc: Deferred
     ) -> None:
-        """A batch that cannot run now (`Deferred`): a task alone is put back; a batch's tasks
-        are each run alone first, so that one tenant's import holds back no other tenant's
-        task (handlers are idempotent: those done before the deferral only run again)."""
-        if handler is None or len(tasks) == 1:
+        """A batch that cannot run now (`Deferred`): a task alone is put back; of a batch, the
+        tasks a `PartlyDeferred` names are put back and the others acknowledged; otherwise
+        each is run alone, so that one tenant's import holds back no other tenant's task
+        (handlers are idempotent: those done before the deferral only run again). Each run
+        alone yields to turns as a batch does; once close() began, the rest are given back as
+        its unstarted tasks are (claimable at once), not run."""
+        if len(tasks) == 1:
             await self._put_back(kind, tasks, exc)
             return
-        for task in tasks:
+        if isinstance(exc, PartlyDeferred):
+            deferred = [t for t in tasks if t.payload in exc.payloads]
+            await self._put_back(kind, deferred, exc)
+            await self.stream.ack([t for t in tasks if t not in deferred])
+            return
+        for i, task in enumerate(tasks):
+            await self._yield_to_turns(asyncio.get_running_loop().time() + self.max_wait)
+            if self._stop.is_set():
+                idle_ms = max(GIVE_BACK_IDLE_MS, self.claim_idle_ms)
+                await self._put_back(kind, tasks[i:], "closing", idle_ms)
+                return
             try:
                 await self._held.started([task])
                 running_delivery(task.deliveries, self.max_deliveries)
@@ -335,13 +350,18 @@ class BackgroundWork:
                 await self._failed(kind, handler, [task], alone)
             else:
                 await self.stream.ack([task])
+            self._held.release([task])
 
-    async def _put_back(self, kind: str, tasks: list[Task], exc: Deferred) -> None:
-        """Give `tasks` back with their delivery unspent, looking just delivered (idle 0): the
-        worker is free at once, and they are claimed again after `claim_idle_ms`, as a failed
-        task is (no hot loop), however long what holds them back lasts."""
-        log.info("background %s: %d tasks put back, tried again later: %s", kind, len(tasks), exc)
-        await self.stream.give_back(tasks, idle_ms=0)
+    async def _put_back(
+        self, kind: str, tasks: list[Task], why: Deferred | str, idle_ms: int = 0
+    ) -> None:
+        """Give `tasks` back with their delivery unspent, looking just delivered (`idle_ms` 0),
+        and their started mark gone (their run ended): the worker is free at once, and they are
+        claimed again after `claim_idle_ms`, as a failed task is (no hot loop), however long
+        what holds them back lasts. No longer kept alive, which would put the claim off."""
+        log.info("background %s: %d tasks put back, tried again later: %s", kind, len(tasks), why)
+        self._held.release(tasks)
+        await self.stream.give_back(tasks, idle_ms, ran=True)
 
     async def _failed(
         self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception

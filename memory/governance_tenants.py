@@ -124,8 +124,9 @@ class TenantErasures:
 
     async def erase_due(self, now: float | None = None) -> list[str]:
         """The tick: erase every tenant whose erasure is due. One whose erasure lock another
-        holds, or whose erasure failed, is left for the next tick (each tenant stays scheduled
-        until it is erased); one cancelled meanwhile is not erased."""
+        (an erasure, an import) holds, or whose erasure failed, is left for the next tick
+        (each tenant stays scheduled until it is erased); one cancelled meanwhile is not
+        erased."""
         now = time.time() if now is None else now
         erased = []
         for raw, due in await self.redis.zrangebyscore(uninstalled_key(), "-inf", now,
@@ -136,6 +137,8 @@ class TenantErasures:
                     erased.append(tenant)
             except InvalidName:  # never written by `schedule`: nothing of it to erase
                 await self.redis.zrem(uninstalled_key(), raw)
+            except ImportRunning:
+                log.info("erasure of tenant %s waits: an import is running", tenant)
             except Busy:
                 log.info("erasure of tenant %s waits: another erasure holds it", tenant)
             except Exception:  # Redis away, a bug: still scheduled, tried again next tick
@@ -236,14 +239,15 @@ class TenantErasures:
     @contextlib.asynccontextmanager
     async def _exclusive(self, tenant: str, wait_seconds: float) -> AsyncIterator[None]:
         """The tenant's erasure lock, the one every erasure takes (memory/governance.py),
-        renewed while held (waiting up to `wait_seconds` for it)."""
+        renewed while held (waiting up to `wait_seconds` for it; held by an import,
+        `ImportRunning` at once)."""
         key, token = forgetting_key(tenant), uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         while not await self._locks.acquire(key, token, LOCK_TTL_MS):
+            if await import_running(self.redis, tenant):  # may write for long: no wait
+                raise ImportRunning()
             if loop.time() >= deadline:
-                if await import_running(self.redis, tenant):
-                    raise ImportRunning()
                 raise Busy(ERASURE_RUNNING)
             await asyncio.sleep(0.05)
         async with self._locks.kept(key, token, LOCK_TTL_MS):

@@ -30,8 +30,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
+from memory.errors import Deferred
 from memory.keys import retention_key, retention_swept_key, sweep_claim_key
 from memory.stores.base import decode
+from memory.tasks import PartlyDeferred
 
 DAY = 86_400.0
 MAX_DAYS = 36_500
@@ -156,13 +158,23 @@ class Retention:
 
     async def sweep_tasks(self, payloads: list[dict]) -> None:
         """The `sweep_retention` handler: each tenant once, however often it was queued (as of
-        its latest queueing; a task from before `queued_at` was kept counts as queued at 0)."""
+        its latest queueing; a task from before `queued_at` was kept counts as queued at 0).
+        A tenant whose sweep is deferred (an import holds its erasure lock) holds back no other:
+        the others are swept, and only its tasks are put back (`PartlyDeferred`), so no tenant
+        is swept twice."""
         queued: dict[str, float] = {}
         for payload in payloads:
             tenant, at = str(payload["tenant"]), float(payload.get("queued_at") or 0)
             queued[tenant] = max(queued.get(tenant, at), at)
+        deferred: dict[str, Deferred] = {}
         for tenant, at in queued.items():
-            await self.sweep(tenant, queued_at=at)
+            try:
+                await self.sweep(tenant, queued_at=at)
+            except Deferred as exc:
+                deferred[tenant] = exc
+        if deferred:
+            held_back = [p for p in payloads if str(p["tenant"]) in deferred]
+            raise PartlyDeferred(held_back, next(iter(deferred.values())))
 
     async def last_sweep(self, tenant: str) -> dict[str, float] | None:
         """When the tenant was last swept (`at`, `cutoff`), what went (per store), and how many

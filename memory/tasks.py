@@ -34,6 +34,7 @@ import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
+from memory.errors import Deferred
 from memory.keys import (
     InvalidName,
     dead_letter_streams_key,
@@ -64,7 +65,8 @@ return held
 # Hand back the entries (ARGV[4..]) that consumer ARGV[2] of group ARGV[1] read but never ran:
 # each with the delivery its read counted taken back (RETRYCOUNT) and idle for ARGV[3] ms, so
 # any live process claims it at once and a restart spends no delivery. Only entries it still
-# holds. Returns how many went back.
+# holds. With KEYS[2] (the started hash, for a task put back after its run began), their
+# started marks go too. Returns how many went back.
 _GIVE_BACK_SCRIPT = """
 local given = 0
 for i = 4, #ARGV do
@@ -73,11 +75,23 @@ for i = 4, #ARGV do
     local count = math.max(tonumber(row[4]) - 1, 0)
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3],
                'RETRYCOUNT', count, 'JUSTID')
+    if KEYS[2] then
+      redis.call('HDEL', KEYS[2], ARGV[i])
+    end
     given = given + 1
   end
 end
 return given
 """
+
+
+class PartlyDeferred(Deferred):
+    """A batch's handler did its other tasks' work and only `payloads`' cannot be done now:
+    those are put back (bot/background.py) and the others acknowledged, not run again."""
+
+    def __init__(self, payloads: list[dict], reason: Deferred) -> None:
+        super().__init__(str(reason))
+        self.payloads = payloads
 
 
 @dataclass(frozen=True)
@@ -204,17 +218,21 @@ class TaskStream:
         held = await self._keep_alive(keys=[self.stream], args=[self.group, self.consumer, *ids])
         return int(held)
 
-    async def give_back(self, tasks: Iterable[Task], idle_ms: int) -> int:
+    async def give_back(self, tasks: Iterable[Task], idle_ms: int, *, ran: bool = False) -> int:
         """Hand back tasks read but never run (a graceful shutdown): the delivery their read
         counted is taken back, and they look idle for `idle_ms`, so another process claims
-        them at once. Those another consumer took meanwhile stay with it. Returns how many."""
+        them at once. Those another consumer took meanwhile stay with it. Returns how many.
+        `ran`: their run began and was put off (`Deferred`); their started mark goes too, or
+        the next claim, back on the same delivery, would take one lost before its run for a
+        run that never ended, and dead-letter the task unrun."""
         ids = [t.id for t in tasks]
         if not ids:
             return 0
         if self._give_back is None:
             self._give_back = self.redis.register_script(_GIVE_BACK_SCRIPT)
+        keys = [self.stream, self.runs] if ran else [self.stream]
         args = [self.group, self.consumer, idle_ms, *ids]
-        return int(await self._give_back(keys=[self.stream], args=args))
+        return int(await self._give_back(keys=keys, args=args))
 
     async def mark_started(self, tasks: Iterable[Task]) -> None:
         """Record that these tasks' handler starts now, on their current delivery (one write

@@ -15,8 +15,11 @@ import pytest
 from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
 from bot.upkeep import DELETED, Upkeep
+from memory.errors import Deferred
 from memory.governance import ImportRunning
+from memory.governance_tenants import TenantErasures
 from memory.keys import forgetting_key, import_lock_key, task_stream
+from memory.retention import SWEEP, Retention
 from memory.scope import Scope
 from memory.stores.conversation import Message
 from memory.tasks import TaskStream
@@ -86,13 +89,15 @@ async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
     await asyncio.wait_for(poll(), WAIT)
 
 
-def background(stream: TaskStream, handlers: dict[str, Any]) -> BackgroundWork:
+def background(
+    stream: TaskStream, handlers: dict[str, Any], max_deliveries: int = MAX_DELIVERIES
+) -> BackgroundWork:
     return BackgroundWork(
         stream,
         handlers,
         workers=1,
         claim_idle_ms=CLAIM_IDLE_MS,
-        max_deliveries=MAX_DELIVERIES,
+        max_deliveries=max_deliveries,
         block_ms=100,
     )
 
@@ -149,7 +154,10 @@ async def test_a_deletion_behind_an_import_waits_for_it_unspent_and_holds_no_wor
     assert await memory.redis.xlen(stream.dead_stream) == 0
 
 
-async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_batch(memory, stream):
+@pytest.mark.parametrize("free_first", [False, True])
+async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_batch(
+    memory, stream, free_first
+):
     importing_tenant, other = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
     upkeep_stream = TaskStream(memory.redis, stream.stream)
     upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(upkeep_stream))
@@ -159,7 +167,8 @@ async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_ba
     end = await importing(memory, importing_tenant)
     try:
         await stream.ensure_group()
-        for scope, source in ((held_scope, held_source), (free_scope, free_source)):
+        queued = [(held_scope, held_source), (free_scope, free_source)]
+        for scope, source in reversed(queued) if free_first else queued:
             payload = {"tenant": scope.tenant, "threads": [scope.thread], "source": source}
             await stream.add(DELETED, payload)  # both queued before the consumer reads: a batch
         work.start()
@@ -178,4 +187,116 @@ async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_ba
     finally:
         await work.close()
     assert await forgotten(memory, held_scope, held)
+    assert await memory.redis.xlen(stream.dead_stream) == 0
+
+
+async def test_a_put_back_task_is_not_dead_lettered_unrun_after_a_crash_before_its_run(
+    memory, tenant, stream
+):
+    """Put back on its last delivery, then claimed by a process killed before it ran it: the
+    next claim, past its last delivery, runs it (its deferred run ended, nothing to bury)."""
+    runs: list[list[dict]] = []
+
+    async def deferred(payloads: list[dict]) -> None:
+        await first.stop_reading()  # closing once this run ends: nothing claims it again
+        raise ImportRunning()
+
+    first = background(stream, {NOOP: counted(deferred, runs)}, max_deliveries=1)
+    task_id = await first.submit(NOOP, {"tenant": tenant})
+    await until(lambda: len(runs) == 1)
+    await first.close()
+    assert await stream.deliveries(task_id) == 0  # put back, its delivery unspent
+    killed = TaskStream(memory.redis, stream.stream, consumer="killed-before-running-it")
+    assert [t.id for t in await killed.claim_stale(0, 10)] == [task_id]
+
+    async def done(payloads: list[dict]) -> None:
+        pass
+
+    work = background(TaskStream(memory.redis, stream.stream), {NOOP: counted(done, runs)},
+                      max_deliveries=1)  # fmt: skip
+    try:
+        work.start()
+        await asyncio.wait_for(work.drain(), WAIT)
+    finally:
+        await work.close()
+    assert len(runs) == 2
+    assert await memory.redis.xlen(stream.dead_stream) == 0
+
+
+async def test_closing_while_a_deferred_batch_runs_alone_gives_the_rest_back_unrun(stream):
+    runs: list[list[dict]] = []
+
+    async def handler(payloads: list[dict]) -> None:
+        if len(payloads) > 1:
+            raise Deferred("one of them cannot run now")
+        await work.stop_reading()  # closing during the first task's run alone
+
+    work = background(stream, {NOOP: counted(handler, runs)})
+    await stream.ensure_group()
+    ids = [await stream.add(NOOP, {"n": n}) for n in range(3)]  # one batch
+    work.start()
+    await until(lambda: len(runs) >= 2)
+    await work.close()
+    assert runs == [[{"n": 0}, {"n": 1}, {"n": 2}], [{"n": 0}]]
+    assert await stream.pending_count() == 2
+    assert [await stream.deliveries(i) for i in ids[1:]] == [0, 0]  # handed back unspent
+
+
+async def test_a_whole_tenant_erasure_behind_an_import_fails_at_once(memory, tenant):
+    end = await importing(memory, tenant)
+    try:
+        with pytest.raises(ImportRunning):
+            await asyncio.wait_for(TenantErasures(memory).erase(tenant), WAIT / 3)
+    finally:
+        await end()
+
+
+async def test_an_erasure_behind_another_is_not_said_to_be_behind_an_import(memory, tenant):
+    """An import that holds its own lock and waits for an erasure's: the erasure lock is not
+    the import's, and an erasure behind it waits for it as usual."""
+    scope, said, _ = await deleted_message(memory, tenant)
+    assert await memory.redis.set(import_lock_key(tenant), "import", px=600_000, nx=True)
+    assert await memory.redis.set(forgetting_key(tenant), "erasure", px=600_000, nx=True)
+    erasing = asyncio.create_task(memory.governance.forget_message(tenant, scope.thread, said.id))
+    try:
+        await asyncio.sleep(0.3)  # it tries the lock meanwhile: behind an erasure, it waits
+        await memory.redis.delete(forgetting_key(tenant))  # the other erasure ends
+        await asyncio.wait_for(erasing, WAIT)
+    finally:
+        erasing.cancel()
+        await memory.redis.delete(import_lock_key(tenant))
+    await memory.governance.settle()
+    assert await forgotten(memory, scope, said)
+
+
+@pytest.mark.parametrize("free_first", [False, True])
+async def test_a_sweep_batch_behind_an_import_sweeps_every_other_tenant_once(
+    memory, stream, free_first
+):
+    importing_tenant, other = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    retention = Retention(memory)
+    for tenant in (importing_tenant, other):
+        await retention.set(tenant, 30)
+    work = background(stream, {SWEEP: retention.sweep_tasks})
+    end = await importing(memory, importing_tenant)
+    try:
+        await stream.ensure_group()
+        tenants = [other, importing_tenant] if free_first else [importing_tenant, other]
+        for tenant in tenants:  # both queued before the consumer reads: a batch
+            await stream.add(SWEEP, {"tenant": tenant, "queued_at": 0})
+        work.start()
+
+        async def only_the_held_one_pending() -> bool:
+            return await stream.pending_count() == 1
+
+        await until(only_the_held_one_pending)
+        assert await retention.last_sweep(importing_tenant) is None
+    finally:
+        await end()
+    try:
+        await asyncio.wait_for(work.drain(), WAIT)
+    finally:
+        await work.close()
+    for tenant in (importing_tenant, other):
+        assert (await retention.last_sweep(tenant) or {}).get("sweeps") == 1
     assert await memory.redis.xlen(stream.dead_stream) == 0
