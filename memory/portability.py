@@ -364,13 +364,14 @@ class Portability:
             await self._locks.release(import_partial_key(tenant), repr(started))
 
     async def _plainly_used(self, tenant: str) -> bool:
-        """The cheap check before anything is taken: the tenant holds keys of its own and no
-        crashed import's marker, so the import would be refused. Refused at once, it never sets
-        the running key that refuses the bot's appends (nor takes a lock); the full check still
-        follows the running key's SET."""
+        """The cheap check before anything is taken: the tenant holds keys of its own, no
+        crashed import's marker and no erasure running (erase, then restore: the full path says
+        to wait for the erasure, not that the memory is in use), so the import would be
+        refused. Refused at once, it never sets the running key that refuses the bot's appends
+        (nor takes a lock); the full check still follows the running key's SET."""
         if not await self.redis.exists(*_own_keys(tenant)):
             return False
-        return not await self.redis.exists(import_partial_key(tenant))
+        return not await self.redis.exists(import_partial_key(tenant), forgetting_key(tenant))
 
     async def _give_back(self, tenant: str, token: str, *keys: str) -> None:
         """Release what an import that does not start took (its lock last), each key only

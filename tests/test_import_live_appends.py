@@ -18,8 +18,14 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from memory.keys import import_partial_key, import_running_key, messages_key, threads_key
-from memory.portability import Portability, TenantNotEmpty, dumps
+from memory.keys import (
+    forgetting_key,
+    import_partial_key,
+    import_running_key,
+    messages_key,
+    threads_key,
+)
+from memory.portability import ErasureRunning, Portability, TenantNotEmpty, dumps
 from memory.scope import Scope
 from memory.stores.conversation import ConversationStore, MemoryRestoring
 from memory.stores.turn_records import UnknownTurn
@@ -219,6 +225,18 @@ async def test_an_import_into_a_tenant_in_use_never_sets_its_running_key(memory,
     ran = await monitored(redis_url, memory.redis, refused)
     assert not [r for r in ran if import_running_key(tenant) in r.args]
     assert not await memory.redis.exists(import_running_key(tenant))
+
+
+async def test_an_import_while_an_erasure_runs_says_to_wait_for_it(memory, tenant):
+    """Erase, then restore at once: while the erasure still holds the tenant (its keys not all
+    gone yet), the import says an erasure is running, not that the memory is in use."""
+    records = await export_of_a_thread(memory, tenant)
+    await memory.redis.set(forgetting_key(tenant), "an-erasure", px=60_000)
+    try:
+        with pytest.raises(ErasureRunning):
+            await memory.portability.import_records(tenant, records)
+    finally:
+        await memory.redis.delete(forgetting_key(tenant))
 
 
 ANSWER = "It pages what it holds between a small context and a large store."
