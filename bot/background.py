@@ -334,6 +334,7 @@ class BackgroundWork:
             await self._put_back(kind, deferred, exc)
             await self.stream.ack([t for t in tasks if t not in deferred])
             return
+        await self.stream.unmark(tasks)  # the batch's run ended: each alone marks its own
         for i, task in enumerate(tasks):
             await self._yield_to_turns(asyncio.get_running_loop().time() + self.max_wait)
             if self._stop.is_set():

@@ -249,6 +249,14 @@ class TaskStream:
         values = await self.redis.hmget(self.runs, ids)
         return {i: int(v) for i, v in zip(ids, values, strict=True) if v is not None}
 
+    async def unmark(self, tasks: Iterable[Task]) -> None:
+        """Forget the started marks of tasks whose run ended without an outcome (a batch
+        deferred, its tasks to be run alone): a task killed before its own run began is then
+        run when claimed again, not taken for one whose last run never ended."""
+        ids = [t.id for t in tasks]
+        if ids:
+            await self.redis.hdel(self.runs, *ids)
+
     async def ack(self, tasks: Iterable[Task]) -> None:
         """Acknowledge and delete, atomically: the stream holds only unfinished tasks."""
         ids = [t.id for t in tasks]

@@ -22,7 +22,7 @@ from memory.keys import forgetting_key, import_lock_key, task_stream
 from memory.retention import SWEEP, Retention
 from memory.scope import Scope
 from memory.stores.conversation import Message
-from memory.tasks import TaskStream
+from memory.tasks import Task, TaskStream
 
 MAX_DELIVERIES = 2
 CLAIM_IDLE_MS = 200  # a put-back task is claimed again this long after: many tries per second
@@ -240,6 +240,33 @@ async def test_closing_while_a_deferred_batch_runs_alone_gives_the_rest_back_unr
     assert runs == [[{"n": 0}, {"n": 1}, {"n": 2}], [{"n": 0}]]
     assert await stream.pending_count() == 2
     assert [await stream.deliveries(i) for i in ids[1:]] == [0, 0]  # handed back unspent
+
+
+async def test_tasks_waiting_to_run_alone_carry_no_started_mark_of_their_batch(stream):
+    """A deferred batch's tasks waiting for their run alone have no started mark left from the
+    batch's run: killed meanwhile, the process leaves them to be run when claimed again past
+    their last delivery, not buried as runs that never ended."""
+    runs: list[list[dict]] = []
+    running_alone, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(payloads: list[dict]) -> None:
+        if len(payloads) > 1:
+            raise Deferred("one of them cannot run now")
+        running_alone.set()
+        await release.wait()  # the first task's run alone, while the others wait
+
+    work = background(stream, {NOOP: counted(handler, runs)}, max_deliveries=1)
+    await stream.ensure_group()
+    ids = [await stream.add(NOOP, {"n": n}) for n in range(3)]  # one batch
+    work.start()
+    try:
+        await asyncio.wait_for(running_alone.wait(), WAIT)
+        marks = await stream.started_on([Task(i, NOOP, {}, 1) for i in ids])
+        assert ids[1] not in marks and ids[2] not in marks, marks
+        assert ids[0] in marks  # the one running alone marks its own run
+    finally:
+        release.set()
+        await work.close()
 
 
 async def test_a_whole_tenant_erasure_behind_an_import_fails_at_once(memory, tenant):
