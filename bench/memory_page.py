@@ -109,6 +109,10 @@ async def main(args: argparse.Namespace) -> None:
         try:
             async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
                 token = URL(login).query["token"]  # the link's button posts its token
+                async with session.get(  # its page gives the browser the sign-in cookie
+                    f"http://127.0.0.1:{port}{URL(login).path_qs}", allow_redirects=False
+                ) as preview:
+                    preview.raise_for_status()
                 async with session.post(
                     f"http://127.0.0.1:{port}/memory/login", data={"token": token}
                 ) as response:

@@ -24,7 +24,6 @@ from memory.stores.base import decode
 SESSION_TTL_SECONDS = 8 * 3600
 VIEWER_TTL_SECONDS = 300
 USED_LINK_MARGIN_SECONDS = 300  # a used link is kept this long past its expiry (clock skew)
-NO_BROWSER = "-"  # a used link's browser when its POST had no sign-in cookie: matches none
 PRESS_AGAIN_SECONDS = 120  # the same browser may press a used link again this long after
 
 
@@ -84,17 +83,20 @@ class UsedLinks:
     """Sign-in links already turned into a session. A link's address can be read where requests
     are logged (a router logs every path with its query), so a link signs in one browser: its
     nonce, hashed, is kept here (`link_id`) with the hash of that browser's sign-in cookie (set
-    by the link's preview page), the hash of the session its press started and when, until the
-    link expires, when the signature refuses it anyway.
+    by the link's preview page; a press without one is not recorded at all), the hashes of the
+    sessions its presses started and when it was first pressed, until the link expires, when
+    the signature refuses it anyway.
 
     A press's verdict: OPEN (unused, or the same browser again within `again_seconds` of the
-    first press: a double click, a reply lost to a dropped connection or a router timeout),
-    USED (that window has passed, or the link's session was ended), LEAKED (another browser, or
-    a request without the cookie, while the first press's session lives: whoever read the link
-    in a log pressed it before or after its person, so that session is ended and both are
-    refused from then on)."""
+    first press and fewer than `MAX_PRESSES` times: a double click, a reply lost to a dropped
+    connection or a router timeout), USED (that window or count has passed, or the link was
+    ended), LEAKED (another browser, or a request without the cookie, while the link's sessions
+    live: whoever read the link in a log pressed it before or after its person, so they are
+    all ended and both are refused from then on). A press again adds its session and ends none:
+    of a double click's two sessions, either may be the one the browser keeps."""
 
     OPEN, USED, LEAKED = "open", "used", "leaked"
+    MAX_PRESSES = 5  # a link's sessions, at most: its record stays short
 
     def __init__(
         self, redis: Redis, margin: int = USED_LINK_MARGIN_SECONDS,
@@ -113,105 +115,100 @@ class UsedLinks:
     def key(cls, nonce: str) -> str:
         return web_used_link_key(cls.link_id(nonce))
 
-    @staticmethod
-    def _browser(browser: str) -> str:
-        """What is kept for the browser of sign-in cookie `browser`; without one, a value no
-        browser's hash equals, so nobody's retry matches it."""
-        return _digest(browser) if browser else NO_BROWSER
-
     def _verdict(self, record: dict[str, Any] | None, browser: str, now: float) -> str:
         if record is None:
             return self.OPEN
-        if not record["session"]:  # ended: signed out, or leaked
+        if not record["sessions"]:  # ended: signed out, or leaked
             return self.USED
-        if not (browser and hmac.compare_digest(record["browser"], self._browser(browser))):
+        if not (browser and hmac.compare_digest(record["browser"], _digest(browser))):
             return self.LEAKED
-        return self.OPEN if now - record["at"] < self.again_seconds else self.USED
+        again = now - record["at"] < self.again_seconds
+        return self.OPEN if again and len(record["sessions"]) < self.MAX_PRESSES else self.USED
 
     async def check(self, nonce: str, browser: str, now: float) -> str:
         """The verdict on a press by the browser of sign-in cookie `browser`: one read, to
         refuse a used link before anyone is asked who its person is."""
-        raw = await self.redis.get(self.key(nonce))
-        return self._verdict(self._load(raw), browser, now)
+        return self._verdict(self._load(await self.redis.get(self.key(nonce))), browser, now)
 
     async def use(
         self, nonce: str, browser: str, session_id: str, now: float, remaining: float
     ) -> bool:
         """Use up the link of `nonce`, valid for `remaining` more seconds, for the browser of
-        sign-in cookie `browser` and the session `session_id` its press started: True when the
-        verdict is OPEN, the first press recorded, or a press again replacing the session the
-        previous one started (which ends). One transaction, so of two browsers at once only one
-        wins. Kept `margin` seconds past the link's expiry: another process's clock may run a
-        little behind."""
+        sign-in cookie `browser` (never empty: such a press is not a sign-in) and the session
+        `session_id` its press started: True when the verdict is OPEN and the press recorded.
+        One transaction, so of two browsers at once only one wins. Kept `margin` seconds past
+        the link's expiry: another process's clock may run a little behind."""
+        if not browser:
+            return False
         key = self.key(nonce)
 
-        async def press(pipe: Any) -> tuple[bool, str]:
-            raw = await pipe.get(key)
-            record = self._load(raw)
+        async def press(pipe: Any) -> bool:
+            record = self._load(await pipe.get(key))
             if self._verdict(record, browser, now) != self.OPEN:
-                return False, ""
-            pressed = {"browser": self._browser(browser), "session": _digest(session_id),
-                       "at": record["at"] if record else now}  # fmt: skip
+                return False
+            started = record["sessions"] if record else []
+            pressed = {"browser": _digest(browser), "at": record["at"] if record else now,
+                       "sessions": [*started, _digest(session_id)]}  # fmt: skip
             pipe.multi()
             if record is None:
                 pipe.set(key, json.dumps(pressed), ex=max(1, math.ceil(remaining)) + self.margin)
-                return True, ""
-            pipe.set(key, json.dumps(pressed), keepttl=True)
-            return True, record["session"]
+            else:
+                pipe.set(key, json.dumps(pressed), keepttl=True)
+            return True
 
-        used, replaced = await self.redis.transaction(press, key, value_from_callable=True)
-        await self._end_session(replaced)
-        return bool(used)
+        return bool(await self.redis.transaction(press, key, value_from_callable=True))
 
-    async def refuse(self, nonce: str, browser: str, now: float) -> str:
-        """The verdict on a press that is not let in (USED or LEAKED); when LEAKED, the link is
-        kept as ended (one transaction: of two such presses at once, one ends it) and the
-        session the first press started ends."""
-        key = self.key(nonce)
-
-        async def press(pipe: Any) -> tuple[str, str]:
-            raw = await pipe.get(key)
-            record = self._load(raw)
-            verdict = self._verdict(record, browser, now)
-            if verdict != self.LEAKED or record is None:
-                return self.USED, ""
-            pipe.multi()
-            pipe.set(key, json.dumps(self._ended(record)), keepttl=True)
-            return self.LEAKED, record["session"]
-
-        verdict, leaked = await self.redis.transaction(press, key, value_from_callable=True)
-        await self._end_session(leaked)
-        return str(verdict)
-
-    async def _end_session(self, digest: str) -> None:
-        """End the session of hash `digest` (one this key's transaction gave up: only its
-        caller ends it; a key of its own, so not in that transaction)."""
-        if digest:
-            await self.redis.delete(web_session_key(digest))
+    async def refused(
+        self, nonce: str, browser: str, session_id: str, now: float
+    ) -> tuple[str, bool]:
+        """A press not let in: its verdict (USED or LEAKED; a LEAKED link is then `end`ed by
+        the caller, after it logged why) and whether `session_id`, the browser's session, is one
+        the link started (a second tab, Back)."""
+        record = self._load(await self.redis.get(self.key(nonce)))
+        verdict = self._verdict(record, browser, now)
+        own = record is not None and _digest(session_id) in record["sessions"]
+        return (self.LEAKED if verdict == self.LEAKED else self.USED), own
 
     async def end(self, link_id: str) -> None:
-        """Signing out: the link lets no browser in again (its record kept until it expires)."""
+        """A leak, or signing out: every session the link started ends and it lets no browser in
+        again (its record kept until it expires). One transaction watching the link, so a press
+        recorded meanwhile is read again and its session ended too. The sessions are deleted
+        first, each alone (their keys hash to other slots than the link's, and a sharded Redis
+        takes no MULTI across slots), then the link is marked ended: a failure between leaves
+        the link as it was (LEAKED to the next press, which ends it again), never marked ended
+        with a session alive. Deleting an ended session again is harmless."""
         key = web_used_link_key(link_id)
-        raw = await self.redis.get(key)
-        if raw:
-            ended = self._ended(self._load(raw) or {})
-            await self.redis.set(key, json.dumps(ended), xx=True, keepttl=True)
+
+        async def finish(pipe: Any) -> None:
+            record = self._load(await pipe.get(key))
+            if record is None:
+                return
+            for digest in record["sessions"]:
+                await self.redis.delete(web_session_key(digest))
+            pipe.multi()
+            pipe.set(key, json.dumps(self._ended(record)), xx=True, keepttl=True)
+
+        await self.redis.transaction(finish, key)
 
     @classmethod
     def _load(cls, raw: bytes | str | None) -> dict[str, Any] | None:
         """A used link's record; one kept before records were JSON (a browser's hash alone,
-        for at most the link's hour) reads as ended."""
+        for at most the link's hour) reads as ended, one of a single session as its list."""
         if raw is None:
             return None
         try:
             record = json.loads(raw)
         except ValueError:
             record = None
-        return record if isinstance(record, dict) else cls._ended({"at": 0.0})
+        if not isinstance(record, dict):
+            return cls._ended({"at": 0.0})
+        if "sessions" not in record:
+            record["sessions"] = [record["session"]] if record.get("session") else []
+        return record
 
     @staticmethod
     def _ended(record: dict[str, Any]) -> dict[str, Any]:
-        return {**record, "browser": NO_BROWSER, "session": ""}
+        return {"at": record.get("at", 0.0), "browser": "", "sessions": []}
 
 
 class ViewerCache:

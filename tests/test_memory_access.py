@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -37,6 +38,7 @@ from adapters.memory_page.auth import InvalidLink, Links, LinkSigner, link_secre
 from adapters.memory_page.server import (
     LOGOUT_PATH,
     SESSION_COOKIE,
+    SIGNIN_COOKIE,
     VIEWER_REFRESH_SECONDS,
     memory_page,
 )
@@ -196,15 +198,20 @@ async def page_client(
         yield client, links, seen
 
 
+async def press_link(client: TestClient, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+    """Open the link (its page gives the browser its sign-in cookie), then press its button."""
+    parts = urlsplit(url)
+    page = await client.get(f"{parts.path}?{parts.query}", allow_redirects=False)
+    assert page.status == 200 and SESSION_COOKIE not in page.cookies, await page.text()
+    signin = {SIGNIN_COOKIE: page.cookies[SIGNIN_COOKIE].value}  # sent back under https too
+    return await client.post(parts.path, data={"token": token_of(url)}, cookies=signin, **kwargs)
+
+
 async def sign_in(
     client: TestClient, links: Links, tenant: str, user: str
 ) -> aiohttp.ClientResponse:
     """Open the link, then press its page's button (the POST that starts the session)."""
-    url = urlsplit(links.login(tenant, user, "slack"))
-    page = await client.get(f"{url.path}?{url.query}", allow_redirects=False)
-    assert page.status == 200 and SESSION_COOKIE not in page.cookies, await page.text()
-    return await client.post(url.path, data={"token": token_of(url.geturl())},
-                             allow_redirects=False)  # fmt: skip
+    return await press_link(client, links.login(tenant, user, "slack"), allow_redirects=False)
 
 
 async def test_login_starts_a_session_and_the_guard_checks_every_request(memory, tenant):
@@ -283,7 +290,7 @@ async def test_a_link_signs_one_browser_in_and_only_for_its_own_tenant(memory, t
     ):
         link = links.login(tenant, "U1", "slack")
         login = first.make_url(f"{urlsplit(link).path}?{urlsplit(link).query}")
-        response = await first.session.post(login.with_query(None), data={"token": token_of(link)})
+        response = await press_link(first, link)
         assert response.status == 200 and (await response.json())["tenant"] == tenant
         # a second browser (each has a cookie jar of its own) asks for a link of its own; its
         # press ends the session the link started (the link may have been read from a log)
@@ -488,15 +495,14 @@ async def test_a_rate_limited_login_says_when_to_try_again(memory, slack_api, te
     slack_api.rate_limit("users.info", retry_after=12)
     async with TestClient(TestServer(app)) as client:
         url = urlsplit(links.login(tenant, "U1", "slack"))
-        token = token_of(url.geturl())
-        response = await client.post(url.path, data={"token": token}, allow_redirects=False)
+        response = await press_link(client, url.geturl(), allow_redirects=False)
         page = await response.text()
         assert response.status == 503 and response.headers["Retry-After"] == "12"
         assert "12 seconds" in page and "Traceback" not in page
         missing = Directories()  # a server without Slack's token
         app = build_web_app(memory, page=memory_page(memory, links, missing, pages=[]))
     async with TestClient(TestServer(app)) as client:
-        response = await client.post(url.path, data={"token": token}, allow_redirects=False)
+        response = await press_link(client, url.geturl(), allow_redirects=False)
         assert response.status == 502 and "SLACK_BOT_TOKEN" in await response.text()
 
 
@@ -628,7 +634,7 @@ async def test_slack_memory_command_links_to_the_callers_page(world, slack_api):
             url = re.search(r"<(http[^|>]+)\|", answer["text"]).group(1)
             claims = links.signer.verify(token_of(url))
             assert (claims.tenant, claims.user, claims.platform) == (team, "U1", "slack")
-        response = await client.post(urlsplit(url).path, data={"token": token_of(url)})
+        response = await press_link(client, url)
         page = await response.json()
         assert response.status == 200 and page["tenant"] == team and page["user"] == "U1"
         assert set(page["audiences"]) == {PUBLIC, "private:C9", "dm:DU1"}
@@ -685,7 +691,7 @@ async def test_slack_app_home_shows_papers_threads_summaries_and_a_fresh_link(wo
         pressed = api.home_views["U1"]
         again = next(b["accessory"] for b in pressed["blocks"] if "accessory" in b)["url"]
         assert again != button["url"] and links.signer.verify(token_of(again)).user == "U1"
-        response = await client.post(urlsplit(again).path, data={"token": token_of(again)})
+        response = await press_link(client, again)
         assert response.status == 200 and (await response.json())["user"] == "U1"
 
         # a Home that Slack refuses is logged, not raised; the next opening publishes again

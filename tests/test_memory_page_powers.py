@@ -59,6 +59,7 @@ async def site(memory, directory) -> AsyncIterator[tuple[TestClient, Links]]:
 async def sign_in(client: TestClient, links: Links, tenant: str, user: str, platform: str) -> str:
     """Open `user`'s link (its page's button); the session's CSRF token, from the overview."""
     login = URL(links.login(tenant, user, platform))
+    await client.get(login.path_qs, allow_redirects=False)  # its page gives the sign-in cookie
     response = await client.post(login.path, data={"token": login.query["token"]},
                                  allow_redirects=False)  # fmt: skip
     assert response.status == 303, await response.text()

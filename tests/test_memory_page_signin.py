@@ -5,12 +5,19 @@ Redis; the directory is a stand-in whose answers the test changes (as Slack's wo
 from __future__ import annotations
 
 import asyncio
+import time
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.memory_page.access import Directories, DirectoryError, DiscordDirectory
+from adapters.memory_page.access import (
+    Directories,
+    DirectoryError,
+    DiscordDirectory,
+    viewer_record,
+)
+from adapters.memory_page.auth import new_csrf
 from adapters.memory_page.server import (
     LOGOUT_PATH,
     SESSION_COOKIE,
@@ -27,7 +34,14 @@ from memory.web_sessions import (
     WebSessions,
     WebState,
 )
-from tests.test_memory_access import Clock, People, page_client, probe_routes, token_of
+from tests.test_memory_access import (
+    Clock,
+    People,
+    page_client,
+    press_link,
+    probe_routes,
+    token_of,
+)
 
 BACK = '<a href="/memory">Back to the memory page</a>'
 USED = "This link was already used. Type <code>/memory</code> in Slack or Discord"
@@ -142,7 +156,7 @@ async def test_a_link_pressed_first_by_someone_reading_the_logs_is_ended_by_its_
     ):
         link = links.login(tenant, "U1", "slack")
         token = token_of(link)
-        taken = await press_as(attacker, client, token)
+        taken = await press_as(attacker, client, token, **{SIGNIN_COOKIE: "attackers"})
         assert taken.status == 303
         stolen = taken.cookies[SESSION_COOKIE].value
         await preview(client, link)
@@ -197,8 +211,8 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
         assert again.status == 303 and again.headers["Location"] == "/memory"
         session = again.cookies[SESSION_COOKIE].value
         assert session != lost.cookies[SESSION_COOKIE].value
-        # the press that was lost started a session nobody holds: it ends
-        assert not await memory.redis.exists(WebSessions.key(lost.cookies[SESSION_COOKIE].value))
+        # the press that was lost started a session nobody holds: it ends with the link
+        assert await memory.redis.exists(WebSessions.key(lost.cookies[SESSION_COOKIE].value))
         assert (await browser.get(client.make_url("/memory"),
                                   headers={"Cookie": f"{SESSION_COOKIE}={session}"})).status == 200  # fmt: skip
 
@@ -209,6 +223,11 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
         assert [a.status for a in answers] == [303, 303]
         other = await press_as(browser, client, token, **{SIGNIN_COOKIE: "x" + signin})
         assert other.status == 403 and LEAKED in await other.text()
+        started = [lost, again, *answers]
+        for answer in started:
+            assert not await memory.redis.exists(
+                WebSessions.key(answer.cookies[SESSION_COOKIE].value)
+            )
 
 
 async def test_the_same_browser_may_press_a_used_link_again_only_for_two_minutes(memory, tenant):
@@ -239,30 +258,97 @@ async def test_the_same_browser_may_press_a_used_link_again_only_for_two_minutes
         assert await memory.redis.exists(WebSessions.key(session))  # not taken for a leak
 
 
-async def test_a_used_link_pressed_again_while_signed_in_as_its_person_leads_to_the_page(
-    memory, tenant
+async def test_a_used_link_leads_to_the_page_only_a_browser_holding_a_session_it_started(
+    memory, tenant, caplog
 ):
-    """A second tab, or Back, with the sign-in cookie gone (or another browser's): a session of
-    the link's own person goes on to /memory; anyone else's session gets the used-link page."""
+    """A second tab, or Back: a session the link itself started goes on to /memory. Being
+    signed in as its person by an earlier link proves nothing: a new link someone read in a log
+    and pressed first is still ended by its person's press, with a warning."""
     people = People()
     people.known["U1"] = Viewer(tenant, "U1", "slack")
-    people.known["U2"] = Viewer(tenant, "U2", "slack")
+    clock = Clock()
     async with (
-        page_client(memory, people) as (client, links, _),
+        page_client(memory, people, clock=clock) as (client, links, _),
         aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
     ):
-        token = token_of(links.login(tenant, "U1", "slack"))
-        assert (await press(client, token)).status == 303
+        link = links.login(tenant, "U1", "slack")
+        assert (await press_link(client, link, allow_redirects=False)).status == 303
         own = session_of(client)
-        theirs = await press_as(browser, client, token_of(links.login(tenant, "U2", "slack")))
-        someone_else = theirs.cookies[SESSION_COOKIE].value  # signed in in another browser
-        asked = people.asked
-        response = await press_as(browser, client, token, **{SESSION_COOKIE: own})
+        clock.now += PRESS_AGAIN_SECONDS + 1  # no longer a press again: the link is used
+        response = await press(client, token_of(link))
         assert response.status == 303 and response.headers["Location"] == "/memory"
         assert "Set-Cookie" not in response.headers  # the session it has goes on
-        response = await press_as(browser, client, token, **{SESSION_COOKIE: someone_else})
+
+        newer = token_of(links.login(tenant, "U1", "slack"))
+        taken = await press_as(browser, client, newer, **{SIGNIN_COOKIE: "attackers"})
+        stolen = taken.cookies[SESSION_COOKIE].value
+        response = await press(client, newer)  # signed in as U1, by the earlier link
         assert response.status == 403 and LEAKED in await response.text()
-        assert people.asked == asked
+        assert not await memory.redis.exists(WebSessions.key(stolen))
+        assert await memory.redis.exists(WebSessions.key(own))  # not a session of that link
+        warned = [r for r in caplog.records if r.levelname == "WARNING" and "second" in r.message]
+        assert len(warned) == 1
+
+        # the link's own session, pressed without its sign-in cookie (as a copy would be): it
+        # leaked, so that session ends too, and its browser is led to the page (to sign in)
+        response = await press_as(browser, client, token_of(link), **{SESSION_COOKIE: own})
+        assert response.status == 303 and response.headers["Location"] == "/memory"
+        assert not await memory.redis.exists(WebSessions.key(own))
+        assert (await client.get("/memory")).status == 401
+
+
+async def test_a_double_click_keeps_both_sessions_until_the_link_ends(memory, tenant):
+    """Both presses of a double click pass the check before either is recorded; whichever is
+    recorded last must not end the other's session, which may be the one the browser keeps.
+    Signing out of either ends both."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with page_client(memory, people) as (client, links, _):
+        link = links.login(tenant, "U1", "slack")
+        signin = await preview(client, link)
+        nonce = links.signer.verify(token_of(link)).nonce
+        state = WebState(memory.redis)
+        now = links.signer.clock()
+        assert await state.used_links.check(nonce, signin, now) == UsedLinks.OPEN  # the first
+        assert await state.used_links.check(nonce, signin, now) == UsedLinks.OPEN  # the second
+        record = {
+            "viewer": viewer_record(people.known["U1"]),
+            "csrf": new_csrf(),
+            "resolved_at": time.time(),
+            "link": UsedLinks.link_id(nonce),
+        }  # as a press's
+        first, second = [await state.sessions.create(record) for _ in range(2)]
+        assert await state.used_links.use(nonce, signin, second, now, 3600)  # recorded first
+        assert await state.used_links.use(nonce, signin, first, now, 3600)
+        assert await state.sessions.get(first) and await state.sessions.get(second)
+
+        client.session.cookie_jar.update_cookies(
+            {SESSION_COOKIE: second}, client.make_url("/memory")
+        )
+        csrf = (await (await client.get("/memory")).json())["csrf"]
+        assert (await client.post(LOGOUT_PATH, data={"csrf": csrf})).status == 200
+        assert not await state.sessions.get(first) and not await state.sessions.get(second)
+
+
+async def test_a_first_press_without_the_sign_in_cookie_shows_the_link_again(memory, tenant):
+    """A browser the preview never marked (its cookie refused, or the POST sent by hand): its
+    press is not recorded as nobody's, which would make its own double click a leak; it is
+    shown the link's page again, which marks it, and then signs in."""
+    people = People()
+    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    async with page_client(memory, people) as (client, links, _):
+        token = token_of(links.login(tenant, "U1", "slack"))
+        response = await press(client, token)
+        page = await response.text()
+        assert response.status == 200 and "press the button again" in page
+        assert SIGNIN_COOKIE in response.cookies and SESSION_COOKIE not in response.cookies
+        assert not await memory.redis.exists(UsedLinks.key(links.signer.verify(token).nonce))
+        assert people.asked == 0
+        first = await press(client, token)
+        assert first.status == 303
+        again = await press(client, token)  # Back, or a double click: still this browser's
+        assert again.status == 303 and "Set-Cookie" in again.headers
+        assert (await client.get("/memory")).status == 200
 
 
 async def test_signing_out_ends_the_link_for_its_browser_too(memory, tenant):
@@ -305,8 +391,9 @@ async def test_two_presses_at_once_start_one_session(memory, tenant):
         token = token_of(links.login(tenant, "U1", "slack"))
         login = client.make_url("/memory/login")
         answers = await asyncio.gather(
-            *(browser.post(login, data={"token": token}, allow_redirects=False)
-              for browser in (first, second))
+            *(browser.post(login, data={"token": token}, allow_redirects=False,
+                           headers={"Cookie": f"{SIGNIN_COOKIE}={name}"})
+              for name, browser in (("first", first), ("second", second)))
         )  # fmt: skip
         assert sorted(a.status for a in answers) == [303, 403]
 
@@ -315,7 +402,8 @@ async def test_signing_out_works_while_the_platform_cannot_answer(memory, tenant
     people = Unsteady()
     people.known["U1"] = Viewer(tenant, "U1", "slack")
     async with page_client(memory, people) as (client, links, _):
-        assert (await press(client, token_of(links.login(tenant, "U1", "slack")))).status == 303
+        link = links.login(tenant, "U1", "slack")
+        assert (await press_link(client, link, allow_redirects=False)).status == 303
         csrf = (await (await client.get("/memory")).json())["csrf"]
         session = session_of(client)
         sessions = WebState(memory.redis).sessions
@@ -354,14 +442,16 @@ async def test_a_missing_platform_token_is_named_and_leads_back_only_when_signed
         async with TestClient(TestServer(app)) as client:
             for platform, tenant_id, setting in (("slack", tenant, "SLACK_BOT_TOKEN"),
                                                  ("discord", "123456", "DISCORD_TOKEN")):  # fmt: skip
-                response = await press(client, token_of(links.login(tenant_id, "U1", platform)))
+                link = links.login(tenant_id, "U1", platform)
+                response = await press_link(client, link, allow_redirects=False)
                 text = await response.text()
                 assert response.status == 502 and "Cannot open the memory page" in text
                 assert f"{setting} is not set where the memory page runs" in text
                 assert BACK not in text and "Set-Cookie" not in response.headers
 
             # signed in on a process that has the token, then served by one that has not
-            assert (await press(signed, token_of(links.login(tenant, "U1", "slack")))).status == 303
+            link = links.login(tenant, "U1", "slack")
+            assert (await press_link(signed, link, allow_redirects=False)).status == 303
             session = session_of(signed)
             sessions = WebState(memory.redis).sessions
             record = await sessions.get(session)

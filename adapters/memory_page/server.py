@@ -9,16 +9,17 @@
   redirects 303 to `/memory`. Which browser: the preview gives it a random sign-in cookie
   (`SIGNIN_COOKIE`, on `/memory/login` only) and the link is used up for that cookie's hash, so
   a press that did not finish (a double click, a dropped connection, a router timeout) can be
-  pressed again in the same browser within two minutes (the session the previous press started
-  ends). A used link is refused before the platform is asked; pressed again by a browser already
-  signed in as the link's person (a second tab, Back), it leads to `/memory`; pressed by another
-  browser (or one without the cookie, as from a log) while the session it started lives, that
-  session is ended, a warning logged and both browsers refused from then on: whoever read the
-  link in a log and pressed first is signed out by the person's own press. Signing out ends the
-  link too. Two steps so that a link someone else sends you cannot sign your browser in as them
-  (login CSRF): opening it asks first, and the preview can be opened again (link scanners fetch
-  it). A missing, altered, forged or expired link is a 403 page that says how to get a new one,
-  on either step; so is a used one, on the POST.
+  pressed again in the same browser within two minutes (each press's session lives on). A first
+  press without that cookie is shown the preview again, which sets it. A used link is refused
+  before the platform is asked; pressed again by a browser holding a session the link started (a
+  second tab, Back), it leads to `/memory`; pressed by another browser (or one without the
+  cookie, as from a log) while its sessions live, a warning is logged, they all end and both
+  browsers are refused from then on: whoever read the link in a log and pressed first is signed
+  out by the person's own press. Signing out ends the link and its sessions too. Two steps so
+  that a link someone else sends you cannot sign your browser in as them (login CSRF): opening
+  it asks first, and the preview can be opened again (link scanners fetch it). A missing,
+  altered, forged or expired link is a 403 page that says how to get a new one, on either step;
+  so is a used one, on the POST.
 - Every other `/memory…` request passes the middleware: without a live session, a 401 page;
   with one, `request[VIEWER]` (a `Viewer`) and `request[CSRF]` (`viewer.py`). A request that changes
   anything (any method but GET and HEAD) has its form read here, before the handler, at most
@@ -211,6 +212,13 @@ class Access:
             claims = self.links.signer.verify(token)
         except InvalidLink as exc:
             return bad_link(exc)
+        return self._preview(request, token, claims)
+
+    def _preview(
+        self, request: web.Request, token: str, claims: LinkClaims, again: bool = False
+    ) -> web.Response:
+        """The link's page with its button, giving this browser its sign-in cookie; `again`
+        when a press came without that cookie and is to be made once more."""
         platform = PLATFORMS.get(claims.platform, claims.platform)
         message = (
             f"This link opens the memory page as {html.escape(platform)} user "
@@ -218,6 +226,8 @@ class Access:
             " Continue only if it is your own link: it signs in one browser, and this browser's "
             "current memory-page session, if any, ends."
         )
+        if again:
+            message += " This browser had not opened this page before: press the button again."
         form = (
             f'<form method="post" action="{LOGIN_PATH}"><input type="hidden" name="token" '
             f'value="{html.escape(token)}"><button type="submit">Open my memory</button></form>'
@@ -279,6 +289,8 @@ class Access:
             verdict = await used_links.check(claims.nonce, browser, self.links.signer.clock())
             if verdict != UsedLinks.OPEN:
                 return await self._used(request, claims, browser)
+            if not browser:  # not known as a browser yet: a press would make no retry its own
+                return self._preview(request, str(token), claims, again=True)
             viewer = await self.directory.viewer(claims.tenant, claims.user, claims.platform)
             session = await sessions.create(
                 {"viewer": viewer_record(viewer), "csrf": new_csrf(), "resolved_at": time.time(),
@@ -304,24 +316,23 @@ class Access:
         return response
 
     async def _used(self, request: web.Request, claims: LinkClaims, browser: str) -> web.Response:
-        """A link this press may not use: a 303 to `/memory` when this browser is already signed
-        in as the link's person (a second tab, Back); else, pressed by a second browser while
-        the session the first started lives, that session ends (`UsedLinks.refuse`) and a
-        warning is logged; else a page saying the link was used."""
-        record = await self.state.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
-        if record is not None:
-            viewer = viewer_of(record["viewer"])
-            if (viewer.tenant, viewer.user, viewer.platform) == (
-                claims.tenant, claims.user, claims.platform,
-            ):  # fmt: skip
-                return web.Response(status=303, headers={"Location": PREFIX})
-        verdict = await self.state.used_links.refuse(
-            claims.nonce, browser, self.links.signer.clock()
-        )
+        """A link this press may not use. Pressed by a second browser while the sessions the
+        link started live: a warning is logged, then they all end (`UsedLinks.end`). A browser
+        holding one of those sessions (a second tab, Back) goes on to `/memory` (signed out if
+        the link leaked); any other gets a page saying the link was used."""
+        used_links = self.state.used_links
+        verdict, own = await used_links.refused(
+            claims.nonce, browser, request.cookies.get(SESSION_COOKIE, ""),
+            self.links.signer.clock(),
+        )  # fmt: skip
         if verdict == UsedLinks.LEAKED:
             log.warning("memory page: a sign-in link of %s %s of %s was pressed by a second "
-                        "browser (it may have been read from a log): the session it started "
-                        "was ended", claims.platform, claims.user, claims.tenant)  # fmt: skip
+                        "browser (it may have been read from a log): the sessions it started "
+                        "are ended", claims.platform, claims.user, claims.tenant)  # fmt: skip
+            await used_links.end(used_links.link_id(claims.nonce))
+        if own:
+            return web.Response(status=303, headers={"Location": PREFIX})
+        if verdict == UsedLinks.LEAKED:
             return leaked_link(claims.platform)
         log.info("memory page: a used link of %s %s of %s was sent again",
                  claims.platform, claims.user, claims.tenant)  # fmt: skip
