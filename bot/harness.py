@@ -422,16 +422,18 @@ class Harness:
         with its provenance (the thread, and the turn's asker as its author). A question edited
         before its turn's workflow was written (while its turn ran, followed before this task,
         or after a run of it that failed half-way) is learned from the text it says now, with
-        the turn's steps (`_retold`): no edit's relearn brings the workflow (it has no steps),
-        and an edit followed before the turn saved its record queues none. Each version's
-        entities are learned once, and the turn's workflow once (`_teaching`): the edit's
-        relearn, or this task delivered again, finds them done."""
+        the turn's steps (`_retold`), once the old text's pieces a failed run wrote are taken
+        out (its edit may have found none noted yet): no edit's relearn brings the workflow (it
+        has no steps), and an edit followed before the turn saved its record queues none. Each
+        version's entities are learned once, and the turn's workflow once (`_teaching`): the
+        edit's relearn, or this task delivered again, finds them done."""
         for task in tasks:
             scope = Scope.from_dict(task["scope"])
             authors = [scope.user] if scope.user else []
             state, now = await self._asking(scope, task)
             learned, asked = self.memory.governance.learned, _asked(task)
-            if state == EDITED and await learned.untaught(scope.tenant, asked):
+            if state == EDITED and await learned.untold(scope.tenant, asked):
+                await self._unlearn(scope, task, EDITED, now)  # what a failed run of it wrote
                 task, state = _retold(task, now), ASKED  # edited before its workflow was written
             if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
                 await self._unlearn(scope, task, state, now)  # a run that failed is undone
@@ -441,20 +443,20 @@ class Harness:
                 continue  # delivered again after it was written: once is enough
             with metered() as meter:  # entity extraction's model call, counted to the thread
                 try:
-                    written = await self._learn(scope, task, authors, workflow, entities)
+                    written = await self._learn(
+                        scope, task, authors, learn_workflow=workflow, learn_entities=entities
+                    )
                 except Exception:  # the failed extraction's call was made: counted too
                     await self._count(scope, meter)
                     raise
+            marked = bool(asked) and bool(written or meter.calls)  # run once: a batch-mate's
+            if marked:  # failure redelivers it too
+                await learned.written(scope.tenant, asked, _version(task), told=workflow)
             state, now = await self._asking(scope, task)
-            if state != ASKED:  # forgotten (or edited) while written
-                await self._unlearn(scope, task, state, now, written)
+            if state != ASKED:  # forgotten (or edited) while written: a forget expires the
+                await self._unlearn(scope, task, state, now, written)  # record, an edit its mark
                 continue  # and its usage is not counted to a thread that may be gone
             await self._count(scope, meter)
-            if asked and (written or meter.calls):  # run once: a batch-mate's failure
-                version = _version(task)  # redelivers it too
-                await learned.written(scope.tenant, asked, version, told=workflow)
-                if (await self._asking(scope, task))[0] == EDITED:  # an edit away from it took
-                    await learned.unwritten(scope.tenant, asked, version)  # marks out: too soon
 
     async def _teaching(self, tenant: str, task: dict[str, Any]) -> tuple[bool, bool]:
         """Whether a task is still to write its turn's workflow, and its version's entities:
@@ -464,8 +466,10 @@ class Harness:
         learned, asked, steps = self.memory.governance.learned, _asked(task), task["steps"]
         if not asked:  # a task from before questions were named
             return _succeeded(steps), True
-        workflow = _succeeded(steps) and await learned.untaught(tenant, asked)
-        return workflow, not await learned.learned(tenant, asked, _version(task))
+        untold, done = await asyncio.gather(  # one round trip (autopipelined)
+            learned.untold(tenant, asked), learned.learned(tenant, asked, _version(task))
+        )
+        return _succeeded(steps) and untold, not done
 
     async def _count(self, scope: Scope, meter: Meter) -> None:
         """Count a task's background model calls to its thread."""
@@ -479,19 +483,22 @@ class Harness:
         """Undo what a task learned from a question no longer asked: forgotten, all it taught
         (every version, from the question's record: idempotent); edited, only the pieces of the
         task's text (`written`, or those the record lists), and the workflow's QUERY line says
-        the new text again (the task may have written the old one back)."""
+        the new text again (the task may have written the old one back). The task's done mark
+        goes too: the edit took the marks of the texts it does not say out, maybe before this
+        task set its own, and editing back to that text must learn it again."""
         learned, asked = self.memory.governance.learned, _asked(task)
         if state == FORGOTTEN:
             await learned.forget(scope.tenant, [asked], also=written or ())
             return
+        await learned.unwritten(scope.tenant, asked, _version(task))
         keys = await learned.taught(scope.tenant, asked) if written is None else written
         await learned.discard(scope.tenant, _version(task), keys)
         for key in learned.workflows(scope.tenant, keys):
             await learned.requery(scope.tenant, asked, key, now)
 
     async def _learn(
-        self, scope: Scope, task: dict[str, Any], authors: list[str],
-        learn_workflow: bool = True, learn_entities: bool = True,
+        self, scope: Scope, task: dict[str, Any], authors: list[str], *,
+        learn_workflow: bool, learn_entities: bool,
     ) -> list[str]:  # fmt: skip
         """Write a turn's workflow and entities (those `_teaching` says are still to write);
         their keys, each noted first under the stored question's id (forgetting it takes them:

@@ -136,12 +136,13 @@ class Learned:
         again (a batch redelivered), it would undo a person's edit on the memory page."""
         return bool(await self.redis.sismember(learned_key(tenant, question), DONE + version))
 
-    async def untaught(self, tenant: str, question: str) -> bool:
-        """Whether the question's turn's workflow was not written yet (`TOLD`: a mark only
+    async def untold(self, tenant: str, question: str) -> bool:
+        """Whether the question's turn's workflow is not written yet (`TOLD`: a mark only
         `written` sets, once all of that task is written; noted keys do not count, so a task
-        that failed half-way runs again whole). Its turn's task, finding the question edited,
-        then learns the text it says now, with the turn's steps (bot/harness.py
-        `write_artifacts`), rather than nothing: an edit's relearn has no steps."""
+        that failed half-way runs again whole); always True for a turn with no successful step
+        (no workflow to write). Its turn's task, finding the question edited, then learns the
+        text it says now, with the turn's steps (bot/harness.py `write_artifacts`), rather than
+        nothing: an edit's relearn has no steps."""
         return not await self.redis.sismember(learned_key(tenant, question), TOLD)
 
     async def written(self, tenant: str, question: str, version: str, told: bool = False) -> None:

@@ -2,28 +2,34 @@
 while its turn answers it (before the turn saved its record), or followed before the turn's
 learning task ran (before or after the edit's relearn), and after edits that bring an old text
 back (A, B, back to A); a task that failed half-way runs again whole, under one workflow key for
-its turn; an edit followed again learns its text once. Real Redis, scripted model
-(tests/agent_world.py)."""
+its turn, and one that died after writing the old text's pieces (edited meanwhile) leaves
+none of them; an edit followed again learns its text once. Real Redis (through a gate where a
+run must die half-way), scripted model (tests/agent_world.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bot.consolidation import SUMMARY_INSTRUCTIONS
 from bot.harness import ENTITY_INSTRUCTIONS
 from bot.llm import LLMResponseError
 from bot.upkeep import ARTIFACTS, EDITED
+from memory.governance_learned import DONE
 from memory.scope import Scope
 from memory.stores.base import decode
 from memory.tasks import Task
 from tests import test_governance_learned_retries
+from tests.agent_world import close_world, open_world
+from tests.support.redis_gate import RedisGate
 from tests.support.scripted_openai import call, text, tool_calls
 from tests.test_governance_learned import KESTREL, ask, workflow_queries
-from tests.test_governance_learned_retries import pieces, until
+from tests.test_governance_learned_retries import WAIT, pieces, until
 
 world = test_governance_learned_retries.world  # its fixture: an agent world on the test Redis
 
@@ -235,3 +241,60 @@ async def test_an_edits_relearn_run_before_the_turns_task_keeps_its_workflow(wor
     [record] = await memory.turn_records.of_thread(tenant, "t")
     said = decode(await memory.redis.hget(record.workflow, "text")) if record.workflow else ""
     assert (said or "").startswith(f"QUERY: {OKAPI}")  # the turn's record points at it
+
+
+@pytest.fixture
+async def gated_world(redis_url, tmp_path):
+    """A world whose Redis is reached through a gate that can hold, then cut, one command."""
+    gate = RedisGate(redis_url)
+    world = await open_world(await gate.start(), tmp_path)
+    yield world, gate
+    gate.release.set()
+    gate.mend()
+    await close_world(world)
+    await gate.close()
+
+
+def edited_while_extracting(world, gate: RedisGate, tenant: str):
+    """The model's first entity extraction: the question is edited to the okapi text and that
+    edit followed (its `edited` finds no entity noted yet) before it answers as `taught`; the
+    run's marks (set once all is written) are then held at the gate."""
+    first = [True]
+
+    async def route(body: dict[str, Any]):
+        if body["messages"][0]["content"] != ENTITY_INSTRUCTIONS:
+            return world.route(body)
+        if first:
+            first.clear()
+            await edit_to(world, tenant, OKAPI)
+            await run(world, [t for t in await queued(world) if t.kind == EDITED])
+            gate.hold(DONE.encode())  # its marks, set once it wrote
+        return taught(body)
+
+    return route
+
+
+async def test_an_edit_while_extracting_then_a_failure_after_writing_leaves_no_old_piece(
+    gated_world, tenant
+):
+    """The run dies after writing the old text's piece, before it marks it written or finds
+    the edit: delivered again, it learns the new text and takes the old text's piece out."""
+    world, gate = gated_world
+    harness = world.runtime.harness
+    scope = Scope(tenant, "t", "C1", user="U1")
+    await harness.stop_reading()  # the test runs the turn's task itself
+    script_tool_turn(world)
+    await world.agent.run_turn(scope, ZEBRA, source=SOURCE)
+    [task] = [t.payload for t in await queued(world) if t.kind == ARTIFACTS]
+    world.model.router = edited_while_extracting(world, gate, tenant)
+    first = asyncio.create_task(harness.write_artifacts([task]))
+    async with asyncio.timeout(WAIT):
+        await gate.held.wait()  # the zebra piece written, its marks held
+    assert await pieces(world, tenant) == [ZEBRA_PIECE]
+    gate.cut()  # Redis lost: the run dies there
+    with pytest.raises(RedisConnectionError):
+        await first
+    gate.mend()
+    await harness.write_artifacts([task])  # delivered again
+    assert await pieces(world, tenant) == [OKAPI_PIECE]
+    assert await workflow_queries(world, tenant) == [f"QUERY: {OKAPI}"]
