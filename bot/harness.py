@@ -299,7 +299,16 @@ class Harness:
         recent window grew past its share, the workflow and entities. A question forgotten while
         the turn ran teaches nothing, and leaves no record (`_kept`); a failed turn (the model's
         error, a timeout, the iteration cap, a cut or filtered answer) no workflow or entity."""
-        answered = await self._store_answer(scope, prepared, answer, meta)
+        try:
+            answered = await self._store_answer(scope, prepared, answer, meta)
+        except AnswerNotSaved:  # the question, stored, is still found by recall and rolled
+            asked = prepared.question
+            if asked is not None and not asked.forgotten:
+                window = prepared.context.segment("Conversation").tokens + count_tokens(
+                    asked.content, self.memory.model
+                )
+                await self.upkeep.after_messages(scope, [asked], window)
+            raise
         await self.record_turn(
             scope, prepared, steps, answer, answered, usage or Meter(), citations_removed,
             str(meta.get("stop_reason", "final")), cited,

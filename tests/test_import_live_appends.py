@@ -291,5 +291,9 @@ async def test_an_answer_a_restore_keeps_refusing_is_given_unsaved(world, tenant
         assert stored == [("user", "how does it remember?")]  # the question, once
         with pytest.raises(UnknownTurn):
             await memory.turn_records.get(tenant, "j-1")
+        await memory.redis.delete(import_running_key(tenant))
+        await world.agent.harness.drain()  # the question is still indexed for recall
+        question = (await memory.conversation.all(scope))[0]
+        assert await memory.episodes._stored(tenant, [question.id]) == [question.id]
     finally:
         await memory.redis.delete(import_running_key(tenant))
