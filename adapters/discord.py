@@ -98,13 +98,13 @@ NO_THREAD_ALLOWED = (
     "in Threads permissions here)."
 )
 # Only "for a while": the retries are this process's, for an hour at most. A message given up
-# (the hour out, the process stopping first, or another error) holds its place's catch-up
-# from just before it and lets go of its de-duplication claim, so the next READY's catch-up
-# (adapters/discord_catchup.py) reads it again and answers it, whatever passed its place's
+# (the hour out, the process stopping first, or another error) is recorded as given up and
+# lets go of its de-duplication claim, so the next READY's catch-up
+# (adapters/discord_catchup.py) fetches it by id and answers it, whatever passed its place's
 # cursor meanwhile. Unless the memory is unreachable then (the claim lapses within the hour,
-# the place is not held), or no READY comes in time: in a rolling restart the process that
-# goes on is connected already, so the hold is read at its next READY, and a message older
-# than the catch-up's WINDOW by then is not answered.
+# nothing is recorded), or no READY comes in time: in a rolling restart the process that goes
+# on is connected already, so the record is read at its next READY, and a message older than
+# the catch-up's WINDOW by then is not answered.
 DISCORD_FAILED = (  # Discord answered a server error or a rate limit
     "Discord answered with an error while I was opening a thread for this. I will keep trying "
     "for a while and answer in a thread if it works."
@@ -295,9 +295,9 @@ class DiscordAdapter:
         further than it knew (a push that timed out after Redis ran it, a thread opened
         before Redis failed) queues the message once, in its thread. A message already
         kept (read again by the catch-up, or redelivered) is not kept, nor told, twice. One
-        given up (its hour of retries out, at stop(), or another error) holds its place's
-        catch-up and lets go of its de-duplication claim, so the next READY's catch-up reads
-        and takes it again (within the catch-up's WINDOW: see DISCORD_FAILED)."""
+        given up (its hour of retries out, at stop(), or another error) is recorded and lets
+        go of its de-duplication claim, so the next READY's catch-up fetches and takes it
+        again (within the catch-up's WINDOW: see DISCORD_FAILED)."""
         delivery = uuid.uuid4().hex  # its retries below are this delivery, not a redelivery
         try:
             await self._take(message, delivery)
@@ -311,7 +311,7 @@ class DiscordAdapter:
                 raise
             if message.id in self._kept:  # another delivery's retries go on, and told: any
                 # claim this one took is let go, or those retries would take it for a duplicate
-                await self._let_go(message, delivery, hold=False)
+                await self._let_go(message, delivery, record=False)
                 return
             self._keep(message, delivery)
             if notice is not None:
@@ -332,18 +332,18 @@ class DiscordAdapter:
 
         task.add_done_callback(forget)
 
-    async def _let_go(self, message: discord.Message, delivery: str, hold: bool = True) -> bool:
-        """A message given up before its work was queued holds its place's catch-up from just
-        before it (`hold`: not when another delivery's retries go on) and lets go of its
-        de-duplication claim, if `delivery` still holds it: the next catch-up (or a
-        redelivery) reads and takes it again, however far the place's cursor went meanwhile.
+    async def _let_go(self, message: discord.Message, delivery: str, record: bool = True) -> bool:
+        """A message given up before its work was queued is recorded as given up (`record`:
+        not when another delivery's retries go on) and lets go of its de-duplication claim, if
+        `delivery` still holds it: the next catch-up fetches it (or a redelivery takes it)
+        again, however far its place's cursor went meanwhile.
         Best effort: a failure is logged (the claim then lapses within the hour); False when
         the memory was unreachable."""
         tenant = self._claims.pop(delivery, None)
         if tenant is None:  # never claimed, or its work was queued: the claim stays
             return True
-        try:  # held even if another delivery took the claim since: it may give up too
-            if hold:
+        try:  # recorded even if another delivery took the claim since: it may give up too
+            if record:
                 await self.catchup.given_up(tenant, message)
             await self.handler.memory.events.let_go(tenant, claim_id(message), delivery)
         except Exception as exc:
@@ -456,13 +456,13 @@ class DiscordAdapter:
         """On SIGTERM/SIGINT, before the client closes: no more catching up; running turns
         finish or go back to the queue (their progress kept); what waits for the memory (or
         for Discord) gets one last try, all within `last_tries_seconds`, and what still cannot
-        be taken is logged and given up (a message holds its place's catch-up and lets go of
-        its de-duplication claim, so the next READY's catch-up takes it again). The whole of it
-        ends STOP_WITHIN_SECONDS after it began, so the runtime and client still close before
-        the platform kills the process: the last tries get what the turns left of it, but for
-        the letting go's GIVE_UP_SECONDS. Once the memory proves unreachable, or the time is
-        out, the rest is not tried; Discord failing for one message says nothing of the
-        others, which are still tried."""
+        be taken is logged and given up (a message is recorded as given up and lets go of its
+        de-duplication claim, so the next READY's catch-up fetches and takes it again). The
+        whole of it ends STOP_WITHIN_SECONDS after it began, so the runtime and client still
+        close before the platform kills the process: the last tries get what the turns left of
+        it, but for the letting go's GIVE_UP_SECONDS. Once the memory proves unreachable, or
+        the time is out, the rest is not tried; Discord failing for one message says nothing
+        of the others, which are still tried."""
         loop = asyncio.get_running_loop()
         stop_by = loop.time() + STOP_WITHIN_SECONDS
         tries_by = stop_by - GIVE_UP_SECONDS

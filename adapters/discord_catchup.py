@@ -25,10 +25,13 @@ to a new one (READY). So:
   at most `REREAD_TRIES` times; one Discord refuses (no access, a bad request) is not. Either
   way a place given up keeps its cursor, so the next READY reads it from there.
 - A message the adapter gave up (`given_up`: at stop(), or its retries out, its work never
-  queued) holds its place from just before it (a hold next to the cursor, which `seen` never
-  moves): the next READY reads the place from there, however far its cursor went meanwhile (a
-  later message, a catch-up that read it while its claim was held, another process), and
-  releases the hold once it has read it all. A place with no cursor yet gets one so.
+  queued) is recorded itself (memory/coordination.py `GivenUpMessages`, for `WINDOW`); cursors
+  are untouched. After reading the places, the catch-up fetches each recorded message by id
+  and hands it on as it does the others, whatever passed its place's cursor meanwhile (a later
+  message, a catch-up that read it while its claim was held, another process): only it is
+  read again, not what its place held around it. Its record goes once handed on, or once
+  Discord says it or its place is gone (or refuses it); a passing failure keeps it for the
+  next READY.
 - Otherwise a place the bot never saw a message in (a first DM, a first mention in a channel)
   has no cursor: what is posted there while no session is up is not read.
 """
@@ -44,7 +47,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from adapters.spine import not_queued_for_now
-from memory.coordination import HOLD_SUFFIX, PlaceCursors
+from memory.coordination import GivenUpMessages, PlaceCursors
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
@@ -71,10 +74,12 @@ class DiscordCatchUp:
     def __init__(self, adapter: DiscordAdapter) -> None:
         self.adapter = adapter
         self.cursors = PlaceCursors(adapter.handler.memory.redis)
+        self.given_up_messages = GivenUpMessages(
+            adapter.handler.memory.redis, int(WINDOW.total_seconds())
+        )
         self.known: dict[int, str] = {}  # place -> tenant: every message there moves its cursor
-        # places this session's catch-up has not read (yet) -> (tenant, read after, its hold if
-        # any): cursors kept
-        self.unread: dict[int, tuple[str, int, str | None]] = {}
+        # places this session's catch-up has not read (yet) -> (tenant, read after): cursors kept
+        self.unread: dict[int, tuple[str, int]] = {}
         self.failed_reads: dict[int, int] = {}  # of the unread, those to read again -> tries
         self.plan_pending = False  # a new session whose catch-up has not planned yet
         self._session = 0  # READYs so far: a catch-up planned in an older one plans again
@@ -102,9 +107,9 @@ class DiscordCatchUp:
         self.known[place] = tenant
 
     async def given_up(self, tenant: str, message: discord.Message) -> None:
-        """`message` was given up before its work was queued: the next READY reads its place
-        from just before it (`PlaceCursors.hold`)."""
-        await self.cursors.hold(tenant, str(message.channel.id), str(message.id - 1))
+        """`message` was given up before its work was queued: the next READY fetches it and
+        takes it again (`_retake`)."""
+        await self.given_up_messages.add(tenant, str(message.channel.id), str(message.id))
 
     def connected(self) -> None:
         """A new gateway session (discord.py's `connect`, on READY): no cursor moves until
@@ -167,21 +172,22 @@ class DiscordCatchUp:
         if (session, connects) == (self._session, self._connects):  # else a newer session:
             self.plan_pending = False  # its plan may hold more (a connect alone: no READY yet)
         handed = 0
-        for place, (tenant, after, held) in list(self.unread.items()):
+        for place, (tenant, after) in list(self.unread.items()):
             if session != self._session:  # a new READY: plan again (the rest keep cursors)
                 break
             try:  # one place failing leaves the others to read
-                handed += await self._place(tenant, place, after, held)
+                handed += await self._place(tenant, place, after)
             except Exception as exc:
                 if not_queued_for_now(exc):
                     raise
                 self._failed(place, exc)
+        retaken = await self._retake(session)
         log.info(
             "caught up on Discord: %d messages in %d places (%d with nothing new; %d more left "
-            "out; %d not seen for %d days, no longer followed)", handed, planned, unchanged,
-            left_out, dropped, self.cursors.ttl // 86400,
+            "out; %d not seen for %d days, no longer followed); %d given up before, fetched",
+            handed, planned, unchanged, left_out, dropped, self.cursors.ttl // 86400, retaken,
         )  # fmt: skip
-        return handed
+        return handed + retaken
 
     async def _plan(self) -> tuple[int, int, int, int]:
         """Which places to read, and from where (`unread`): (how many, how many had nothing
@@ -189,37 +195,89 @@ class DiscordCatchUp:
         now = discord.utils.utcnow()
         window_start = discord.utils.time_snowflake(now - WINDOW)
         expired = discord.utils.time_snowflake(now - datetime.timedelta(seconds=self.cursors.ttl))
-        guilds = {str(guild.id) for guild in self.adapter.client.guilds}
-        tenants = [t for t in await self.cursors.tenants() if t.startswith("dm-") or t in guilds]
-        # (known new, read after, place, tenant, its hold)
-        places: list[tuple[bool, int, int, str, str | None]] = []
+        tenants = await self._tenants()
+        places: list[tuple[bool, int, int, str]] = []  # (known new, read after, place, tenant)
         dropped = unchanged = 0
-        for tenant, fields in (await self.cursors.places_of(tenants)).items():
-            cursors = {p: c for p, c in fields.items() if not p.endswith(HOLD_SUFFIX)}
+        for tenant, cursors in (await self.cursors.places_of(tenants)).items():
             old = [place for place, cursor in cursors.items() if int(cursor) < expired]
             await self.cursors.drop(tenant, *old)
             dropped += len(old)
             for place, cursor in cursors.items():
                 if place in old:
                     continue
-                held = fields.get(place + HOLD_SUFFIX)  # a message given up there
-                after = max(min(int(cursor), int(held or cursor)), window_start)
+                after = max(int(cursor), window_start)
                 last = self._last_message(int(place))
                 if last is not None and last <= after:
                     unchanged += 1
                     self.known[int(place)] = tenant
                 else:
-                    places.append((last is not None, after, int(place), tenant, held))
+                    places.append((last is not None, after, int(place), tenant))
         # places known to hold something new (cached channels) first, then the most recent
         # (DMs are not cached: a mention in a channel must not rank below a hundred of them)
         places.sort(reverse=True)
-        for _, _, place, tenant, _ in places[MAX_PLACES:]:  # left out: followed from now on
-            self.known[place] = tenant  # (their holds kept for a later READY)
-        self.unread = {
-            place: (tenant, after, held) for _, after, place, tenant, held in places[:MAX_PLACES]
-        }
+        for _, _, place, tenant in places[MAX_PLACES:]:  # left out: followed from now on
+            self.known[place] = tenant
+        self.unread = {place: (tenant, after) for _, after, place, tenant in places[:MAX_PLACES]}
         self.failed_reads = {}
         return len(self.unread), unchanged, dropped, max(len(places) - MAX_PLACES, 0)
+
+    async def _tenants(self) -> list[str]:
+        """The tenants this session serves: its servers', and every DM's."""
+        guilds = {str(guild.id) for guild in self.adapter.client.guilds}
+        return [t for t in await self.cursors.tenants() if t.startswith("dm-") or t in guilds]
+
+    async def _retake(self, session: int) -> int:
+        """Fetch each message given up (`given_up`) and hand it on as a caught-up one: the
+        number handed on. Its record goes once handed on, answered, older than WINDOW, or gone
+        or refused by Discord; a passing failure (a server error, the network) keeps it for the
+        next READY, as does its take failing."""
+        records = self.given_up_messages
+        window_start = discord.utils.time_snowflake(discord.utils.utcnow() - WINDOW)
+        handed = 0
+        for tenant, place, message_id in await records.of(await self._tenants()):
+            if session != self._session:  # a new READY: its catch-up takes the rest
+                break
+            answered = await self.cursors.answered(tenant, [turn_job_id(message_id)])
+            if message_id < window_start or answered:
+                await records.drop(tenant, place, message_id)
+                continue
+            try:
+                message = await self._fetch(place, message_id)
+            except Exception as exc:
+                if not_queued_for_now(exc) or self.adapter.pipeline.platform.passing(exc):
+                    log.warning(
+                        "message %s given up in %s could not be fetched (%r): the next READY "
+                        "tries again", message_id, place, exc,
+                    )  # fmt: skip
+                    continue
+                log.warning("message %s given up in %s: refused (%r)", message_id, place, exc)
+                message = None
+            if message is None:
+                log.warning(
+                    "message %s given up in %s is gone or out of reach: not taken again",
+                    message_id, place,
+                )  # fmt: skip
+                await records.drop(tenant, place, message_id)
+                continue
+            handed += 1
+            try:  # the memory unreachable is the adapter's to retry (and record if given up)
+                await self.adapter.handle_message(message)
+            except Exception:
+                log.exception("message %s (given up before) could not be taken", message_id)
+                continue
+            await records.drop(tenant, place, message_id)
+        return handed
+
+    async def _fetch(self, place: int, message_id: int) -> discord.Message | None:
+        """The message, or None when Discord says it or its place is gone, or out of reach
+        (no access, no Read Message History)."""
+        channel = await self.adapter.pipeline.platform.channel(place)
+        if channel is None:
+            return None
+        try:
+            return await channel.fetch_message(message_id)
+        except (discord.NotFound, discord.Forbidden):
+            return None
 
     async def _reread(self, session: int) -> None:
         """Read again, with back-off, the places Discord failed to give in passing, until each
@@ -236,9 +294,9 @@ class DiscordCatchUp:
                 if place not in self.unread:  # read meanwhile (or gone)
                     self.failed_reads.pop(place, None)
                     continue
-                tenant, after, held = self.unread[place]
+                tenant, after = self.unread[place]
                 try:
-                    await self._place(tenant, place, after, held)
+                    await self._place(tenant, place, after)
                 except Exception as exc:  # the memory unreachable counts as a try too
                     self._failed(place, exc)
 
@@ -264,11 +322,10 @@ class DiscordCatchUp:
         last = getattr(self.adapter.client.get_channel(place), "last_message_id", None)
         return last if isinstance(last, int) else None
 
-    async def _place(self, tenant: str, place: int, after: int, held: str | None) -> int:
+    async def _place(self, tenant: str, place: int, after: int) -> int:
         """Hand on what was posted in `place` after `after`. Until all of it is read and
-        handed on, its cursor (and its hold, `held`) stays (`unread`): a Discord error, or the
-        memory failing before the messages are handed on, leaves it to read again (`_failed`,
-        or a new plan)."""
+        handed on, its cursor stays (`unread`): a Discord error, or the memory failing before
+        the messages are handed on, leaves it to read again (`_failed`, or a new plan)."""
         channel = await self.adapter.pipeline.platform.channel(place)
         if channel is None:  # deleted, or no longer visible to the bot
             await self.cursors.drop(tenant, str(place))
@@ -307,8 +364,6 @@ class DiscordCatchUp:
             except Exception:
                 log.exception("message %s (caught up) could not be taken", message.id)
         if read_all:  # handed on: its cursor moves again, from the last of them
-            if held is not None:  # first: failing, the place stays unread (held), as its cursor
-                await self.cursors.release(tenant, str(place), held)
             self.unread.pop(place, None)
             self.failed_reads.pop(place, None)
             self.known[place] = tenant

@@ -19,6 +19,7 @@ from memory.keys import (
     busy_threads_key,
     discord_cursor_tenants_key,
     discord_cursors_key,
+    discord_given_up_key,
     joined_key,
     last_thread_key,
     seen_event_key,
@@ -356,28 +357,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return later and 1 or 0
 """
 
-# Hold place ARGV[1]'s catch-up from ARGV[2] on (field "<place><"): the earliest hold is kept
-# (ids compare by length, then as text); a place with no cursor gets one, so it is followed.
-_HOLD = """
-local field = ARGV[1] .. '<'
-local old = redis.call('HGET', KEYS[1], field)
-if not old or #ARGV[2] < #old or (#ARGV[2] == #old and ARGV[2] < old) then
-  redis.call('HSET', KEYS[1], field, ARGV[2])
-end
-redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-
-# Release place ARGV[1]'s hold if it is still ARGV[2] (an earlier one set meanwhile stays).
-_RELEASE_HOLD = """
-local field = ARGV[1] .. '<'
-if redis.call('HGET', KEYS[1], field) == ARGV[2] then return redis.call('HDEL', KEYS[1], field) end
-return 0
-"""
-
 CURSOR_TTL_SECONDS = 7 * 24 * 3600
-HOLD_SUFFIX = "<"  # a place's hold is the field f"{place}<" in its tenant's cursors
 
 
 class PlaceCursors:
@@ -389,8 +369,6 @@ class PlaceCursors:
         self.redis = redis
         self.ttl = ttl
         self._advance = redis.register_script(_ADVANCE)
-        self._hold = redis.register_script(_HOLD)
-        self._release_hold = redis.register_script(_RELEASE_HOLD)
 
     async def advance(self, tenant: str, place: str, message_id: str) -> None:
         """One round trip; the tenant listed each time (`places` may have just unlisted it)."""
@@ -400,27 +378,12 @@ class PlaceCursors:
         pipe.sadd(discord_cursor_tenants_key(), tenant)
         await pipe.execute()
 
-    async def hold(self, tenant: str, place: str, before: str) -> None:
-        """The next catch-up reads `place` from after `before` at the latest, however far its
-        cursor moves meanwhile (a message given up there must be read again); a place never
-        seen gets a cursor, so it is read at all. Kept until a catch-up reads it (`release`)."""
-        pipe = self.redis.pipeline(transaction=False)
-        cursors = discord_cursors_key(tenant)
-        await self._hold(keys=[cursors], args=[place, before, self.ttl], client=pipe)
-        pipe.sadd(discord_cursor_tenants_key(), tenant)
-        await pipe.execute()
-
-    async def release(self, tenant: str, place: str, held: str) -> None:
-        """A catch-up read `place` from `held` on: the hold goes, unless an earlier one was
-        set meanwhile (by a message given up while it read)."""
-        await self._release_hold(keys=[discord_cursors_key(tenant)], args=[place, held])
-
     async def tenants(self) -> list[str]:
         return sorted(decode(t) for t in await self.redis.smembers(discord_cursor_tenants_key()))
 
     async def places(self, tenant: str) -> dict[str, str]:
-        """Place -> its cursor, and f"{place}<" -> its hold (`hold`); a tenant with none left
-        (expired, erased) is unlisted."""
+        """Place -> its cursor; a tenant with none left, nor a message given up (expired,
+        erased), is unlisted."""
         return (await self.places_of([tenant]))[tenant]
 
     async def places_of(self, tenants: list[str]) -> dict[str, dict[str, str]]:
@@ -428,8 +391,11 @@ class PlaceCursors:
         pipe = self.redis.pipeline(transaction=False)
         for tenant in tenants:
             pipe.hgetall(discord_cursors_key(tenant))
-        found = dict(zip(tenants, await pipe.execute() if tenants else [], strict=True))
-        if gone := [tenant for tenant, cursors in found.items() if not cursors]:
+            pipe.exists(discord_given_up_key(tenant))
+        replies = await pipe.execute() if tenants else []
+        found = dict(zip(tenants, replies[::2], strict=True))
+        given_up = dict(zip(tenants, replies[1::2], strict=True))
+        if gone := [t for t, cursors in found.items() if not cursors and not given_up[t]]:
             await self.redis.srem(discord_cursor_tenants_key(), *gone)
         return {
             tenant: {decode(place): decode(cursor) for place, cursor in cursors.items()}
@@ -437,11 +403,9 @@ class PlaceCursors:
         }
 
     async def drop(self, tenant: str, *places: str) -> None:
-        """Places not to catch up again (gone, or not seen for longer than the TTL), with
-        their holds."""
+        """Places not to catch up again (gone, or not seen for longer than the TTL)."""
         if places:
-            fields = [field for place in places for field in (place, place + HOLD_SUFFIX)]
-            await self.redis.hdel(discord_cursors_key(tenant), *fields)
+            await self.redis.hdel(discord_cursors_key(tenant), *places)
 
     async def answered(self, tenant: str, job_ids: list[str]) -> set[str]:
         """Which of `job_ids` were delivered (`TurnQueue.complete`, kept DONE_TTL_SECONDS):
@@ -452,6 +416,41 @@ class PlaceCursors:
             pipe.exists(turn_done_key(tenant, job_id))
         found = await pipe.execute() if job_ids else []
         return {job_id for job_id, done in zip(job_ids, found, strict=True) if done}
+
+
+class GivenUpMessages:
+    """The Discord messages the adapter gave up before their work was queued, per tenant
+    (`discord_given_up_key`): the next READY's catch-up fetches each by id and takes it again,
+    whatever passed its place's cursor meanwhile. The tenant is listed with the cursors'
+    tenants (`PlaceCursors.tenants`), so a place with no cursor is not missed."""
+
+    def __init__(self, redis: Redis, ttl: int) -> None:
+        self.redis = redis
+        self.ttl = ttl  # the catch-up's window: older messages are not answered that late
+
+    async def add(self, tenant: str, place: str, message_id: str) -> None:
+        key = discord_given_up_key(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, f"{place}:{message_id}", "1")
+        pipe.expire(key, self.ttl)
+        pipe.sadd(discord_cursor_tenants_key(), tenant)
+        await pipe.execute()
+
+    async def of(self, tenants: list[str]) -> list[tuple[str, int, int]]:
+        """(tenant, place, message id) of every message recorded for `tenants`, oldest first."""
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.hkeys(discord_given_up_key(tenant))
+        found: list[tuple[str, int, int]] = []
+        for tenant, fields in zip(tenants, await pipe.execute() if tenants else [], strict=True):
+            for field in fields:
+                place, _, message_id = decode(field).partition(":")
+                found.append((tenant, int(place), int(message_id)))
+        return sorted(found, key=lambda given_up: given_up[2])
+
+    async def drop(self, tenant: str, place: int, message_id: int) -> None:
+        """Taken again, gone, or refused: not fetched again."""
+        await self.redis.hdel(discord_given_up_key(tenant), f"{place}:{message_id}")
 
 
 class Upgrades:

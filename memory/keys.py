@@ -326,6 +326,13 @@ def discord_cursors_key(tenant: str) -> str:
     return tenant_key(tenant, "discord-cursors")
 
 
+def discord_given_up_key(tenant: str) -> str:
+    """Hash "<place>:<message id>" -> 1 of the Discord messages the adapter gave up before
+    their work was queued (expires the catch-up's window after the last): the next gateway
+    session fetches each and takes it again (adapters/discord_catchup.py)."""
+    return tenant_key(tenant, "discord-given-up")
+
+
 def discord_cursor_tenants_key() -> str:
     """Set of the tenants that have a `discord_cursors_key` (DMs' tenants cannot be listed
     from the gateway's servers)."""

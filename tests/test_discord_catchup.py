@@ -38,7 +38,8 @@ def now_id() -> int:
 
 def holds(channel: Any, *messages: Any) -> None:
     """What Discord keeps in `channel`: `history` pages it as Discord does (after the given
-    message, oldest first, at most `limit`), and a cached channel knows its last message."""
+    message, oldest first, at most `limit`), `fetch_message` gives one by id (else 404), and
+    a cached channel knows its last message."""
     held = sorted(messages, key=lambda m: m.id)
     if not isinstance(channel, discord.DMChannel):  # discord.py keeps none for DMs
         channel.last_message_id = held[-1].id
@@ -48,6 +49,14 @@ def holds(channel: Any, *messages: Any) -> None:
             yield message
 
     channel.history.side_effect = history
+
+    async def fetch_message(message_id: int, /) -> Any:
+        for message in held:
+            if message.id == message_id:
+                return message
+        raise discord.NotFound(mock.Mock(status=404, reason="Not Found"), "Unknown Message")
+
+    channel.fetch_message.side_effect = fetch_message
 
 
 async def ready(adapter: DiscordAdapter, *guilds: Any) -> None:

@@ -5,13 +5,16 @@ REST stand-in; Redis is real."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest import mock
 
+import discord
 import pytest
 
-from adapters.discord import DISCORD_FAILED, DiscordAdapter
-from memory.coordination import PlaceCursors
+from adapters.discord import DISCORD_FAILED, EMPTY_MENTION, DiscordAdapter
+from memory.coordination import GivenUpMessages, PlaceCursors
 from memory.keys import seen_event_key
 from tests import test_discord
 from tests.support.discord_api import BOT_TOKEN, MockDiscordApi, serving_discord_api
@@ -128,7 +131,7 @@ async def test_a_claim_is_let_go_only_by_its_taker(world):
     assert await events.first_time(tenant, "discord:1", taker="second")
 
 
-# -- the place held: its catch-up cursor may pass a message given up ---------------------------
+# -- the message itself recorded: read again by id, whatever passed its place's cursor -------
 
 
 async def given_up_at_stop(world, fake, api, channel: Any, *passing: Any) -> Any:
@@ -165,6 +168,10 @@ async def given_up_at_stop(world, fake, api, channel: Any, *passing: Any) -> Any
     return failing
 
 
+async def given_up_records(world, guild: Any) -> list[tuple[str, int, int]]:
+    return await GivenUpMessages(world.runtime.memory.redis, 3600).of([str(guild.id)])
+
+
 async def answered_at_next_ready(world, fake, guild: Any) -> None:
     after = test_discord.new_adapter(world, fake)
     await ready(after, guild)
@@ -175,8 +182,7 @@ async def answered_at_next_ready(world, fake, guild: Any) -> None:
 
 async def test_a_message_given_up_after_a_later_one_passed_is_answered(world, fake, api):
     """(a) A later message in the place moves its cursor past the mention being retried: the
-    mention given up at stop() holds the place from just before it, so the next READY reads
-    it again."""
+    mention given up at stop() is recorded, so the next READY fetches and answers it."""
     guild = fake.guild()
     channel = fake.text_channel(guild)
     cursors = PlaceCursors(world.runtime.memory.redis)
@@ -189,10 +195,12 @@ async def test_a_message_given_up_after_a_later_one_passed_is_answered(world, fa
         return [chatter]
 
     failing = await given_up_at_stop(world, fake, api, channel, chatter_passes)
+    places = await cursors.places(str(guild.id))  # the give-up left the cursor alone
+    assert places[str(channel.id)] == str(fake.channels[channel.id].last_message_id)
     await answered_at_next_ready(world, fake, guild)
     assert fake.texts(failing.id) == ["Answer: and Voyager?"]
     assert fake.texts(channel.id) == [DISCORD_FAILED]  # the chatter stays unanswered
-    assert f"{channel.id}<" not in await cursors.places(str(guild.id))  # read: released
+    assert await given_up_records(world, guild) == []  # taken: its record gone
 
 
 async def test_a_message_read_by_a_catch_up_while_retried_is_answered_after_stop(world, fake, api):
@@ -215,7 +223,7 @@ async def test_a_message_read_by_a_catch_up_while_retried_is_answered_after_stop
 
 async def test_a_first_mention_given_up_in_a_place_with_no_cursor_is_answered(world, fake, api):
     """(d) The first mention in a channel (no cursor there yet), its thread failing to open
-    until stop(): the hold makes the place followed, so the next READY reads it."""
+    until stop(): its record is read at the next READY, which fetches and answers it."""
     guild = fake.guild()
     channel = fake.text_channel(guild)
     failing = await given_up_at_stop(world, fake, api, channel)
@@ -223,18 +231,75 @@ async def test_a_first_mention_given_up_in_a_place_with_no_cursor_is_answered(wo
     assert fake.texts(failing.id) == ["Answer: and Voyager?"]
 
 
-async def test_a_hold_keeps_the_earliest_and_is_released_only_as_read(world):
-    cursors = PlaceCursors(world.runtime.memory.redis)
-    await cursors.hold("t1", "7", "100")  # a place never seen: followed from there
-    assert await cursors.places("t1") == {"7": "100", "7<": "100"}
-    await cursors.advance("t1", "7", "250")
-    await cursors.hold("t1", "7", "99")
-    await cursors.hold("t1", "7", "1000")  # later: the earlier hold stays
-    assert await cursors.places("t1") == {"7": "250", "7<": "99"}
-    await cursors.release("t1", "7", "100")  # not the hold any more: kept
-    assert (await cursors.places("t1"))["7<"] == "99"
-    await cursors.release("t1", "7", "99")
-    assert await cursors.places("t1") == {"7": "250"}
-    await cursors.hold("t1", "7", "200")
-    await cursors.drop("t1", "7")
-    assert await cursors.places("t1") == {}
+async def test_only_the_given_up_message_is_read_again_not_a_bare_mention_after_it(
+    world, fake, api
+):
+    """A bare mention after the one given up, answered more than an hour before the next READY
+    (its de-duplication claim lapsed; only turns are remembered as answered longer): the
+    READY fetches the given-up mention alone, so the bare one is not answered twice."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+
+    async def bare_mention(adapter: DiscordAdapter, failing: Any) -> list[Any]:
+        bare = fake.mention(channel, fake.user(), "", message_id=now_id())
+        await adapter.handle_message(bare)
+        assert fake.texts(channel.id) == [DISCORD_FAILED, EMPTY_MENTION]
+        await world.runtime.memory.redis.delete(  # an hour on: its claim lapsed
+            seen_event_key(str(guild.id), f"discord:{bare.id}")
+        )
+        return [bare]
+
+    failing = await given_up_at_stop(world, fake, api, channel, bare_mention)
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+    assert fake.texts(channel.id) == [DISCORD_FAILED, EMPTY_MENTION]  # not told twice
+    assert await given_up_records(world, guild) == []  # taken: its record gone
+
+
+async def test_a_given_up_message_whose_channel_is_gone_is_dropped(world, fake, api, caplog):
+    """The channel deleted before the next READY (Discord answers 404 for it): the record is
+    dropped with a log line, not fetched again at every READY."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+    failing = await given_up_at_stop(world, fake, api, channel)
+    assert await given_up_records(world, guild) == [(str(guild.id), channel.id, failing.id)]
+    del fake.channels[channel.id]  # gone: not cached, and fetching it answers 404
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == []
+    assert await given_up_records(world, guild) == []
+    assert f"message {failing.id} given up in {channel.id} is gone" in caplog.text
+
+
+async def test_a_given_up_message_discord_fails_to_give_is_kept_for_the_next_ready(
+    world, fake, api
+):
+    """Discord answers 503 to fetching the message at the first READY: its record stays, and
+    the READY after that answers it."""
+    guild = fake.guild()
+    channel = fake.text_channel(guild)
+    failing = await given_up_at_stop(world, fake, api, channel)
+    answers = channel.fetch_message.side_effect
+    channel.fetch_message.side_effect = discord.DiscordServerError(
+        mock.Mock(status=503, reason="Service Unavailable"), "try later"
+    )
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == []
+    assert await given_up_records(world, guild) == [(str(guild.id), channel.id, failing.id)]
+    channel.fetch_message.side_effect = answers  # Discord is back
+    await answered_at_next_ready(world, fake, guild)
+    assert fake.texts(failing.id) == ["Answer: and Voyager?"]
+    assert await given_up_records(world, guild) == []
+
+
+async def test_a_tenant_with_a_given_up_message_alone_stays_listed(world):
+    """A message given up in a place with no cursor: its tenant stays listed (a READY reads
+    its records) until both its cursors and its records are gone."""
+    redis = world.runtime.memory.redis
+    cursors, records = PlaceCursors(redis), GivenUpMessages(redis, 3600)
+    tenant = f"dm-{uuid.uuid4().int % 10**18}"  # the Redis is shared by the tests
+    await records.add(tenant, "7", "100")
+    assert await cursors.places(tenant) == {}
+    assert tenant in await cursors.tenants()
+    await records.drop(tenant, 7, 100)
+    assert await cursors.places(tenant) == {}
+    assert tenant not in await cursors.tenants()
