@@ -343,9 +343,10 @@ class DiscordAdapter:
         if tenant is None:  # never claimed, or its work was queued: the claim stays
             return True
         try:  # recorded even if another delivery took the claim since: it may give up too
-            if record:
-                await self.catchup.given_up(tenant, message)
-            await self.handler.memory.events.let_go(tenant, claim_id(message), delivery)
+            if record:  # the record and the claim's letting go are one step
+                await self.catchup.given_up(tenant, message, (claim_id(message), delivery))
+            else:
+                await self.handler.memory.events.let_go(tenant, claim_id(message), delivery)
         except Exception as exc:
             log.warning("message %s keeps its de-duplication claim: %r", message.id, exc)
             return not not_queued_for_now(exc)

@@ -106,10 +106,13 @@ class DiscordCatchUp:
         await self.cursors.advance(tenant, str(place), str(after))
         self.known[place] = tenant
 
-    async def given_up(self, tenant: str, message: discord.Message) -> None:
+    async def given_up(
+        self, tenant: str, message: discord.Message, claim: tuple[str, str] | None = None
+    ) -> None:
         """`message` was given up before its work was queued: the next READY fetches it and
-        takes it again (`_retake`)."""
-        await self.given_up_messages.add(tenant, str(message.channel.id), str(message.id))
+        takes it again (`_retake`); its de-duplication `claim` (event id, delivery) is let go in
+        the same step."""
+        await self.given_up_messages.add(tenant, str(message.channel.id), str(message.id), claim)
 
     def connected(self) -> None:
         """A new gateway session (discord.py's `connect`, on READY): no cursor moves until

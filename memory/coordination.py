@@ -418,6 +418,16 @@ class PlaceCursors:
         return {job_id for job_id, done in zip(job_ids, found, strict=True) if done}
 
 
+# Record a given-up message (KEYS[1] field ARGV[1], the hash kept ARGV[2] seconds) and, when
+# ARGV[3] is a delivery, let go of its claim KEYS[2] if that delivery still holds it: one step.
+_GIVE_UP_MESSAGE = """
+redis.call('HSET', KEYS[1], ARGV[1], '1')
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+
 class GivenUpMessages:
     """The Discord messages the adapter gave up before their work was queued, per tenant
     (`discord_given_up_key`): the next READY's catch-up fetches each by id and takes it again,
@@ -427,14 +437,22 @@ class GivenUpMessages:
     def __init__(self, redis: Redis, ttl: int) -> None:
         self.redis = redis
         self.ttl = ttl  # the catch-up's window: older messages are not answered that late
+        self._give_up = redis.register_script(_GIVE_UP_MESSAGE)
 
-    async def add(self, tenant: str, place: str, message_id: str) -> None:
-        key = discord_given_up_key(tenant)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(key, f"{place}:{message_id}", "1")
-        pipe.expire(key, self.ttl)
-        pipe.sadd(discord_cursor_tenants_key(), tenant)
-        await pipe.execute()
+    async def add(
+        self, tenant: str, place: str, message_id: str, claim: tuple[str, str] | None = None
+    ) -> None:
+        """Record the message; with `claim` (its event id, the delivery that took it), let go
+        of that claim in the same step, if the delivery still holds it: a record never stands
+        beside a claim left held, which would make the next catch-up take the message for a
+        duplicate and drop its record unanswered."""
+        await self.redis.sadd(discord_cursor_tenants_key(), tenant)  # alone, it lists nothing
+        event_id, taker = claim or ("", "")
+        seen = seen_event_key(tenant, event_id) if claim else discord_given_up_key(tenant)
+        await self._give_up(
+            keys=[discord_given_up_key(tenant), seen],
+            args=[f"{place}:{message_id}", self.ttl, taker if claim else ""],
+        )
 
     async def of(self, tenants: list[str]) -> list[tuple[str, int, int]]:
         """(tenant, place, message id) of every message recorded for `tenants`, oldest first."""

@@ -131,6 +131,20 @@ async def test_a_claim_is_let_go_only_by_its_taker(world):
     assert await events.first_time(tenant, "discord:1", taker="second")
 
 
+async def test_a_record_lets_go_of_its_claim_in_the_same_step_only_for_its_taker(world):
+    """Recording a given-up message lets go of its claim in one step (a record never stands
+    beside a claim its dead delivery still holds, which would make the next catch-up drop it
+    unanswered as a duplicate), and only for the delivery that took it."""
+    redis, tenant = world.runtime.memory.redis, "t1"
+    events, records = world.runtime.memory.events, GivenUpMessages(redis, 3600)
+    assert await events.first_time(tenant, "discord:7", taker="first")
+    await records.add(tenant, "42", "7", ("discord:7", "second"))  # not its taker: kept
+    assert await redis.exists(seen_event_key(tenant, "discord:7"))
+    await records.add(tenant, "42", "7", ("discord:7", "first"))
+    assert not await redis.exists(seen_event_key(tenant, "discord:7"))
+    assert await records.of([tenant]) == [(tenant, 42, 7)]
+
+
 # -- the message itself recorded: read again by id, whatever passed its place's cursor -------
 
 
