@@ -190,25 +190,15 @@ class UsedLinks:
 
         await self.redis.transaction(finish, key)
 
-    @classmethod
-    def _load(cls, raw: bytes | str | None) -> dict[str, Any] | None:
-        """A used link's record; one kept before records were JSON (a browser's hash alone,
-        for at most the link's hour) reads as ended, one of a single session as its list."""
-        if raw is None:
-            return None
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            return cls._ended({"at": 0.0})
-        if "sessions" not in record:
-            record["sessions"] = [record["session"]] if record.get("session") else []
-        return record
+    @staticmethod
+    def _load(raw: bytes | str | None) -> dict[str, Any] | None:
+        """A used link's record: the first browser's hash, when it pressed, its sessions."""
+        return None if raw is None else json.loads(raw)
 
     @staticmethod
     def _ended(record: dict[str, Any]) -> dict[str, Any]:
-        return {"at": record.get("at", 0.0), "browser": "", "sessions": []}
+        """Signed out or leaked: no sessions left (what `_verdict` reads as used)."""
+        return {"at": record["at"], "browser": "", "sessions": []}
 
 
 class ViewerCache:

@@ -102,6 +102,27 @@ def background(
     )
 
 
+async def drain_then_close(work: BackgroundWork) -> None:
+    """Wait (at most WAIT) for every task queued to have run, then close the workers: also
+    when that wait fails, so no worker outlives the test."""
+    try:
+        await asyncio.wait_for(work.drain(), WAIT)
+    finally:
+        await work.close()
+
+
+def deletions(memory, stream: TaskStream) -> Upkeep:
+    """The upkeep whose `forget_deleted` a deleted message's task runs (its own queue, on the
+    test's stream)."""
+    queue = BackgroundWork(TaskStream(memory.redis, stream.stream))
+    return Upkeep(memory, Consolidator(memory, None), queue)
+
+
+async def one_pending(stream: TaskStream) -> bool:
+    """Only the task held back by the import is left unacknowledged."""
+    return await stream.pending_count() == 1
+
+
 async def test_an_erasure_behind_an_import_fails_at_once_saying_so(memory, tenant):
     scope, said, _ = await deleted_message(memory, tenant)
     end = await importing(memory, tenant)
@@ -118,8 +139,7 @@ async def test_an_erasure_behind_an_import_fails_at_once_saying_so(memory, tenan
 async def test_a_deletion_behind_an_import_waits_for_it_unspent_and_holds_no_worker(
     memory, tenant, stream
 ):
-    upkeep_stream = TaskStream(memory.redis, stream.stream)
-    upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(upkeep_stream))
+    upkeep = deletions(memory, stream)
     runs: list[list[dict]] = []
     others: list[dict] = []
 
@@ -145,10 +165,7 @@ async def test_a_deletion_behind_an_import_waits_for_it_unspent_and_holds_no_wor
     finally:
         await end()
     # the import ended: the deletion runs, and the message is forgotten
-    try:
-        await asyncio.wait_for(work.drain(), WAIT)
-    finally:
-        await work.close()
+    await drain_then_close(work)
     await memory.governance.settle()
     assert await forgotten(memory, scope, said)
     assert await memory.redis.xlen(stream.dead_stream) == 0
@@ -159,8 +176,7 @@ async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_ba
     memory, stream, free_first
 ):
     importing_tenant, other = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
-    upkeep_stream = TaskStream(memory.redis, stream.stream)
-    upkeep = Upkeep(memory, Consolidator(memory, None), BackgroundWork(upkeep_stream))
+    upkeep = deletions(memory, stream)
     work = background(stream, {DELETED: upkeep.forget_deleted})
     held_scope, held, held_source = await deleted_message(memory, importing_tenant)
     free_scope, free, free_source = await deleted_message(memory, other)
@@ -174,18 +190,11 @@ async def test_one_tenants_import_holds_back_no_other_tenants_deletion_in_its_ba
         work.start()
         await until(lambda: forgotten(memory, free_scope, free))
         assert not await forgotten(memory, held_scope, held)
-
-        async def only_the_held_one_pending() -> bool:
-            return await stream.pending_count() == 1
-
-        await until(only_the_held_one_pending)  # the other's ack follows its erasure
+        await until(lambda: one_pending(stream))  # the other's ack follows its erasure
         assert await memory.redis.xlen(stream.dead_stream) == 0
     finally:
         await end()
-    try:
-        await asyncio.wait_for(work.drain(), WAIT)
-    finally:
-        await work.close()
+    await drain_then_close(work)
     assert await forgotten(memory, held_scope, held)
     assert await memory.redis.xlen(stream.dead_stream) == 0
 
@@ -214,11 +223,8 @@ async def test_a_put_back_task_is_not_dead_lettered_unrun_after_a_crash_before_i
 
     work = background(TaskStream(memory.redis, stream.stream), {NOOP: counted(done, runs)},
                       max_deliveries=1)  # fmt: skip
-    try:
-        work.start()
-        await asyncio.wait_for(work.drain(), WAIT)
-    finally:
-        await work.close()
+    work.start()
+    await drain_then_close(work)
     assert len(runs) == 2
     assert await memory.redis.xlen(stream.dead_stream) == 0
 
@@ -312,18 +318,11 @@ async def test_a_sweep_batch_behind_an_import_sweeps_every_other_tenant_once(
         for tenant in tenants:  # both queued before the consumer reads: a batch
             await stream.add(SWEEP, {"tenant": tenant, "queued_at": 0})
         work.start()
-
-        async def only_the_held_one_pending() -> bool:
-            return await stream.pending_count() == 1
-
-        await until(only_the_held_one_pending)
+        await until(lambda: one_pending(stream))
         assert await retention.last_sweep(importing_tenant) is None
     finally:
         await end()
-    try:
-        await asyncio.wait_for(work.drain(), WAIT)
-    finally:
-        await work.close()
+    await drain_then_close(work)
     for tenant in (importing_tenant, other):
         assert (await retention.last_sweep(tenant) or {}).get("sweeps") == 1
     assert await memory.redis.xlen(stream.dead_stream) == 0

@@ -11,7 +11,8 @@ memory/dm_people.py):
   is its audience or its thread's (from before audiences were kept), and a place is someone's
   when exactly one person wrote there across its threads.
 
-A real Redis; the erasure is held on its way there by a gate (tests/support/redis_gate.py).
+A real Redis; the erasure is held on its way there by a gate (the `gated` fixture,
+tests/support/gated_memory.py).
 """
 
 from __future__ import annotations
@@ -21,37 +22,21 @@ import hashlib
 
 import pytest
 
-from memory.connection import connect
-from memory.embeddings import CachedEmbedder
 from memory.governance_erasure import NotFound
 from memory.governance_places import DeletedPlace
 from memory.governance_sweeps import _FORGET_DM_PLACES
 from memory.governance_tenants import TenantErasures
 from memory.keys import deleted_thread_key, dm_people_key
-from memory.manager import MemoryManager
 from memory.scope import Scope, Visibility
 from memory.stores.base import decode
 from memory.stores.tool_log import ToolLogEntry
 from tests.support.memory_seed import say
-from tests.support.redis_gate import RedisGate
 
 DAY = 1_700_000_000.0
 
 
 def dm(tenant: str, ts: str, user: str = "U7") -> Scope:
     return Scope(tenant, f"slack:{tenant}:D7:{ts}", "D7", Visibility.DM, user, user)
-
-
-@pytest.fixture
-async def gated(redis_url, local_embedder):
-    """A memory whose Redis connection goes through a gate, and its gate."""
-    gate = RedisGate(redis_url)
-    client = await connect(await gate.start())
-    manager = await MemoryManager(client, CachedEmbedder(local_embedder, client)).open()
-    yield manager, gate
-    gate.release.set()
-    await manager.close()
-    await gate.close()
 
 
 async def threads(memory, tenant: str) -> list[str]:

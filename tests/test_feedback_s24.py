@@ -1,6 +1,6 @@
 """Votes and erasure, and feedback answered in time: a vote landing while its person is erased
 goes too; an erased person's only 👎 offers the workflow again and is counted; Discord's
-buttons and form are answered while Redis is held (tests/support/redis_gate.py); a rolling
+buttons and form are answered while Redis is held (tests/support/gated_world.py); a rolling
 summary refused at its marking still counts what its model call cost."""
 
 from __future__ import annotations
@@ -20,27 +20,18 @@ from memory.scope import Scope
 from memory.stores.conversation import MarkConflict
 from memory.stores.turn_records import VOTER
 from tests.agent_world import close_world, open_world
+from tests.support import gated_world as world_gate
 from tests.support.discord_api import BOT_TOKEN, serving_discord_api, snowflake
 from tests.support.discord_fakes import FakeDiscord
-from tests.support.redis_gate import RedisGate
 from tests.support.scripted_openai import call, text, tool_calls
 from tests.test_discord_feedback import DEFERRED, answered, pressed, told
 from tests.test_turn_records import scope_of
 
-
-@pytest.fixture
-async def gated(redis_url, tmp_path):
-    """A world whose Redis is reached through a gate that can hold one command."""
-    gate = RedisGate(redis_url)
-    world = await open_world(await gate.start(), tmp_path)
-    yield world, gate
-    gate.release.set()
-    await close_world(world)
-    await gate.close()
+gated_world = world_gate.gated_world  # its fixture: an agent world reached through a gate
 
 
-async def test_a_vote_landing_while_its_person_is_erased_goes_too(gated, tenant):
-    world, gate = gated
+async def test_a_vote_landing_while_its_person_is_erased_goes_too(gated_world, tenant):
+    world, gate = gated_world
     memory = world.runtime.memory
     world.model.script(text("one"), text("two"))
     a = await world.agent.run_turn(scope_of(tenant, "ta", "U1"), "first question")
@@ -90,8 +81,8 @@ async def test_an_erased_person_s_only_down_vote_is_withdrawn_counted_and_unreje
 
 
 @pytest.fixture
-async def discord_env(gated):
-    world, gate = gated
+async def discord_env(gated_world):
+    world, gate = gated_world
     async with serving_discord_api() as api:
         fake = FakeDiscord()
         adapter = DiscordAdapter(world.runtime.turns(), sync=False)

@@ -25,13 +25,14 @@ from memory.scope import Scope
 from memory.stores.base import decode
 from memory.tasks import Task
 from tests import test_governance_learned_retries
-from tests.agent_world import close_world, open_world
+from tests.support import gated_world as world_gate
 from tests.support.redis_gate import RedisGate
 from tests.support.scripted_openai import call, text, tool_calls
 from tests.test_governance_learned import KESTREL, ask, workflow_queries
 from tests.test_governance_learned_retries import WAIT, pieces, until
 
 world = test_governance_learned_retries.world  # its fixture: an agent world on the test Redis
+gated_world = world_gate.gated_world  # its fixture: an agent world reached through a gate
 
 SOURCE = "C1:9.1"  # the question's message on the platform
 ZEBRA, OKAPI = "Is Kestrel a zebra?", "Is Kestrel an okapi grant?"
@@ -103,17 +104,23 @@ async def run(world, tasks: list[Task]) -> None:
         await background.stream.ack([task])
 
 
-async def test_an_edit_followed_before_the_turns_learning_task_keeps_its_workflow(world, tenant):
-    harness = world.runtime.harness
-    scope = Scope(tenant, "t", "C1", user="U1")
-    await harness.stop_reading()  # the test runs the queued tasks, in the order under test
+async def answered_then_edited(world, tenant: str) -> list[Task]:
+    """The zebra question answered (its record saved, its learning task queued) and then edited
+    to the okapi text, no task run yet: the queued tasks, for the test to run in the order
+    under test."""
+    await world.runtime.harness.stop_reading()
     world.model.router = lambda body: (
         taught(body) if body["messages"][0]["content"] == ENTITY_INSTRUCTIONS else world.route(body)
     )
     script_tool_turn(world)
-    await world.agent.run_turn(scope, ZEBRA, source=SOURCE)  # its record saved, its task queued
+    await world.agent.run_turn(Scope(tenant, "t", "C1", user="U1"), ZEBRA, source=SOURCE)
     await edit_to(world, tenant, OKAPI)
-    first = await queued(world)
+    return await queued(world)
+
+
+async def test_an_edit_followed_before_the_turns_learning_task_keeps_its_workflow(world, tenant):
+    harness = world.runtime.harness
+    first = await answered_then_edited(world, tenant)
     edits = [t for t in first if t.kind == EDITED]
     assert edits and any(t.kind == ARTIFACTS for t in first)
     await run(world, edits)  # followed first: the relearn (no steps) is queued after the turn's
@@ -220,16 +227,7 @@ async def test_an_edit_followed_again_does_not_learn_its_text_twice(world, tenan
 
 
 async def test_an_edits_relearn_run_before_the_turns_task_keeps_its_workflow(world, tenant):
-    harness = world.runtime.harness
-    scope = Scope(tenant, "t", "C1", user="U1")
-    await harness.stop_reading()  # the test runs the queued tasks, in the order under test
-    world.model.router = lambda body: (
-        taught(body) if body["messages"][0]["content"] == ENTITY_INSTRUCTIONS else world.route(body)
-    )
-    script_tool_turn(world)
-    await world.agent.run_turn(scope, ZEBRA, source=SOURCE)  # its record saved, its task queued
-    await edit_to(world, tenant, OKAPI)
-    first = await queued(world)
+    first = await answered_then_edited(world, tenant)
     await run(world, [t for t in first if t.kind == EDITED])
     relearns = [t for t in await queued(world) if t.kind == ARTIFACTS]
     assert [t.payload["steps"] for t in relearns] == [[]]
@@ -241,18 +239,6 @@ async def test_an_edits_relearn_run_before_the_turns_task_keeps_its_workflow(wor
     [record] = await memory.turn_records.of_thread(tenant, "t")
     said = decode(await memory.redis.hget(record.workflow, "text")) if record.workflow else ""
     assert (said or "").startswith(f"QUERY: {OKAPI}")  # the turn's record points at it
-
-
-@pytest.fixture
-async def gated_world(redis_url, tmp_path):
-    """A world whose Redis is reached through a gate that can hold, then cut, one command."""
-    gate = RedisGate(redis_url)
-    world = await open_world(await gate.start(), tmp_path)
-    yield world, gate
-    gate.release.set()
-    gate.mend()
-    await close_world(world)
-    await gate.close()
 
 
 def edited_while_extracting(world, gate: RedisGate, tenant: str):
@@ -298,3 +284,26 @@ async def test_an_edit_while_extracting_then_a_failure_after_writing_leaves_no_o
     await harness.write_artifacts([task])  # delivered again
     assert await pieces(world, tenant) == [OKAPI_PIECE]
     assert await workflow_queries(world, tenant) == [f"QUERY: {OKAPI}"]
+
+
+async def test_a_turns_task_delivered_again_keeps_a_workflow_corrected_on_the_memory_page(
+    world, tenant
+):
+    """The turn's TOLD mark: its learning task delivered again (its batch failed elsewhere)
+    does not write its workflow over the text a person corrected on the memory page."""
+    memory, harness = world.runtime.memory, world.runtime.harness
+    await harness.stop_reading()
+    world.model.router = lambda body: (
+        taught(body) if body["messages"][0]["content"] == ENTITY_INSTRUCTIONS else world.route(body)
+    )
+    script_tool_turn(world)
+    await world.agent.run_turn(Scope(tenant, "t", "C1", user="U1"), ZEBRA, source=SOURCE)
+    tasks = [t for t in await queued(world) if t.kind == ARTIFACTS]
+    assert tasks
+    await run(world, tasks)
+    prefix = memory.workflows.key_prefix(tenant)
+    [key] = [decode(k) async for k in memory.redis.scan_iter(match=f"{prefix}*")]
+    corrected = f"QUERY: {ZEBRA}\n1. Ask the team before searching arXiv."
+    await memory.governance.edit_workflow(tenant, key.removeprefix(prefix), corrected)
+    await run(world, tasks)  # delivered again
+    assert await memory.workflows.all(Scope(tenant)) == [corrected]

@@ -39,7 +39,6 @@ from adapters.memory_page.server import (
     LOGOUT_PATH,
     SESSION_COOKIE,
     SIGNIN_COOKIE,
-    VIEWER_REFRESH_SECONDS,
     memory_page,
 )
 from adapters.memory_page.viewer import CSRF, VIEWER, Viewer
@@ -54,6 +53,7 @@ from memory.stores.summary import Summary
 from memory.web_sessions import ViewerCache, WebSessions, WebState
 from tests.agent_world import close_world, open_world
 from tests.support.discord_fakes import FakeDiscord, spec
+from tests.support.memory_page_sessions import due_to_ask_again, session_of
 from tests.support.scripted_openai import text
 from tests.support.slack_api import MockSlackApi, SlackSender, mention, message
 
@@ -269,8 +269,7 @@ async def test_login_starts_a_session_and_the_guard_checks_every_request(memory,
         assert (await client.post("/memory/change", data=no_token)).status == 403
 
         # the session is kept under the cookie's hash, not the cookie itself
-        session = client.session.cookie_jar.filter_cookies(client.make_url("/memory"))
-        value = session[SESSION_COOKIE].value
+        value = session_of(client)
         assert not await memory.redis.exists(web_session_key(value))
         assert await memory.redis.exists(WebSessions.key(value))
 
@@ -373,17 +372,11 @@ async def test_the_viewer_is_asked_again_after_a_few_minutes(memory, tenant):
         people.known["U1"] = Viewer(tenant, "U1", "slack")  # they left the private channel
         assert "private:C9" in (await (await client.get("/memory")).json())["audiences"]
         # a few minutes later (the session's record says when it was last asked)
-        cookie = client.session.cookie_jar.filter_cookies(client.make_url("/memory"))
-        sessions = WebState(memory.redis).sessions
-        session = cookie[SESSION_COOKIE].value
-        record = await sessions.get(session)
-        record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1
-        assert await sessions.update(session, record)
+        session = session_of(client)
+        await due_to_ask_again(memory, session)
         assert (await (await client.get("/memory")).json())["audiences"] == [PUBLIC]
         # and when the directory cannot answer, a page says so (no trace, no stale access)
-        record = await sessions.get(session)
-        record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1
-        await sessions.update(session, record)
+        await due_to_ask_again(memory, session)
         del people.known["U1"]
         response = await client.get("/memory")
         assert response.status == 403 and "does not know you" in await response.text()

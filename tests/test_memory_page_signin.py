@@ -5,7 +5,11 @@ Redis; the directory is a stand-in whose answers the test changes (as Slack's wo
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -17,12 +21,11 @@ from adapters.memory_page.access import (
     DiscordDirectory,
     viewer_record,
 )
-from adapters.memory_page.auth import new_csrf
+from adapters.memory_page.auth import Links, new_csrf
 from adapters.memory_page.server import (
     LOGOUT_PATH,
     SESSION_COOKIE,
     SIGNIN_COOKIE,
-    VIEWER_REFRESH_SECONDS,
     memory_page,
 )
 from adapters.memory_page.viewer import Viewer
@@ -34,6 +37,7 @@ from memory.web_sessions import (
     WebSessions,
     WebState,
 )
+from tests.support.memory_page_sessions import due_to_ask_again, session_of
 from tests.test_memory_access import (
     Clock,
     People,
@@ -51,6 +55,9 @@ LEAKED = (
 )
 
 
+Directory = TypeVar("Directory", bound=People)
+
+
 class Unsteady(People):
     """People, or the platform's failure while `down` is set (a rate limit, an outage)."""
 
@@ -65,10 +72,29 @@ class Unsteady(People):
         return await super().viewer(tenant, user, platform)
 
 
-def session_of(client: TestClient) -> str:
-    return client.session.cookie_jar.filter_cookies(client.make_url("/memory"))[
-        SESSION_COOKIE
-    ].value
+def knowing_u1(people: Directory, tenant: str, **viewer: Any) -> Directory:
+    """The directory `people`, now knowing U1 as a Slack member of `tenant`."""
+    people.known["U1"] = Viewer(tenant, "U1", "slack", **viewer)
+    return people
+
+
+@asynccontextmanager
+async def page_and_browser(
+    memory, people: People, clock: Clock | None = None
+) -> AsyncIterator[tuple[TestClient, Links, aiohttp.ClientSession]]:
+    """The page's client (its person's browser, which keeps its cookies), its links, and
+    another browser, which keeps no cookie from an answer (see `press_as`)."""
+    async with (
+        page_client(memory, people, clock=clock) as (client, links, _),
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
+    ):
+        yield client, links, browser
+
+
+async def previewed_link(client: TestClient, links: Links, tenant: str) -> tuple[str, str]:
+    """U1's new link's token, and the sign-in cookie its preview gave the person's browser."""
+    link = links.login(tenant, "U1", "slack")
+    return token_of(link), await preview(client, link)
 
 
 async def press(client: TestClient, token: str) -> aiohttp.ClientResponse:
@@ -98,8 +124,7 @@ async def press_as(
 async def test_a_link_starts_one_session_and_its_preview_stays_repeatable(memory, tenant):
     """A link copied from `heroku logs` after its person used it opens nothing, and ends the
     session it started: a copy pressed before the person would have had it."""
-    people = Unsteady()
-    people.known["U1"] = Viewer(tenant, "U1", "slack", name="Ada")
+    people = knowing_u1(Unsteady(), tenant, name="Ada")
     clock = Clock()
     async with page_client(memory, people, clock=clock) as (client, links, _):
         link = urlsplit(links.login(tenant, "U1", "slack"))
@@ -148,12 +173,8 @@ async def test_a_link_pressed_first_by_someone_reading_the_logs_is_ended_by_its_
 ):
     """Whoever reads the router's log live may press the link before its person: the person's
     own press then ends that session, says so, and a warning (without the token) is logged."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
-    async with (
-        page_client(memory, people) as (client, links, _),
-        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as attacker,
-    ):
+    people = knowing_u1(People(), tenant)
+    async with page_and_browser(memory, people) as (client, links, attacker):
         link = links.login(tenant, "U1", "slack")
         token = token_of(link)
         taken = await press_as(attacker, client, token, **{SIGNIN_COOKIE: "attackers"})
@@ -177,8 +198,7 @@ async def test_a_link_pressed_first_by_someone_reading_the_logs_is_ended_by_its_
 async def test_the_preview_gives_its_browser_one_sign_in_cookie(memory, tenant):
     """Opened again (a second tab, the link tapped again after a lost press), the preview keeps
     the browser's value: its press is still known as this browser's."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     for public_url in ("http://127.0.0.1", "https://scout.example.com"):
         async with page_client(memory, people, public_url=public_url) as (client, links, _):
             link = urlsplit(links.login(tenant, "U1", "slack"))
@@ -196,15 +216,9 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
     """A double click, a dropped connection, a router timeout: the first press used the link
     up but its answer (the session's cookie) never arrived. The same browser, known by the
     cookie its preview set, presses again and is signed in; another browser is not."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
-    async with (
-        page_client(memory, people) as (client, links, _),
-        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
-    ):
-        link = links.login(tenant, "U1", "slack")
-        token = token_of(link)
-        signin = await preview(client, link)
+    people = knowing_u1(People(), tenant)
+    async with page_and_browser(memory, people) as (client, links, browser):
+        token, signin = await previewed_link(client, links, tenant)
         lost = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
         assert lost.status == 303  # used up: its answer is thrown away, as if never received
         again = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
@@ -233,16 +247,10 @@ async def test_a_press_that_did_not_finish_can_be_pressed_again_in_the_same_brow
 async def test_the_same_browser_may_press_a_used_link_again_only_for_two_minutes(memory, tenant):
     """After the double-click and lost-answer window, a sign-in cookie planted in someone's
     browser no longer replays the link; a browser signed in as its person still goes on."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     clock = Clock()
-    async with (
-        page_client(memory, people, clock=clock) as (client, links, _),
-        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
-    ):
-        link = links.login(tenant, "U1", "slack")
-        token = token_of(link)
-        signin = await preview(client, link)
+    async with page_and_browser(memory, people, clock=clock) as (client, links, browser):
+        token, signin = await previewed_link(client, links, tenant)
         first = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
         assert first.status == 303
         clock.now += PRESS_AGAIN_SECONDS - 1
@@ -258,19 +266,32 @@ async def test_the_same_browser_may_press_a_used_link_again_only_for_two_minutes
         assert await memory.redis.exists(WebSessions.key(session))  # not taken for a leak
 
 
+async def test_a_planted_sign_in_cookie_opens_only_a_few_sessions_within_the_window(memory, tenant):
+    """Within the two minutes, the link's browser may press again, but only up to
+    MAX_PRESSES sessions: a cookie planted in someone's browser cannot open sessions without
+    end, and the link's record stays short."""
+    people = knowing_u1(People(), tenant)
+    async with page_and_browser(memory, people) as (client, links, browser):
+        token, signin = await previewed_link(client, links, tenant)
+        for _ in range(UsedLinks.MAX_PRESSES):
+            pressed = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
+            assert pressed.status == 303
+        refused = await press_as(browser, client, token, **{SIGNIN_COOKIE: signin})
+        assert refused.status == 403 and USED in await refused.text()
+        nonce = links.signer.verify(token).nonce
+        record = json.loads(await memory.redis.get(UsedLinks.key(nonce)))
+        assert len(record["sessions"]) == UsedLinks.MAX_PRESSES
+
+
 async def test_a_used_link_leads_to_the_page_only_a_browser_holding_a_session_it_started(
     memory, tenant, caplog
 ):
     """A second tab, or Back: a session the link itself started goes on to /memory. Being
     signed in as its person by an earlier link proves nothing: a new link someone read in a log
     and pressed first is still ended by its person's press, with a warning."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     clock = Clock()
-    async with (
-        page_client(memory, people, clock=clock) as (client, links, _),
-        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as browser,
-    ):
+    async with page_and_browser(memory, people, clock=clock) as (client, links, browser):
         link = links.login(tenant, "U1", "slack")
         assert (await press_link(client, link, allow_redirects=False)).status == 303
         own = session_of(client)
@@ -301,8 +322,7 @@ async def test_a_double_click_keeps_both_sessions_until_the_link_ends(memory, te
     """Both presses of a double click pass the check before either is recorded; whichever is
     recorded last must not end the other's session, which may be the one the browser keeps.
     Signing out of either ends both."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     async with page_client(memory, people) as (client, links, _):
         link = links.login(tenant, "U1", "slack")
         signin = await preview(client, link)
@@ -334,8 +354,7 @@ async def test_a_first_press_without_the_sign_in_cookie_shows_the_link_again(mem
     """A browser the preview never marked (its cookie refused, or the POST sent by hand): its
     press is not recorded as nobody's, which would make its own double click a leak; it is
     shown the link's page again, which marks it, and then signs in."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     async with page_client(memory, people) as (client, links, _):
         token = token_of(links.login(tenant, "U1", "slack"))
         response = await press(client, token)
@@ -354,15 +373,9 @@ async def test_a_first_press_without_the_sign_in_cookie_shows_the_link_again(mem
 async def test_signing_out_ends_the_link_for_its_browser_too(memory, tenant):
     """Within the minutes a press may be repeated, the sign-in cookie (or a copy of it) no
     longer opens the link once its person signed out: the cookie is deleted, the link ended."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
-    async with (
-        page_client(memory, people) as (client, links, _),
-        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as copy,
-    ):
-        link = links.login(tenant, "U1", "slack")
-        token = token_of(link)
-        signin = await preview(client, link)
+    people = knowing_u1(People(), tenant)
+    async with page_and_browser(memory, people) as (client, links, copy):
+        token, signin = await previewed_link(client, links, tenant)
         assert (await press(client, token)).status == 303
         csrf = (await (await client.get("/memory")).json())["csrf"]
         response = await client.post(LOGOUT_PATH, data={"csrf": csrf})
@@ -381,8 +394,7 @@ async def test_signing_out_ends_the_link_for_its_browser_too(memory, tenant):
 
 
 async def test_two_presses_at_once_start_one_session(memory, tenant):
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     async with (
         page_client(memory, people) as (client, links, _),
         aiohttp.ClientSession() as first,
@@ -399,17 +411,13 @@ async def test_two_presses_at_once_start_one_session(memory, tenant):
 
 
 async def test_signing_out_works_while_the_platform_cannot_answer(memory, tenant):
-    people = Unsteady()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(Unsteady(), tenant)
     async with page_client(memory, people) as (client, links, _):
         link = links.login(tenant, "U1", "slack")
         assert (await press_link(client, link, allow_redirects=False)).status == 303
         csrf = (await (await client.get("/memory")).json())["csrf"]
         session = session_of(client)
-        sessions = WebState(memory.redis).sessions
-        record = await sessions.get(session)
-        record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1  # who they are is due to be asked
-        assert await sessions.update(session, record)
+        await due_to_ask_again(memory, session)  # who they are is due to be asked
         people.down = DirectoryError("Slack asks ArxivScout to slow down.", retry_after=30)
         response = await client.get("/memory")
         assert response.status == 503 and "slow down" in await response.text()
@@ -432,8 +440,7 @@ async def test_signing_out_works_while_the_platform_cannot_answer(memory, tenant
 async def test_a_missing_platform_token_is_named_and_leads_back_only_when_signed_in(memory, tenant):
     """The process serving the page lacks SLACK_BOT_TOKEN or DISCORD_TOKEN: trying again will
     not help, and a way back to /memory helps only someone with a session."""
-    people = People()
-    people.known["U1"] = Viewer(tenant, "U1", "slack")
+    people = knowing_u1(People(), tenant)
     # Slack's token not set; Discord's empty (the directory asks for it only when it is needed)
     untokened = Directories(discord=DiscordDirectory(token=None))
     async with page_client(memory, people) as (signed, links, _):
@@ -453,10 +460,7 @@ async def test_a_missing_platform_token_is_named_and_leads_back_only_when_signed
             link = links.login(tenant, "U1", "slack")
             assert (await press_link(signed, link, allow_redirects=False)).status == 303
             session = session_of(signed)
-            sessions = WebState(memory.redis).sessions
-            record = await sessions.get(session)
-            record["resolved_at"] -= VIEWER_REFRESH_SECONDS + 1
-            assert await sessions.update(session, record)
+            await due_to_ask_again(memory, session)
             response = await client.get(
                 "/memory", headers={"Cookie": f"{SESSION_COOKIE}={session}"}
             )
