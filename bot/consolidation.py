@@ -70,6 +70,13 @@ PARTS_HEADER = (
 )
 
 
+NO_THREAD = "I have no memory of this thread (I only remember threads where I was mentioned)."
+ALREADY_SUMMARIZED = "Nothing to summarize: every message of this thread is already summarized."
+
+Renew = Callable[[], Awaitable[None]]
+NoteWriter = Callable[[list[Message], Renew], Awaitable[Note]]
+
+
 class SummaryInProgress(RuntimeError):
     """Another summary of the same thread is being written."""
 
@@ -165,14 +172,18 @@ class Consolidator:
         await self.memory.conversation.mark_summarized(scope, first, raw, summary.id, record)
         return summary
 
-    async def _store(self, scope: Scope, make_note) -> Summary | None:
-        """Snapshot the unsummarized messages, store the note `make_note` writes, mark them."""
-        async with self._lock(scope):
+    async def _store(self, scope: Scope, make_note: NoteWriter) -> tuple[int, Summary | None]:
+        """Snapshot the unsummarized messages, store the note `make_note` writes (given the
+        lock's renewal: a long model call keeps the thread's lock), mark them. Returns the
+        number of messages summarized before, and the summary (None: nothing to summarize; with
+        0 before, the thread has no stored message at all)."""
+        async with self._lock(scope) as renew:
             first, raw = await self.memory.conversation.unsummarized_snapshot(scope)
             if not raw:
-                return None
+                return first, None
             messages = [Message.from_json(r) for r in raw]
-            return await self._commit(scope, first, raw, messages, await make_note(messages))
+            note = await make_note(messages, renew)
+            return first, await self._commit(scope, first, raw, messages, note)
 
     # -- the model's notes -------------------------------------------------------------------------
 
@@ -289,15 +300,15 @@ class Consolidator:
         if self.llm is None:
             raise RuntimeError("No model is configured to write summaries.")
 
-        async def note(messages: list[Message]) -> Note:
+        async def note(messages: list[Message], renew: Renew) -> Note:
             lines = lines_of(messages)
             if not lines:  # only forgotten messages: nothing to ask about
                 return compact_note(messages)
-            return await self._model_note(lines, self.request_tokens)
+            return await self._model_note(lines, self.request_tokens, renew)
 
-        summary = await self._store(scope, note)
-        if summary is None:
-            return "Nothing to summarize: every message of this thread is already summarized."
+        summarized, summary = await self._store(scope, note)
+        if summary is None:  # a thread the bot never took part in has no stored message
+            return ALREADY_SUMMARIZED if summarized else NO_THREAD
         if shown_audiences is not None:
             shown_audiences.add(summary.audience)
         return (
@@ -308,10 +319,10 @@ class Consolidator:
     async def compact(self, scope: Scope) -> Summary | None:
         """Forced compaction: an extractive note, written without the model."""
 
-        async def note(messages: list[Message]) -> Note:
+        async def note(messages: list[Message], renew: Renew) -> Note:
             return compact_note(messages)
 
-        return await self._store(scope, note)
+        return (await self._store(scope, note))[1]
 
     async def expand_summary(
         self, scope: Scope, summary_id: str, shown_audiences: set[str] | None = None

@@ -16,6 +16,7 @@ from bot.consolidation import SummaryInProgress
 from bot.harness import FORGOTTEN_QUESTION, AnswerNotSaved, QuestionForgotten
 from bot.llm import DeltaCallback, LLMError
 from bot.metering import metered
+from bot.upkeep import count_thread_usage
 from bot.watches import WatchService
 from memory.context import AssembledContext, assemble_context
 from memory.errors import memory_unavailable
@@ -31,8 +32,8 @@ log = logging.getLogger(__name__)
 
 NO_SUMMARY_MODEL = "Could not summarize this thread: no model is configured to write summaries."
 THREAD_CHANGED = (
-    "Could not summarize this thread: it changed while I summarized it (a message was edited "
-    "or deleted). Nothing was stored; try again."
+    "Could not summarize this thread: it changed while I summarized it. Nothing was stored; "
+    "try again."
 )
 # What a slash command that raised says (every adapter's commands: one wording).
 COMMAND_MEMORY_DOWN = (
@@ -185,9 +186,9 @@ class TurnHandler:
             return THREAD_CHANGED
         except (SummaryInProgress, LLMError, ValueError) as exc:
             return f"Could not summarize this thread: {exc}"
-        finally:  # what the summary cost counts to the thread
+        finally:  # what the summary cost counts to the thread (unless erased meanwhile)
             usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-            await self.memory.turn_records.add_usage(scope, usage)
+            await count_thread_usage(self.memory, scope, usage)
 
     async def expand(self, scope: Scope, summary_id: str) -> str:
         if not summary_id.strip():

@@ -297,7 +297,7 @@ class Upkeep:
 
     async def roll_summaries(self, tasks: list[dict[str, Any]]) -> None:
         """Summarize what left the recent window of each thread named in `tasks`. Its model
-        calls are counted also when the roll failed (`_count_roll`)."""
+        calls are counted also when the roll failed (`count_thread_usage`)."""
         for scope in {Scope.from_dict(task["scope"]) for task in tasks}:
             with metered() as meter:
                 try:
@@ -305,19 +305,7 @@ class Upkeep:
                         await self.consolidator.roll(scope, self.limits.window_target)
                 finally:
                     usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)
-                    await self._count_roll(scope, usage)
-
-    async def _count_roll(self, scope: Scope, usage: TurnUsage) -> None:
-        """Count a roll's model calls to its thread, tenant and day; only to the tenant and day
-        when the thread was forgotten meanwhile (its usage keys would bring it back), and to
-        none when the whole tenant was erased (its note: memory/governance_tenants.py)."""
-        if not usage.model_calls:
-            return
-        if not await self.memory.redis.exists(self.memory.conversation.key(scope)):
-            if await tenant_erased_at(self.memory.redis, scope.tenant) is not None:
-                return
-            scope = Scope(scope.tenant)
-        await self.memory.turn_records.add_usage(scope, usage)
+                    await count_thread_usage(self.memory, scope, usage)
 
     async def backfill(self) -> int:
         """Queue, once per Redis, the indexing of every message stored before episodic memory
@@ -379,6 +367,20 @@ class Upkeep:
                     )
                 queued += len(messages)
         return queued
+
+
+async def count_thread_usage(memory: MemoryManager, scope: Scope, usage: TurnUsage) -> None:
+    """Count a thread's background model calls (a roll, /summarize) to the thread, tenant and
+    day; only to the tenant and day when the thread was forgotten meanwhile (its usage keys
+    would bring it back), and to none when the whole tenant was erased (its note:
+    memory/governance_tenants.py)."""
+    if not usage.model_calls:
+        return
+    if not await memory.redis.exists(memory.conversation.key(scope)):
+        if await tenant_erased_at(memory.redis, scope.tenant) is not None:
+            return
+        scope = Scope(scope.tenant)
+    await memory.turn_records.add_usage(scope, usage)
 
 
 def previous_ts(stored: dict[int, Message], seq: int) -> float | None:

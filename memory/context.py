@@ -11,6 +11,7 @@ question that the window does not show, fills what is left.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 from memory.manager import MemoryManager
 from memory.scope import Scope
 from memory.stores.base import Segment
-from memory.stores.conversation import ConversationStore
+from memory.stores.conversation import ConversationStore, message_tokens
 from memory.stores.entity import EntityStore
 from memory.stores.episodic import Episode, EpisodicStore
 from memory.stores.knowledge_base import KnowledgeBase, Passage
@@ -51,7 +52,7 @@ class AssembledContext:
     episodes: list[Episode] = field(default_factory=list)
 
     window_messages: int = 0  # unsummarized messages of the thread, shown or not
-    window_tokens: int = 0  # the shown ones' tokens without the heading, as ensure_window's
+    window_tokens: int = 0  # the shown messages' tokens (no heading, no note), as ensure_window's
     workflow_ids: list[str] = field(default_factory=list)
     entity_names: list[str] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # the recent window's, as shown
@@ -138,20 +139,45 @@ class ContextLimits:
         return 2 * self.window_target
 
 
-def newest_that_fit(segment: Segment, budget: int, model: str) -> tuple[str, int]:
-    """The segment rendered with as many of its newest items as fit `budget` tokens."""
+def newest_that_fit(
+    segment: Segment, budget: int, model: str, cut_note: Callable[[int], str] | None = None
+) -> tuple[str, int, int]:
+    """The segment rendered with as many of its newest items as fit `budget` tokens: (text,
+    its exact tokens, how many items it shows). With `cut_note`, a rendering that leaves items
+    out starts with `cut_note(how many)`, so the model knows there were more (and the note's
+    tokens are counted in the fit)."""
     items = segment.items
-    low, high = 0, len(items)
+
+    def rendered(kept: int) -> str:
+        shown = items[len(items) - kept :]
+        if cut_note is not None and kept < len(items):
+            shown = [cut_note(len(items) - kept), *shown]
+        return replace(segment, items=shown).render()
+
+    whole = rendered(len(items))
+    whole_tokens = count_tokens(whole, model)
+    if whole_tokens <= budget:  # checked first: with the note, one item fewer may not fit
+        return whole, whole_tokens, len(items)
+    low, high = 0, len(items) - 1
     while low < high:  # the most items (newest first) whose rendering fits
         mid = (low + high + 1) // 2
-        segment.items = items[len(items) - mid :]
-        if count_tokens(segment.render(), model) <= budget:
+        if count_tokens(rendered(mid), model) <= budget:
             low = mid
         else:
             high = mid - 1
-    segment.items = items[len(items) - low :]
-    text = segment.render()
-    return text, count_tokens(text, model)
+    text = rendered(low)
+    return text, count_tokens(text, model), low
+
+
+def window_cut_note(left_out: int) -> str:
+    """What the Conversation segment says in place of the oldest messages it cannot show (a
+    summary of them is being written, e.g. by a background roll holding the thread): they are
+    not lost, and recall may show the relevant ones. Not stored: it is no message."""
+    earlier = f"{left_out} earlier {'message' if left_out == 1 else 'messages'}"
+    return (
+        f"({earlier} of this thread are not shown here: they are being summarized; "
+        "the most relevant appear under Episodic Memory)"
+    )
 
 
 def cut_to_tokens(text: str, tokens: int, model: str) -> str:
@@ -176,7 +202,10 @@ def summary_index(
     if entries:
         count = f"{len(entries)} {'summary' if len(entries) == 1 else 'summaries'}"
         segment.empty_note = f"({count}, too long to list)"
-    return newest_that_fit(segment, int(limits.memory_tokens * limits.summary_share), model)
+    text, tokens, _ = newest_that_fit(
+        segment, int(limits.memory_tokens * limits.summary_share), model
+    )
+    return text, tokens
 
 
 def shown_ids(window: list, shown: int) -> list[str]:
@@ -216,10 +245,21 @@ async def assemble_context(
     # 400 tokens the smallest Summary segment, the window at its cap and the empty Episodic
     # heading may together pass the budget (by < 100 tokens): the invariant wins over it.
     room = max(window_room, budget - summary_tokens - episodic_empty)
-    conversation_text, conversation_tokens = newest_that_fit(conversation, room, model)
+    conversation_text, conversation_tokens, shown = newest_that_fit(
+        conversation, room, model, cut_note=window_cut_note
+    )
+    if shown < len(conversation.items) and window_room < room:
+        # Cut (ensure_window could not compact: a summary of the oldest is being written): the
+        # window keeps its cap, and recall the rest, where the messages left out can be found.
+        conversation_text, conversation_tokens, shown = newest_that_fit(
+            conversation, window_room, model, cut_note=window_cut_note
+        )
+    message_ids = shown_ids(window, shown)
+    # Only the messages shown are left out of recall: those the window cannot show (while a
+    # summary of them is written) may be recalled, as the note in their place says.
     episodes, episodic_text, episodic_tokens = await memory.episodes.pick_rendered(
         found, budget - summary_tokens - conversation_tokens, model,
-        exclude_ids=frozenset(m.id for m in window), empty_tokens=episodic_empty,
+        exclude_ids=frozenset(message_ids), empty_tokens=episodic_empty,
     )  # fmt: skip
     others: list[Segment] = [
         KnowledgeBase.segment(passages),
@@ -235,10 +275,10 @@ async def assemble_context(
         ContextSegment("Summary", summary_text, summary_tokens),
     ]
     return AssembledContext(
-        question, rendered, vector, passages, summaries, len(conversation.items), episodes,
+        question, rendered, vector, passages, summaries, shown, episodes,
         window_messages=len(window),
-        window_tokens=conversation_tokens - heading if conversation.items else 0,
+        window_tokens=sum(message_tokens(window[len(window) - shown :], model)) if shown else 0,
         workflow_ids=[i for i, _ in workflows],
         entity_names=[e.name for e in entities],
-        message_ids=shown_ids(window, len(conversation.items)),
+        message_ids=message_ids,
     )  # fmt: skip

@@ -442,7 +442,8 @@ class ConversationStore:
             if before_ok and not (messages and messages[0].summary_id):
                 return count, raw[head:], messages
         first, raw = await self._scan(scope)
-        await self._set_count(keys=[self.count_key(scope)], args=[count, first])
+        if first or raw:  # no counter for a thread with no message: it would outlive nothing
+            await self._set_count(keys=[self.count_key(scope)], args=[count, first])
         return first, raw, [Message.from_json(r) for r in raw]
 
     async def _scan(self, scope: Scope) -> tuple[int, list[str]]:
