@@ -137,9 +137,9 @@ async def fetch_and_save_paper_to_kb(ctx: ToolContext, arxiv_id: str) -> str:
     returned; search the knowledge base for passages.
 
     Args:
-        arxiv_id: the paper's arXiv id, e.g. "2310.08560".
+        arxiv_id: the paper's arXiv id, e.g. "2310.08560" (or "arXiv:2310.08560", its link).
     """
-    memory = ctx.memory
+    memory, arxiv_id = ctx.memory, written_paper_id(arxiv_id)
     try:
         paper, chunks, already = await fetch_and_save(
             arxiv_id, ctx.scope, memory.knowledge_base, memory.embedder, ctx.encoding, ctx.arxiv
@@ -390,11 +390,17 @@ async def search_conversations(
     return memory.episodes.render(episodes)
 
 
-def stored_paper_id(written: str) -> str:
-    """The id a paper is stored under, however the model writes it: as the tools show it
-    ("arXiv:2310.08560"), versioned, or as its abs or pdf link."""
+def written_paper_id(written: str) -> str:
+    """The arXiv id the model means, however it writes it: as the tools show it
+    ("arXiv:2310.08560"), or as its abs or pdf link; a version kept ("2310.08560v2")."""
     bare = re.sub(r"^\s*arxiv:\s*", "", written, flags=re.IGNORECASE).strip()
-    return base_arxiv_id(arxiv_id_of(bare) or bare) or written  # "v2": no id, the filter says
+    return arxiv_id_of(bare) or bare
+
+
+def stored_paper_id(written: str) -> str:
+    """The id a paper is stored under, however the model writes it (`written_paper_id`),
+    without its version."""
+    return base_arxiv_id(written_paper_id(written)) or written  # "v2": no id, the filter says
 
 
 def _day(value: str | None, end: bool = False) -> float | None:

@@ -230,8 +230,8 @@ def watch_answer_pending_key(digest: str) -> str:
 
 
 def arxiv_slot_key() -> str:
-    """Held (SET NX PX) for arXiv's 3 s between requests, by one process at a time
-    (memory/ingest/arxiv_pace.py)."""
+    """Held by one process at a time while its arXiv request runs, then for arXiv's 3 s
+    between requests (memory/ingest/arxiv_pace.py)."""
     return f"{ROOT}:arxiv-slot"
 
 

@@ -2,8 +2,11 @@
 
 Each process spaces its own requests (memory/ingest/arxiv_source.py `RateLimiter`); processes
 running digests at once would still ask together. `SharedPace` is the `pace` hook of an
-`ArxivSource`: before a request it takes a key that lives `delay` seconds (SET NX PX), waiting
-for it while another process holds it. When arXiv asks for a pause (429, or 503 with a
+`ArxivSource`: before a request, `take` waits for a key and holds it (SET NX, a token as value)
+while the request runs; after it, `release` lets it live `delay` seconds more, if it is still
+ours. So the spacing is counted from the end of a request in every process, as arXiv asks (a
+PDF download or a 100-entry page takes longer than 3 s). A holder that dies mid-request blocks
+the others for `hold_seconds` at most. When arXiv asks for a pause (429, or 503 with a
 Retry-After), `block` records it for every process: a short one is waited out, a longer one
 fails every request at once until it is over, none of them sent.
 """
@@ -17,23 +20,53 @@ from memory.ingest.arxiv_source import MAX_RETRY_AFTER, blocked_message
 from memory.ingest.errors import IngestError
 from memory.keys import arxiv_blocked_key, arxiv_slot_key
 
+HOLD_SECONDS = 60.0  # longest a request holds the slot: a crashed holder's slot lapses then
+
+# The request ended: the slot lives `delay` ms more, only if still held by this token (a slot
+# that lapsed and was taken by another process is theirs).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
 
 class SharedPace:
-    def __init__(self, redis, delay_seconds: float, poll_seconds: float = 0.25) -> None:
+    def __init__(
+        self, redis, delay_seconds: float, poll_seconds: float = 0.25,
+        hold_seconds: float = HOLD_SECONDS,
+    ) -> None:  # fmt: skip
         self.redis = redis
         self.delay_ms = int(delay_seconds * 1000)
         self.poll_seconds = poll_seconds
+        self.hold_seconds = hold_seconds
+        self._release = redis.register_script(_RELEASE)
 
     async def __call__(self) -> None:
-        """Wait until this process may send the next arXiv request; IngestError while arXiv's
-        long pause lasts."""
+        """Wait for the slot and start the spacing now (a caller with no request to time)."""
+        await self.release(await self.take())
+
+    async def take(self) -> str | None:
+        """Wait until this process may send the next arXiv request and hold the slot while it
+        runs: its token for `release` (None: no spacing asked). IngestError while arXiv's long
+        pause lasts."""
         await self._unless_blocked()
         if self.delay_ms <= 0:
-            return
+            return None
         token = uuid.uuid4().hex
-        while not await self.redis.set(arxiv_slot_key(), token, nx=True, px=self.delay_ms):
-            left = await self.redis.pttl(arxiv_slot_key())
-            await asyncio.sleep(max(left, 10) / 1000 if left > 0 else self.poll_seconds / 10)
+        hold_ms = max(self.delay_ms, int(self.hold_seconds * 1000))
+        while not await self.redis.set(arxiv_slot_key(), token, nx=True, px=hold_ms):
+            left = await self.redis.pttl(arxiv_slot_key())  # polled: a release shortens it
+            await asyncio.sleep(
+                min(max(left, 10) / 1000, self.poll_seconds) if left > 0 else self.poll_seconds / 10
+            )
+        return token
+
+    async def release(self, token: str | None) -> None:
+        """The request of `token` ended: the next one (of any process) goes `delay` after now."""
+        if token is not None:
+            await self._release(keys=[arxiv_slot_key()], args=[token, self.delay_ms])
 
     async def block(self, status: int, seconds: float) -> None:
         """arXiv answered `status` asking for a pause of `seconds`: no process asks before it

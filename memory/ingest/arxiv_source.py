@@ -5,12 +5,14 @@ request (API pages, retries and PDF downloads alike) by `delay_seconds`, counted
 of the previous request; the `arxiv` client's own delay is set to zero so the wait is not paid
 twice. An optional async `pace` hook (memory/ingest/arxiv_pace.py: a slot shared in Redis)
 is awaited before each request too (inside the local slot, so a Redis slot is never taken and
-left to lapse while this process's own turn is still to come), so processes keep arXiv's pace
-together. A 429 or 503 is retried by the `arxiv` client after the Retry-After arXiv gives, if
-that is short (up to `MAX_RETRY_AFTER` seconds); a 429 that stays ends in `RATE_LIMITED`. A
-longer Retry-After fails at once, and blocks arXiv for as long: in this process (`RateLimiter`)
-and, through the `pace` hook's `block`, in every process; a request asked meanwhile fails fast,
-without going out, saying how long arXiv asked to wait.
+left to lapse while this process's own turn is still to come) and, if it has `release`, told
+when the request ended, so processes keep arXiv's pace together, counted from the end too. A
+429 or 503 is retried by the `arxiv` client after the Retry-After arXiv gives, if that is short
+(up to `MAX_RETRY_AFTER` seconds); a 429 that stays ends in `RATE_LIMITED`. A longer
+Retry-After fails at once, and blocks arXiv for as long: in this process (`RateLimiter`) and,
+through the `pace` hook's `block`, in every process; a request asked meanwhile fails fast,
+without going out, saying how long arXiv asked to wait. A 200 that is no Atom feed (an HTML
+page, an empty body), which the client would read as "no papers", fails as `UNREADABLE`.
 
 The blocking calls run on this module's own few threads (`ARXIV_THREADS`), not the default
 executor: a call waiting its turn (a digest's pages, 3 s each) holds one of them, while the
@@ -25,6 +27,7 @@ import contextlib
 import contextvars
 import email.utils
 import functools
+import http.client
 import math
 import re
 import threading
@@ -51,6 +54,7 @@ _ERROR_SUMMARY = re.compile(rb"<summary>(.*?)</summary>", re.S)
 RETRIED_STATUSES = (429, 503)  # arXiv busy: the `arxiv` client tries again
 MAX_RETRY_AFTER = 5.0  # seconds a request may wait for a Retry-After; longer is a failure now
 RATE_LIMITED = "arXiv is rate limiting requests; try again in a minute."
+UNREADABLE = "arXiv sent an unreadable answer; try again in a minute."
 
 
 def blocked_message(status: int, seconds: float) -> str:
@@ -128,19 +132,19 @@ class _ThrottledSession(requests.Session):
 
     def __init__(
         self, limiter: RateLimiter, delay: float, timeout: float,
-        pace: Callable[[], None] | None = None,
+        paced: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
         on_busy: Callable[[int, float], None] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.limiter, self.delay, self.timeout, self.pace = limiter, delay, timeout, pace
+        self.limiter, self.delay, self.timeout = limiter, delay, timeout
+        self.paced = paced or contextlib.nullcontext  # the shared slot, held while a request runs
         self.on_busy = on_busy  # (status, Retry-After seconds): raises when too long to wait
 
     def request(self, method, url, *args, **kwargs):  # type: ignore[override]
         kwargs.setdefault("timeout", self.timeout)
         with self.limiter.slot(self.delay):
-            if self.pace is not None:
-                self.pace()
-            response = super().request(method, url, *args, **kwargs)
+            with self.paced():
+                response = super().request(method, url, *args, **kwargs)
             if response.status_code in RETRIED_STATUSES:
                 if self.on_busy is not None:
                     self.on_busy(response.status_code, retry_after(response.headers))
@@ -153,7 +157,20 @@ class _ThrottledSession(requests.Session):
                 f"arXiv rejected the request (HTTP {response.status_code})"
                 + (f": {detail}" if detail else "")
             )
+        if response.status_code == 200 and not _is_feed(response.content):
+            # the `arxiv` client would only log "Malformed feed" and find no paper at all
+            raise IngestError(UNREADABLE)
         return response
+
+
+def _is_feed(body: bytes) -> bool:
+    """Whether an API answer is an Atom feed with its result count (not an HTML page, an
+    empty body or a feed cut off before it)."""
+    return b"<feed" in body and b"<opensearch:totalResults" in body
+
+
+def _cut_off(url: str) -> str:
+    return f"The download of {url} was cut off; try again in a minute."
 
 
 def _busy_message(status: int) -> str:
@@ -306,21 +323,35 @@ class ArxivSource:
         self.client = arxiv.Client(page_size=100, delay_seconds=0.0, num_retries=num_retries)
         self.client.query_url_format = self.api_url + "?{}"  # instance attribute: no global change
         self.client._session = _ThrottledSession(
-            self.limiter, delay_seconds, timeout, self._wait_pace, self._busy
+            self.limiter, delay_seconds, timeout, self._paced, self._busy
         )
 
-    def _wait_pace(self) -> None:
-        """In a worker thread: wait for the `pace` hook on the loop that asked (if it fails,
-        Redis away, this process's own spacing still holds; but for its IngestError: arXiv
-        blocked, said by another process)."""
+    @contextlib.contextmanager
+    def _paced(self) -> Iterator[None]:
+        """In a worker thread, around one request: the `pace` hook's slot, waited for on the
+        loop that asked and held until the request ended (a hook with `take` and `release`,
+        as SharedPace; a bare one is only awaited before). If it fails, Redis away, this
+        process's own spacing still holds; but for its IngestError: arXiv blocked, said by
+        another process."""
         loop = getattr(self._caller, "loop", None)
-        if self.pace is not None and loop is not None:
-            try:
-                asyncio.run_coroutine_threadsafe(self.pace(), loop).result(self.timeout)
-            except IngestError:
-                raise
-            except Exception:
-                pass
+        if self.pace is None or loop is None:
+            yield
+            return
+        take, release = getattr(self.pace, "take", self.pace), getattr(self.pace, "release", None)
+        waiting = asyncio.run_coroutine_threadsafe(take(), loop)
+        try:
+            token = waiting.result(self.timeout + getattr(self.pace, "hold_seconds", 0.0))
+        except IngestError:
+            raise
+        except Exception:
+            waiting.cancel()  # not taken later, then held with no request to end it
+            token, release = None, None
+        try:
+            yield
+        finally:
+            if release is not None:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(release(token), loop).result(self.timeout)
 
     def _busy(self, status: int, pause: float) -> None:
         """Inside the local slot: arXiv answered `status` asking a `pause` (Retry-After). Every
@@ -419,14 +450,17 @@ class ArxivSource:
         return [_candidate(result) for result in self._results(search)]
 
     def download_sync(self, url: str) -> bytes:
-        """A PDF's bytes; IngestError for HTTP errors, oversize or non-PDF answers."""
+        """A PDF's bytes; IngestError for HTTP errors, oversize, cut off or non-PDF answers."""
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
             with self.limiter.slot(self.delay_seconds):
-                self._wait_pace()  # the shared slot, taken once this process's turn has come
                 try:
-                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    with (
+                        self._paced(),  # the shared slot, taken once this process's turn has come
+                        urllib.request.urlopen(request, timeout=self.timeout) as response,
+                    ):
                         data = response.read(MAX_PDF_BYTES + 1)
+                        cut_off = len(data) <= MAX_PDF_BYTES and bool(response.length)
                 except urllib.error.HTTPError as exc:
                     if exc.code in RETRIED_STATUSES:
                         self._busy(exc.code, retry_after(exc.headers))  # raises when long
@@ -435,8 +469,12 @@ class ArxivSource:
             if exc.code in RETRIED_STATUSES:
                 raise IngestError(_busy_message(exc.code)) from exc
             raise IngestError(f"Downloading {url} failed: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except http.client.IncompleteRead as exc:  # a chunked body that stopped early
+            raise IngestError(_cut_off(url)) from exc
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise IngestError(f"Downloading {url} failed: {exc}") from exc
+        if cut_off:  # fewer bytes than Content-Length said: the connection ended early
+            raise IngestError(_cut_off(url))
         if len(data) > MAX_PDF_BYTES:
             raise IngestError(f"{url}: the PDF is larger than {MAX_PDF_BYTES // 2**20} MB")
         if not data.lstrip()[:5].startswith(b"%PDF"):

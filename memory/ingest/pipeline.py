@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from memory.errors import in_passing, memory_full, memory_unavailable
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
 from memory.ingest.chunking import Paragraph, chunk_paragraphs
 from memory.ingest.errors import IngestError
@@ -37,6 +39,8 @@ from memory.stores.knowledge_base import (
     is_arxiv_id,
     is_from_arxiv,
 )
+
+log = logging.getLogger(__name__)
 
 EMBED_BATCH = 128
 # PDFs from arXiv (anyone may post one there and ask for it in chat) and local files: read in
@@ -164,11 +168,8 @@ class _Ingestor:
             self.tick()
             return 0
         except ReplaceFailed as exc:
-            saved = stored_version(exc.removed)
-            raise IngestError(
-                f"{_described(exc.__cause__)}; the saved version{f' (v{saved})' if saved else ''}"
-                " was removed; save it again"
-            ) from exc
+            log.warning("replacing the saved %s failed: %r", key, exc.__cause__)
+            raise IngestError(_replace_failed(key, exc)) from exc
         except PaperBusy as exc:
             raise IngestError(str(exc)) from exc
         self.report.ingested.append((base_arxiv_id(paper.arxiv_id), paper.title, written))
@@ -252,6 +253,25 @@ class _Ingestor:
                     await self.store(paper, paragraphs)
             except Exception as exc:
                 self.fail(f"{path} ({paper.arxiv_id})", exc)
+
+
+def _replace_failed(arxiv_id: str, exc: ReplaceFailed) -> str:
+    """A replacement that failed once the saved version was removed, for a channel: what
+    failed in save_failed's words (bot/tools.py), never the store's own text (an address, a
+    provider's message: in the operator's log), and whether trying again may help."""
+    saved = stored_version(exc.removed)
+    removed = f"the saved version{f' (v{saved})' if saved else ''} was removed"
+    if memory_unavailable(exc) or in_passing(exc):
+        if memory_full(exc):
+            return (
+                f"arXiv {arxiv_id}: could not be saved (the memory store is full) and {removed}; "
+                "it can be saved again once the memory has room"
+            )
+        return (
+            f"arXiv {arxiv_id}: could not be saved right now (the memory store is unreachable) "
+            f"and {removed}; try again in a minute"
+        )
+    return f"arXiv {arxiv_id}: something went wrong on my side while saving it, and {removed}"
 
 
 def _described(exc: BaseException | None) -> str:

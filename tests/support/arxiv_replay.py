@@ -143,6 +143,15 @@ class ArxivReplay:
         self.down = False  # while set, API queries are answered 503 (arXiv unavailable)
         # the next requests' answers, one each: (status, Retry-After or ""), e.g. (429, "1")
         self.busy: list[tuple[int, str]] = []
+        self.garbled = False  # while set, API queries are answered 200 with an HTML page
+        # answers that take this long (seconds), by path prefix, e.g. {"/pdf/": 1.0}
+        self.slow: dict[str, float] = {}
+        # PDFs whose download breaks off halfway, by key: "length" (fewer bytes than the
+        # Content-Length said) or "chunked" (a chunked body that stops inside a chunk)
+        self.cut_off: dict[str, str] = {}
+        # (arrival, answered, path) of each request: `answered` taken before the body is
+        # written, so a request sent once another's answer was read arrives after it
+        self.spans: list[tuple[float, float, str]] = []
         self._lock = threading.Lock()
         replay = self
 
@@ -158,7 +167,15 @@ class ArxivReplay:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                arrived = time.monotonic()
                 status, body, ctype = replay.answer(self.path)
+                time.sleep(next((t for p, t in replay.slow.items() if self.path.startswith(p)), 0))
+                with replay._lock:
+                    replay.spans.append((arrived, time.monotonic(), self.path))
+                cut = replay.cut_off.get(self.path.rsplit("/", 1)[-1])
+                if cut is not None and status == 200:
+                    replay.send_cut_off(self, body, cut)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -191,6 +208,23 @@ class ArxivReplay:
         if search_query is not None:
             self.responses["q", search_query] = (200, atom_feed([entry], search_query))
 
+    @staticmethod
+    def send_cut_off(handler: BaseHTTPRequestHandler, body: bytes, how: str) -> None:
+        """Half of `body`, then the connection closed (`cut_off`)."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/pdf")
+        half = body[: len(body) // 2]
+        if how == "chunked":
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            handler.wfile.write(b"%x\r\n" % len(body) + half)  # a chunk said whole, sent half
+        else:
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(half)
+        handler.wfile.flush()
+        handler.close_connection = True
+
     def add_response(self, kind: str, key: str, body: str, status: int = 200) -> None:
         self.responses[kind, key] = (status, body)
 
@@ -209,6 +243,8 @@ class ArxivReplay:
             return 200, pdf, "application/pdf"
         if self.down:
             return 503, b"Service Unavailable", "text/plain"
+        if self.garbled:
+            return 200, b"<html><body>Temporarily busy</body></html>", "text/html"
         query = parse_qs(parts.query, keep_blank_values=True)
         ids, search = query.get("id_list", [""])[0], query.get("search_query", [""])[0]
         if ids:
