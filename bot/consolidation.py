@@ -70,7 +70,10 @@ PARTS_HEADER = (
 )
 
 
-NO_THREAD = "I have no memory of this thread (I only remember threads where I was mentioned)."
+NO_THREAD = (
+    "I have no stored messages of this thread: I keep only the threads I took part in, and "
+    "nothing erased."
+)
 ALREADY_SUMMARIZED = "Nothing to summarize: every message of this thread is already summarized."
 
 Renew = Callable[[], Awaitable[None]]

@@ -170,8 +170,9 @@ class TurnHandler:
 
     async def summarize(self, scope: Scope) -> str:
         """`/summarize`: what went wrong becomes the reply, but memory down (raised: the caller
-        says so). A message edited or deleted on the platform while the model wrote the note
-        (`MarkConflict`: nothing stored) is summarized again once, from the thread as it is."""
+        says so). A thread that changed while the model wrote the note (`MarkConflict`: a message
+        edited, deleted or erased, or a roll's summary stored meanwhile; nothing stored) is
+        summarized again once, from the thread as it is."""
         consolidator = self.agent.harness.consolidator
         if consolidator.llm is None:
             return NO_SUMMARY_MODEL

@@ -140,12 +140,15 @@ class ContextLimits:
 
 
 def newest_that_fit(
-    segment: Segment, budget: int, model: str, cut_note: Callable[[int], str] | None = None
-) -> tuple[str, int, int]:
+    segment: Segment, budget: int, model: str, cut_note: Callable[[int], str] | None = None,
+    cut_budget: int | None = None,
+) -> tuple[str, int, int]:  # fmt: skip
     """The segment rendered with as many of its newest items as fit `budget` tokens: (text,
     its exact tokens, how many items it shows). With `cut_note`, a rendering that leaves items
     out starts with `cut_note(how many)`, so the model knows there were more (and the note's
-    tokens are counted in the fit)."""
+    tokens are counted in the fit). A rendering that must leave items out fits `cut_budget`
+    instead, when smaller (what it leaves goes to other segments), yet shows the newest item
+    whenever `budget` allows it."""
     items = segment.items
 
     def rendered(kept: int) -> str:
@@ -158,6 +161,8 @@ def newest_that_fit(
     whole_tokens = count_tokens(whole, model)
     if whole_tokens <= budget:  # checked first: with the note, one item fewer may not fit
         return whole, whole_tokens, len(items)
+    if cut_budget is not None and cut_budget < budget and items:
+        budget = min(budget, max(cut_budget, count_tokens(rendered(1), model)))
     low, high = 0, len(items) - 1
     while low < high:  # the most items (newest first) whose rendering fits
         mid = (low + high + 1) // 2
@@ -176,7 +181,7 @@ def window_cut_note(left_out: int) -> str:
     earlier = f"{left_out} earlier {'message' if left_out == 1 else 'messages'}"
     return (
         f"({earlier} of this thread are not shown here: they are being summarized; "
-        "the most relevant appear under Episodic Memory)"
+        "the most relevant may appear under Episodic Memory)"
     )
 
 
@@ -245,15 +250,11 @@ async def assemble_context(
     # 400 tokens the smallest Summary segment, the window at its cap and the empty Episodic
     # heading may together pass the budget (by < 100 tokens): the invariant wins over it.
     room = max(window_room, budget - summary_tokens - episodic_empty)
+    # A window that must be cut (ensure_window could not compact: a summary of the oldest is
+    # being written) keeps its cap, and recall the rest, where the messages left out can be found.
     conversation_text, conversation_tokens, shown = newest_that_fit(
-        conversation, room, model, cut_note=window_cut_note
+        conversation, room, model, cut_note=window_cut_note, cut_budget=window_room
     )
-    if shown < len(conversation.items) and window_room < room:
-        # Cut (ensure_window could not compact: a summary of the oldest is being written): the
-        # window keeps its cap, and recall the rest, where the messages left out can be found.
-        conversation_text, conversation_tokens, shown = newest_that_fit(
-            conversation, window_room, model, cut_note=window_cut_note
-        )
     message_ids = shown_ids(window, shown)
     # Only the messages shown are left out of recall: those the window cannot show (while a
     # summary of them is written) may be recalled, as the note in their place says.

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from dataclasses import replace
 
 import pytest
 
 from bot.consolidation import LOCK_SECONDS, NO_THREAD, SUMMARY_INSTRUCTIONS
-from memory.context import assemble_context
+from memory.context import assemble_context, newest_that_fit, window_cut_note
 from memory.keys import summarized_count_key, summarizing_key, usage_key
 from memory.scope import Scope, Visibility
+from memory.stores.base import Segment
 from memory.tokens import count_tokens
 from tests.agent_world import close_world, open_world
 from tests.support.scripted_openai import text
@@ -110,9 +112,8 @@ async def test_a_window_cut_while_a_roll_holds_it_says_so_and_its_cut_messages_a
 async def test_summarize_on_a_thread_never_taken_part_in_says_so_and_writes_nothing(world, tenant):
     scope = thread_scope(tenant, "slack:T:C9:7.0")
     assert await world.runtime.turns().summarize(scope) == NO_THREAD
-    assert (
-        await world.runtime.harness.consolidator.roll(scope, 300) == []
-    )  # a roll task after erasure
+    # a roll task for it (as after the thread's erasure) writes nothing either
+    assert await world.runtime.harness.consolidator.roll(scope, 300) == []
     redis = world.runtime.memory.redis
     assert not await redis.exists(summarized_count_key(tenant, scope.thread))
     assert not world.summary_requests
@@ -156,3 +157,25 @@ async def test_summarize_does_not_count_usage_to_a_thread_erased_meanwhile(world
     assert not await memory.redis.exists(usage_key(tenant, scope.thread))
     assert not await memory.redis.exists(summarized_count_key(tenant, scope.thread))
     assert int(await memory.redis.hget(usage_key(tenant), "model_calls") or 0) >= 1
+
+
+def test_a_cut_window_keeps_its_newest_message_even_past_the_cap():
+    """A window cut to its cap while a roll runs: a newest message longer than the cap (a
+    long answer) is still shown, with the note, when the whole room allows it; otherwise the
+    cut takes the cap, and the window's rendering fits its budget."""
+    model = "gpt-4o-mini"
+    segment = Segment(
+        "Conversation", "the thread", "read it", [f"[user] short {i}" for i in range(40)]
+    )
+    segment.items.append("[assistant] " + "a long answer " * 300)
+    newest = count_tokens(replace(segment, items=segment.items[-1:]).render(), model)
+    room, cap = newest + 100, newest // 2  # the whole window does not fit room
+    text, tokens, shown = newest_that_fit(segment, room, model, window_cut_note, cut_budget=cap)
+    assert shown >= 1 and "a long answer" in text and "earlier messages" in text
+    assert tokens == count_tokens(text, model) <= room
+    short = Segment(
+        "Conversation", "the thread", "read it", [f"[user] short {i}" for i in range(400)]
+    )
+    text, tokens, shown = newest_that_fit(short, 1500, model, window_cut_note, cut_budget=500)
+    assert 0 < shown < 400 and tokens == count_tokens(text, model) <= 500
+    assert text.count("earlier messages") == 1
