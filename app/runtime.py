@@ -45,7 +45,7 @@ def embedded_redis(settings: Settings) -> EmbeddedRedis:
 
 def redis_url(settings: Settings) -> str:
     """REDIS_URL (or REDISCLOUD_URL), or the embedded Redis (started on first use; refused on
-    a platform whose disk is lost, unless ARXIVSCOUT_DATA_DIR names a volume)."""
+    Heroku, and on Fly unless ARXIVSCOUT_DATA_DIR names a volume: `embedded_redis_allowed`)."""
     if settings.redis_url:
         return settings.redis_url
     settings.embedded_redis_allowed()

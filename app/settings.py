@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from dotenv import dotenv_values
 from platformdirs import user_data_dir
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.errors import ConfigError
 from memory.connection import MAX_CONNECTIONS, redact_url
@@ -26,8 +27,39 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what redis-py connects t
 
 
 def env(*names: str) -> AliasChoices:
-    """The variable(s) a field is read from; the field's own name works in code too."""
+    """The documented variable(s) a field is read from, the first the one errors name. Code
+    may pass the field's own name (`Settings(data_dir=...)`); the environment may not (see
+    `DocumentedNamesOnly`)."""
     return AliasChoices(*names)
+
+
+class DocumentedNamesOnly(PydanticBaseSettingsSource):
+    """What `source` (the environment, `.env`) read under a documented name only.
+
+    `populate_by_name`, kept so code can pass field names, makes pydantic-settings also read
+    each field's bare name, case-insensitively and from `.env` too: a PUBLIC_URL, ADMINS or
+    SECRET meant for another program would send sign-in links elsewhere or grant admin."""
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:
+        return None, field_name, False  # unused: __call__ filters what `source` read
+
+    def __call__(self) -> dict[str, object]:
+        documented = documented_names()
+        return {name: value for name, value in self._source().items() if name in documented}
+
+
+def documented_names() -> set[str]:
+    """Every variable name a setting is read from (README's Configuration table)."""
+    return {
+        str(name)
+        for info in Settings.model_fields.values()
+        if isinstance(info.validation_alias, AliasChoices)
+        for name in info.validation_alias.choices
+    }
 
 
 class Settings(BaseSettings):
@@ -40,117 +72,106 @@ class Settings(BaseSettings):
 
     # memory
     # REDISCLOUD_URL: what Heroku's Redis Cloud add-on sets
-    redis_url: str | None = Field(
-        None, validation_alias=env("REDIS_URL", "REDISCLOUD_URL", "redis_url")
-    )
+    redis_url: str | None = Field(None, validation_alias=env("REDIS_URL", "REDISCLOUD_URL"))
     redis_max_connections: int = Field(
         MAX_CONNECTIONS, ge=1, le=100_000,
-        validation_alias=env("ARXIVSCOUT_REDIS_MAX_CONNECTIONS", "redis_max_connections"),
+        validation_alias=env("ARXIVSCOUT_REDIS_MAX_CONNECTIONS"),
     )  # fmt: skip
     data_dir: Path = Field(
         default_factory=lambda: Path(user_data_dir("arxivscout")),
-        validation_alias=env("ARXIVSCOUT_DATA_DIR", "data_dir"),
+        validation_alias=env("ARXIVSCOUT_DATA_DIR"),
     )
-    redis_server: str | None = Field(
-        None, validation_alias=env("ARXIVSCOUT_REDIS_SERVER", "redis_server")
-    )
-    redis_modules: str | None = Field(
-        None, validation_alias=env("ARXIVSCOUT_REDIS_MODULES", "redis_modules")
-    )
+    redis_server: str | None = Field(None, validation_alias=env("ARXIVSCOUT_REDIS_SERVER"))
+    redis_modules: str | None = Field(None, validation_alias=env("ARXIVSCOUT_REDIS_MODULES"))
     embeddings: Literal["local", "openai"] = Field(
-        "local", validation_alias=env("ARXIVSCOUT_EMBEDDINGS", "embeddings")
+        "local", validation_alias=env("ARXIVSCOUT_EMBEDDINGS")
     )
     embedding_dims: int | None = Field(
-        None, gt=0, validation_alias=env("ARXIVSCOUT_EMBEDDING_DIMS", "embedding_dims")
+        None, gt=0, validation_alias=env("ARXIVSCOUT_EMBEDDING_DIMS")
     )
     # the model
-    openai_api_key: str | None = Field(
-        None, validation_alias=env("OPENAI_API_KEY", "openai_api_key")
-    )
-    openai_base_url: str | None = Field(
-        None, validation_alias=env("OPENAI_BASE_URL", "openai_base_url")
-    )
-    openai_model: str = Field("gpt-5-mini", validation_alias=env("OPENAI_MODEL", "openai_model"))
+    openai_api_key: str | None = Field(None, validation_alias=env("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(None, validation_alias=env("OPENAI_BASE_URL"))
+    openai_model: str = Field("gpt-5-mini", validation_alias=env("OPENAI_MODEL"))
     openai_embedding_model: str = Field(
         "text-embedding-3-small",
-        validation_alias=env("OPENAI_EMBEDDING_MODEL", "openai_embedding_model"),
+        validation_alias=env("OPENAI_EMBEDDING_MODEL"),
     )
-    llm_timeout_seconds: float = Field(
-        60.0, gt=0, validation_alias=env("ARXIVSCOUT_LLM_TIMEOUT", "llm_timeout_seconds")
-    )
+    llm_timeout_seconds: float = Field(60.0, gt=0, validation_alias=env("ARXIVSCOUT_LLM_TIMEOUT"))
     turn_timeout_seconds: float = Field(
-        300.0, gt=0, validation_alias=env("ARXIVSCOUT_TURN_TIMEOUT", "turn_timeout_seconds")
+        300.0, gt=0, validation_alias=env("ARXIVSCOUT_TURN_TIMEOUT")
     )
     memory_tokens: int = Field(
         DEFAULT_MEMORY_TOKENS, ge=200,
-        validation_alias=env("ARXIVSCOUT_MEMORY_TOKENS", "memory_tokens"),
+        validation_alias=env("ARXIVSCOUT_MEMORY_TOKENS"),
     )  # fmt: skip
     context_window: int | None = Field(
-        None, gt=0, validation_alias=env("ARXIVSCOUT_CONTEXT_WINDOW", "context_window")
+        None, gt=0, validation_alias=env("ARXIVSCOUT_CONTEXT_WINDOW")
     )
     # arXiv
-    arxiv_api_url: str = Field(
-        DEFAULT_ARXIV_API_URL, validation_alias=env("ARXIV_API_URL", "arxiv_api_url")
-    )
-    arxiv_delay_seconds: float = Field(
-        3.0, ge=0, validation_alias=env("ARXIV_DELAY_SECONDS", "arxiv_delay_seconds")
-    )
+    arxiv_api_url: str = Field(DEFAULT_ARXIV_API_URL, validation_alias=env("ARXIV_API_URL"))
+    arxiv_delay_seconds: float = Field(3.0, ge=0, validation_alias=env("ARXIV_DELAY_SECONDS"))
     # platforms
-    slack_bot_token: str | None = Field(
-        None, validation_alias=env("SLACK_BOT_TOKEN", "slack_bot_token")
-    )
-    slack_signing_secret: str | None = Field(
-        None, validation_alias=env("SLACK_SIGNING_SECRET", "slack_signing_secret")
-    )
-    slack_app_token: str | None = Field(
-        None, validation_alias=env("SLACK_APP_TOKEN", "slack_app_token")
-    )
-    slack_api_url: str | None = Field(None, validation_alias=env("SLACK_API_URL", "slack_api_url"))
-    discord_token: str | None = Field(None, validation_alias=env("DISCORD_TOKEN", "discord_token"))
+    slack_bot_token: str | None = Field(None, validation_alias=env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: str | None = Field(None, validation_alias=env("SLACK_SIGNING_SECRET"))
+    slack_app_token: str | None = Field(None, validation_alias=env("SLACK_APP_TOKEN"))
+    slack_api_url: str | None = Field(None, validation_alias=env("SLACK_API_URL"))
+    discord_token: str | None = Field(None, validation_alias=env("DISCORD_TOKEN"))
     discord_api_url: str | None = Field(
         None, pattern=r"^https?://[^\s/]+",
-        validation_alias=env("DISCORD_API_URL", "discord_api_url"),
+        validation_alias=env("DISCORD_API_URL"),
     )  # fmt: skip
     # PDFs shared in chat (adapters/shared_files.py): larger ones are refused, not downloaded
-    max_pdf_mb: float = Field(
-        50.0, gt=0, le=2000, validation_alias=env("ARXIVSCOUT_MAX_PDF_MB", "max_pdf_mb")
-    )
+    max_pdf_mb: float = Field(50.0, gt=0, le=2000, validation_alias=env("ARXIVSCOUT_MAX_PDF_MB"))
     max_pdf_pages: int = Field(
-        300, gt=0, le=100_000, validation_alias=env("ARXIVSCOUT_MAX_PDF_PAGES", "max_pdf_pages")
+        300, gt=0, le=100_000, validation_alias=env("ARXIVSCOUT_MAX_PDF_PAGES")
     )
-    port: int | None = Field(None, ge=0, le=65535, validation_alias=env("PORT", "port"))
+    port: int | None = Field(None, ge=0, le=65535, validation_alias=env("PORT"))
     # the memory page
-    secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET", "secret"))
+    secret: str | None = Field(None, validation_alias=env("ARXIVSCOUT_SECRET"))
     public_url: str | None = Field(
         None,
         pattern=r"^https?://[^\s/]+",
-        validation_alias=env("ARXIVSCOUT_PUBLIC_URL", "public_url"),
+        validation_alias=env("ARXIVSCOUT_PUBLIC_URL"),
     )
-    admins: str | None = Field(None, validation_alias=env("ARXIVSCOUT_ADMINS", "admins"))
+    admins: str | None = Field(None, validation_alias=env("ARXIVSCOUT_ADMINS"))
     link_ttl_seconds: int = Field(
-        3600, ge=60, le=7 * 86400, validation_alias=env("ARXIVSCOUT_LINK_TTL", "link_ttl_seconds")
+        3600, ge=60, le=7 * 86400, validation_alias=env("ARXIVSCOUT_LINK_TTL")
     )
     # retention of conversation memory (memory/retention.py)
     retention_days: float | None = Field(
-        None, gt=0, le=36_500, validation_alias=env("ARXIVSCOUT_RETENTION_DAYS", "retention_days")
+        None, gt=0, le=36_500, validation_alias=env("ARXIVSCOUT_RETENTION_DAYS")
     )
     retention_sweep_seconds: float = Field(
         3600.0, gt=0,
-        validation_alias=env("ARXIVSCOUT_RETENTION_SWEEP_SECONDS", "retention_sweep_seconds"),
+        validation_alias=env("ARXIVSCOUT_RETENTION_SWEEP_SECONDS"),
     )  # fmt: skip
     # a workspace or server that removed the bot: its whole memory is erased this many days
     # later unless the bot comes back (0: at the next tick; memory/governance_tenants.py)
     uninstalled_keep_days: float = Field(
         30.0, ge=0, le=36_500,
-        validation_alias=env("ARXIVSCOUT_UNINSTALLED_KEEP_DAYS", "uninstalled_keep_days"),
+        validation_alias=env("ARXIVSCOUT_UNINSTALLED_KEEP_DAYS"),
     )  # fmt: skip
     # topic watches (bot/watches.py)
     watch_check_seconds: float = Field(
-        60.0, gt=0, validation_alias=env("ARXIVSCOUT_WATCH_CHECK_SECONDS", "watch_check_seconds")
+        60.0, gt=0, validation_alias=env("ARXIVSCOUT_WATCH_CHECK_SECONDS")
     )
     # set by the platform: where this process runs (a dyno's disk and a Fly machine's are lost)
-    dyno: str | None = Field(None, validation_alias=env("DYNO", "dyno"))
-    fly_app_name: str | None = Field(None, validation_alias=env("FLY_APP_NAME", "fly_app_name"))
+    dyno: str | None = Field(None, validation_alias=env("DYNO"))
+    fly_app_name: str | None = Field(None, validation_alias=env("FLY_APP_NAME"))
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:  # fmt: skip
+        """Code's arguments by field name; the environment and `.env` by documented name."""
+        return (
+            init_settings,
+            DocumentedNamesOnly(env_settings),
+            DocumentedNamesOnly(dotenv_settings),
+        )
 
     @field_validator("redis_url")
     @classmethod
@@ -180,19 +201,24 @@ class Settings(BaseSettings):
             )
             raise ConfigError(f"Invalid configuration: {problems}") from None
 
-    @property
-    def platform(self) -> str | None:
-        """The hosting platform this process runs on, if one whose disk does not last."""
-        return "Heroku" if self.dyno else "Fly" if self.fly_app_name else None
-
     def embedded_redis_allowed(self) -> None:
-        """Refuse the embedded Redis on a dyno or Fly machine: its disk is lost on restart and
-        each process would get its own memory. ARXIVSCOUT_DATA_DIR set (a volume) allows it."""
-        if self.platform and "data_dir" not in self.model_fields_set:
+        """Refuse the embedded Redis where its memory would be lost or split. A dyno's disk is
+        wiped at least daily, each dyno would keep a memory of its own, and Heroku has no
+        volumes: never there. A Fly machine's disk is lost on restart: allowed only with
+        ARXIVSCOUT_DATA_DIR set (a mounted volume, which one machine alone can use)."""
+        if self.dyno:
             raise ConfigError(
-                f"REDIS_URL is not set: on {self.platform} the embedded Redis would keep memory on "
-                "a disk that is lost on restart, apart for each process. Set REDIS_URL (or add "
-                "Heroku's Redis Cloud add-on), or ARXIVSCOUT_DATA_DIR to a mounted volume."
+                "REDIS_URL is not set: on Heroku the embedded Redis cannot keep memory (a dyno's "
+                "disk is wiped daily, each dyno would have its own, and there are no volumes). "
+                "Add a Redis with the Query Engine (e.g. Redis Cloud) and set REDIS_URL."
+            )
+        if self.fly_app_name and "data_dir" not in self.model_fields_set:
+            raise ConfigError(
+                "REDIS_URL is not set: on Fly the embedded Redis would keep memory on the "
+                "machine's disk, lost on restart. Set REDIS_URL to a Redis with the Query Engine "
+                "(e.g. Redis Cloud), or, for a single machine running every process, "
+                "ARXIVSCOUT_DATA_DIR to a volume mounted on it (web and worker on separate "
+                "machines must share one Redis)."
             )
 
     def links_url(self) -> str | None:

@@ -10,7 +10,7 @@ import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse, NoPermissionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memory.autopipeline import AutoPipelineRedis
@@ -73,11 +73,10 @@ async def check_capabilities(client: aredis.Redis) -> None:
         )
     try:
         await client.execute_command("FT._LIST")
-    except ResponseError as exc:
-        if "unknown" not in str(exc).lower():
-            raise
+    except ResponseError as exc:  # unknown command; Upstash's "not available"; an ACL's NOPERM
         raise RedisCapabilityError(
-            f"This Redis lacks the Query Engine (FT.*). {WHAT_WORKS}"
+            f"This Redis lacks the Query Engine (FT.*): it answered FT._LIST with "
+            f'"{exc}". {WHAT_WORKS}'
         ) from None
 
 
@@ -128,6 +127,14 @@ def reach_hint(url: str, exc: BaseException) -> str:
     return ""
 
 
+def answer_hint(exc: BaseException) -> str:
+    """What to check when PING's answer is not PONG: the user's rights (an ACL), else the port
+    (an HTTP server, or another protocol, answers with what redis-py cannot read)."""
+    if isinstance(exc, NoPermissionError):
+        return " (the user in REDIS_URL may not run PING: check its ACL rules)"
+    return " (is this a Redis port? REDIS_URL should name the port the Redis server listens on)"
+
+
 def keepalive_options() -> dict[int, int]:
     """The KEEPALIVE options this platform's sockets know (macOS lacks some)."""
     return {getattr(socket, n): v for n, v in KEEPALIVE.items() if hasattr(socket, n)}
@@ -162,6 +169,12 @@ async def connect(
         raise RedisCapabilityError(
             f"Cannot reach Redis at {redact_url(url)}: {exc or type(exc).__name__}"
             f"{reach_hint(url, exc)}"
+        ) from exc
+    except (ResponseError, InvalidResponse) as exc:  # a server that is not Redis, or refuses
+        await client.aclose()
+        raise RedisCapabilityError(
+            f"Redis at {redact_url(url)} did not answer PING with PONG: "
+            f"{exc or type(exc).__name__}{answer_hint(exc)}"
         ) from exc
     try:
         if check:

@@ -1,7 +1,8 @@
 """Deployed on Heroku or Fly: which Redis a process uses, and where memory-page links point.
 
 An unset REDIS_URL would start the embedded Redis on a disk that is lost at the next restart,
-one for each process: refused there unless ARXIVSCOUT_DATA_DIR names a volume. Heroku's Redis
+one for each process: refused there (on Fly, ARXIVSCOUT_DATA_DIR naming a volume allows it for
+one machine; Heroku has no volumes, so nothing does: tests/test_deploy_audit_s28.py). Heroku's Redis
 Cloud add-on sets REDISCLOUD_URL. Links default to the Fly app's address; a Heroku web dyno
 without ARXIVSCOUT_PUBLIC_URL refuses to start (its own address is localhost)."""
 
@@ -42,9 +43,7 @@ def test_heroku_redis_cloud_add_on_url_is_used_when_redis_url_is_unset(deployed)
 
 
 @pytest.mark.parametrize("platform", [("DYNO", "worker.1"), ("FLY_APP_NAME", "scout")])
-def test_the_embedded_redis_is_refused_on_a_dyno_or_fly_machine_but_on_a_volume(
-    deployed, platform, data_dir, redis_server
-):
+def test_the_embedded_redis_is_refused_on_a_dyno_or_fly_machine(deployed, platform):
     deployed.setenv(*platform)
     settings = Settings.from_env()
     try:
@@ -52,6 +51,10 @@ def test_the_embedded_redis_is_refused_on_a_dyno_or_fly_machine_but_on_a_volume(
             runtime.redis_url(settings)
     finally:  # without the refusal, a server was started in the test's directory
         runtime.embedded_redis(settings).stop()
+
+
+def test_a_volume_allows_the_embedded_redis_on_a_fly_machine(deployed, data_dir, redis_server):
+    deployed.setenv("FLY_APP_NAME", "scout")
     deployed.setenv("ARXIVSCOUT_DATA_DIR", str(data_dir))  # a mounted volume: allowed
     assert runtime.redis_url(Settings.from_env()) == redis_server.running_url()
 

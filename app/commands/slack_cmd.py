@@ -45,6 +45,33 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
         raise ConfigError(f"Could not reach Slack to check SLACK_BOT_TOKEN: {exc}") from None
 
 
+# apps.connections.open's answers to a token that can never connect (revoked, without
+# connections:write, of another app, a bot or user token): slack_sdk's connect would retry it
+# every 10 s for ever
+APP_TOKEN_REFUSALS = frozenset({
+    "not_authed", "invalid_auth", "account_inactive", "token_revoked", "token_expired",
+    "missing_scope", "not_allowed_token_type", "no_permission",
+})  # fmt: skip
+APP_TOKEN_WHY = "an app-level token (xapp-) of this app with connections:write."
+
+
+async def check_app_token(token: str, api_url: str | None) -> None:
+    """Refuse an app-level token Slack will never let connect, before anything slow starts:
+    Socket Mode's own connect logs the refusal and retries for ever. The URL it issues is left
+    unused (the socket asks for its own when it connects)."""
+    client = AsyncWebClient(base_url=api_url) if api_url else AsyncWebClient()
+    try:
+        await client.apps_connections_open(app_token=token)
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        if error in APP_TOKEN_REFUSALS:
+            raise ConfigError(
+                f"Slack rejected SLACK_APP_TOKEN ({error}): {APP_TOKEN_WHY}"
+            ) from None
+    except Exception as exc:
+        raise ConfigError(f"Could not reach Slack to check SLACK_APP_TOKEN: {exc}") from None
+
+
 async def stop_reading(adapter: SlackAdapter, runtime: AgentRuntime) -> None:
     """Every background worker of the process (`/summarize`'s, and the runtime's parts, as
     app/runtime.py `close` takes them) stops reading and hands back the tasks it has not

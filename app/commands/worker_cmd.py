@@ -12,17 +12,27 @@ import argparse
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from adapters.web import build_web_app
 from app.commands.common import stop_on_signals
 from app.commands.discord_cmd import TOKEN_WHY
-from app.commands.slack_cmd import BOT_TOKEN_WHY, check_bot_token, stop_reading
+from app.commands.slack_cmd import (
+    APP_TOKEN_WHY,
+    BOT_TOKEN_WHY,
+    check_app_token,
+    check_bot_token,
+    stop_reading,
+)
 from app.commands.web_cmd import listen, page_wiring
 from app.runtime import open_agent
 from app.settings import Settings
 from bot.errors import ConfigError
+
+if TYPE_CHECKING:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 IDLE_REASON = (
     "worker idle: neither DISCORD_TOKEN nor SLACK_APP_TOKEN is set; "
@@ -84,10 +94,9 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
         )
     if use_slack:  # every token is checked before anything slow starts
         bot_token = settings.require("slack_bot_token", BOT_TOKEN_WHY, prefix="xoxb-")
-        app_token = settings.require(
-            "slack_app_token", "an app-level token with connections:write.", prefix="xapp-"
-        )
+        app_token = settings.require("slack_app_token", APP_TOKEN_WHY, prefix="xapp-")
         await check_bot_token(bot_token, settings.slack_api_url)
+        await check_app_token(app_token, settings.slack_api_url)
     token = settings.require("discord_token", TOKEN_WHY) if use_discord else ""
     settings.links_url()  # a web dyno without its public URL: refused before anything slow
     runtime = await open_agent(settings)
@@ -114,12 +123,8 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             )  # fmt: skip
             await slack.check_token()
             socket = AsyncSocketModeHandler(slack.app, app_token)
-            await socket.connect_async()
             cleanup[:0] = [socket.close_async, slack.close]
-            stoppers.append(slack.pipeline.shutdown)
-            slack.pipeline.start()  # take over the threads of processes that died
-            print("Slack Socket Mode connected")
-        if use_discord:
+        if use_discord:  # started first: Slack's connect may take long (Slack unreachable)
             from adapters.discord import DiscordAdapter
 
             discord_adapter = DiscordAdapter(
@@ -128,6 +133,10 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             # its pipeline starts once connected; its stop also queues what waits for Redis
             stoppers.append(discord_adapter.stop)
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
+        if slack is not None and await connected(socket, waiters):
+            stoppers.append(slack.pipeline.shutdown)
+            slack.pipeline.start()  # take over the threads of processes that died
+            print("Slack Socket Mode connected")
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         # stop taking jobs; what cannot finish in time goes back to the queue for another process
         await asyncio.gather(*(stop() for stop in stoppers))
@@ -142,3 +151,18 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             with contextlib.suppress(Exception):
                 await close()
     return 0
+
+
+async def connected(socket: AsyncSocketModeHandler, waiters: list[asyncio.Task]) -> bool:
+    """Connect Socket Mode unless the process is told to stop (or Discord ends) first. slack_sdk
+    retries a failed connect every 10 s for ever (Slack unreachable, a token refused after the
+    start-up check): awaited alone, it would keep SIGTERM waiting until the platform's SIGKILL."""
+    connecting = asyncio.create_task(socket.connect_async())
+    await asyncio.wait([connecting, *waiters], return_when=asyncio.FIRST_COMPLETED)
+    if connecting.done():
+        connecting.result()
+        return True
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await connecting
+    return False
