@@ -85,6 +85,7 @@ from adapters.slack_summarize import (
 from adapters.slack_walls import CACHE_SECONDS, SlackWalls
 from adapters.slack_watch import SlackWatches
 from adapters.spine import (
+    NOT_TAKEN,
     SHUTDOWN_GRACE_SECONDS,
     Job,
     MemoryUnavailable,
@@ -342,7 +343,7 @@ class SlackAdapter:
             return await self.on_deleted(body, event, deleted)
         if (edited := edited_message(event)) is not None:
             return await self.on_edited(body, event, edited)
-        if event.get("files") and await self.files.take(body, event):
+        if event.get("files") and await self.files.take(body, event, not slack_retry(request)):
             return  # files and text (adapters/slack_files.py)
         if not event.get("text", "").strip():
             return  # files not for the bot, and no text
@@ -566,8 +567,21 @@ class SlackAdapter:
             reply=slack_reply(event, team, thread_ts),
             source=slack_source(event["channel"], event["ts"]),
         )  # fmt: skip
-        if await self.pipeline.submit(job, notify=not slack_retry(request)):
-            await self.presence.join(scope, reference=thread_ts)  # a follow-up needs no mention
+        await self.pipeline.submit(job, notify=not slack_retry(request))
+        # a follow-up needs no mention; joined on Slack's retry too (idempotent): a listener
+        # that failed after queueing (memory went away) is retried, and finds the job queued
+        with unavailable_raised():
+            await self.presence.join(scope, reference=thread_ts)
+
+    async def tell_not_taken(self, team: str, event: dict, thread_ts: str) -> None:
+        """Tell the person their message could not be queued (memory down), where it would
+        have been answered, as `Pipeline.submit` does; best effort (logged)."""
+        scope = Scope(team, thread_id(team, event["channel"], thread_ts))
+        job = Job("turn", scope, reply=slack_reply(event, team, thread_ts))
+        try:
+            await self.pipeline.platform.notice(job, NOT_TAKEN)
+        except Exception:
+            log.exception("could not say in %s that a share was not taken", event["channel"])
 
     async def _join_early(self, thread: Scope) -> None:
         """The thread is the bot's before Slack is asked who and where: a follow-up without a

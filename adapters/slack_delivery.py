@@ -63,6 +63,10 @@ CLOSED = {"is_archived": "its channel is archived", "invalid_thread_ts": THREAD_
 OF_THE_PLACE = {*NOT_THERE, *CLOSED, "restricted_action"}
 # Slack's own passing failures: the job stays queued and runs again
 PASSING = {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
+# a notice Slack refuses for good in its place goes elsewhere (no response_url to use): to the
+# channel itself when the thread is gone, else to the person in a DM with the bot
+THREAD_REFUSED = {"invalid_thread_ts", "thread_not_found"}
+PLACE_REFUSED = {*NOT_THERE, "is_archived", "restricted_action"}
 # errors after which Slack may have done the call anyway ("some aspect of the operation
 # succeeded"): a post is looked for before it is made again
 MAYBE_POSTED = {"internal_error", "fatal_error"}
@@ -515,10 +519,30 @@ class SlackPlatform(Platform):
         try:
             await until_delivered(self.client.chat_postMessage, **self.where(job), **markdown(text))
         except SlackApiError as exc:
-            if self.passing(exc) or not job.reply.get("response_url"):
+            if self.passing(exc):
                 raise
+            if not job.reply.get("response_url"):
+                await self._notice_elsewhere(job, text, exc)
+                return
             why = not_posted(exc)
             await self.respond(job, f"{why}. {text}" if why else text)
+
+    async def _notice_elsewhere(self, job: Job, text: str, exc: SlackApiError) -> None:
+        """A notice its place refuses for good would never arrive there: a thread gone, in
+        its channel (naming the person); a channel closed to the bot, in a DM with the person
+        (naming the channel). Anything else is raised (logged by the pipeline)."""
+        channel, user, error = job.reply["channel"], job.scope.user, slack_error(exc)
+        if error in THREAD_REFUSED and self.where(job).get("thread_ts"):
+            said = f"<@{user}> {text}" if user else text  # mrkdwn text: the mention shows
+            await until_delivered(self.client.chat_postMessage, channel=channel, text=said)
+            return
+        if error not in PLACE_REFUSED or not user or channel.startswith("D"):
+            raise exc
+        opened = await self.client.conversations_open(users=user)
+        said = f"About your message in <#{channel}>: {text}"
+        await until_delivered(
+            self.client.chat_postMessage, channel=opened["channel"]["id"], text=said
+        )
 
     async def _deliver_by_response_url(self, job: Job, index: int, part: str) -> None:
         """The parts while the response_url has room for them and a note of what was left out

@@ -32,7 +32,7 @@ from adapters.file_download import download
 from adapters.platform_ids import slack_in_dm, slack_source, slack_team
 from adapters.shared_files import FetchError, FileEnd, file_name, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
-from adapters.spine import Job, unavailable_raised
+from adapters.spine import Job, MemoryUnavailable, unavailable_raised
 from adapters.text import slack_question
 
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
@@ -139,24 +139,36 @@ class SlackFiles:
         if self.service is not None and "slack" in self.service.ends:
             self.service.attach("slack")  # this process holds Slack's token: read its stream
 
-    async def take(self, body: dict, event: dict) -> bool:
+    async def take(self, body: dict, event: dict, notify: bool = False) -> bool:
         """Queue the files (and the text) of a `message` event that has `files`; False when
         it is not a share for the bot (its text, if any, is then an ordinary message). Memory
-        down raises MemoryUnavailable (Slack is answered 503 and sends the event again)."""
-        with unavailable_raised():
-            return await self._take(body, event)
+        down raises MemoryUnavailable (Slack is answered 503 and sends the event again),
+        after telling the person if `notify` (Slack's first delivery) and the share was
+        addressed to the bot (a DM, a mention): Slack's retries may all fail as well."""
+        try:
+            with unavailable_raised():
+                return await self._take(body, event)
+        except MemoryUnavailable:
+            if notify and (thread_ts := self._addressed(event)) is not None:
+                await self.adapter.tell_not_taken(slack_team(body), event, thread_ts)
+            raise
+
+    def _addressed(self, event: dict) -> str | None:
+        """The thread_ts (DM for a DM's conversation) of a share to the bot, else None."""
+        if slack_in_dm(event):
+            return event.get("thread_ts") or DM
+        if f"<@{self.adapter.bot_user_id}>" in event.get("text", ""):
+            return event.get("thread_ts") or event["ts"]
+        return None
 
     async def _take(self, body: dict, event: dict) -> bool:
         adapter, bot = self.adapter, self.adapter.bot_user_id
         text = event.get("text", "")
         channel, ts = event["channel"], event["ts"]
-        mentioned = f"<@{bot}>" in text
-        in_dm = slack_in_dm(event)
-        addressed = mentioned or in_dm
-        if in_dm:
-            thread_ts = event.get("thread_ts") or DM
-        elif mentioned:
-            thread_ts = event.get("thread_ts") or ts
+        addressed_in = self._addressed(event)
+        addressed = addressed_in is not None
+        if addressed_in is not None:
+            thread_ts = addressed_in
         elif event.get("thread_ts"):
             thread_ts = event["thread_ts"]
         else:

@@ -48,9 +48,13 @@ LEASE_MS = 15_000  # renewed every 5 s; lapses this long after its process died
 RECOVER_EVERY_SECONDS = 5.0  # how often a process looks for threads whose lease lapsed
 SHUTDOWN_GRACE_SECONDS = 25.0  # what a stopping process gives running turns to finish
 SUBMIT_TIMEOUT_SECONDS = 4.0  # an unreachable memory is reported within 5 s
-RETRY_PAUSE_SECONDS = 2.0  # a job the platform failed in passing runs again after this pause
-# a job that keeps killing its process (or failing to show) is given up after this many runs;
-# runs ended by a shutdown, a lost lease or memory down are not counted (progress "spared")
+# A job the platform failed in passing (Slack down for a while) runs again after a growing
+# pause: RETRY_PAUSE_SECONDS times each step, 2 s, 10 s, 30 s, 1 min, 2 min (under 4 minutes in
+# all), the job kept in its thread's running slot meanwhile; it is given up only after that.
+RETRY_PAUSE_SECONDS = 2.0
+RETRY_BACKOFF = (1, 5, 15, 30, 60)
+# a job that keeps killing its process is given up after this many runs; runs ended by a
+# shutdown, a lost lease, memory down or the platform in passing are not counted ("spared")
 MAX_ATTEMPTS = 3
 
 # A failed job's reply: what failed, then whether the message is kept (a turn stores its
@@ -82,6 +86,10 @@ NOT_TAKEN = (
 GAVE_UP = (
     "Sorry, I tried to answer this several times and failed each time. Your message is "
     "saved; please rephrase it or try again later."
+)
+GAVE_UP_UNSAVED = (
+    "Sorry, I tried to answer this several times and failed each time. Your message was "
+    "not saved; please send it again later."
 )
 DELETED_UNANSWERED = "Your message was deleted; I did not answer it."
 NOT_SHOWN = (
@@ -204,7 +212,8 @@ class Platform(ABC):
 
     def passing(self, exc: BaseException) -> bool:
         """True when `exc` is a passing failure of the platform (the network, a timeout, its
-        server's own error): the job stays queued and runs again, up to MAX_ATTEMPTS runs."""
+        server's own error): the job stays queued and runs again after a growing pause
+        (RETRY_BACKOFF), then is given up."""
         return isinstance(exc, (TimeoutError, ConnectionError, aiohttp.ClientError))
 
     def refused(self, exc: BaseException) -> bool:
@@ -239,6 +248,7 @@ class Pipeline:
         self._draining: set[asyncio.Task] = set()
         self._recovering: asyncio.Task | None = None
         self._stopping = False
+        self._stopped = asyncio.Event()  # ends a drain's pause before a job runs again
         # job id -> its run that outside causes ended (memory down, a lost lease), not yet
         # marked spared in Redis: the next run here marks it, if that was the run saved last
         self._spared: dict[str, int] = {}
@@ -310,8 +320,8 @@ class Pipeline:
             keeper = asyncio.create_task(self._keep(scope, token, slot, drain))
             try:
                 while not self._stopping and (taken := await turns.take(scope, token)):
-                    if not await self._run_taken(scope, token, taken, slot):
-                        await asyncio.sleep(self.retry_pause)  # still running: taken again
+                    if (pause := await self._run_taken(scope, token, taken, slot)) is not None:
+                        await self._pause(pause)  # still running: taken again
                         # saved again: a memory that lost its data meanwhile gets it back
                         await self._kept(scope, token, slot, slot.written)
             except asyncio.CancelledError:  # shutdown (or the lease lost): run again from here
@@ -321,6 +331,12 @@ class Pipeline:
                 keeper.cancel()
             if not await turns.release(scope, token):
                 return
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait before a job the platform failed runs again; a shutdown ends the wait (the
+        job stays in the running slot, the lease released: a live process takes it over)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
 
     async def _keep(
         self, scope: Scope, token: str, slot: _Slot, drain: asyncio.Task | None
@@ -353,9 +369,10 @@ class Pipeline:
             slot.written = progress
         return kept
 
-    async def _run_taken(self, scope: Scope, token: str, taken: Taken, slot: _Slot) -> bool:
-        """Run a taken job and complete it; False when the platform failed in passing (the
-        job stays in the running slot, to run again after a pause)."""
+    async def _run_taken(self, scope: Scope, token: str, taken: Taken, slot: _Slot) -> float | None:
+        """Run a taken job and complete it: None; or the pause after which it runs again, when
+        the platform failed in passing (the job stays in the running slot, its progress saved:
+        a process that dies meanwhile loses nothing, another takes it over)."""
         turns, job = self.memory.turns, Job.from_json(taken.job)
         slot.job_id, slot.written = job.id, taken.job
 
@@ -369,27 +386,30 @@ class Pipeline:
                 await self.run(job, save=save)
             except LeaseLost:  # not completed: the run holding the lease now finishes it
                 log.warning("the lease on %s was lost; %s left to its holder", scope.thread, job.id)
-                return True
+                return None
             except Exception as exc:
                 if memory_unavailable(exc) or not self.platform.passing(exc):
                     raise  # memory down: the lease lapses, a process takes the job when it is back
-                return False
+                step = RETRY_BACKOFF[min(_passed(job), len(RETRY_BACKOFF)) - 1]
+                return self.retry_pause * step
         await turns.complete(scope, job.id)
         slot.job_id = slot.written = ""
         self._spared.pop(job.id, None)  # a run of it stopped here may have left its mark
-        return True
+        return None
 
     async def run(self, job: Job, save: Save | None = None) -> None:
         """Run one job now and deliver its outcome: an answer, or a reply saying what went
         wrong. `save` keeps `job.progress` (the queue's running slot). Raises when the memory
         is unreachable (said when the turn met it), when a queued job's platform failed in
-        passing (`Platform.passing`, up to MAX_ATTEMPTS runs), or its lease was lost: the
-        job stays queued and runs again from its saved progress."""
+        passing (`Platform.passing`, as many runs as RETRY_BACKOFF has pauses), or its lease
+        was lost: the job stays queued and runs again from its saved progress."""
         progress = job.progress
         progress["attempts"] = attempts = progress.get("attempts", 0) + 1
         if self._spared.pop(job.id, None) == attempts - 1:  # the run saved last: not its fault
             progress["spared"] = progress.get("spared", 0) + 1
-        again = save is not None and _counted(job) <= MAX_ATTEMPTS
+        again = (
+            save is not None and _counted(job) <= MAX_ATTEMPTS and _passed(job) < len(RETRY_BACKOFF)
+        )
         save = save or _nothing
         try:
             await self._run(job, save, again)
@@ -408,14 +428,16 @@ class Pipeline:
                 raise
             if again and self.platform.passing(exc):
                 log.warning("%s in %s runs again: %r", job.kind, job.scope.thread, exc)
-                await save()  # this run counted, and what it posted or answered
+                progress["passed"] = _passed(job) + 1  # the platform's doing: paused, not
+                progress["spared"] = progress.get("spared", 0) + 1  # counted as a crash
+                await save()  # with what it posted or answered
                 raise
             # the platform refused the turn (the channel is gone, the bot was removed): the
             # person is told, if the platform has a way (Slack: the command's response_url),
             # unless a part of the answer is out (a failed part told them already)
             log.exception("%s in %s could not be run or shown", job.kind, job.scope.thread)
             if self.platform.passing(exc):
-                await self._notice(job, GAVE_UP)
+                await self._notice(job, await self._gave_up(job))
             elif self.platform.refused(exc) and not job.progress.get("sent"):
                 await self._notice(job, NOT_SHOWN)
         try:  # whatever the platform did: the turn (or a run before it) may have stored it
@@ -448,7 +470,7 @@ class Pipeline:
             text = job.progress.get("answer")
             if text is None:
                 if _counted(job) > MAX_ATTEMPTS:
-                    text = GAVE_UP
+                    text = await self._gave_up(job)
                     await self._first_text_uncached(job)
                 else:
                     text = await self._outcome(job, status)
@@ -536,6 +558,15 @@ class Pipeline:
             cause=cause, saved=SAVED_TILL_FIXED if saved else UNSAVED_TILL_FIXED
         )
 
+    async def _gave_up(self, job: Job) -> str:
+        """The reply to a job given up: "your message is saved" only when it was."""
+        return GAVE_UP if await self._message_kept(job) else GAVE_UP_UNSAVED
+
+    async def _message_kept(self, job: Job) -> bool:
+        """Whether the person's message is kept: a turn's question stored; other jobs keep
+        theirs (a command stores nothing of the person's)."""
+        return job.kind != "turn" or await self._question_saved(job)
+
     async def _question_saved(self, job: Job) -> bool:
         try:
             stored = await self.memory.conversation.appended(job.scope, question_once(job.id))
@@ -556,7 +587,10 @@ class Pipeline:
             if again and self.platform.passing(exc):
                 raise
             log.exception("could not deliver part %d in %s", index, job.scope.thread)
-            await self._notice(job, FAILURE if index == 0 else REST_UNSENT)
+            if index:
+                await self._notice(job, REST_UNSENT)
+            else:  # an answer computed (the question stored) or a failure reply
+                await self._notice(job, FAILURE if await self._message_kept(job) else NOT_SAVED)
             return False
         return True
 
@@ -577,6 +611,7 @@ class Pipeline:
         """Stop taking jobs; give running ones `grace` seconds, then hand them back to the
         queue for another process (their progress is kept)."""
         self._stopping = True
+        self._stopped.set()
         if self._recovering is not None:
             self._recovering.cancel()
         running = list(self._draining)
@@ -613,6 +648,11 @@ class _Slot:
 
 async def _nothing() -> None:
     return None
+
+
+def _passed(job: Job) -> int:
+    """The runs of `job` the platform failed in passing (each paused after: RETRY_BACKOFF)."""
+    return int(job.progress.get("passed", 0))
 
 
 def _counted(job: Job) -> int:

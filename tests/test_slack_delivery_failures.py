@@ -14,7 +14,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from adapters.slack import slack_retry
 from adapters.slack_delivery import MARKDOWN_LIMIT
-from adapters.spine import FAILURE, GAVE_UP, NOT_TAKEN
+from adapters.spine import FAILURE, GAVE_UP_UNSAVED, NOT_TAKEN, RETRY_BACKOFF
 from memory.redis_server import EmbeddedRedis
 from tests.conftest import free_port, redis_options
 from tests.support.scripted_openai import text
@@ -65,13 +65,18 @@ async def test_a_passing_failure_of_the_placeholder_runs_the_job_again(slack, fa
 
 
 async def test_a_placeholder_slack_keeps_refusing_ends_in_the_given_up_message(slack):
+    """Past its pauses (RETRY_BACKOFF): the turn never ran, so the reply says the question
+    was not saved."""
     team = f"T{time.time_ns()}"
     slack.api.streaming = False
     retried_soon(slack)
-    slack.api.fail("chat.postMessage", "service_unavailable", times=3)  # every run it may
+    for instance in slack.instances:
+        instance.adapter.pipeline.retry_pause = 0.02  # the pauses keep their growth
+    slack.api.fail("chat.postMessage", "service_unavailable", times=len(RETRY_BACKOFF) + 1)
     await slack.a.event(mention("tell me", ts(2)), team=team)
-    await answered(slack, 2, [GAVE_UP])
+    await answered(slack, 2, [GAVE_UP_UNSAVED])
     assert slack.world.model_requests() == []
+    assert await stored(slack, team, 2) == []
 
 
 async def test_a_passing_failure_of_the_final_edit_is_answered_by_a_run_again(slack):

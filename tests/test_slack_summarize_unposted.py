@@ -161,9 +161,9 @@ async def test_a_deleted_message_s_placeholder_slack_refuses_is_left_unsaid(worl
     assert api.of("chat.postMessage") == []
 
 
-async def test_a_channel_s_refusal_leaves_the_workspace_s_streaming_on(world, api, caplog):
+async def test_a_channel_s_refusal_leaves_the_workspace_s_streaming_on(world, api):
     """chat.startStream refused in one archived thread: the next turn elsewhere still streams.
-    Slack refuses the notice there too (a mention has no response_url): it is only logged."""
+    Slack refuses the notice there too (a mention has no response_url): it goes to a DM."""
     team = f"T{time.time_ns()}"
     api.fail("chat.startStream", "is_archived")
     api.fail("chat.postMessage", "is_archived", times=2)  # its placeholder, then the notice
@@ -174,7 +174,9 @@ async def test_a_channel_s_refusal_leaves_the_workspace_s_streaming_on(world, ap
         await sender.event(mention("hello", ts(12), channel="C1"), team=team)
         await settle(world, bot)
     assert api.thread_texts("C1", ts(11)) == []
-    assert "could not tell the person" in caplog.text  # NOT_SHOWN was tried
+    assert api.thread_texts(api.dm_channel("U1"), None) == [
+        f"About your message in <#C1>: {NOT_SHOWN}"
+    ]
     assert len(api.of("chat.startStream")) == 2
     assert api.thread_texts("C1", ts(12))[-1].startswith("Streamed.")
 
