@@ -73,7 +73,12 @@ async def check_capabilities(client: aredis.Redis) -> None:
         )
     try:
         await client.execute_command("FT._LIST")
-    except ResponseError as exc:  # unknown command; Upstash's "not available"; an ACL's NOPERM
+    except NoPermissionError as exc:  # FT.* there, but not for this user
+        raise RedisCapabilityError(
+            f'The user in REDIS_URL may not run FT._LIST ("{exc}"): allow it the search '
+            "commands (ACL category @search)."
+        ) from None
+    except ResponseError as exc:  # unknown command; Upstash's "not available"
         raise RedisCapabilityError(
             f"This Redis lacks the Query Engine (FT.*): it answered FT._LIST with "
             f'"{exc}". {WHAT_WORKS}'
@@ -128,11 +133,14 @@ def reach_hint(url: str, exc: BaseException) -> str:
 
 
 def answer_hint(exc: BaseException) -> str:
-    """What to check when PING's answer is not PONG: the user's rights (an ACL), else the port
-    (an HTTP server, or another protocol, answers with what redis-py cannot read)."""
+    """What to check when the connection's first commands fail: the port, when the answer is
+    not Redis's protocol (an HTTP server); the user's rights (an ACL); else the server's words
+    say it (a database index out of range, a busy script)."""
+    if isinstance(exc, InvalidResponse):
+        return " (is this a Redis port? REDIS_URL should name the port the Redis server listens on)"
     if isinstance(exc, NoPermissionError):
-        return " (the user in REDIS_URL may not run PING: check its ACL rules)"
-    return " (is this a Redis port? REDIS_URL should name the port the Redis server listens on)"
+        return " (the user in REDIS_URL may not run it: check its ACL rules)"
+    return ""
 
 
 def keepalive_options() -> dict[int, int]:
@@ -173,7 +181,7 @@ async def connect(
     except (ResponseError, InvalidResponse) as exc:  # a server that is not Redis, or refuses
         await client.aclose()
         raise RedisCapabilityError(
-            f"Redis at {redact_url(url)} did not answer PING with PONG: "
+            f"Redis at {redact_url(url)} refused the connection's first command: "
             f"{exc or type(exc).__name__}{answer_hint(exc)}"
         ) from exc
     try:

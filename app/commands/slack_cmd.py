@@ -46,11 +46,13 @@ async def check_bot_token(token: str, api_url: str | None) -> dict:
 
 
 # apps.connections.open's answers to a token that can never connect (revoked, without
-# connections:write, of another app, a bot or user token): slack_sdk's connect would retry it
-# every 10 s for ever
+# connections:write, a bot or user token, a workspace that refuses the app): slack_sdk's
+# connect would retry it every 10 s for ever. (A valid app token of another app passes: Slack
+# cannot tell it from this app's.)
 APP_TOKEN_REFUSALS = frozenset({
     "not_authed", "invalid_auth", "account_inactive", "token_revoked", "token_expired",
-    "missing_scope", "not_allowed_token_type", "no_permission",
+    "missing_scope", "not_allowed_token_type", "no_permission", "access_denied",
+    "forbidden_team", "team_access_not_granted",
 })  # fmt: skip
 APP_TOKEN_WHY = "an app-level token (xapp-) of this app with connections:write."
 

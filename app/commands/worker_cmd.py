@@ -121,7 +121,8 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
                 handler, bot_token, api_url=settings.slack_api_url, links=wiring.links,
                 directory=wiring.directories,
             )  # fmt: skip
-            await slack.check_token()
+            await slack.check_token()  # its pipeline starts: it takes over dead processes' threads
+            stoppers.append(slack.pipeline.shutdown)  # connected or not: stopped before hand-back
             socket = AsyncSocketModeHandler(slack.app, app_token)
             cleanup[:0] = [socket.close_async, slack.close]
         if use_discord:  # started first: Slack's connect may take long (Slack unreachable)
@@ -134,8 +135,6 @@ async def serve(settings: Settings, use_slack: bool, use_discord: bool, port: in
             stoppers.append(discord_adapter.stop)
             waiters.append(asyncio.create_task(discord_adapter.start(token)))
         if slack is not None and await connected(socket, waiters):
-            stoppers.append(slack.pipeline.shutdown)
-            slack.pipeline.start()  # take over the threads of processes that died
             print("Slack Socket Mode connected")
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         # stop taking jobs; what cannot finish in time goes back to the queue for another process
