@@ -1,8 +1,12 @@
 """arXiv audit (s28): the shared pace counted from the end of a request in every process (a
 slot held while a long download or page runs, and lapsing if its holder died); an unreadable
 200 said as such, not as "no papers" (nor as an empty digest period); a download cut off part
-way said as such; a failed replacement told without the store's own text; the save tool taking
-ids as the search tool shows them. A real Redis, the local arXiv server, the real client."""
+way said as such; the save tool taking ids as the search tool shows them (a failed replacement
+told without the store's own text: tests/test_arxiv_ingest_s24.py). Its review: a process
+already waiting for the slot sends nothing once another's request met a long pause (recorded
+before that slot is released); a release lost once sent again; one blank page tried again as
+the client tries a failed one; a request whose event loop closed keeps to this process's own
+spacing. A real Redis, the local arXiv server, the real client."""
 
 from __future__ import annotations
 
@@ -12,19 +16,20 @@ import json
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from bot.tools import ToolContext, toolbox
 from bot.watches import WatchPlace
 from memory.ingest.arxiv_pace import SharedPace
 from memory.ingest.arxiv_source import UNREADABLE, ArxivSource, RateLimiter
 from memory.ingest.errors import IngestError
-from memory.ingest.pipeline import fetch_and_save
-from memory.keys import arxiv_slot_key
+from memory.keys import arxiv_blocked_key, arxiv_slot_key
 from memory.manager import MemoryManager
 from memory.scope import Scope
 from tests.support.arxiv_replay import MEMGPT_ID, ArxivReplay
-from tests.support.pdfs import make_pdf
-from tests.test_arxiv_ingest_s24 import PAPER_ID, _version
+from tests.support.redis_gate import RedisGate
 from tests.test_arxiv_ingest_s24 import enc as enc
 from tests.test_arxiv_ingest_s24 import kb as kb
 from tests.test_arxiv_ingest_s24 import replay as replay
@@ -40,8 +45,21 @@ def _process(replay: ArxivReplay, client) -> ArxivSource:
 
 
 async def _arrived(replay: ArxivReplay, count: int) -> None:
-    while len(replay.requests) < count:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):
+        while len(replay.requests) < count:
+            await asyncio.sleep(0.01)
+
+
+class _Noting(SharedPace):
+    """The real shared pace, noting at each release whether arXiv's pause was recorded yet."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.blocked_at_release: list[bool] = []
+
+    async def release(self, token: str | None) -> None:
+        self.blocked_at_release.append(bool(await self.redis.exists(arxiv_blocked_key())))
+        await super().release(token)
 
 
 async def test_another_process_waits_for_a_long_request_to_end(replay, client):
@@ -85,6 +103,72 @@ async def test_a_holder_that_died_blocks_the_others_for_a_bounded_time(client):
         await client.delete(arxiv_slot_key())
 
 
+@pytest.mark.parametrize("asked", ["page", "pdf"])
+async def test_a_process_waiting_for_the_slot_sends_nothing_once_arxiv_asks_a_long_pause(
+    replay, client, asked
+):
+    """A's request (an API page, a PDF) holds the slot while arXiv answers (slowly) 429
+    Retry-After 30; B asked meanwhile and waits for the slot: A records the pause before it
+    lets the slot go, and B, once it has the slot, fails with the pause's message, sending
+    nothing."""
+    replay.slow = {"/api/": 0.5, "/pdf/": 0.5}
+    replay.busy = [(429, "30")]
+    pace = _Noting(client, 0.1, poll_seconds=0.05)
+    first = ArxivSource(replay.api_url, delay_seconds=0.1, limiter=RateLimiter(), pace=pace)
+    second = _process(replay, client)
+    try:
+        if asked == "page":
+            asking = asyncio.create_task(first.search_candidates("MemGPT"))
+        else:
+            asking = asyncio.create_task(first.download_pdf(f"{replay.base}/pdf/{MEMGPT_ID}"))
+        await _arrived(replay, 1)  # A holds the slot until arXiv has answered
+        waiting = asyncio.create_task(second.search_candidates("MemGPT"))
+        with pytest.raises(IngestError, match="rate limiting requests; try again in about 1"):
+            await asking
+        with pytest.raises(IngestError, match="rate limiting requests; try again in about 1"):
+            await waiting
+    finally:
+        await client.delete(arxiv_slot_key())
+        await client.delete(arxiv_blocked_key())
+    assert pace.blocked_at_release == [True]
+    assert len(replay.requests) == 1
+
+
+async def test_a_release_lost_once_is_sent_again(redis_url, client):
+    """The release's connection drops (its client retries nothing itself): the slot is let go
+    all the same, not left to stall every process for `hold_seconds`."""
+    gate = RedisGate(redis_url)
+    gated = Redis.from_url(await gate.start(), retry=Retry(NoBackoff(), 0))
+    pace = SharedPace(gated, 0.1)
+    try:
+        token = await pace.take()
+        gate.hold(b"EVALSHA")
+        releasing = asyncio.create_task(pace.release(token))
+        await gate.held.wait()
+        gate.cut()  # the first try is lost with its connection
+        gate.mend()
+        await releasing
+        assert 0 < await client.pttl(arxiv_slot_key()) <= 100  # the spacing only
+    finally:
+        await client.delete(arxiv_slot_key())
+        await gated.aclose()
+        await gate.close()
+
+
+async def test_a_request_whose_loop_closed_keeps_to_its_own_spacing(replay, client):
+    """A digest's pages go on in a worker thread after the loop that asked has closed (a
+    process stopping): no shared slot to wait for there, the request still goes, spaced by
+    this process's own limiter."""
+    process = _process(replay, client)
+    gone = asyncio.new_event_loop()
+    gone.close()
+    try:
+        found = await asyncio.to_thread(process._for, gone, process.search_sync, "MemGPT")
+    finally:
+        await client.delete(arxiv_slot_key())
+    assert [c.arxiv_id for c in found] == [MEMGPT_ID]
+
+
 @pytest.mark.parametrize("body", ["<html><body>Busy</body></html>", ""])
 async def test_an_unreadable_answer_is_not_taken_for_no_paper(replay, source, body):
     replay.add_response("id", "2401.99998", body)
@@ -95,6 +179,26 @@ async def test_an_unreadable_answer_is_not_taken_for_no_paper(replay, source, bo
     with pytest.raises(IngestError) as caught:
         await source.search_candidates("garbled")
     assert str(caught.value) == UNREADABLE
+
+
+async def test_one_blank_page_is_tried_again_as_the_client_tries_a_failed_one(replay, source):
+    replay.busy = [(200, "")]  # a passing glitch: a 200 with no feed, then the right answer
+    assert (await source.paper(MEMGPT_ID)).paper.title.startswith("MemGPT")
+    assert len(replay.api_paths()) == 2
+
+
+async def test_a_digest_whose_first_page_came_blank_once_is_posted(watch_world, tenant):
+    world = watch_world
+    world.replay.add_feed([entry(*ON_TOPIC[0], T0 - 3600)])
+    world.replay.busy = [(200, "")]
+    service = world.process()
+    watch = await service.create(place(tenant), "state space models", WatchPlace("slack", "C1"))
+    world.clock.now = T0 + 1
+    assert await service.check() == [(tenant, watch.id)]
+    await world.drain()
+    assert world.digests("C1") == [[world.replay.feed[0].arxiv_id]]
+    stored = await service.store.get(tenant, watch.id)
+    assert stored.failures == 0 and stored.since > watch.since
 
 
 async def test_a_digest_arxiv_answered_unreadably_is_tried_again(watch_world, tenant):
@@ -124,28 +228,6 @@ async def test_a_download_cut_off_part_way_says_so(replay, source, how):
         await source.download_pdf(url)
     del replay.cut_off[MEMGPT_ID]
     assert (await source.download_pdf(url)).startswith(b"%PDF")
-
-
-async def test_a_failed_replacement_is_told_without_the_stores_text(
-    replay, source, kb, enc, tenant
-):
-    scope = Scope(tenant)
-    _version(replay, 1, "apples")
-    await fetch_and_save(PAPER_ID, scope, kb, kb.embedder, enc, source)
-    stored = (await kb.paper(scope, PAPER_ID))["chunks"]
-    _version(replay, 2, "oranges")
-    await kb.redis.set(kb.chunk_key(tenant, PAPER_ID, stored), "not a hash")
-    long_sections = [(f"{n} Part", [f"Oranges in part {n}. " * 200]) for n in range(1, 6)]
-    replay.pdfs[PAPER_ID] = make_pdf(long_sections, title="Versioned paper (oranges)")
-    try:
-        with pytest.raises(IngestError) as caught:
-            await fetch_and_save(f"{PAPER_ID}v2", scope, kb, kb.embedder, enc, source)
-    finally:
-        await kb.drop_tenant(tenant)
-    said = str(caught.value)
-    assert "WRONGTYPE" not in said and "ResponseError" not in said
-    assert "the saved version (v1) was removed" in said
-    assert "something went wrong on my side" in said
 
 
 @pytest.mark.parametrize(

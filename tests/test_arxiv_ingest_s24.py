@@ -277,9 +277,11 @@ async def test_an_older_version_saved_beside_a_newer_does_not_replace_it(
     await kb.drop_tenant(tenant)
 
 
-async def test_a_replacement_failing_says_the_saved_version_went(replay, source, kb, enc, tenant):
+async def test_a_replacement_failing_says_the_saved_version_went(
+    replay, source, kb, enc, tenant, caplog
+):
     """v2 replaces v1, and its write fails (a chunk's key holds another type): v1 is gone
-    already, and the error says so (without the store's own text)."""
+    already, and the error says so (without the store's own text), asking to save it again."""
     scope = Scope(tenant)
     _version(replay, 1, "apples")
     await fetch_and_save(PAPER_ID, scope, kb, kb.embedder, enc, source)
@@ -290,10 +292,14 @@ async def test_a_replacement_failing_says_the_saved_version_went(replay, source,
     await kb.redis.set(kb.chunk_key(tenant, PAPER_ID, stored), "not a hash")
     with pytest.raises(IngestError) as caught:
         await fetch_and_save(f"{PAPER_ID}v2", scope, kb, kb.embedder, enc, source)
-    assert "WRONGTYPE" not in str(caught.value)  # the store's own text: the operator's log
-    assert str(caught.value).endswith(
-        "on my side while saving it, and the saved version (v1) was removed"
-    )
+    said = str(caught.value)
+    assert "WRONGTYPE" not in said and "ResponseError" not in said  # the operator's log's
+    assert said == (
+        "something went wrong on my side while saving it, and the saved version (v1) was "
+        "removed; save it again"
+    )  # the paper named by whoever says it (the Save answer, the tool call, the report)
+    logged = [r for r in caplog.records if r.getMessage().startswith("replacing the saved")]
+    assert logged and logged[0].exc_info  # not a service's failure: its traceback logged
     assert await kb.paper(scope, PAPER_ID) is None
     await kb.drop_tenant(tenant)
 

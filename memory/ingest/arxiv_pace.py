@@ -6,14 +6,18 @@ running digests at once would still ask together. `SharedPace` is the `pace` hoo
 while the request runs; after it, `release` lets it live `delay` seconds more, if it is still
 ours. So the spacing is counted from the end of a request in every process, as arXiv asks (a
 PDF download or a 100-entry page takes longer than 3 s). A holder that dies mid-request blocks
-the others for `hold_seconds` at most. When arXiv asks for a pause (429, or 503 with a
-Retry-After), `block` records it for every process: a short one is waited out, a longer one
-fails every request at once until it is over, none of them sent.
+the others for `hold_seconds` at most; so does a release that fails twice (Redis away). A PDF
+download longer than `hold_seconds` lets the slot lapse while it runs: another process may then
+ask beside it (left so: a stuck holder must not block every process for long). When arXiv asks
+for a pause (429, or 503 with a Retry-After), `block` records it for every process, before the
+asker releases the slot: a short one is waited out, a longer one fails every request at once
+until it is over, none of them sent, even one that was already waiting for the slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 from memory.ingest.arxiv_source import MAX_RETRY_AFTER, blocked_message
@@ -47,26 +51,44 @@ class SharedPace:
         """Wait for the slot and start the spacing now (a caller with no request to time)."""
         await self.release(await self.take())
 
-    async def take(self) -> str | None:
+    async def take(self, token: str | None = None) -> str | None:
         """Wait until this process may send the next arXiv request and hold the slot while it
-        runs: its token for `release` (None: no spacing asked). IngestError while arXiv's long
-        pause lasts."""
+        runs, under `token` (made here if not given; the caller's own lets it release a take
+        it gave up on): the token for `release`, None when no spacing is asked. IngestError
+        while arXiv's long pause lasts, checked again once the slot is ours: the pause may
+        have been recorded while this waited (by the holder, before its release)."""
         await self._unless_blocked()
         if self.delay_ms <= 0:
             return None
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         hold_ms = max(self.delay_ms, int(self.hold_seconds * 1000))
-        while not await self.redis.set(arxiv_slot_key(), token, nx=True, px=hold_ms):
-            left = await self.redis.pttl(arxiv_slot_key())  # polled: a release shortens it
-            await asyncio.sleep(
-                min(max(left, 10) / 1000, self.poll_seconds) if left > 0 else self.poll_seconds / 10
-            )
+        try:
+            while not await self.redis.set(arxiv_slot_key(), token, nx=True, px=hold_ms):
+                left = await self.redis.pttl(arxiv_slot_key())  # polled: a release shortens it
+                await asyncio.sleep(self._poll_wait(left))
+            await self._unless_blocked()
+        except BaseException:  # blocked, or given up on (cancelled) maybe once the SET ran
+            with contextlib.suppress(Exception):
+                await self.release(token)
+            raise
         return token
 
     async def release(self, token: str | None) -> None:
-        """The request of `token` ended: the next one (of any process) goes `delay` after now."""
-        if token is not None:
+        """The request of `token` ended: the next one (of any process) goes `delay` after now.
+        Tried twice (a slot left held stalls every process for `hold_seconds`); harmless for a
+        token that never took the slot, or lost it."""
+        if token is None:
+            return
+        try:
             await self._release(keys=[arxiv_slot_key()], args=[token, self.delay_ms])
+        except Exception:
+            await self._release(keys=[arxiv_slot_key()], args=[token, self.delay_ms])
+
+    def _poll_wait(self, left_ms: int) -> float:
+        """Seconds to wait before trying the slot again, `left_ms` of it left (or none)."""
+        if left_ms > 0:
+            return min(max(left_ms, 10) / 1000, self.poll_seconds)
+        return self.poll_seconds / 10
 
     async def block(self, status: int, seconds: float) -> None:
         """arXiv answered `status` asking for a pause of `seconds`: no process asks before it

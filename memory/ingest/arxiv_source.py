@@ -12,7 +12,8 @@ when the request ended, so processes keep arXiv's pace together, counted from th
 Retry-After fails at once, and blocks arXiv for as long: in this process (`RateLimiter`) and,
 through the `pace` hook's `block`, in every process; a request asked meanwhile fails fast,
 without going out, saying how long arXiv asked to wait. A 200 that is no Atom feed (an HTML
-page, an empty body), which the client would read as "no papers", fails as `UNREADABLE`.
+page, an empty body), which the client would read as "no papers", is tried again as the
+client tries a failed request (`num_retries`); one still unreadable then fails as `UNREADABLE`.
 
 The blocking calls run on this module's own few threads (`ARXIV_THREADS`), not the default
 executor: a call waiting its turn (a digest's pages, 3 s each) holds one of them, while the
@@ -35,6 +36,7 @@ import time
 import unicodedata
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -142,9 +144,9 @@ class _ThrottledSession(requests.Session):
 
     def request(self, method, url, *args, **kwargs):  # type: ignore[override]
         kwargs.setdefault("timeout", self.timeout)
-        with self.limiter.slot(self.delay):
-            with self.paced():
-                response = super().request(method, url, *args, **kwargs)
+        # the shared slot held until the answer is read, and a pause arXiv asks recorded
+        with self.limiter.slot(self.delay), self.paced():
+            response = super().request(method, url, *args, **kwargs)
             if response.status_code in RETRIED_STATUSES:
                 if self.on_busy is not None:
                     self.on_busy(response.status_code, retry_after(response.headers))
@@ -159,8 +161,15 @@ class _ThrottledSession(requests.Session):
             )
         if response.status_code == 200 and not _is_feed(response.content):
             # the `arxiv` client would only log "Malformed feed" and find no paper at all
-            raise IngestError(UNREADABLE)
+            raise _Unreadable(url)
         return response
+
+
+class _Unreadable(requests.ConnectionError):
+    """A 200 that is no Atom feed (a passing arXiv glitch, as a blank page): a ConnectionError
+    so that the `arxiv` client tries the page again, as it does a failed connection (of
+    request errors, the only one it retries); `ArxivSource._results` says it as `UNREADABLE`
+    once the retries are spent."""
 
 
 def _is_feed(body: bytes) -> bool:
@@ -337,21 +346,30 @@ class ArxivSource:
         if self.pace is None or loop is None:
             yield
             return
-        take, release = getattr(self.pace, "take", self.pace), getattr(self.pace, "release", None)
-        waiting = asyncio.run_coroutine_threadsafe(take(), loop)
+        take, release = getattr(self.pace, "take", None), getattr(self.pace, "release", None)
+        token = uuid.uuid4().hex  # made here: a take given up on is released all the same
+        taking = take(token) if take else self.pace()
+        waiting = None
         try:
-            token = waiting.result(self.timeout + getattr(self.pace, "hold_seconds", 0.0))
+            waiting = asyncio.run_coroutine_threadsafe(taking, loop)
+            held = waiting.result(self.timeout + getattr(self.pace, "hold_seconds", 0.0))
         except IngestError:
             raise
-        except Exception:
-            waiting.cancel()  # not taken later, then held with no request to end it
-            token, release = None, None
+        except Exception:  # timed out, Redis away, the loop closed: this process's spacing only
+            if waiting is None:
+                taking.close()  # never scheduled (the loop closed): nothing was taken
+            else:
+                waiting.cancel()
+                if release is not None:  # the cancel may come after the SET: let the slot go
+                    with contextlib.suppress(Exception):
+                        asyncio.run_coroutine_threadsafe(release(token), loop)
+            held, release = None, None
         try:
             yield
         finally:
             if release is not None:
                 with contextlib.suppress(Exception):
-                    asyncio.run_coroutine_threadsafe(release(token), loop).result(self.timeout)
+                    asyncio.run_coroutine_threadsafe(release(held), loop).result(self.timeout)
 
     def _busy(self, status: int, pause: float) -> None:
         """Inside the local slot: arXiv answered `status` asking a `pause` (Retry-After). Every
@@ -390,6 +408,8 @@ class ArxivSource:
             if exc.status in RETRIED_STATUSES:
                 raise IngestError(_busy_message(exc.status)) from exc
             raise IngestError(f"arXiv answered HTTP {exc.status} for {exc.url}") from exc
+        except _Unreadable as exc:  # still, after the client's retries
+            raise IngestError(UNREADABLE) from exc
         except (arxiv.ArxivError, requests.RequestException) as exc:
             raise IngestError(f"Could not query arXiv at {self.api_url}: {exc}") from exc
 
@@ -453,12 +473,11 @@ class ArxivSource:
         """A PDF's bytes; IngestError for HTTP errors, oversize, cut off or non-PDF answers."""
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
-            with self.limiter.slot(self.delay_seconds):
+            # the shared slot, taken once this process's turn has come, and released once a
+            # pause arXiv asks is recorded
+            with self.limiter.slot(self.delay_seconds), self._paced():
                 try:
-                    with (
-                        self._paced(),  # the shared slot, taken once this process's turn has come
-                        urllib.request.urlopen(request, timeout=self.timeout) as response,
-                    ):
+                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
                         data = response.read(MAX_PDF_BYTES + 1)
                         cut_off = len(data) <= MAX_PDF_BYTES and bool(response.length)
                 except urllib.error.HTTPError as exc:

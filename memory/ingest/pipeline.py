@@ -168,8 +168,10 @@ class _Ingestor:
             self.tick()
             return 0
         except ReplaceFailed as exc:
-            log.warning("replacing the saved %s failed: %r", key, exc.__cause__)
-            raise IngestError(_replace_failed(key, exc)) from exc
+            # a service's failure: its text is enough; anything else: its traceback too
+            bug = None if _may_pass(exc) else exc
+            log.warning("replacing the saved %s failed: %r", key, exc.__cause__, exc_info=bug)
+            raise IngestError(_replace_failed(exc)) from exc
         except PaperBusy as exc:
             raise IngestError(str(exc)) from exc
         self.report.ingested.append((base_arxiv_id(paper.arxiv_id), paper.title, written))
@@ -255,23 +257,23 @@ class _Ingestor:
                 self.fail(f"{path} ({paper.arxiv_id})", exc)
 
 
-def _replace_failed(arxiv_id: str, exc: ReplaceFailed) -> str:
+def _replace_failed(exc: ReplaceFailed) -> str:
     """A replacement that failed once the saved version was removed, for a channel: what
     failed in save_failed's words (bot/tools.py), never the store's own text (an address, a
-    provider's message: in the operator's log), and whether trying again may help."""
+    provider's message: in the operator's log), and what to do now. Without the paper's id:
+    every caller names it (the Save answer, the tool's call, the ingest report's line)."""
     saved = stored_version(exc.removed)
     removed = f"the saved version{f' (v{saved})' if saved else ''} was removed"
-    if memory_unavailable(exc) or in_passing(exc):
-        if memory_full(exc):
-            return (
-                f"arXiv {arxiv_id}: could not be saved (the memory store is full) and {removed}; "
-                "it can be saved again once the memory has room"
-            )
-        return (
-            f"arXiv {arxiv_id}: could not be saved right now (the memory store is unreachable) "
-            f"and {removed}; try again in a minute"
-        )
-    return f"arXiv {arxiv_id}: something went wrong on my side while saving it, and {removed}"
+    if memory_full(exc):
+        return f"the memory store is full and {removed}; save it again once the memory has room"
+    if _may_pass(exc):
+        return f"the memory store is unreachable right now and {removed}; try again in a minute"
+    # the paper is gone now: a new save is a plain add, not this replacement
+    return f"something went wrong on my side while saving it, and {removed}; save it again"
+
+
+def _may_pass(exc: BaseException) -> bool:
+    return memory_unavailable(exc) or in_passing(exc)
 
 
 def _described(exc: BaseException | None) -> str:

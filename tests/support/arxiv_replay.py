@@ -141,10 +141,12 @@ class ArxivReplay:
         self.feed: list[AtomEntry] = []  # new papers, for submittedDate range searches
         self.requests: list[tuple[float, str]] = []  # (time.monotonic() on arrival, path)
         self.down = False  # while set, API queries are answered 503 (arXiv unavailable)
-        # the next requests' answers, one each: (status, Retry-After or ""), e.g. (429, "1")
+        # the next requests' answers, one each, with no body: (status, Retry-After or ""),
+        # e.g. (429, "1"); (200, "") is a blank page
         self.busy: list[tuple[int, str]] = []
         self.garbled = False  # while set, API queries are answered 200 with an HTML page
-        # answers that take this long (seconds), by path prefix, e.g. {"/pdf/": 1.0}
+        # answers that take this long (seconds), by path prefix, e.g. {"/pdf/": 1.0}; `busy`
+        # ones too
         self.slow: dict[str, float] = {}
         # PDFs whose download breaks off halfway, by key: "length" (fewer bytes than the
         # Content-Length said) or "chunked" (a chunked body that stops inside a chunk)
@@ -161,6 +163,7 @@ class ArxivReplay:
                     replay.requests.append((time.monotonic(), self.path))
                     busy = replay.busy.pop(0) if replay.busy else None
                 if busy is not None:
+                    time.sleep(replay.slowness(self.path))
                     self.send_response(busy[0])
                     if busy[1]:
                         self.send_header("Retry-After", busy[1])
@@ -169,7 +172,7 @@ class ArxivReplay:
                     return
                 arrived = time.monotonic()
                 status, body, ctype = replay.answer(self.path)
-                time.sleep(next((t for p, t in replay.slow.items() if self.path.startswith(p)), 0))
+                time.sleep(replay.slowness(self.path))
                 with replay._lock:
                     replay.spans.append((arrived, time.monotonic(), self.path))
                 cut = replay.cut_off.get(self.path.rsplit("/", 1)[-1])
@@ -227,6 +230,9 @@ class ArxivReplay:
 
     def add_response(self, kind: str, key: str, body: str, status: int = 200) -> None:
         self.responses[kind, key] = (status, body)
+
+    def slowness(self, path: str) -> float:
+        return next((t for prefix, t in self.slow.items() if path.startswith(prefix)), 0.0)
 
     def api_paths(self) -> list[str]:
         return [p for _, p in self.requests if p.startswith("/api/")]
