@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from adapters.slack import thread_id
 from adapters.spine import MAX_ATTEMPTS, NOT_SHOWN, NOT_TAKEN, RETRY_BACKOFF
 from memory.scope import Scope
+from tests import test_slack_delivery_failures
 from tests.support.redis_gate import RedisGate
 from tests.support.scripted_openai import text
 from tests.support.slack_api import mention
@@ -24,13 +23,7 @@ from tests.test_slack import slack_world, ts
 from tests.test_slack_delivery_failures import answered, retried_soon, stored
 from tests.test_turn_recovery import until
 
-
-@pytest.fixture
-async def slack(redis_url, tmp_path):
-    async with slack_world(redis_url, tmp_path) as env:
-        for instance in env.instances:
-            instance.adapter.pipeline.platform.update_every = 3600.0  # only final edits
-        yield env
+slack = test_slack_delivery_failures.slack  # its fixture: two instances, only final edits
 
 
 def paused_briefly(slack) -> None:
