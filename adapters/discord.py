@@ -391,8 +391,12 @@ class DiscordAdapter:
         addressed = mentioned or isinstance(message.channel, discord.DMChannel)
         pdfs = shared_attachments(message, addressed)  # adapters/discord_files.py
         if not text and not pdfs:  # a bare mention; or, without Message Content, any follow-up
-            self._claims.pop(delivery, None)
-            if mentioned:
+            # nothing queued: the claim is given back, so an edit of it into a question (in
+            # the hour the claim would hold) is taken (adapters/discord_changes.py); the hint
+            # has its own, so a redelivery does not give it twice
+            await self._let_go(message, delivery, record=False)
+            hint = f"{claim_id(message)}:hint"
+            if mentioned and await self.handler.memory.events.first_time(tenant, hint):
                 await self._reply_quietly(message, EMPTY_MENTION)
             return route
         if route.open_thread:

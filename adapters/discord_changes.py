@@ -115,8 +115,12 @@ class DiscordChanges:
         me = self.client.user
         if me is None or message.guild is None or not self.adapter.mentions_me(message, me.id):
             return False
-        if before is not None and self.adapter.mentions_me(before, me.id):
-            return False  # asked before the edit: taken then
+        if (
+            before is not None
+            and self.adapter.mentions_me(before, me.id)
+            and self.adapter.question_text(before, me.id)
+        ):
+            return False  # asked before the edit: taken then (a bare mention asked nothing)
         source = discord_source(message.id)
         return not await self.handler.memory.governance.edits.stored(tenant, places, source)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import TYPE_CHECKING
 
 import discord
@@ -39,6 +40,11 @@ log = logging.getLogger(__name__)
 # but working Redis still has its 1.2 s.
 DISCORD_LOOKUP_SECONDS = 0.8
 MEMORY_LOOKUP_SECONDS = 1.2
+
+UNSHOWN = "I could not show the answer to {command} here (Discord failed to take it). {what}"
+SUMMARY_KEPT = "The summary was stored as [Summary ID: {id}]: `/expand {id}` shows it."
+RUN_AGAIN = "Please run it again."
+SUMMARY_ID = re.compile(r"\[Summary ID: ([^\]\s]+)\]")
 
 NOT_IN_THREAD = (
     "Use /summarize inside a thread where I have answered (mention me in a channel to start "
@@ -114,7 +120,7 @@ class DiscordCommands:
         except Exception as exc:
             await self._failed(interaction, "/summarize", exc, deferred)
             return
-        await self._followup(interaction, answer)
+        await self._followup(interaction, answer, "/summarize")
 
     async def expand(self, interaction: discord.Interaction, summary_id: str) -> None:
         deferred = False
@@ -126,7 +132,7 @@ class DiscordCommands:
         except Exception as exc:
             await self._failed(interaction, "/expand", exc, deferred)
             return
-        await self._followup(interaction, answer)
+        await self._followup(interaction, answer, "/expand")
 
     async def _failed(
         self, interaction: discord.Interaction, command: str, exc: Exception, deferred: bool
@@ -135,7 +141,7 @@ class DiscordCommands:
         its "thinking…" when deferred, else at once (before Discord's 3 s are up)."""
         text = command_failure(command, exc)
         if deferred:
-            await self._followup(interaction, text)
+            await self._followup(interaction, text, command)
         else:
             await interaction.response.send_message(text, ephemeral=True)
 
@@ -183,6 +189,37 @@ class DiscordCommands:
         return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
 
     @staticmethod
-    async def _followup(interaction: discord.Interaction, text: str) -> None:
-        for part in split_for_delivery(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]:
-            await interaction.followup.send(part)
+    async def _followup(interaction: discord.Interaction, text: str, command: str) -> None:
+        """The answer in place of "thinking…". A follow-up Discord does not take (its errors
+        after its own retries, the network, the token expired) is tried once as an edit of
+        the original response; failing that, the channel is told what became of it (a summary
+        stored: not to be asked again), or nothing is left showing "thinking…" for ever."""
+        parts = split_for_delivery(link_arxiv(text), DISCORD_LIMIT) or ["(nothing to show)"]
+        for index, part in enumerate(parts):
+            try:
+                await interaction.followup.send(part)
+                continue
+            except Exception as exc:
+                log.warning("%s: part %d of its answer not sent: %r", command, index, exc)
+            if index == 0:  # "thinking…" still shows: it may take the answer's start
+                try:
+                    await interaction.edit_original_response(content=part)
+                    continue
+                except Exception as exc:
+                    log.warning("%s: its answer could not replace thinking: %r", command, exc)
+            stored = SUMMARY_ID.search(text) if command == "/summarize" else None
+            what = SUMMARY_KEPT.format(id=stored[1]) if stored else RUN_AGAIN
+            await _tell_channel(interaction, UNSHOWN.format(command=command, what=what))
+            return
+
+
+async def _tell_channel(interaction: discord.Interaction, text: str) -> None:
+    """A last word in the command's channel, when its interaction cannot answer."""
+    channel = interaction.channel
+    if not isinstance(channel, discord.abc.Messageable):
+        log.warning("could not tell channel %s: not cached", interaction.channel_id)
+        return
+    try:
+        await channel.send(text, allowed_mentions=discord.AllowedMentions.none())
+    except Exception as exc:
+        log.warning("could not tell channel %s: %r", interaction.channel_id, exc)

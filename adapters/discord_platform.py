@@ -1,6 +1,7 @@
 """Discord as the spine's platform (adapters/spine.py `Platform`): where a job's answer goes
 (typing, a step status message, the reply's parts), which errors of Discord's pass (the job runs
-again), and who may see a channel (`visibility`, `resolve_visibility`: the adapter and its
+again) and which refuse for good (`refused`: the person is told, by DM when the place refuses
+that too), and who may see a channel (`visibility`, `resolve_visibility`: the adapter and its
 commands put it in every scope). Reads Discord, never memory.
 """
 
@@ -25,6 +26,13 @@ from memory.scope import Visibility
 log = logging.getLogger(__name__)
 
 UNSENT = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)  # a reply not sent
+
+
+class ChannelGone(LookupError):
+    """A job's channel is deleted, or hidden from the bot, when its turn runs."""
+
+
+REFUSED = (discord.Forbidden, discord.NotFound, ChannelGone)  # no, for good, in that place
 
 DISCORD_LIMIT = 2000
 ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
@@ -105,7 +113,7 @@ class DiscordPlatform(Platform):
     async def working(self, job: Job) -> AsyncIterator[Status]:
         channel = await self.channel(job.reply["channel_id"])
         if channel is None:
-            raise LookupError(f"channel {job.reply['channel_id']} is gone")
+            raise ChannelGone(f"channel {job.reply['channel_id']} is gone")
         async with if_shown(channel.typing()):  # the answer matters, not the indicator
             yield StepStatus(channel)
 
@@ -115,9 +123,32 @@ class DiscordPlatform(Platform):
         await status.channel.send(part, nonce=nonce, **send_options(feedback_turn(job, index)))
 
     async def notice(self, job: Job, text: str) -> None:
-        channel = await self.channel(job.reply["channel_id"])
+        """In the job's channel; refused there (a locked thread, Send Messages denied, the
+        channel gone), by DM to the person, naming the channel: else they would hear nothing."""
+        channel_id = job.reply["channel_id"]
+        channel = await self.channel(channel_id)
         if channel is not None:
-            await channel.send(text)
+            try:
+                await channel.send(text)
+                return
+            except (discord.Forbidden, discord.NotFound) as exc:
+                log.info("a notice was refused in channel %s: %r", channel_id, exc)
+        where = f"About your message in <#{channel_id}>, where Discord does not let me post:"
+        await self._by_dm(job, channel, f"{where} {text}")
+
+    async def _by_dm(self, job: Job, place: object, text: str) -> None:
+        """A DM to the job's person; none when the refused place was that DM already."""
+        if isinstance(place, discord.DMChannel) or not job.scope.user.isdigit():
+            return
+        if job.scope.tenant == f"dm-{job.scope.user}":  # a DM's job: its DM is the place
+            return
+        dm = await self.client.create_dm(discord.Object(int(job.scope.user)))
+        await dm.send(text, allowed_mentions=discord.AllowedMentions.none())
+
+    def refused(self, exc: BaseException) -> bool:
+        """Discord refusing the answer in its place for good (a locked or archived thread,
+        Send Messages denied, the channel or message gone): the person is told (NOT_SHOWN)."""
+        return isinstance(exc, REFUSED)
 
     def passing(self, exc: BaseException) -> bool:
         """Discord's server errors (a 503 at once; 500, 502 and 504 after discord.py's own

@@ -29,10 +29,14 @@ message, its Save buttons.
   @everyone since the watch was made (or that Discord cannot show) reads as a walled place
   (`walled`). A watch made in a thread is noted under its parent channel, so it goes with it.
 - A period `/watch add` cannot read is refused with the usage, never folded into the topic.
+- A command whose work (Redis, Discord's channel lookup) takes over ANSWER_WITHIN_SECONDS
+  defers its answer and says it by the follow-up (`respond`): never past Discord's 3 s, and
+  a watch made late is said, not cut off and made again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -68,6 +72,10 @@ log = logging.getLogger(__name__)
 TEMPLATE = r"digest:save:(?P<arxiv_id>[A-Za-z0-9.\-/]{4,60})"
 LIMIT = 2000
 NONCE_LIMIT = 25
+# What a /watch command's work may take before its answer is deferred: a second of Discord's
+# 3 s is left for the gateway's delivery and the defer's POST.
+ANSWER_WITHIN_SECONDS = 2.0
+Reply = tuple[str, bool]  # a command's answer, and whether only the person sees it
 
 
 CANNOT_POST = (
@@ -210,13 +218,42 @@ class DigestSaveButton(discord.ui.DynamicItem[discord.ui.Button], template=TEMPL
             await interaction.followup.send(NOT_QUEUED, ephemeral=True)
 
 
-async def _said(answer: Awaitable[str]) -> str:
-    """A command's answer, or what went wrong (Redis away): an interaction is not sent again."""
+async def _said(answer: Callable[[], Awaitable[str]]) -> Reply:
+    """A command's answer (only to the person), or what went wrong (Redis away, Discord not
+    saying who sees the channel): an interaction is not sent again."""
     try:
-        return await answer
+        return await answer(), True
     except Exception as exc:
         log.warning("/watch failed: %r", exc)
-        return UNREACHABLE
+        return UNREACHABLE, True
+
+
+async def respond(
+    interaction: discord.Interaction, reply: Awaitable[Reply], *, public: bool = False,
+    within: float = ANSWER_WITHIN_SECONDS,
+) -> None:  # fmt: skip
+    """Answer with `reply` if it is ready `within` seconds; else defer ("thinking…", only to
+    the person unless the answer is `public`) before Discord's 3 s are up and let the work
+    finish: a hanging Redis then answers by the follow-up, never "The application did not
+    respond", and work that succeeds late (a watch made) is said, never cut off and asked
+    again (a second watch)."""
+    work = asyncio.ensure_future(reply)
+    done, _ = await asyncio.wait({work}, timeout=within)
+    if work in done:
+        text, ephemeral = work.result()
+        await interaction.response.send_message(text, ephemeral=ephemeral)
+        return
+    try:
+        await interaction.response.defer(ephemeral=not public, thinking=True)
+    except discord.HTTPException as exc:  # too late already: the work still finishes
+        log.warning("/watch could not defer its answer: %r", exc)
+        await work
+        return
+    text, ephemeral = await work
+    try:
+        await interaction.followup.send(text, ephemeral=ephemeral)
+    except discord.HTTPException as exc:
+        log.warning("/watch could not send its answer: %r", exc)
 
 
 def digest_message(digest: Digest) -> str:
@@ -249,6 +286,7 @@ def digest_view(digest: Digest) -> discord.ui.View:
 
 
 ChannelOf = Callable[[int], Awaitable[Any]]
+ById = Callable[[discord.Interaction, str], Awaitable[None]]  # a command on one watch's id
 ScopeOf = Callable[[discord.Interaction], Awaitable[Scope]]
 
 
@@ -305,66 +343,60 @@ class DiscordWatches:
             if not can_send(interaction):
                 await interaction.response.send_message(CANNOT_POST, ephemeral=True)
                 return
-            try:
-                scope = await scope_of(interaction)
-                if isinstance(interaction.channel, discord.Thread):  # found if its parent goes
-                    await watches.memory.governance.places.note_thread(
-                        scope.tenant, str(interaction.channel.parent_id),
-                        str(interaction.channel.id),
-                    )  # fmt: skip
-                watch = await watches.create(scope, request, place(interaction))
-            except InvalidWatch as exc:
-                await interaction.response.send_message(str(exc), ephemeral=True)
-                return
-            except Exception as exc:  # Redis away: say so
-                log.warning("/watch add failed: %r", exc)
-                await interaction.response.send_message(UNREACHABLE, ephemeral=True)
-                return
-            await interaction.response.send_message(created_text(watch))
+
+            async def made() -> Reply:
+                try:
+                    scope = await scope_of(interaction)
+                    if isinstance(interaction.channel, discord.Thread):  # found if its parent goes
+                        await watches.memory.governance.places.note_thread(
+                            scope.tenant, str(interaction.channel.parent_id),
+                            str(interaction.channel.id),
+                        )  # fmt: skip
+                    watch = await watches.create(scope, request, place(interaction))
+                except InvalidWatch as exc:
+                    return str(exc), True
+                except Exception as exc:  # Redis away: say so
+                    log.warning("/watch add failed: %r", exc)
+                    return UNREACHABLE, True
+                return created_text(watch), False
+
+            await respond(interaction, made(), public=True)
 
         @group.command(name="list", description="The topic watches of this channel")
         async def listing(interaction: discord.Interaction) -> None:
-            answer = await _said(watches.list_text(await scope_of(interaction), place(interaction)))
-            await interaction.response.send_message(answer, ephemeral=True)
+            async def listed() -> str:
+                return await watches.list_text(await scope_of(interaction), place(interaction))
+
+            await respond(interaction, _said(listed))
+
+        def by_id(text_of: Callable[..., Awaitable[str]]) -> ById:
+            """remove, pause or resume (`resume` checked where the watch posts: `can_post`)."""
+
+            async def command(interaction: discord.Interaction, watch_id: str) -> None:
+                async def done() -> str:
+                    return await text_of(
+                        await scope_of(interaction), watch_id, place(interaction),
+                        admin_of(interaction, self.admins),
+                    )  # fmt: skip
+
+                await respond(interaction, _said(done))
+
+            return command
 
         @group.command(name="remove", description="Stop a topic watch")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def remove(interaction: discord.Interaction, watch_id: str) -> None:
-            answer = await _said(
-                watches.remove_text(
-                    await scope_of(interaction),
-                    watch_id,
-                    place(interaction),
-                    admin_of(interaction, self.admins),
-                )
-            )
-            await interaction.response.send_message(answer, ephemeral=True)
+            await by_id(watches.remove_text)(interaction, watch_id)
 
         @group.command(name="pause", description="Pause a topic watch of this channel")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
-            answer = await _said(
-                watches.pause_text(
-                    await scope_of(interaction),
-                    watch_id,
-                    place(interaction),
-                    admin_of(interaction, self.admins),
-                )
-            )
-            await interaction.response.send_message(answer, ephemeral=True)
+            await by_id(watches.pause_text)(interaction, watch_id)
 
         @group.command(name="resume", description="Resume a paused topic watch of this channel")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def resume(interaction: discord.Interaction, watch_id: str) -> None:
-            answer = await _said(  # checked where the watch posts (`can_post`)
-                watches.resume_text(
-                    await scope_of(interaction),
-                    watch_id,
-                    place(interaction),
-                    admin_of(interaction, self.admins),
-                )
-            )
-            await interaction.response.send_message(answer, ephemeral=True)
+            await by_id(watches.resume_text)(interaction, watch_id)
 
         self.callbacks = {"add": add, "list": listing, "remove": remove, "pause": pause,
                           "resume": resume}  # fmt: skip

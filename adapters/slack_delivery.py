@@ -29,6 +29,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from adapters.platform_ids import slack_source
 from adapters.slack_feedback import with_feedback
 from adapters.spine import (
     Job,
@@ -66,6 +67,9 @@ PASSING = {"internal_error", "fatal_error", "service_unavailable", "request_time
 # a notice Slack refuses for good in its place goes elsewhere (no response_url to use): to the
 # channel itself when the thread is gone, else to the person in a DM with the bot
 THREAD_REFUSED = {"invalid_thread_ts", "thread_not_found"}
+# said in the channel of a thread gone under a message of someone else's (the person's own
+# message gone, nothing is said: the spine's rule for a deleted message)
+THREAD_GONE_NOTICE = "I could not reply in that thread (it no longer exists); ask again here."
 PLACE_REFUSED = {*NOT_THERE, "is_archived", "restricted_action"}
 # errors after which Slack may have done the call anyway ("some aspect of the operation
 # succeeded"): a post is looked for before it is made again
@@ -529,11 +533,15 @@ class SlackPlatform(Platform):
 
     async def _notice_elsewhere(self, job: Job, text: str, exc: SlackApiError) -> None:
         """A notice its place refuses for good would never arrive there: a thread gone, in
-        its channel (naming the person); a channel closed to the bot, in a DM with the person
+        its channel (naming the person; nothing when the person's own message started it:
+        usually they deleted it); a channel closed to the bot, in a DM with the person
         (naming the channel). Anything else is raised (logged by the pipeline)."""
         channel, user, error = job.reply["channel"], job.scope.user, slack_error(exc)
-        if error in THREAD_REFUSED and self.where(job).get("thread_ts"):
-            said = f"<@{user}> {text}" if user else text  # mrkdwn text: the mention shows
+        if error in THREAD_REFUSED and (thread_ts := self.where(job).get("thread_ts")):
+            if job.source == slack_source(channel, thread_ts):
+                log.info("%s's own message started its thread, gone: nothing said", job.id)
+                return
+            said = f"<@{user}> {THREAD_GONE_NOTICE}" if user else THREAD_GONE_NOTICE
             await until_delivered(self.client.chat_postMessage, channel=channel, text=said)
             return
         if error not in PLACE_REFUSED or not user or channel.startswith("D"):

@@ -58,12 +58,15 @@ RETRY_BACKOFF = (1, 5, 15, 30, 60)
 MAX_ATTEMPTS = 3
 
 # A failed job's reply: what failed, then whether the message is kept (a turn stores its
-# question after embedding it and reading the memory).
+# question after embedding it and reading the memory); a job that keeps nothing of the
+# person's (a /summarize) only says to try again.
 SAVED = "Your message is saved; please try again in a moment."
 UNSAVED = "Your message was not saved; please send it again in a moment."
+AGAIN = "Please try again in a moment."
 WENT_WRONG = "Sorry, something went wrong on my side and I could not answer this."
 FAILURE = f"{WENT_WRONG} {SAVED}"
 NOT_SAVED = f"{WENT_WRONG} {UNSAVED}"
+NOT_DONE = f"{WENT_WRONG} {AGAIN}"
 # the embedding service in passing (no connection, a timeout, 429, 5xx), or its setup
 EMBEDDINGS_DOWN = (
     "Sorry, I could not reach the embedding model ({cause}), so I could not answer this."
@@ -75,6 +78,7 @@ EMBEDDINGS_BROKEN = (
 )
 SAVED_TILL_FIXED = "Your message is saved; ask again once that is fixed."
 UNSAVED_TILL_FIXED = "Your message was not saved; send it again once that is fixed."
+AGAIN_TILL_FIXED = "Please try again once that is fixed."
 MEMORY_DOWN = (
     "My memory (Redis) is unreachable right now, so I cannot answer yet. Your message is "
     "kept: I will answer here as soon as my memory is back."
@@ -91,6 +95,9 @@ GAVE_UP_UNSAVED = (
     "Sorry, I tried to answer this several times and failed each time. Your message was "
     "not saved; please send it again later."
 )
+GAVE_UP_AGAIN = (
+    "Sorry, I tried to do this several times and failed each time; please try again later."
+)
 DELETED_UNANSWERED = "Your message was deleted; I did not answer it."
 NOT_SHOWN = (
     "Sorry, I could not post an answer here, so I did not answer this message. Please ask "
@@ -100,6 +107,7 @@ REST_UNSENT = (
     "Sorry, I could not send the rest of this answer. Your message is saved; please ask "
     "again to see the answer in full."
 )
+REST_UNSENT_AGAIN = "Sorry, I could not send the rest of this; please try again to see it in full."
 
 JobKind = Literal["turn", "summarize"]
 Save = Callable[[], Awaitable[object]]
@@ -390,8 +398,7 @@ class Pipeline:
             except Exception as exc:
                 if memory_unavailable(exc) or not self.platform.passing(exc):
                     raise  # memory down: the lease lapses, a process takes the job when it is back
-                step = RETRY_BACKOFF[min(_passed(job), len(RETRY_BACKOFF)) - 1]
-                return self.retry_pause * step
+                return retry_pause_after(_passed(job), self.retry_pause)
         await turns.complete(scope, job.id)
         slot.job_id = slot.written = ""
         self._spared.pop(job.id, None)  # a run of it stopped here may have left its mark
@@ -548,24 +555,28 @@ class Pipeline:
         stores the question after embedding it and reading the memory). An embedding model
         failing in passing is said as unreachable for now; one failing for its setup (a key
         refused, a model missing, the wrong dimensions) as what its operator must fix."""
-        saved = job.kind != "turn" or await self._question_saved(job)
         if not isinstance(exc, EmbeddingError):
-            return FAILURE if saved else NOT_SAVED
+            return await self._said_as_kept(job, FAILURE, NOT_SAVED, NOT_DONE)
         cause = error_kind(exc)  # the provider's own text (logged above) stays out of the reply
         if in_passing(exc):
-            return f"{EMBEDDINGS_DOWN.format(cause=cause)} {SAVED if saved else UNSAVED}"
-        return EMBEDDINGS_BROKEN.format(
-            cause=cause, saved=SAVED_TILL_FIXED if saved else UNSAVED_TILL_FIXED
+            saved = await self._said_as_kept(job, SAVED, UNSAVED, AGAIN)
+            return f"{EMBEDDINGS_DOWN.format(cause=cause)} {saved}"
+        saved = await self._said_as_kept(
+            job, SAVED_TILL_FIXED, UNSAVED_TILL_FIXED, AGAIN_TILL_FIXED
         )
+        return EMBEDDINGS_BROKEN.format(cause=cause, saved=saved)
 
     async def _gave_up(self, job: Job) -> str:
         """The reply to a job given up: "your message is saved" only when it was."""
-        return GAVE_UP if await self._message_kept(job) else GAVE_UP_UNSAVED
+        return await self._said_as_kept(job, GAVE_UP, GAVE_UP_UNSAVED, GAVE_UP_AGAIN)
 
-    async def _message_kept(self, job: Job) -> bool:
-        """Whether the person's message is kept: a turn's question stored; other jobs keep
-        theirs (a command stores nothing of the person's)."""
-        return job.kind != "turn" or await self._question_saved(job)
+    async def _said_as_kept(self, job: Job, kept: str, lost: str, neither: str) -> str:
+        """`kept` when the person's message is kept (a turn's question stored), `lost` when it
+        is not, `neither` for a job that keeps nothing of theirs (a /summarize): telling its
+        person "your message is saved" would promise what no one keeps."""
+        if job.kind != "turn":
+            return neither
+        return kept if await self._question_saved(job) else lost
 
     async def _question_saved(self, job: Job) -> bool:
         try:
@@ -587,10 +598,12 @@ class Pipeline:
             if again and self.platform.passing(exc):
                 raise
             log.exception("could not deliver part %d in %s", index, job.scope.thread)
-            if index:
-                await self._notice(job, REST_UNSENT)
+            if index:  # an answer computed: a turn's question stored
+                await self._notice(job, REST_UNSENT if job.kind == "turn" else REST_UNSENT_AGAIN)
+            elif self.platform.refused(exc):  # refused for good where it was asked
+                await self._notice(job, NOT_SHOWN)
             else:  # an answer computed (the question stored) or a failure reply
-                await self._notice(job, FAILURE if await self._message_kept(job) else NOT_SAVED)
+                await self._notice(job, await self._said_as_kept(job, FAILURE, NOT_SAVED, NOT_DONE))
             return False
         return True
 
@@ -648,6 +661,12 @@ class _Slot:
 
 async def _nothing() -> None:
     return None
+
+
+def retry_pause_after(passed: int, unit: float = RETRY_PAUSE_SECONDS) -> float:
+    """The pause before a job runs again after `passed` runs the platform failed in passing
+    (1 or more): `unit` times RETRY_BACKOFF's step for it, its last past the end."""
+    return unit * RETRY_BACKOFF[min(passed, len(RETRY_BACKOFF)) - 1]
 
 
 def _passed(job: Job) -> int:

@@ -9,7 +9,13 @@ import aiohttp
 import openai
 from redis import exceptions as rx
 
+# A bare ConnectionRefusedError is Redis's only when nothing of another service's (below) came
+# before it in the chain: redis-py wraps its own, a refusal without a wrapper is the memory's.
 _UNAVAILABLE = (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError, ConnectionRefusedError)
+# Another service's error (Slack's or Discord's HTTP client, the model's): what caused it, a
+# connection refused say, is that service's, so the walk of its causes stops there.
+_OTHER_SERVICES = (aiohttp.ClientError, openai.APIError)
+_OTHER_CLIENTS = ("httpx", "httpcore", "httpx2", "httpcore2")  # openai's HTTP client, by name
 # A full Redis (maxmemory reached, noeviction) refuses every write: the memory cannot take the
 # message now, so it is refused as unavailable (retried later), not accepted and lost. A script's
 # error carries the reply inside its own text, hence the match on the message too.
@@ -42,13 +48,20 @@ def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
 
 def memory_unavailable(exc: BaseException) -> bool:
     """True when `exc` (or what caused it) says Redis could not be reached, is not ready, or
-    is full."""
+    is full. Another service's error (`ServiceError`, Slack's refused connection) ends the
+    search: taken for the memory down, its job would be retried for ever, never counted."""
     for e in error_chain(exc):
-        if isinstance(e, ServiceError):
+        if _of_another_service(e):
             return False
         if isinstance(e, _UNAVAILABLE) or _out_of_memory(e):
             return True
     return False
+
+
+def _of_another_service(exc: BaseException) -> bool:
+    return isinstance(exc, (ServiceError, *_OTHER_SERVICES)) or (
+        type(exc).__module__.split(".")[0] in _OTHER_CLIENTS
+    )
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -12,7 +12,8 @@ import asyncio
 import time
 
 from adapters.slack import thread_id
-from adapters.spine import MAX_ATTEMPTS, NOT_SHOWN, NOT_TAKEN, RETRY_BACKOFF
+from adapters.slack_delivery import THREAD_GONE_NOTICE
+from adapters.spine import GAVE_UP_UNSAVED, MAX_ATTEMPTS, NOT_SHOWN, NOT_TAKEN, RETRY_BACKOFF
 from memory.scope import Scope
 from tests import test_slack_delivery_failures
 from tests.support.redis_gate import RedisGate
@@ -125,11 +126,48 @@ async def test_a_notice_its_channel_refuses_goes_to_the_person_in_a_dm(slack):
     assert slack.world.model_requests() == []
 
 
-async def test_a_notice_its_thread_refuses_goes_to_the_channel(slack):
+async def test_a_thread_gone_with_the_persons_own_message_is_not_told(slack):
+    """The thread the mention started is gone: the person deleted their message, so nothing
+    is said (as for a message deleted before it was answered), not in the channel either."""
     team = f"T{time.time_ns()}"
     slack.api.streaming = False
     slack.api.fail("chat.postMessage", "thread_not_found", times=2)
     await slack.a.event(mention("tell me", ts(6)), team=team)
     await slack.settle()
     assert slack.api.thread_texts("C1", ts(6)) == []
-    assert slack.api.thread_texts("C1", None) == [f"<@U1> {NOT_SHOWN}"]
+    assert slack.api.thread_texts("C1", None) == []
+
+
+async def test_a_notice_its_thread_refuses_goes_to_the_channel(slack):
+    """A reply in someone else's thread, gone: the person is told in the channel, in words
+    for that case (not NOT_SHOWN's "could not post here")."""
+    team = f"T{time.time_ns()}"
+    slack.api.streaming = False
+    slack.api.fail("chat.postMessage", "thread_not_found", times=2)
+    await slack.a.event(mention("tell me", ts(10), thread_ts=ts(9)), team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(9)) == []
+    assert slack.api.thread_texts("C1", None) == [f"<@U1> {THREAD_GONE_NOTICE}"]
+
+
+async def test_a_slack_api_not_listening_gives_the_job_up_in_the_end(slack, caplog):
+    """Slack's connection refused is Slack's, not the memory down (memory/errors.py): the job
+    runs again after its pauses, then is given up (the given-up notice tried, refused too),
+    not retried for ever."""
+    team = f"T{time.time_ns()}"
+    slack.api.streaming = False
+    paused_briefly(slack)
+    slack.world.model.script(text("The answer"))  # the channel's walls known (cached)
+    await slack.a.event(mention("tell me", ts(8)), team=team)
+    await answered(slack, 8, ["The answer"])
+    await slack.api.close()  # nothing listens at the Web API's address any more
+    await slack.a.event(mention("tell me", ts(7)), team=team)
+    thread = Scope(team, thread_id(team, "C1", ts(7)))
+    turns = slack.world.runtime.memory.turns
+    for _ in range(1200):  # slack_sdk tries each call again after a second: a minute at most
+        if thread not in await turns.busy("slack"):
+            break
+        await asyncio.sleep(0.05)
+    assert thread not in await turns.busy("slack")
+    assert "could not tell the person" in caplog.text
+    assert GAVE_UP_UNSAVED[:60] in caplog.text
