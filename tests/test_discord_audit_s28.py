@@ -80,6 +80,23 @@ def watch_callback(adapter: Any, sub: str) -> Any:
     return group.get_command(sub).callback
 
 
+async def run_while_redis_holds(gate, guild, interaction, command):
+    """Run a /watch command while Redis holds its guild's watches; it must defer meanwhile.
+    Released then, the command finishes: its interaction's response, for the test to check."""
+    gate.hold(watches_key(str(guild.id)).encode())
+    running = asyncio.create_task(command)
+    try:
+        await gate.held.wait()
+        response = interaction.response
+        await until(lambda: response.defer.await_count == 1, "not deferred while Redis hangs")
+        gate.release.set()
+        await running
+    finally:
+        gate.release.set()
+        running.cancel()
+    return response
+
+
 async def test_watch_add_defers_while_redis_hangs_and_makes_one_watch(gated):
     """Redis holds the watch's write: the command defers ("thinking…") rather than letting
     Discord's 3 s pass ("The application did not respond", and a person asking again makes a
@@ -91,19 +108,8 @@ async def test_watch_add_defers_while_redis_hangs_and_makes_one_watch(gated):
     channel, user = fake.text_channel(guild), fake.user()
     interaction = fake.interaction(channel, user)
     interaction.app_permissions = discord.Permissions(send_messages=True)
-    gate.hold(watches_key(str(guild.id)).encode())
-    add = asyncio.create_task(
-        watch_callback(adapter, "add")(interaction, topic="state space models")
-    )
-    try:
-        await gate.held.wait()
-        response = interaction.response
-        await until(lambda: response.defer.await_count == 1, "not deferred while Redis hangs")
-        gate.release.set()
-        await add
-    finally:
-        gate.release.set()
-        add.cancel()
+    command = watch_callback(adapter, "add")(interaction, topic="state space models")
+    response = await run_while_redis_holds(gate, guild, interaction, command)
     assert response.defer.await_args.kwargs == {"ephemeral": False, "thinking": True}
     response.send_message.assert_not_awaited()
     [watch] = await world.runtime.watches.store.all(str(guild.id))
@@ -119,17 +125,8 @@ async def test_watch_list_defers_only_to_the_person_while_redis_hangs(gated):
     guild = fake.guild()
     channel, user = fake.text_channel(guild), fake.user()
     interaction = fake.interaction(channel, user)
-    gate.hold(watches_key(str(guild.id)).encode())
-    listing = asyncio.create_task(watch_callback(adapter, "list")(interaction))
-    try:
-        await gate.held.wait()
-        response = interaction.response
-        await until(lambda: response.defer.await_count == 1, "not deferred while Redis hangs")
-        gate.release.set()
-        await listing
-    finally:
-        gate.release.set()
-        listing.cancel()
+    command = watch_callback(adapter, "list")(interaction)
+    response = await run_while_redis_holds(gate, guild, interaction, command)
     assert response.defer.await_args.kwargs == {"ephemeral": True, "thinking": True}
     response.send_message.assert_not_awaited()
     assert interaction.followup.send.await_args.kwargs == {"ephemeral": True}

@@ -31,12 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def web_client(api_url: str | None, token: str | None = None) -> AsyncWebClient:
+    return AsyncWebClient(token=token, base_url=api_url) if api_url else AsyncWebClient(token=token)
+
+
 async def check_bot_token(token: str, api_url: str | None) -> dict:
-    client = (
-        AsyncWebClient(token=token, base_url=api_url) if api_url else AsyncWebClient(token=token)
-    )
     try:
-        return (await client.auth_test()).data
+        return (await web_client(api_url, token).auth_test()).data
     except SlackApiError as exc:
         raise ConfigError(
             f"Slack rejected SLACK_BOT_TOKEN ({exc.response.get('error')})."
@@ -61,9 +62,8 @@ async def check_app_token(token: str, api_url: str | None) -> None:
     """Refuse an app-level token Slack will never let connect, before anything slow starts:
     Socket Mode's own connect logs the refusal and retries for ever. The URL it issues is left
     unused (the socket asks for its own when it connects)."""
-    client = AsyncWebClient(base_url=api_url) if api_url else AsyncWebClient()
     try:
-        await client.apps_connections_open(app_token=token)
+        await web_client(api_url).apps_connections_open(app_token=token)
     except SlackApiError as exc:
         error = exc.response.get("error")
         if error in APP_TOKEN_REFUSALS:
