@@ -14,7 +14,7 @@ import aiohttp
 
 from bot.citations import CitationStream, Source, cite
 from bot.harness import Harness, Prepared, Step
-from bot.llm import ChatReply, DeltaCallback, LLMContextTooLong, LLMError
+from bot.llm import ChatReply, DeltaCallback, LLMContextTooLong, LLMError, failure_kind
 from bot.metering import Meter, metered
 from memory.context import ContextSegment
 from memory.scope import Scope
@@ -219,9 +219,10 @@ class Agent:
     def _model_failed(self, exc: LLMError, steps: list[Step]) -> str:
         if isinstance(exc, LLMContextTooLong):
             window = context_window(self.harness.memory.model, self.harness.window)
+            status = f" (HTTP {exc.status})" if exc.status else ""
             return (
-                "This conversation does not fit the language model's context window, even "
-                f"with my memory of it cut by half: {exc} Your message is saved. If the "
+                f"This conversation does not fit the language model's context window{status}, "
+                "even with my memory of it cut by half. Your message is saved. If the "
                 f"model's window is smaller than the {window:,} tokens I assume, set "
                 "ARXIVSCOUT_CONTEXT_WINDOW to it." + self._done_so_far(steps)
             )
@@ -231,9 +232,9 @@ class Agent:
             if exc.transient
             else ", but asking again will not help until this is fixed."
         )
-        return (
-            f"I could not get an answer from the language model: {exc} Your message is saved"
-            f"{after}" + self._done_so_far(steps)
+        return (  # its kind only: the provider's text (the log has it) may hold a key or URL
+            f"I could not get an answer from the language model: {failure_kind(exc)}. Your "
+            f"message is saved{after}" + self._done_so_far(steps)
         )
 
 

@@ -31,6 +31,7 @@ from bot.tools import MEMORY_TOOLS, TOOL_RESULT_CHARS, ToolContext, read_on
 from bot.upkeep import ARTIFACTS, Upkeep  # ARTIFACTS: the task writing what a turn taught
 from memory.context import AssembledContext, ContextLimits, assemble_context
 from memory.governance_erasure import Busy, NotFound
+from memory.governance_learned import TOLD
 from memory.ingest.arxiv_source import ArxivSource
 from memory.manager import MemoryManager
 from memory.scope import NOWHERE, Scope
@@ -262,7 +263,7 @@ class Harness:
         result: ToolResult = await self.toolbox.execute(call.name, call.arguments, context)
         try:
             tool_input: Any = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: as sent
             tool_input = call.arguments
         audience = log_audience(scope, context.shown_audiences)  # of what the call showed
         log_id = await self.memory.tool_logs.write(
@@ -441,9 +442,9 @@ class Harness:
             authors = [scope.user] if scope.user else []
             state, now = await self._asking(scope, task)
             learned, asked = self.memory.governance.learned, _asked(task)
-            if state == EDITED and await learned.untold(scope.tenant, asked):
+            if state == EDITED and await self._retelling(scope.tenant, asked, now):
                 await self._unlearn(scope, task, EDITED, now)  # what a failed run of it wrote
-                task, state = _retold(task, now), ASKED  # edited before its workflow was written
+                task, state = _retold(task, now), ASKED  # edited before it was all written
             if state != ASKED:  # forgotten or edited meanwhile: nothing is learned from it, and
                 await self._unlearn(scope, task, state, now)  # a run that failed is undone
                 continue
@@ -466,6 +467,17 @@ class Harness:
                 await self._unlearn(scope, task, state, now, written)  # record, an edit its mark
                 continue  # and its usage is not counted to a thread that may be gone
             await self._count(scope, meter)
+
+    async def _retelling(self, tenant: str, asked: str, now: str) -> bool:
+        """Whether a task whose question was edited learns the text it says now itself: while
+        its turn's workflow is not written (no edit's relearn brings it: it has no steps), or
+        that text's entities are not (a run of it wrote the workflow, marked told at once,
+        then failed; `_teaching` then skips the workflow)."""
+        learned = self.memory.governance.learned
+        untold, done = await asyncio.gather(  # one round trip (autopipelined)
+            learned.untold(tenant, asked), learned.learned(tenant, asked, version_of(asked, now))
+        )
+        return untold or not done
 
     async def _teaching(self, tenant: str, task: dict[str, Any]) -> tuple[bool, bool]:
         """Whether a task is still to write its turn's workflow, and its version's entities:
@@ -521,6 +533,9 @@ class Harness:
             if key is None:
                 return written
             written.append(key)
+            # marked told at once (refused once forgotten, like any note): a run again after
+            # the entities failed must not write it back over a memory-page edit or removal
+            await learned.note(scope.tenant, asked, [TOLD])
         if learn_entities and mentions_names(f"{question}\n{answer}"):
             try:
                 entities = await self.extract_entities(question, answer)

@@ -38,7 +38,8 @@ DeltaCallback = Callable[[str], Awaitable[None] | None]
 
 # -- errors --------------------------------------------------------------------------------
 class LLMError(ServiceError):
-    """Any failure to get an answer from the model; `str(err)` is fit to show a user. A
+    """Any failure to get an answer from the model; `str(err)` is for the operator (the log,
+    the terminal): it may quote the provider's text. A channel is told `failure_kind`. A
     ServiceError: a refused connection under it is the model server's, never Redis's."""
 
     transient = True  # asking again in a moment may work (not so for a refused request)
@@ -71,6 +72,10 @@ class LLMUnavailable(LLMError):
         return self.code != "insufficient_quota"  # a quota is not back in a moment
 
 
+class LLMStreamCut(LLMUnavailable):
+    """The stream ended before the model said it was done (the server is up: retried)."""
+
+
 class LLMAuthError(LLMError):
     """The server rejected the credentials (401/403): OPENAI_API_KEY is wrong or lacks access."""
 
@@ -90,6 +95,38 @@ class LLMContextTooLong(LLMBadRequest):
 
 class LLMResponseError(LLMError):
     """The model answered, but not in the shape asked for (empty text, no JSON)."""
+
+
+def failure_kind(error: LLMError) -> str:
+    """What kind of failure `error` is, in words fit for a channel: its class, HTTP status
+    and code, with what fixes it. Never the provider's text or our address of it: either may
+    hold a masked API key or an internal base URL (they go to the log)."""
+    status = f" (HTTP {error.status})" if error.status else ""
+    if isinstance(error, LLMConfigError):
+        return "the model service is not set up (OPENAI_API_KEY or OPENAI_BASE_URL)"
+    if isinstance(error, LLMAuthError):
+        return f"the model service refused the API key{status}; check OPENAI_API_KEY"
+    if isinstance(error, LLMContextTooLong):
+        return f"the request is longer than the model's context window{status}"
+    if isinstance(error, LLMBadRequest):
+        hint = "; check OPENAI_MODEL and OPENAI_BASE_URL" if error.status == 404 else ""
+        return f"the model service refused the request{status}{hint}"
+    if isinstance(error, LLMTimeout):
+        return "the model timed out (ARXIVSCOUT_LLM_TIMEOUT)"
+    if isinstance(error, LLMStreamCut):
+        return "the model's answer was cut off before it finished"
+    if isinstance(error, LLMUnavailable):
+        if error.code == "insufficient_quota":
+            return f"the model account is out of quota{status}"
+        if error.status == 429:
+            return f"the model service is rate limited{status}"
+        if status:
+            return f"the model service is unavailable{status}"
+        return "the model service is unreachable"
+    if isinstance(error, LLMResponseError):
+        return "the model's answer was not in the shape asked for"
+    cause = error.__cause__
+    return f"the model call failed ({type(cause or error).__name__})"
 
 
 # -- results -------------------------------------------------------------------------------
@@ -354,7 +391,7 @@ class LLMClient:
             raise error from exc
         if finish is None:  # the stream ended cleanly, but before the model said it was done
             cut = _Retryable(
-                LLMUnavailable("The model's answer was cut off: its stream ended unfinished.")
+                LLMStreamCut("The model's answer was cut off: its stream ended unfinished.")
             )
             cut.streamed = bool(parts)
             raise cut

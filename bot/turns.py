@@ -14,7 +14,7 @@ from typing import Any
 from bot.agent import Agent, EventCallback, TurnResult
 from bot.consolidation import SummaryInProgress
 from bot.harness import FORGOTTEN_QUESTION, AnswerNotSaved, QuestionForgotten
-from bot.llm import DeltaCallback, LLMError
+from bot.llm import DeltaCallback, LLMError, failure_kind
 from bot.metering import metered
 from bot.upkeep import count_thread_usage
 from bot.watches import WatchService
@@ -185,7 +185,10 @@ class TurnHandler:
                     return await consolidator.summarize_and_store(scope)
         except MarkConflict:
             return THREAD_CHANGED
-        except (SummaryInProgress, LLMError, ValueError) as exc:
+        except LLMError as exc:  # its kind only: the provider's text goes to the log
+            log.warning("summary of %s failed: %s", scope.thread, exc)
+            return f"Could not summarize this thread: {failure_kind(exc)}."
+        except (SummaryInProgress, ValueError) as exc:
             return f"Could not summarize this thread: {exc}"
         finally:  # what the summary cost counts to the thread (unless erased meanwhile)
             usage = TurnUsage(meter.tokens_in, meter.tokens_out, meter.calls)

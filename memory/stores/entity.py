@@ -13,6 +13,7 @@ makes a new line, and none of them may outlive the entity in the embedding cache
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -45,8 +46,9 @@ from memory.stores.entity_pieces import (
 )
 
 __all__ = ["MAX_DESCRIPTION", "Entity", "EntityStore", "joined", "merge_descriptions"]
+log = logging.getLogger(__name__)
 RETRIES = 20  # compare-and-set rounds against a concurrent merge or removal of the same entity
-READ = ["name", "type", "description", *COMPARED]
+READ = ["name", "type", "description", "audience", *COMPARED]
 # A compare-and-set round's plan: per key read, the fields to write (None: delete the entity)
 # and what to return once written; a key left out needs nothing.
 Plan = Callable[[dict[str, Snapshot]], Awaitable[dict[str, tuple[dict[str, Any] | None, Any]]]]
@@ -63,7 +65,10 @@ class Entity:
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"\s+", " ", name.strip().lower())
+    """A name's part of its key. A private place's keys are "<audience>|<slug>": no slug holds
+    a '|', so no name learned in one place (a public one's "private:98765|Project X") forges
+    another place's key."""
+    return re.sub(r"\s+", " ", name.replace("|", " ").strip().lower())
 
 
 def joined(stored: Any, new: Iterable[str]) -> str:
@@ -137,7 +142,9 @@ class EntityStore(VectorStore):
     ) -> list[Entity]:
         """Write entities, merging each with the stored one of the same name; `scope.thread`
         and `authors` (default: `scope.user`) join its provenance, and each description joins
-        its pieces as taught by `question` (the stored question's id)."""
+        its pieces as taught by `question` (the stored question's id). The written ones; an
+        entity stored for another audience than `scope`'s is left alone (a backstop: no name
+        reaches another place's key, `_slug`), never widened to this place's audience."""
         authors = [scope.user] if authors is None else list(authors)
         taught: dict[str, tuple[Entity, list[Piece]]] = {}  # key -> (first mention, pieces)
         for entity in entities:
@@ -151,6 +158,10 @@ class EntityStore(VectorStore):
         async def plan(snapshots: dict[str, Snapshot]) -> dict[str, tuple[dict[str, Any], Entity]]:
             now, updates = time.time(), {}
             for key, snap in snapshots.items():
+                if snap.exists and (snap.fields.get("audience") or PUBLIC) != scope.audience:
+                    log.warning("entity %s is another place's: not written from %s", key,
+                                scope.audience)  # fmt: skip
+                    continue  # another place's entity: its audience is never widened
                 new, pieces = taught[key]
                 # a retried task replaces its own version's pieces (worded anew), never adds twice
                 old = [p for p in snap.pieces if question == UNOWNED or p[0] != question]
@@ -177,7 +188,7 @@ class EntityStore(VectorStore):
 
         failed = "An entity kept changing while it was written; try again."
         written = await self._compare_and_set(list(taught), plan, failed)
-        return [written[k] for k in taught]
+        return [written[k] for k in taught if k in written]
 
     async def unlearn(
         self, tenant: str, key: str, owned: Callable[[str], bool]
@@ -270,9 +281,16 @@ class EntityStore(VectorStore):
     async def describe(self, tenant: str, entity_id: str, description: str) -> tuple[str, str]:
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
         when there is no such entity. The new description is a piece no question owns: a
-        person wrote it, and forgetting a question no longer changes it."""
+        person wrote it, and forgetting a question no longer changes it. ValueError when it
+        is longer than MAX_DESCRIPTION: cut, it would be saved other than the person wrote it."""
         if not entity_id:
             raise KeyError(entity_id)
+        description = description.strip()
+        if len(description) > MAX_DESCRIPTION:
+            raise ValueError(
+                f"An entity's description may be at most {MAX_DESCRIPTION:,} characters; "
+                f"this one has {len(description):,}. Shorten it and save again."
+            )
         key = self.key_of(tenant, entity_id)
 
         async def plan(snapshots: dict[str, Snapshot]) -> dict[str, tuple[Any, Any]]:
@@ -280,7 +298,7 @@ class EntityStore(VectorStore):
             if not snap.exists:
                 raise KeyError(entity_id)
             old = self._entity(snap)
-            new = Entity(old.name, old.type, description.strip()[:MAX_DESCRIPTION])
+            new = Entity(old.name, old.type, description)
             vector = (await self.line_embedder.embed([new.line()]))[0]
             fields = {
                 "description": new.description, "updated_at": time.time(),
