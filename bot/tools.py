@@ -25,6 +25,7 @@ from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
 from memory.stores.base import Segment
 from memory.stores.knowledge_base import KnowledgeBase, Passage, base_arxiv_id, is_from_arxiv
+from memory.stores.tool_log import paper_shown
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,9 @@ class ToolContext:
     # the audiences of the memory the call showed: its tool log is stored for the narrowest
     # (memory/stores/tool_log.py `log_audience`)
     shown_audiences: set[str] = field(default_factory=set)
-    # the ids of the stored messages, summaries and tool logs the call showed: forgetting one
-    # deletes its tool log (memory/stores/tool_log.py `forget_showing`)
+    # the ids of the stored messages, summaries and tool logs the call showed, and the papers
+    # whose passages it showed (`paper_shown`): forgetting one deletes its tool log
+    # (memory/stores/tool_log.py `forget_showing`)
     shown_messages: set[str] = field(default_factory=set)
 
 
@@ -195,6 +197,8 @@ async def search_knowledge_base(
     ctx.shown_audiences.update(  # a paper from arXiv is anyone's to read, walled or not
         p.audience for p in passages if p.audience != PUBLIC or not is_from_arxiv(p.arxiv_id)
     )
+    # forgetting one of the papers takes this log too: its passages must leave with it
+    ctx.shown_messages.update(paper_shown(p.arxiv_id) for p in passages)
     return shown_passages(passages, ctx.sources)
 
 
@@ -390,10 +394,16 @@ async def search_conversations(
     return memory.episodes.render(episodes)
 
 
+_SHOWN_LABEL = re.compile(r"^\[\s*(.*?)\s*\]$|^(?:arxiv|pdf)\s*:\s*(.*)$", re.IGNORECASE)
+
+
 def written_paper_id(written: str) -> str:
-    """The arXiv id the model means, however it writes it: as the tools show it
-    ("arXiv:2310.08560"), or as its abs or pdf link; a version kept ("2310.08560v2")."""
-    bare = re.sub(r"^\s*arxiv:\s*", "", written, flags=re.IGNORECASE).strip()
+    """The paper id the model means, however it writes it: as the tools show it
+    ("arXiv:2310.08560", a shared PDF's "[PDF:pdf-0123…]", brackets or not), or as its abs or
+    pdf link; a version kept ("2310.08560v2")."""
+    bare = written.strip()
+    while shown := _SHOWN_LABEL.match(bare):  # "[…]", then "arXiv:…" or "PDF:…"
+        bare = (shown.group(1) if shown.group(1) is not None else shown.group(2)).strip()
     return arxiv_id_of(bare) or bare
 
 

@@ -63,8 +63,9 @@ from memory.keys import (
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
-from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf
+from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf, shares_of, with_shares
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
+from memory.stores.tool_log import paper_shown
 from memory.stores.watches import Watch, WatchStore
 
 __all__ = ["Busy", "Erasure", "Governance", "ImportRunning", "NotFound"]
@@ -234,7 +235,9 @@ class Governance:
             # their question ids) for a run again
             erasure = await self.learned.forget(tenant, asked)
             erasure += await self._threads.erase_threads(tenant, lists.only(held))
-            erasure += await self._private_pdfs(tenant, lambda pdf: holds(pdf.get("thread") or ""))
+            erasure += await self._private_pdfs(
+                tenant, lambda share: holds(share.get("thread") or "")
+            )
             return erasure + await self._turns(tenant, threads=threads)
 
     async def forget_summary(self, tenant: str, summary_id: str) -> Erasure:
@@ -308,42 +311,73 @@ class Governance:
         return Erasure(tool_logs=copies + await store.remove(tenant, {thread: [log_id]}))
 
     async def forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
-        """A paper's chunks (its passages) and its entry in the tenant's papers."""
+        """A paper's chunks (its passages), its entry in the tenant's papers, and the tool logs
+        whose output showed its passages (`paper_shown`): read back, shown on the memory page
+        and exported, they would keep them."""
+        async with self._exclusive(tenant):
+            return await self._forget_paper(tenant, arxiv_id)
+
+    async def _forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
+        """`forget_paper`, under the lock. The logs go first: a failure after them leaves the
+        paper, and forgetting it again finishes (its logs found go even once it went)."""
         kb, given = self.memory.knowledge_base, arxiv_id
         arxiv_id = base_arxiv_id(arxiv_id or "")
         if not arxiv_id:  # "" or "v2": an empty tag filter is redisvl's `*`, every chunk
             raise NotFound("paper", given or "")
+        logs = await self.memory.tool_logs.forget_showing(tenant, [paper_shown(arxiv_id)])
         record = await self.redis.hget(papers_key(tenant), arxiv_id)
         chunks = await delete_where(kb, tenant, Tag("arxiv_id") == arxiv_id, ["arxiv_id"])
-        if record is None and not chunks:
+        if record is None and not chunks and not logs:
             raise NotFound("paper", arxiv_id)
         removed = await self.redis.hdel(papers_key(tenant), arxiv_id)
-        return Erasure(papers=int(removed), chunks=len(chunks))
+        return Erasure(papers=int(removed), chunks=len(chunks), tool_logs=logs)
 
-    async def _private_pdfs(
-        self, tenant: str, matches: Callable[[dict[str, Any]], bool]
-    ) -> Erasure:
-        """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) whose record
-        `matches` (shared in a thread that went, by a person who went). The team's copies
-        stay, as papers from arXiv do."""
+    async def forget_shares(self, tenant: str, origins: Iterable[str]) -> Erasure:
+        """These shares (`SharedFile.origin`, memory/ingest/shared_pdf.py) leave the private PDFs
+        they hold, and a PDF goes with its last: for a share read across an erasure
+        (adapters/shared_files.py), which may have added itself to a copy another share holds."""
+        origins = set(origins)
+        async with self._exclusive(tenant):
+            return await self._private_pdfs(tenant, lambda share: share.get("origin") in origins)
+
+    async def _private_pdfs(self, tenant: str, leaves: Callable[[dict[str, Any]], bool]) -> Erasure:
+        """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) whose shares
+        `leaves` (shared in a thread that went, by a person who went): those shares leave the
+        record, and a PDF goes with its last (one shared again in another thread, or by
+        another person, stays for them). The team's copies stay, as papers from arXiv do."""
         erasure = Erasure()
+        kb = self.memory.knowledge_base
         for arxiv_id, raw in (await self.redis.hgetall(papers_key(tenant))).items():
-            record = json.loads(raw)
-            paper_id = decode(arxiv_id) or ""
-            if not is_shared_pdf(paper_id) or record.get("audience", PUBLIC) == PUBLIC:
+            paper_id, record = decode(arxiv_id) or "", json.loads(raw)
+            if not self._private_pdf(paper_id, record) or not any(map(leaves, shares_of(record))):
                 continue
-            if matches(record):
-                with contextlib.suppress(NotFound):
-                    erasure += await self.forget_paper(tenant, paper_id)
+            async with kb.holding(tenant, paper_id):  # a share adding itself waits
+                raw = await self.redis.hget(papers_key(tenant), paper_id)
+                shares = shares_of(json.loads(raw)) if raw else []
+                kept = [share for share in shares if not leaves(share)]
+                if kept and len(kept) < len(shares):
+                    await kb.put_record(tenant, with_shares(json.loads(raw), kept))
+                elif not kept:
+                    with contextlib.suppress(NotFound):
+                        erasure += await self._forget_paper(tenant, paper_id)
         return erasure
 
+    @staticmethod
+    def _private_pdf(paper_id: str, record: dict[str, Any]) -> bool:
+        """A PDF shared in a private channel or a DM (not the team's copy)."""
+        return is_shared_pdf(paper_id) and record.get("audience", PUBLIC) != PUBLIC
+
     async def forget_entity(self, tenant: str, entity_id: str) -> Erasure:
+        """The entity, and its text's cached vector. The questions that taught it are marked
+        first (`Learned.deleting`): an edit of one, learning its turn again, leaves it deleted."""
         store = self.memory.entities
         async with self._exclusive(tenant):
             entity = await store.by_id(tenant, entity_id)
             if entity is None:
                 raise NotFound("entity", entity_id)
-            await delete_keys(self.redis, [store.key_of(tenant, entity_id)])
+            key = store.key_of(tenant, entity_id)
+            await self.learned.deleting(tenant, key)  # an edited question does not relearn it
+            await delete_keys(self.redis, [key])
             cached = await self._purge.uncache([entity.line()])
             return Erasure(entities=1, cached_embeddings=cached)
 
@@ -398,7 +432,7 @@ class Governance:
             # their id leaves the watches they made; those in their DMs go
             watches = await WatchStore(self.memory.redis).forget_creator(tenant, user)
             # what they shared privately
-            erasure = await self._private_pdfs(tenant, lambda pdf: pdf.get("sharer") == user)
+            erasure = await self._private_pdfs(tenant, lambda share: share.get("sharer") == user)
             try:
                 erasure += await self._sweeps.person(tenant, user)
                 spoke = True
@@ -470,8 +504,8 @@ class Governance:
         if dropped:
             erasure += await self._private_pdfs(
                 tenant,
-                lambda pdf: (
-                    pdf.get("thread") in dropped and float(pdf.get("ingested_at") or 0) < cutoff
+                lambda share: (
+                    share.get("thread") in dropped and float(share.get("at") or 0) < cutoff
                 ),
             )
         return erasure + await self._turns(tenant, before=cutoff)

@@ -32,7 +32,7 @@ from memory.governance_erasure import Erasure
 from memory.governance_purge import Purge
 from memory.keys import learned_key, turn_messages_key
 from memory.stores.base import decode
-from memory.stores.entity_pieces import UNOWNED, taught_by, version_of
+from memory.stores.entity_pieces import UNOWNED, question_of, taught_by, version_of
 from memory.stores.turn_records import TurnRecord, UnknownTurn
 
 QUERY, STEPS = "QUERY: ", "\nSTEPS:"
@@ -137,10 +137,10 @@ class Learned:
         return bool(await self.redis.sismember(learned_key(tenant, question), DONE + version))
 
     async def untold(self, tenant: str, question: str) -> bool:
-        """Whether the question's turn's workflow is not written yet (`TOLD`: a mark only
-        `written` sets, once all of that task is written; noted keys do not count, so a task
-        that failed half-way runs again whole); always True for a turn with no successful step
-        (no workflow to write). Its turn's task, finding the question edited, then learns the
+        """Whether the question's turn's workflow is not written yet (`TOLD`: noted as soon as
+        the workflow is written, bot/harness.py, so a task that failed after it, on the
+        entities, does not write it again over a memory-page edit); always True for a turn with
+        no successful step (no workflow to write). Its turn's task, finding the question edited, then learns the
         text it says now, with the turn's steps (bot/harness.py `write_artifacts`), rather than
         nothing: an edit's relearn has no steps."""
         return not await self.redis.sismember(learned_key(tenant, question), TOLD)
@@ -199,6 +199,18 @@ class Learned:
         await self._unteach(tenant, [], entities, taught_by({question}, keep=version))
         for workflow in self.workflows(tenant, taught):
             await self.requery(tenant, question, workflow, text)
+
+    async def deleting(self, tenant: str, key: str) -> None:
+        """A person deletes the entity at `key` (the memory page): each question that taught
+        one of its pieces gets the mark an edit leaves (`REPLACED`), before it goes, so an
+        edit of that question, learning it again, does not bring the entity back."""
+        owners = await self.memory.entities.owners(key) or []
+        questions = sorted({question_of(o) for o in owners if o != UNOWNED})
+        if questions:
+            pipe = self.redis.pipeline(transaction=False)  # one key a command
+            for question in questions:
+                pipe.sadd(learned_key(tenant, question), REPLACED + key)
+            await pipe.execute()
 
     async def turn_of(self, tenant: str, question: str) -> TurnRecord | None:
         """The record of the turn that answered this stored question, if any."""

@@ -3,9 +3,10 @@
 A PDF shared in a public channel is the whole team's; one shared in a private channel or a DM
 is found only there (`Scope.audience`, kept on each chunk and on the paper's record). A file is
 known by the SHA-256 of its bytes: sharing it again where a copy is visible (the team's, or
-this place's own) answers with that copy, and a copy elsewhere is never revealed. The paper's
-id is made from the hash and the audience, so each private place keeps its own copy and a
-redelivered task writes the same keys again (idempotent). Downloading is the platforms'
+this place's own) answers with that copy, and a copy elsewhere is never revealed. A place's
+copy lists each share that holds it (its thread and sharer): it goes with the last of them.
+The paper's id is made from the hash and the audience, so each private place keeps its own copy
+and a redelivered task writes the same keys again (idempotent). Downloading is the platforms'
 business (adapters/); this module gets bytes.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePath
@@ -29,7 +31,7 @@ from memory.ingest.pdf_child import read_pdf_in_child
 from memory.keys import shared_pdf_key, shared_pdf_lock_key
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC, Scope
-from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper, shares_of, with_shares
 
 EMBED_BATCH = 128
 PROGRESS_TTL_SECONDS = 7 * 86400  # long past any redelivery of the task
@@ -108,8 +110,10 @@ async def save_shared_pdf(
         )
     digest = content_hash(data)
     copy = await find_copy(kb, scope, digest)
-    if copy is not None:  # the same share delivered again counts as saved by it
-        return _saved(copy, already=copy.get("origin") != shared.origin)
+    if copy is not None and copy.get("origin") == shared.origin:
+        return _saved(copy, already=False)  # the same share delivered again: saved by it
+    if copy is not None and await _held_by(kb, scope, copy, shared):
+        return _saved(copy, already=True)
     text = await read_pdf_in_child(data, shared.name, max_pages)  # pages checked first
     chunks = await asyncio.to_thread(_chunks, text, encoding)
     if not chunks:
@@ -136,6 +140,36 @@ async def save_shared_pdf(
         record = {"arxiv_id": paper.arxiv_id, "title": paper.title, "pages": text.pages,
                   "chunks": len(chunks), "audience": scope.audience}  # fmt: skip
     return _saved(record, already=False)
+
+
+def _share(shared: SharedFile, scope: Scope) -> dict[str, Any]:
+    """One share of a PDF, as its record lists it (memory/stores/knowledge_base.py `shares_of`)."""
+    return {
+        "thread": scope.thread,
+        "sharer": shared.sharer,
+        "origin": shared.origin,
+        "at": time.time(),
+    }
+
+
+async def _held_by(
+    kb: KnowledgeBase, scope: Scope, copy: dict[str, Any], shared: SharedFile
+) -> bool:
+    """Whether the copy found serves this share. The team's does, as it is. A place's own copy
+    lists this share too (once, whatever its redeliveries), under the paper's save lock: its
+    thread's or sharer's erasure (memory/governance.py `_private_pdfs`) then forgets the PDF
+    only with the last share that holds it, not from under this one's thread. False when the
+    place's copy went meanwhile: this share reads the file again."""
+    if (copy.get("audience") or PUBLIC) == PUBLIC:
+        return True
+    async with kb.holding(scope.tenant, copy["arxiv_id"]):
+        record = await kb.paper(scope, copy["arxiv_id"])
+        if record is None:
+            return False
+        shares = shares_of(record)
+        if all(share.get("origin") != shared.origin for share in shares):
+            await kb.put_record(scope.tenant, with_shares(record, [*shares, _share(shared, scope)]))
+    return True
 
 
 def _mb(size: int) -> str:

@@ -97,6 +97,29 @@ def paper_label(paper_id: str, file_name: str = "") -> str:
     return f"{kind} · {file_name}" if file_name else kind
 
 
+def shares_of(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shares that hold a PDF shared in chat (memory/ingest/shared_pdf.py), each
+    {"thread", "sharer", "origin", "at"}: the one that read it, and each sharing it again in
+    its place. A record no second share changed lists none: its own thread, sharer and origin,
+    as one."""
+    first = {
+        "thread": record.get("thread") or "", "sharer": record.get("sharer") or "",
+        "origin": record.get("origin") or "", "at": float(record.get("ingested_at") or 0),
+    }  # fmt: skip
+    listed = record.get("shares")
+    if isinstance(listed, list) and listed:
+        unnamed = {"thread": "", "sharer": "", "origin": "", "at": first["at"]}
+        return [{**unnamed, **share} for share in listed if isinstance(share, dict)]
+    return [first]
+
+
+def with_shares(record: dict[str, Any], shares: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record held by these shares (one at least). Its own `thread` and `sharer`, which the
+    memory page and records from before read, are the first's: a person who went leaves none."""
+    first = shares[0]
+    return {**record, "shares": shares, "thread": first["thread"], "sharer": first["sharer"]}
+
+
 def may_read(scope: Scope, paper: dict[str, Any]) -> bool:
     """Whether `scope` may read a paper: as it may see its audience, and a walled place (a
     guest, another organisation: memory/scope.py) also the papers saved from arXiv, the team's
@@ -259,6 +282,16 @@ class KnowledgeBase(VectorStore):
                     raise ReplaceFailed(stored, exc) from exc
                 raise
         return len(chunks)
+
+    def holding(self, tenant: str, arxiv_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The paper's save lock (`_saving`), to change its record (`put_record`) with no save or
+        other change in between (a shared PDF's shares: memory/ingest/shared_pdf.py)."""
+        return self._saving(tenant, base_arxiv_id(arxiv_id))
+
+    async def put_record(self, tenant: str, record: dict[str, Any]) -> None:
+        """Write a paper's record as changed (under `holding`, read under it)."""
+        arxiv_id = base_arxiv_id(record["arxiv_id"])
+        await self.redis.hset(papers_key(tenant), arxiv_id, json.dumps(record))
 
     @contextlib.asynccontextmanager
     async def _saving(self, tenant: str, arxiv_id: str) -> AsyncIterator[None]:

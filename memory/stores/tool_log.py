@@ -5,8 +5,9 @@ Each log keeps who asked the turn that made the call (`author`), so erasing a pe
 logs of their turns too (memory/governance.py), and is stored for who may see what the call
 showed (`log_audience`), not only for who asked. It keeps the ids of the stored messages its
 output showed too (`message_ids`, indexed per message), and of the summary it expanded or the
-log it read back: forgetting any of them deletes every log that showed it (`forget_showing`),
-wherever that call was made. A log from before has none.
+log it read back, and of the papers whose passages it showed (`paper_shown`): forgetting any of
+them deletes every log that showed it (`forget_showing`), wherever that call was made. A log from
+before has none.
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ def log_audience(scope: Scope, shown: Iterable[str]) -> str:
     return audience
 
 
+PAPER_SHOWN = "paper:"  # + a paper's stored id: a log's `message_ids` entry for its passages
+
+
+def paper_shown(paper_id: str) -> str:
+    """How a log notes that its output showed passages of a paper: forgetting the paper then
+    finds the log (`forget_showing`), as forgetting a message finds the logs that showed it.
+    No message, summary or log id starts so."""
+    return f"{PAPER_SHOWN}{paper_id}"
+
+
 class UnknownToolLog(UnknownRecord):
     what = "tool log"
 
@@ -58,7 +69,8 @@ class ToolLogEntry:
     created_at: float = field(default_factory=time.time)
     audience: str = ""
     author: str = ""  # who asked the turn that made the call (empty in logs from before)
-    # the stored messages its output showed (and the summary or tool log it showed)
+    # the stored messages its output showed (and the summary or tool log, or `paper_shown` the
+    # papers whose passages, it showed)
     message_ids: list[str] = field(default_factory=list)
 
 
