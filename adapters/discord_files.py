@@ -4,8 +4,9 @@
   mention, a thread it takes part in, a DM): each attachment whose name ends in .pdf or whose
   content type is application/pdf goes into one `SHARED_FILES` task (adapters/shared_files.py)
   with its CDN address, never its bytes; the message's text is queued as a turn once they are
-  read. Other attachments (images, mostly) get a reply when the bot is addressed (a mention, a
-  DM), and are left alone otherwise. Reading attachments needs the Message Content intent,
+  read (with a note naming the PDFs saved: adapters/shared_files.py `shared_with`). Other
+  attachments (images, mostly) get a reply when the bot is addressed (a mention, a DM), and
+  are left alone otherwise. Reading attachments needs the Message Content intent,
   which the bot has already. The task runs on Discord's own stream, read only where the
   adapter (and so DISCORD_TOKEN) is.
 - The task's Discord side (`DiscordFileEnd`) speaks REST with the bot token, so any process

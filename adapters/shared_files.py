@@ -9,7 +9,9 @@ a `chat` or `ask` process, or one with Slack's token only, never takes a Discord
 
     per file: describe (size, type) -> "Reading <name>…" -> download -> into the knowledge
     base (memory/ingest/shared_pdf.py) -> the message edited to the outcome
-    then: the message's text queued as a turn, so the question sees the PDF
+    then: the message's text queued as a turn, so the question sees the PDF, with a note
+    naming the PDFs it came with (`shared_with`): its search and the thread's later turns
+    find that paper, not only the one whose words best match "what are the key takeaways?"
 
 Delivery is at least once, one task at a time; a dead process's is taken over after
 CLAIM_IDLE_MS. A share's task holds a lock in Redis while it runs, so two copies (a redelivery,
@@ -65,7 +67,7 @@ from memory.governance_tenants import erased_at as tenant_erased_at
 from memory.ingest.errors import IngestError
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_shared_pdf
 from memory.keys import papers_key, shared_pdf_key, task_stream
-from memory.scope import Scope, Visibility
+from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.base import decode, delete_keys
 from memory.tasks import TaskStream, requeued
 
@@ -92,6 +94,7 @@ PLACE_DELETED = "its channel or thread was deleted"
 ERASED = (TENANT_ERASED, PERSON_ERASED, PLACE_DELETED)  # what a run saved goes with the share
 READING = "_Reading {name}…_"
 PDF_TYPES = {"application/pdf", "application/x-pdf"}
+NOTE_TITLE_CHARS = 150  # a title in a turn's note (`shared_with`): a PDF's may run long
 
 
 class FetchError(Exception):
@@ -172,6 +175,23 @@ def saved_text(saved: SavedPdf, scope: Scope) -> str:
         return f"Already in the knowledge base as *{saved.title}*."
     pages = f"{saved.pages} pages, " if saved.pages else ""
     return f"Saved *{saved.title}* ({pages}{saved.passages} passages) to {place_of(scope)}."
+
+
+def shared_with(papers: list[dict[str, str]]) -> str:
+    """The note a share's turn carries below its text: each PDF saved from it (or found there
+    already) as the model can use it, by its title and the id its passages show
+    (`[PDF:pdf-…]`, which search_knowledge_base takes). Kept in the conversation with the
+    question, so the question's search and the thread's later turns are tied to the PDF, not
+    to whichever paper best matches its words ("what are the key takeaways?"). A file not
+    read is not named: its message says so, just before the answer."""
+    titles = [_one_line(paper["title"] or "an untitled PDF")[:NOTE_TITLE_CHARS] for paper in papers]
+    named = [f"*{title}* [PDF:{paper['id']}]" for title, paper in zip(titles, papers, strict=True)]
+    return f"(shared with this message: {'; '.join(named)})" if named else ""
+
+
+def _one_line(text: str) -> str:
+    """A title as the note holds it: one line, without the brackets that mark ids."""
+    return " ".join(str(text).replace("[", "(").replace("]", ")").split())
 
 
 def fetch_failed(exc: FetchError) -> str:
@@ -490,26 +510,44 @@ class SharedFiles:
                 log.warning("could not edit a withdrawn share's message (%r)", exc)
 
     async def _forget_saved(self, scope: Scope, payload: dict[str, Any]) -> None:
-        """What a share read across an erasure (`_erased`) saved after it: the papers of its
-        files (their record names the file: `origin`), a run before this one's too, and its
-        progress notes."""
+        """What a share read across an erasure (`_erased`) saved after it, a run before this
+        one's too: its files leave the private copies that list them (`forget_shares`: one
+        another share holds stays for it, without this one's thread and sharer), the team's
+        copies they read go (their record names the file: `origin`), and its progress notes."""
         tenant, redis = scope.tenant, self.memory.redis
         ids = [share_id for share_id, _ in _file_ids(payload["share"], payload["files"])]
+        await self.memory.governance.forget_shares(tenant, ids)
         for paper_id, raw in (await redis.hgetall(papers_key(tenant))).items():
-            if json.loads(raw).get("origin") in ids:
+            record = json.loads(raw)
+            if record.get("origin") in ids and (record.get("audience") or PUBLIC) == PUBLIC:
                 with contextlib.suppress(NotFound):  # an erasure took it meanwhile
                     await self.memory.governance.forget_paper(tenant, decode(paper_id))
         await delete_keys(redis, [shared_pdf_key(tenant, i) for i in [payload["share"], *ids]])
 
     async def _queue_turn(self, scope: Scope, payload: dict[str, Any]) -> None:
-        """The message's text as a turn, now that its files are read (or given up): under
-        the message's event id, so never twice. Noted in the share's progress: from then on
-        its message is stored once the turn runs (`withdrawn`)."""
+        """The message's text as a turn, now that its files are read (or given up), with the
+        note naming them (`_with_files`): under the message's event id, so never twice. Noted
+        in the share's progress: from then on its message is stored once the turn runs
+        (`withdrawn`)."""
         if payload.get("turn"):
+            turn = await self._with_files(scope.tenant, payload)
             await self.memory.turns.push(
-                scope, payload["turn"], payload["turn_event"], watch=payload["platform"]
+                scope, turn, payload["turn_event"], watch=payload["platform"]
             )
             await self.progress.set(scope.tenant, payload["share"], turn_queued=time.time())
+
+    async def _with_files(self, tenant: str, payload: dict[str, Any]) -> str:
+        """The share's turn (a queued job's JSON, adapters/spine.py `Job`) with `shared_with`'s
+        note below its text, naming the papers its files were saved as (kept with their
+        outcome, so a run again or `given_up` names them too)."""
+        papers = []
+        for share_id, _ in _file_ids(payload["share"], payload["files"]):
+            if paper := (await self.progress.get(tenant, share_id)).get("paper"):
+                papers.append(paper)
+        turn = json.loads(payload["turn"])
+        if note := shared_with(papers):
+            turn["text"] = f"{turn.get('text') or ''}\n\n{note}"
+        return json.dumps(turn, ensure_ascii=False)
 
     @contextlib.asynccontextmanager
     async def _locked(self, tenant: str, share: str) -> AsyncIterator[None]:
@@ -530,6 +568,7 @@ class SharedFiles:
         progress = await self.progress.get(tenant, share_id)
         outcome: str | None = progress.get("outcome")
         message: str | None = progress.get("message")
+        saved: SavedPdf | None = None
         if outcome is None:
             try:
                 file = await patience.attempt(lambda: end.describe(file))
@@ -552,8 +591,10 @@ class SharedFiles:
                 await self.progress.set(tenant, share_id, message=message)
         if outcome is None:
             sharer = str(payload.get("sharer") or "")
-            outcome = await self._read(end, scope, share_id, file, last, sharer, patience)
-        await self.progress.set(tenant, share_id, outcome=outcome)
+            outcome, saved = await self._read(end, scope, share_id, file, last, sharer, patience)
+        # the paper it was saved as, kept with the outcome for the turn's note (`_with_files`)
+        paper = {"paper": {"id": saved.arxiv_id, "title": saved.title}} if saved else {}
+        await self.progress.set(tenant, share_id, outcome=outcome, **paper)
         if outcome != shown:
             await self._say(end, reply, tenant, share_id, message, outcome)
 
@@ -596,10 +637,11 @@ class SharedFiles:
     async def _read(
         self, end: FileEnd, scope: Scope, share_id: str, file: dict, last: bool, sharer: str,
         patience: Patience,
-    ) -> str:  # fmt: skip
-        """The file's outcome; a failure that may pass is tried again here (`patience`: the
-        download, each embedding call, not the PDF's read), then raises (the task runs
-        again), except on the last delivery, where it is said."""
+    ) -> tuple[str, SavedPdf | None]:  # fmt: skip
+        """The file's outcome, and what it was saved as (None when it was not); a failure that
+        may pass is tried again here (`patience`: the download, each embedding call, not the
+        PDF's read), then raises (the task runs again), except on the last delivery, where it
+        is said."""
         name = file_name(file)
         shared = SharedFile(name, file.get("link") or "", share_id, sharer)
         embedder = PatientEmbedder(self.memory.embedder, patience)
@@ -610,14 +652,14 @@ class SharedFiles:
                 self.max_bytes, self.max_pages,
             )  # fmt: skip
         except IngestError as exc:
-            return f"I could not read {exc}"
+            return f"I could not read {exc}", None
         except FetchError as exc:
             if exc.retryable and not last:
                 raise
-            return fetch_failed(exc)
+            return fetch_failed(exc), None
         except Exception:
             if not last:
                 raise  # the task stays pending and runs again (Redis back, the API free)
             log.exception("reading the shared file %s failed", share_id)
-            return went_wrong(name)
-        return saved_text(saved, scope)
+            return went_wrong(name), None
+        return saved_text(saved, scope), saved

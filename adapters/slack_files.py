@@ -5,7 +5,8 @@
   `SHARED_FILES` task (adapters/shared_files.py) on Slack's stream, with its files' details,
   never their bytes. Files that are not PDFs get a reply only when the bot is addressed (a DM
   or a mention); in a joined thread they are left alone (an image posted there is not for us).
-  Its text, if any, is queued as a turn once the files are read, so the question sees them.
+  Its text, if any, is queued as a turn once the files are read, so the question sees them
+  (with a note naming the PDFs saved: adapters/shared_files.py `shared_with`).
   Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
   slackapi/bolt-python#925), so the `message` event alone takes it.
 - The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details

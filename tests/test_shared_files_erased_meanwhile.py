@@ -16,6 +16,7 @@ from adapters.slack import thread_id
 from memory.governance_places import DeletedPlace
 from memory.keys import turn_queue_key
 from memory.scope import Scope, Visibility
+from memory.stores.knowledge_base import shares_of
 from tests.test_shared_pdfs import StubEnd, share_payload, shared_pdf, stub_files
 from tests.test_shares_after_erasure import QUESTION, dm_of
 
@@ -129,3 +130,34 @@ async def test_another_persons_share_read_meanwhile_is_kept(memory, tenant):
     [paper] = await memory.knowledge_base.papers(scope)
     assert paper["title"] == "Kept Paper"
     assert await memory.redis.llen(turn_queue_key(tenant, scope.thread)) == 1
+
+
+async def test_a_share_read_across_its_sharers_erasure_leaves_the_copy_another_share_holds(
+    memory, tenant
+):
+    """U2 shares again, in a private channel, a PDF U1 shared there: U2's share, read across
+    U2's erasure, joined U1's copy. It leaves that copy (without U2's thread or id), which
+    stays U1's, rather than staying listed, or taking U1's copy with it."""
+    first = Scope(tenant, thread_id(tenant, "G1", "1700000000.000100"), channel="G1", user="U1",
+                  visibility=Visibility.PRIVATE)  # fmt: skip
+    second = Scope(tenant, thread_id(tenant, "G1", "1700000000.000200"), channel="G1", user="U2",
+                   visibility=Visibility.PRIVATE)  # fmt: skip
+    for scope in (first, second):
+        await memory.conversation.append(scope, "user", "a paper for you")
+    data = shared_pdf("Held Paper")
+    payload = share_payload(first, f"slack:G1:{time.time_ns()}")
+    payload.update(queued_at=time.time(), sharer="U1")
+    await stub_files(memory, StubEnd(data)).one(payload)
+    [paper] = await memory.knowledge_base.papers(first)
+
+    end = ErasingEnd(data, lambda: memory.governance.forget_person(tenant, "U2"))
+    payload = share_payload(second, f"slack:G1:{time.time_ns()}", turn=QUESTION)
+    payload.update(queued_at=time.time(), sharer="U2")
+    await stub_files(memory, end).one(payload)
+
+    assert end.erased == 1
+    assert end.edits[-1][1] == "Not kept."
+    [kept] = await memory.knowledge_base.papers(first)
+    assert kept["arxiv_id"] == paper["arxiv_id"]
+    assert [(s["sharer"], s["thread"]) for s in shares_of(kept)] == [("U1", first.thread)]
+    assert await memory.redis.llen(turn_queue_key(tenant, second.thread)) == 0
