@@ -78,6 +78,7 @@ class BackgroundWork:
         self._tickers: set[asyncio.Task] = set()
         self._held = HeldTasks(stream, claim_idle_ms, max_run_ms)
         self._spent = SpentTasks(stream, max_deliveries, self.on_dead_letter, self._held)
+        self._last_runs = asyncio.Lock()  # one last run at a time in this process (`_run`)
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -239,24 +240,35 @@ class BackgroundWork:
         if not tasks:
             self._slots.release()
             return
-        by_kind: dict[str, list[Task]] = {}
-        for task in tasks:
-            by_kind.setdefault(task.kind, []).append(task)
+        groups = self._batches(tasks)
         started = 0
         try:
-            for kind, group in by_kind.items():
+            for group in groups:
                 if started and not await self._free_worker():
                     break  # closing: the rest is handed back
-                runner = asyncio.create_task(self._run(kind, group, deadline))
+                runner = asyncio.create_task(self._run(group, deadline))
                 started += 1
                 self._running.add(runner)
                 runner.add_done_callback(self._running.discard)
         finally:  # stopped while waiting for a worker: held until close() hands them back
-            for _, group in list(by_kind.items())[started:]:
+            for group in groups[started:]:
                 if self._stop.is_set():
                     self._held.leave_unstarted(group)
                 else:
                     self._held.release(group)
+
+    def _batches(self, tasks: list[Task]) -> list[list[Task]]:
+        """The runners of a fetch: one batch per kind, and one for the tasks on their last
+        delivery (or past it), which runs them alone, one after another (`_run`). A run that
+        never ends (its task took the process down) buries every task whose run began on its
+        last delivery (bot/spent_tasks.py): a last run shared with such a task, or running
+        beside it, would bury its innocent batch-mates unrun."""
+        by_kind: dict[str, list[Task]] = {}
+        last = [t for t in tasks if t.deliveries >= self.max_deliveries]
+        for task in tasks:
+            if task not in last:
+                by_kind.setdefault(task.kind, []).append(task)
+        return [*by_kind.values(), *([last] if last else [])]
 
     async def _free_worker(self) -> bool:
         """Wait for a worker; False (none taken) once close() began: it waits no longer."""
@@ -283,7 +295,22 @@ class BackgroundWork:
         block = min(self.block_ms, max(1, int((self._next_claim - now) * 1000)))
         return await self.stream.read(self.batch, block)
 
-    async def _run(self, kind: str, tasks: list[Task], deadline: float) -> None:
+    async def _run(self, tasks: list[Task], deadline: float) -> None:
+        """A runner of `_batches`, on a worker of its own: a batch of one kind, or the tasks on
+        their last delivery, each alone and one at a time in this process (`_last_runs`: two
+        at once, one that took the process down would bury the other)."""
+        try:
+            if tasks[0].deliveries < self.max_deliveries:
+                await self._run_batch(tasks[0].kind, tasks, deadline)
+                return
+            for task in tasks:
+                async with self._last_runs:
+                    await self._run_batch(task.kind, [task], deadline)
+                deadline = asyncio.get_running_loop().time() + self.max_wait
+        finally:
+            self._slots.release()
+
+    async def _run_batch(self, kind: str, tasks: list[Task], deadline: float) -> None:
         """One batch of one kind: ack on success, otherwise leave it pending (or dead-letter
         what has used up its deliveries)."""
         unstarted = False
@@ -299,15 +326,13 @@ class BackgroundWork:
             try:
                 if handler is None:
                     raise LookupError(f"no handler for background task kind {kind!r}")
-                # several tasks: never the last run (`_failed` runs the spent ones alone)
-                most = self.max_deliveries + (len(tasks) > 1)
-                running_delivery(min(t.deliveries for t in tasks), most)
+                running_delivery(min(t.deliveries for t in tasks), self.max_deliveries)
                 await handler([t.payload for t in tasks])
             except Deferred as exc:
                 assert handler is not None  # raised by the handler
                 await self._deferred(kind, handler, tasks, exc)
             except Exception as exc:
-                await self._failed(kind, handler, tasks, exc)
+                await self._failed(kind, tasks, exc)
             else:
                 await self.stream.ack(tasks)
         except Exception:  # Redis failed: the tasks stay pending and are claimed again
@@ -315,7 +340,6 @@ class BackgroundWork:
         finally:
             if not unstarted:
                 self._held.release(tasks)
-            self._slots.release()
 
     async def _deferred(
         self, kind: str, handler: Handler, tasks: list[Task], exc: Deferred
@@ -348,7 +372,7 @@ class BackgroundWork:
             except Deferred as alone:
                 await self._put_back(kind, [task], alone)
             except Exception as alone:
-                await self._failed(kind, handler, [task], alone)
+                await self._failed(kind, [task], alone)
             else:
                 await self.stream.ack([task])
             self._held.release([task])
@@ -364,28 +388,11 @@ class BackgroundWork:
         self._held.release(tasks)
         await self.stream.give_back(tasks, idle_ms, ran=True)
 
-    async def _failed(
-        self, kind: str, handler: Handler | None, tasks: list[Task], exc: Exception
-    ) -> None:
+    async def _failed(self, kind: str, tasks: list[Task], exc: Exception) -> None:
         ids = ", ".join(t.id for t in tasks)
         log.warning("background %s failed for %s: %r", kind, ids, exc, exc_info=exc)
-        spent = [t for t in tasks if t.deliveries >= self.max_deliveries]
-        if handler is not None and len(tasks) > 1:
-            # Last chance for tasks that shared a batch: alone, so one bad task does not take
-            # the others down with it.
-            for task in spent:
-                try:
-                    await self._held.started([task])  # a run of its own: max_run_ms afresh
-                    running_delivery(task.deliveries, self.max_deliveries)
-                    await handler([task.payload])
-                except Deferred as alone:
-                    await self._put_back(kind, [task], alone)
-                except Exception as alone:
-                    await self._spent.give_up(task, alone)
-                else:
-                    await self.stream.ack([task])
-            return
-        for task in spent:
+        # a task on its last delivery runs alone (`_batches`): a failed batch has none
+        for task in (t for t in tasks if t.deliveries >= self.max_deliveries):
             await self._spent.give_up(task, exc)
 
     async def _yield_to_turns(self, deadline: float) -> None:

@@ -124,7 +124,7 @@ class WatchService:
             self.workers[platform] = BackgroundWork(
                 self.stream(platform),
                 {DIGEST: self.run_digests, SAVE: self.run_saves, REMOVED: self.removals.run},
-                claim_idle_ms=self.claim_idle_ms,
+                claim_idle_ms=self.claim_idle_ms, on_dead_letter={SAVE: self.saves.given_up},
             )  # fmt: skip
         with contextlib.suppress(RuntimeError):  # no running loop (yet)
             asyncio.get_running_loop()

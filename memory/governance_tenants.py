@@ -180,8 +180,17 @@ class TenantErasures:
         # deleted after the drop: a task embedding one meanwhile cached it again
         erasure.cached_embeddings = await delete_keys(self.redis, cached) if cached else 0
         erasure.dead_letters = await self._drop_dead_letters(tenant)
-        await self.redis.srem(busy_tenants_key(), tenant)
+        await self._forget_busy(tenant)
         return erasure
+
+    async def _forget_busy(self, tenant: str) -> None:
+        """Take the tenant out of the busy set, under each platform it was queued for
+        (`<platform>:<tenant>`, memory/coordination.py `TurnQueue.push`), or every process
+        would look for its lapsed leases every few seconds for ever."""
+        members = [decode(m) or "" for m in await self.redis.smembers(busy_tenants_key())]
+        gone = [m for m in members if m.rpartition(":")[2] == tenant]
+        if gone:
+            await self.redis.srem(busy_tenants_key(), *gone)
 
     async def _count(self, tenant: str) -> TenantErasure:
         """What the tenant holds, per store, read before it goes (for the operator's report)."""

@@ -54,9 +54,9 @@ async def test_a_spent_batch_is_not_the_last_delivery_its_tasks_run_alone(client
 
     batches = [(d, last) for tasks, d, last in handler.runs if len(tasks) > 1]
     alone = sorted((tasks, d, last) for tasks, d, last in handler.runs if len(tasks) == 1)
-    # redelivered together until their count reached the limit, never told it was the last
-    assert batches == [(n, False) for n in range(1, MAX_DELIVERIES + 1)]
-    assert all(tasks == [0, 1, 2] for tasks, _, _ in handler.runs[:MAX_DELIVERIES])
+    # redelivered together until their last delivery, never told it was the last
+    assert batches == [(n, False) for n in range(1, MAX_DELIVERIES)]
+    assert all(tasks == [0, 1, 2] for tasks, _, _ in handler.runs[: MAX_DELIVERIES - 1])
     # then each spent task alone, on its last delivery, and told so
     assert alone == [([i], MAX_DELIVERIES, True) for i in range(3)]
     # the bad one said its failure before it was dead-lettered; the others were acknowledged

@@ -95,6 +95,7 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
     for kind in ("slow", "other", "last"):  # delivered once to a process that died
         dead = await stream.add(kind, {"n": kind})
     await client.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
+    await client.xclaim(stream.stream, stream.group, "dead-1", 0, [dead])  # "last": twice
     release, running = asyncio.Event(), asyncio.Event()
     started: list[str] = []
 
@@ -106,14 +107,14 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
 
     a = BackgroundWork(
         TaskStream(client, stream.stream, consumer="A"), {"slow": slow, "other": slow},
-        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=2,
+        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=3,
     )  # fmt: skip
     a.start()  # claims all three (their last delivery): "last" waits for a worker
     async with asyncio.timeout(10):
         await running.wait()
         while dead not in a._held:
             await asyncio.sleep(0.02)
-    assert await delivered(stream, dead) == 2
+    assert await delivered(stream, dead) == 3
     closing = asyncio.create_task(a.close())
     ran: list[tuple[dict, int]] = []
     told: list[dict] = []
@@ -126,7 +127,7 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
 
     b = BackgroundWork(
         TaskStream(client, stream.stream, consumer="B"), {"last": last},
-        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=2, on_dead_letter={"last": hook},
+        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=3, on_dead_letter={"last": hook},
     )  # fmt: skip
     b.start()
     async with asyncio.timeout(10):
@@ -138,6 +139,6 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
         await closing
     await b.close()
     assert "last" not in started
-    assert ran == [({"n": "last"}, 2)] and told == []  # its last delivery, run once
+    assert ran == [({"n": "last"}, 3)] and told == []  # its last delivery, run once
     assert await dead_letters(stream) == []
     assert await delivered(stream, dead) is None

@@ -62,7 +62,13 @@ async def full_tenant(memory, stream: TaskStream, tenant: str) -> None:
         now=time.time() + 1000 * DAY,
     )  # fmt: skip
     await bury(stream, "episodes", {"scope": scope.to_dict(), "messages": [], "tag": tenant})
-    await memory.redis.sadd(busy_tenants_key(), tenant)
+    # as TurnQueue.push marks it, once per platform it queued turns on
+    await memory.redis.sadd(busy_tenants_key(), f"slack:{tenant}", f"discord:{tenant}")
+
+
+async def busy_members(memory, tenant: str) -> set[str]:
+    members = {m.decode() for m in await memory.redis.smembers(busy_tenants_key())}
+    return {m for m in members if m.endswith(f":{tenant}")}
 
 
 async def due_members(memory, tenant: str) -> list[str]:
@@ -84,7 +90,7 @@ async def test_cli_erases_a_whole_tenant_and_leaves_another(memory, stream, caps
         assert what in out
     assert await held(memory, gone) == []
     assert await due_members(memory, gone) == []
-    assert not await memory.redis.sismember(busy_tenants_key(), gone)
+    assert not await busy_members(memory, gone)
     assert await memory.redis.zscore(uninstalled_key(), gone) is None
     assert [d.payload["tag"] for d in await dead_letters(stream)] == [kept]
 
@@ -95,7 +101,7 @@ async def test_cli_erases_a_whole_tenant_and_leaves_another(memory, stream, caps
     assert len(await memory.knowledge_base.papers(Scope(kept), everywhere=True)) == 1
     assert len(await memory.entities.all(Scope(kept), everywhere=True)) == 1
     assert len(await due_members(memory, kept)) == 1
-    assert await memory.redis.sismember(busy_tenants_key(), kept)
+    assert await busy_members(memory, kept) == {f"slack:{kept}", f"discord:{kept}"}
 
 
 async def test_the_erasure_keeps_its_lock_to_the_end(memory, stream, redis_url):
