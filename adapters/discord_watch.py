@@ -5,13 +5,15 @@ message, its Save buttons.
   thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there, but
   for members with Manage Server or Administrator and those named in ARXIVSCOUT_ADMINS, the
   memory page's admins: from anywhere). A mention "watch … weekly" does the same, through the
-  turn handler (only from the watch's place).
+  turn handler (only from the watch's place); from the thread the bot opens for a mention, the
+  watch posts to that thread's channel (`home`).
 - A digest is one message under 2,000 characters with a "Save" button per paper (custom id
   `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
   posted by another process or before a restart work). It is sent with a nonce naming its
   watch and period: Discord enforces a nonce, so a digest task run again after a crash gets the
-  first message back instead of a second one (Discord keeps nonces for a few minutes; the task
-  is claimed again within a minute).
+  first message back instead of a second one. Discord keeps nonces only for minutes, so the
+  footer also carries the marker (`marker_tag`) and a task run again later (a long outage)
+  finds the message in the channel's history (`find`) rather than posting it twice.
 - A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
   task, and answered again through the interaction's follow-up ("Saved … (N passages)").
 - `/watch add` needs the bot to be able to send where it is used (the interaction's
@@ -40,6 +42,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import discord
@@ -71,7 +74,10 @@ log = logging.getLogger(__name__)
 
 TEMPLATE = r"digest:save:(?P<arxiv_id>[A-Za-z0-9.\-/]{4,60})"
 LIMIT = 2000
+SEPARATOR = "\n\n"  # between a digest's parts
 NONCE_LIMIT = 25
+FIND_SECONDS = 60.0  # `find` reads the history from this long before the digest's "posting"
+FIND_LIMIT = 500  # messages `find` reads: the digest follows "posting" within seconds
 # What a /watch command's work may take before its answer is deferred: a second of Discord's
 # 3 s is left for the gateway's delivery and the defer's POST.
 ANSWER_WITHIN_SECONDS = 2.0
@@ -256,8 +262,16 @@ async def respond(
         log.warning("/watch could not send its answer: %r", exc)
 
 
-def digest_message(digest: Digest) -> str:
-    """The digest as one Discord message (Markdown, under 2,000 characters)."""
+def marker_tag(marker: str) -> str:
+    """The digest's marker (its watch and period) as its footer shows it: what `find` looks
+    for in the channel's history, as Discord keeps no nonce there."""
+    return f"(digest {marker})"
+
+
+def digest_message(digest: Digest, marker: str = "") -> str:
+    """The digest as one Discord message (Markdown, under 2,000 characters), its footer (with
+    the `marker`) whole: each paper is cut to what the head, the footer and the blank lines
+    between the parts leave."""
     watch = digest.watch
     topic = watch.query or ", ".join(watch.categories + watch.authors)
     head = (
@@ -265,7 +279,10 @@ def digest_message(digest: Digest) -> str:
         f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
     )
     foot = f"-# Watch `{watch.id}`: {describe(watch)}. `/watch remove {watch.id}` stops it."
-    room = (LIMIT - len(head) - len(foot) - 4) // max(1, len(digest.items))
+    if marker:
+        foot += f" {marker_tag(marker)}"
+    separators = len(SEPARATOR) * (len(digest.items) + 1)  # between head, papers and footer
+    room = (LIMIT - len(head) - len(foot) - separators) // max(1, len(digest.items))
     parts = []
     for n, item in enumerate(digest.items, 1):
         paper = item.paper
@@ -275,7 +292,7 @@ def digest_message(digest: Digest) -> str:
             f"arXiv:{paper.arxiv_id}\n{item.why}"
         )
         parts.append(part if len(part) <= room else part[: room - 1] + "…")
-    return "\n\n".join([head, *parts, foot])[:LIMIT]
+    return SEPARATOR.join([head, *parts, foot])[:LIMIT]
 
 
 def digest_view(digest: Digest) -> discord.ui.View:
@@ -412,7 +429,8 @@ class DiscordWatches:
             raise ForeignPlace(foreign_message(watch.channel, watch.tenant))
         try:
             message = await channel.send(
-                digest_message(digest), view=digest_view(digest), nonce=marker[:NONCE_LIMIT],
+                digest_message(digest, marker), view=digest_view(digest),
+                nonce=marker[:NONCE_LIMIT],
                 allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True,
             )  # fmt: skip
         except (discord.Forbidden, discord.NotFound) as exc:
@@ -435,7 +453,43 @@ class DiscordWatches:
         return found is not Visibility.PUBLIC
 
     async def find(self, watch: Watch, marker: str, since: float) -> str | None:
-        return None  # posting again with the same nonce returns the first message
+        """The bot's digest message with this marker in its footer, posted since a minute
+        before `since` (its "posting"), from the channel's history: a digest task run again
+        after a crash or an outage longer than Discord keeps a nonce (minutes) finds it
+        rather than posting it twice. A channel gone, or whose history the bot may not read,
+        finds none (the post then says, or relies on the nonce); Discord failing in passing
+        raises (the task is tried again)."""
+        me = self.client.user
+        if me is None:  # not logged in: cannot tell its own messages, tried again later
+            raise RuntimeError("Discord client not ready: cannot look for a posted digest")
+        channel = await self.channel_of(int(watch.channel))
+        if channel is None or not of_tenant(channel, watch.tenant):
+            return None
+        after = datetime.fromtimestamp(since - FIND_SECONDS, tz=UTC)
+        tag = marker_tag(marker)
+        try:
+            async for message in channel.history(limit=FIND_LIMIT, after=after):
+                if message.author.id == me.id and tag in message.content:
+                    return str(message.id)
+        except (discord.Forbidden, discord.NotFound) as exc:
+            log.warning("could not read %s's history for digest %s: %r", watch.channel,
+                        marker, exc)  # fmt: skip
+        return None
+
+    async def home(self, place: WatchPlace) -> WatchPlace:
+        """Where a watch made by a mention at `place` posts: a thread the bot opened for a
+        mention (it owns it) gives its channel, where the mention was (the thread is only the
+        conversation and archives when quiet; `/watch list` in the channel finds the watch).
+        Any other place, or one Discord cannot show now, is itself."""
+        me = self.client.user
+        try:
+            channel = await self.channel_of(int(place.channel))
+        except (ValueError, discord.HTTPException) as exc:
+            log.info("Discord could not show %s (%r): the watch posts there", place.channel, exc)
+            return place
+        if me is not None and isinstance(channel, discord.Thread) and channel.owner_id == me.id:
+            return WatchPlace(place.platform, str(channel.parent_id))
+        return place
 
     async def can_post(self, place: WatchPlace, tenant: str) -> str:
         """Whether the bot may send in the watch's channel now, from the channel as the client

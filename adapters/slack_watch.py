@@ -56,7 +56,7 @@ from adapters.slack_org import (
 )
 from adapters.slack_walls import SlackWalls
 from bot.watch_commands import AdminUnknown
-from bot.watch_digest import PostingRestricted
+from bot.watch_digest import ChannelArchived, PostingRestricted
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -89,7 +89,8 @@ CANNOT_TELL = (
 _ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
 # Slack's refusals of the watch's place that no retry changes: the channel is gone or closed to
 # the bot (and `restricted_action…`: posting there is restricted, `PostingRestricted`); the
-# watch is paused and its creator told (bot/watch_digest.py `_refused`). An app-wide error (a
+# watch is paused and its creator told (bot/watch_digest.py `_refused`; `is_archived`:
+# `ChannelArchived`, unarchived rather than invited). An app-wide error (a
 # revoked token, a missing scope) pauses nothing: retried, then dead-lettered, as it is fixed
 # once for every watch (and `tell` would need the same token).
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
@@ -102,6 +103,16 @@ NOT_OURS = (  # `can_post`: the watch's channel is another workspace's
     "<#{channel}> is not a channel of this workspace, so I will not post this watch's digests "
     "there: make the watch again in one of this workspace's channels (and `/watch remove` this "
     "one)."
+)
+
+
+NOT_IN = (  # `can_post`: named, as it may be asked from another channel (an admin's resume)
+    "I am not in this channel (<#{channel}>), so Slack would refuse this watch's digests "
+    "there: invite me first (`/invite @ArxivScout` there), then ask again."
+)
+ARCHIVED = (
+    "<#{channel}> is archived, so Slack would refuse this watch's digests there: unarchive it "
+    "first, then ask again."
 )
 
 
@@ -279,12 +290,11 @@ class SlackWatches:
         if why := foreign_reason(info, tenant):
             log.warning("refused a watch of %s in %s: %s", tenant, place.channel, why)
             return NOT_OURS.format(channel=place.channel)
+        if info.get("is_archived"):  # Slack refuses every post there, the bot's too
+            return ARCHIVED.format(channel=place.channel)
         if info.get("is_im") or info.get("is_mpim") or info.get("is_member"):
             return ""
-        return (
-            "I am not in this channel, so Slack would refuse my digests here: invite me first "
-            "(`/invite @ArxivScout`), then ask again."
-        )
+        return NOT_IN.format(channel=place.channel)
 
     async def _ours_or_refused(self, watch: Watch) -> None:
         """Before any message in the watch's channel: Undeliverable if Slack will not have it
@@ -374,6 +384,8 @@ def _raise_if_undeliverable(exc: SlackApiError, watch: Watch) -> None:
     said = f"Slack refused the digest in {watch.channel}: {error}"
     if error.startswith("restricted_action"):
         raise PostingRestricted(said) from exc
+    if error == "is_archived":  # unarchived, not invited, is what lets it post again
+        raise ChannelArchived(said) from exc
     if error in UNDELIVERABLE:
         raise Undeliverable(said) from exc
     if error in SHAPE_ERRORS:  # the same digest fails everywhere: a bug to fix here

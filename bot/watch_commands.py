@@ -12,8 +12,9 @@ check its channel).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
-from bot.watch_places import TERMINAL, Poster, WatchPlace, place_of
+from bot.watch_places import TERMINAL, HomePlaces, Poster, WatchPlace, place_of
 from bot.watch_texts import (
     RESERVED,
     USAGE,
@@ -118,7 +119,21 @@ class WatchCommands:
         if command is None:
             return None
         watch_id = watch_id_of(scope.tenant, turn_id) if turn_id else ""
-        return await self.command(scope, command, place_of(scope), watch_id)
+        scope, place = await self._home(scope)
+        return await self.command(scope, command, place, watch_id)
+
+    async def _home(self, scope: Scope) -> tuple[Scope, WatchPlace | None]:
+        """Where a chat message's watch commands act: its place, or where its poster says a
+        watch made there posts (Discord: a thread the bot opened gives its channel), the scope
+        then of that channel (a private channel's watch is seen there, not in the thread)."""
+        place = place_of(scope)
+        poster = self.posters.get(place.platform) if place is not None else None
+        if place is None or not isinstance(poster, HomePlaces):
+            return scope, place
+        home = await poster.home(place)
+        if home.channel != place.channel:
+            scope = replace(scope, channel=home.channel)
+        return scope, home
 
     async def list_text(self, scope: Scope, place: WatchPlace | None) -> str:
         channel = place.channel if place else None

@@ -6,13 +6,14 @@
 - Before posting it records "posting", only if the watch is still there and not paused (one
   script: a `/watch remove` or `pause` during the build, which takes a while of arXiv's
   answers, posts nothing and leaves `since` where it was); a re-run that finds it asks the
-  platform whether the message is there (Slack: the message's metadata in the channel's history; Discord: the send's
-  nonce, which Discord refuses to use twice), so a crash between posting and recording does not
-  post twice. Then the period is recorded as posted with the papers it showed, and the watch's
+  platform whether the message is there (Slack: the message's metadata in the channel's
+  history; Discord: the marker in the footer of a message in the channel's history), so a
+  crash (or an outage) between posting and recording does not post twice. Then the period is recorded as posted with the papers it showed, and the watch's
   `since` moves on.
 - A place that refuses the digest pauses the watch and its creator is told in a direct message
-  what to do for its reason (`resume_advice`: let the bot post again, or ask an admin to allow
-  it (`PostingRestricted`), then `/watch resume <id>`). A channel not of the watch's tenant
+  what to do for its reason (`resume_advice`: let the bot post again, ask an admin to allow
+  it (`PostingRestricted`), or unarchive the channel (`ChannelArchived`), then
+  `/watch resume <id>`). A channel not of the watch's tenant
   (`ForeignPlace`: the poster checks it at every post) is refused the same way, and the poster
   tells only a person of the tenant; a place gone is refused before arXiv is asked (`walled`).
   A watch whose topic arXiv cannot search (saved before `create` refused such topics) is paused
@@ -88,6 +89,11 @@ class PostingRestricted(Undeliverable):
     `restricted_action…`): inviting the bot changes nothing, an admin must allow it."""
 
 
+class ChannelArchived(Undeliverable):
+    """The channel is archived (Slack's `is_archived`): inviting the bot changes nothing, the
+    channel must be unarchived."""
+
+
 def resume_advice(watch: Watch, exc: Undeliverable) -> str:
     """What the creator of a watch paused by `exc` does next, for its reason."""
     if isinstance(exc, ForeignPlace):
@@ -99,6 +105,11 @@ def resume_advice(watch: Watch, exc: Undeliverable) -> str:
         return (
             f"I paused it. Posting there is restricted: ask an admin of the channel to let me "
             f"post in it, then `/watch resume {watch.id}` there."
+        )
+    if isinstance(exc, ChannelArchived):
+        return (
+            f"I paused it. The channel is archived: unarchive it, then `/watch resume "
+            f"{watch.id}` there."
         )
     return (
         f"I paused it. To have it post again, invite me to the channel or give me permission to "

@@ -1,6 +1,7 @@
 """Where a watch posts, and how a platform posts there.
 
-A watch made in chat posts to the channel it was made in (`place_of`); one made in the terminal
+A watch made in chat posts to the channel it was made in (`place_of`; from a thread the bot
+opened for a Discord mention, that thread's channel: `HomePlaces`); one made in the terminal
 posts nowhere (`TERMINAL`: it is run by hand). Each chat adapter registers a `Poster`, the one
 seam between the platform-free watch service and Slack's or Discord's API, so that the
 scheduler, the digest task and the Save task never name a platform.
@@ -9,7 +10,7 @@ scheduler, the digest task and the Save task never name a platform.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from memory.digest import Digest
 from memory.scope import Scope
@@ -38,13 +39,25 @@ TERMINAL = WatchPlace("terminal", "terminal")
 
 
 def place_of(scope: Scope) -> WatchPlace | None:
-    """The place of a chat message (from its thread id), or None for the terminal."""
+    """The place of a chat message (from its thread id), or None for the terminal. A Discord
+    thread the bot opened is that thread here (the scope does not name its channel): the
+    commands ask the poster where it belongs (`HomePlaces`)."""
     parts = scope.thread.split(":")
     if parts[0] == "slack" and len(parts) >= 4:
         return WatchPlace("slack", parts[2])  # digests go to the channel, not the thread
     if parts[0] == "discord" and len(parts) >= 3 and scope.channel:
         return WatchPlace("discord", scope.channel)
     return None
+
+
+@runtime_checkable
+class HomePlaces(Protocol):
+    """What a `Poster` may also say: where a watch made in chat at `place` posts. Discord's
+    answers a thread the bot opened for a mention with its channel: the thread is only the
+    conversation (it archives when it goes quiet), the channel is where the watch was asked
+    for and where `/watch list` looks for it."""
+
+    async def home(self, place: WatchPlace) -> WatchPlace: ...
 
 
 class Poster(Protocol):

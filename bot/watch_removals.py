@@ -33,7 +33,8 @@ def removed_text(watch: Watch, place: DeletedPlace) -> str:
         where = f"{'the thread' if place.parent else ''} <#{place.channel}>".strip()
     else:  # a thread of the deleted channel
         where = f"a thread of <#{place.channel}>"
-    extra = [f"cat:{c}" for c in watch.categories] + [f"author:{a}" for a in watch.authors]
+    extra = [f"cat:{_word(c)}" for c in watch.categories]
+    extra += [f"author:{_word(a)}" for a in watch.authors]
     slack = " ".join([watch.query, watch.period_name, *extra]).strip()
     command = "/watch add" if watch.platform == "discord" else f"/watch {slack}"
     return (
@@ -41,6 +42,12 @@ def removed_text(watch: Watch, place: DeletedPlace) -> str:
         f"I removed the watch. To keep following it, make it again in another channel: "
         f"`{command}` there."
     )
+
+
+def _word(value: str) -> str:
+    """A field's value as `parse_watch` reads it back whole: quoted when it has a space
+    (`author:"Albert Gu"`, not `author:Albert` and "Gu" in the topic)."""
+    return f'"{value}"' if any(c.isspace() for c in value) else value
 
 
 class RemovalNotices:
