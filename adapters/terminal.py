@@ -33,6 +33,14 @@ Commands:
 # these markers, so its lines are told from lines typed one by one (or typed ahead).
 PASTE_ON, PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
+# A tty keeps at most 4095 bytes of a line while it is typed (Linux's canonical mode, which
+# input() reads in): the rest is dropped as it arrives, a paste's end marker with it. A line
+# that long is taken as cut, and a paste ends with it (else the lines typed next would join it).
+LINE_LIMIT = 4095
+LINE_CUT = (
+    "warning: line cut at the terminal's 4095-byte limit (the rest is lost, and a paste ends "
+    'there); send long text with `arxivscout ask "..."`, or pipe it into `arxivscout chat`'
+)
 
 
 def _markers_unseen() -> Callable[[], None] | None:
@@ -97,27 +105,45 @@ def read_pasted(prompt: str) -> list[str | None]:
     text typed before it begins the message) to the one holding its end marker, markers taken
     out. EOFError at the end. Read with input(): unlike sys.stdin.buffer it holds no lock while
     it waits, so Ctrl-C at the prompt leaves no daemon thread that aborts interpreter exit."""
-    first = _line(prompt)
-    if first is None or PASTE_START not in first:
+    first, cut = _line(prompt)
+    if first is None or PASTE_START not in first or cut:
         return [_unmarked(first)]
     before, _, rest = first.partition(PASTE_START)
     lines: list[str | None] = [before + rest]
     last: str | None = rest
     while last is None or PASTE_END not in last:
         try:
-            last = _line("")
+            last, cut = _line("")
         except EOFError:  # Ctrl-D: the end of this message
             break
         lines.append(last)
+        if cut:  # its end marker may be what the tty dropped
+            break
     return [_unmarked(line) for line in lines]
 
 
-def _line(prompt: str) -> str | None:
-    """input(prompt); None when the line is not valid UTF-8."""
+def _line(prompt: str) -> tuple[str | None, bool]:
+    """input(prompt) (None when the line is not valid UTF-8), and whether the tty cut it:
+    said on stderr, as the cut is silent."""
     try:
-        return input(prompt)
-    except UnicodeDecodeError:
-        return None
+        line = input(prompt)
+    except UnicodeDecodeError as exc:  # not UTF-8, or a character cut in two by the tty
+        line, raw = None, exc.object
+    else:
+        raw = line.encode("utf-8", "surrogateescape")
+    if len(raw.rstrip(b"\n")) < LINE_LIMIT:
+        return line, False
+    print(LINE_CUT, file=sys.stderr)
+    return _whole_characters(raw.rstrip(b"\n")), True
+
+
+def _whole_characters(raw: bytes) -> str | None:
+    """A cut line's text without the first bytes of a character cut in two (up to 3 of its
+    4); None when what is left is still not UTF-8."""
+    for end in range(len(raw), max(len(raw) - 4, -1), -1):
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw[:end].decode("utf-8")
+    return None
 
 
 def _unmarked(line: str | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         result = handler(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is caught below
         return int(result or 0)
+    except BrokenPipeError:
+        return reader_gone()
     except USER_ERRORS as exc:
         print(f"arxivscout: error: {exc}", file=sys.stderr)
         return 2
@@ -109,6 +113,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"arxivscout: error: {os_error_text(exc)}", file=sys.stderr)
         return 2
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (`arxivscout ... | head`): it wanted no more, so exit
+    quietly instead of with a traceback. Python's own recipe (its `signal` docs): stdout onto
+    /dev/null, so the flush at exit cannot fail again, and status 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
 
 
 def configure_logging(command: str) -> None:

@@ -105,7 +105,9 @@ class LinkSigner:
             "This link is not valid: it was changed, cut short when copied, or not made by "
             "this ArxivScout.",
         )
-        if version != VERSION or not payload or not signature:
+        # a link is ASCII (base64url and dots): anything else was altered, and is refused here
+        # (compare_digest takes no non-ASCII text: a TypeError, a bare 500)
+        if not token.isascii() or version != VERSION or not payload or not signature:
             raise invalid
         if not hmac.compare_digest(self._signature(f"{version}.{payload}"), signature):
             raise invalid

@@ -8,10 +8,13 @@ import shlex
 import sys
 import uuid
 
+from adapters.spine import AGAIN, AGAIN_TILL_FIXED, EMBEDDINGS_BROKEN, EMBEDDINGS_DOWN, error_kind
 from adapters.terminal import TerminalChat
 from app.commands.common import DEFAULT_TENANT, add_tenant, terminal_thread
 from app.runtime import open_agent
 from app.settings import Settings
+from memory.embeddings import EmbeddingError
+from memory.errors import in_passing
 from memory.scope import Scope
 
 
@@ -51,12 +54,26 @@ def continue_command(args: argparse.Namespace, thread: str) -> str:
 
 async def run_ask(args: argparse.Namespace) -> int:
     scope = Scope.local(terminal_thread(args.thread), args.tenant)
-    runtime = await open_agent(Settings.from_env())
     try:
-        reply = await runtime.turns().handle(scope, args.question)
-        print(reply.text)
-        if reply.refused:  # not taken: no answer
-            return 1
-        return 0 if reply.result is None or reply.result.stop_reason == "final" else 1
-    finally:
-        await runtime.close()
+        runtime = await open_agent(Settings.from_env())  # embeds the tools' descriptions
+        try:
+            reply = await runtime.turns().handle(scope, args.question)
+        finally:
+            await runtime.close()
+    except EmbeddingError as exc:  # not answered: said as the chat and the bots say it
+        print(embeddings_failed(exc))
+        return 1
+    print(reply.text)
+    if reply.refused:  # not taken: no answer
+        return 1
+    return 0 if reply.result is None or reply.result.stop_reason == "final" else 1
+
+
+def embeddings_failed(exc: EmbeddingError) -> str:
+    """The spine's words for an embedding model that failed: in passing (try again soon), or
+    for its setup (its operator must fix it). Whether the question was kept is not known
+    here, so the ending asks for it again."""
+    cause = error_kind(exc)  # a provider's own text (a masked key) stays out
+    if in_passing(exc):
+        return f"{EMBEDDINGS_DOWN.format(cause=cause)} {AGAIN}"
+    return EMBEDDINGS_BROKEN.format(cause=cause, saved=AGAIN_TILL_FIXED)

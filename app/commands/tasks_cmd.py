@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,14 +92,14 @@ async def run_requeue(args: argparse.Namespace) -> int:
             wanted = [(TaskStream(client, letter.stream), letter.id) for letter in letters]
         else:
             wanted = [_parse_id(client, text) for text in args.ids]
-        requeued = []
-        for stream, dead_id in wanted:
+        requeued, unknown = [], []
+        for stream, dead_id in wanted:  # every known id, though one before it is not
             new_id = await requeue(stream, dead_id)
             name = task_stream_name(stream.stream)
-            if new_id is None and not args.all:
-                raise UnknownDeadLetter(f"No dead letter {name}/{dead_id} (requeued already?).")
             if new_id is not None:
                 requeued.append({"id": f"{name}/{dead_id}", "task": new_id, "stream": name})
+            elif not args.all:  # under --all: requeued meanwhile by another
+                unknown.append(f"{name}/{dead_id}")
     finally:
         await client.aclose()
     if args.json:
@@ -107,7 +108,9 @@ async def run_requeue(args: argparse.Namespace) -> int:
         for row in requeued:
             print(f"requeued {row['id']} as task {row['task']}")
         print(f"{len(requeued)} requeued.")
-    return 0
+    for dead in unknown:  # said after what was done, so a partial run is read whole
+        print(f"arxivscout: error: No dead letter {dead} (requeued already?).", file=sys.stderr)
+    return 2 if unknown else 0
 
 
 async def _dead_letters(client: Any, stream: str | None, kind: str | None) -> list[DeadLetter]:
