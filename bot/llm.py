@@ -2,8 +2,8 @@
 
 Any OpenAI-compatible server works (OpenAI, Ollama, vLLM, the tests' scripted server). The
 client does its own retries (the SDK's are switched off) so that attempts are bounded, the
-delays are configurable (small in tests) and every failure ends as one `LLMError` subclass
-whose message the agent loop can show the user as is.
+delays are configurable (small in tests) and every failure ends as one `LLMError` subclass:
+its message is for the operator (it may quote the provider), `failure_kind` for a channel.
 """
 
 from __future__ import annotations
@@ -569,10 +569,12 @@ __all__ = [
     "LLMContextTooLong",
     "LLMError",
     "LLMResponseError",
+    "LLMStreamCut",
     "LLMTimeout",
     "LLMUnavailable",
     "RetryPolicy",
     "ToolCall",
     "Usage",
     "extract_json",
+    "failure_kind",
 ]

@@ -187,7 +187,8 @@ class TurnHandler:
             return THREAD_CHANGED
         except LLMError as exc:  # its kind only: the provider's text goes to the log
             log.warning("summary of %s failed: %s", scope.thread, exc)
-            return f"Could not summarize this thread: {failure_kind(exc)}."
+            again = " Try again in a moment." if exc.transient else ""
+            return f"Could not summarize this thread: {failure_kind(exc)}.{again}"
         except (SummaryInProgress, ValueError) as exc:
             return f"Could not summarize this thread: {exc}"
         finally:  # what the summary cost counts to the thread (unless erased meanwhile)

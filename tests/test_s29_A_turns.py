@@ -126,5 +126,18 @@ async def test_summarize_with_the_model_refusing_tells_its_kind_not_the_provider
     answer = await world.runtime.turns().summarize(scope)
     assert answer.startswith("Could not summarize this thread: "), answer
     assert "refused the API key (HTTP 401)" in answer, answer
+    assert "Try again in a moment" not in answer  # asking again will not help
     for secret in ("sk-proj", "Incorrect API key", world.model.base_url):
         assert secret not in answer, answer
+
+
+async def test_summarize_with_the_model_busy_says_to_try_again(world, tenant):
+    scope = Scope(tenant, "cli:summarize-busy")
+    for i in range(4):
+        await world.runtime.memory.conversation.append(scope, "user", f"Point {i} on paging.")
+    world.model.router = lambda body: error(503, f"upstream {INTERNAL} is down")
+    answer = await world.runtime.turns().summarize(scope)
+    assert answer == (
+        "Could not summarize this thread: the model service is unavailable (HTTP 503). "
+        "Try again in a moment."
+    ), answer
