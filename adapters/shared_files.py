@@ -58,6 +58,7 @@ from typing import Any, Protocol, TypeVar
 
 from bot.background import MAX_RUN_MS, BackgroundWork, close_all, stop_reading_all
 from bot.spent_tasks import last_delivery
+from bot.watch_texts import chat_command
 from memory.embeddings import EmbeddingError
 from memory.erased_people import ErasedPeople
 from memory.errors import in_passing
@@ -69,6 +70,7 @@ from memory.ingest.shared_pdf import SavedPdf, SharedFile, ShareProgress, save_s
 from memory.keys import papers_key, shared_pdf_key, task_stream
 from memory.scope import PUBLIC, Scope, Visibility
 from memory.stores.base import decode, delete_keys
+from memory.stores.knowledge_base import shares_of
 from memory.tasks import TaskStream, requeued
 
 log = logging.getLogger(__name__)
@@ -514,14 +516,18 @@ class SharedFiles:
         one's too: its files leave the private copies that list them (`forget_shares`: one
         another share holds stays for it, without this one's thread and sharer), the team's
         copies they read go (their record names the file: `origin`), and its progress notes."""
-        tenant, redis = scope.tenant, self.memory.redis
+        tenant, redis, governance = scope.tenant, self.memory.redis, self.memory.governance
         ids = [share_id for share_id, _ in _file_ids(payload["share"], payload["files"])]
-        await self.memory.governance.forget_shares(tenant, ids)
+        listed = False  # a private copy lists one of them: taken back under the erasure lock
         for paper_id, raw in (await redis.hgetall(papers_key(tenant))).items():
             record = json.loads(raw)
-            if record.get("origin") in ids and (record.get("audience") or PUBLIC) == PUBLIC:
+            if (record.get("audience") or PUBLIC) != PUBLIC:
+                listed = listed or any(s.get("origin") in ids for s in shares_of(record))
+            elif record.get("origin") in ids:
                 with contextlib.suppress(NotFound):  # an erasure took it meanwhile
-                    await self.memory.governance.forget_paper(tenant, decode(paper_id))
+                    await governance.forget_paper(tenant, decode(paper_id))
+        if listed:
+            await governance.forget_shares(tenant, ids)
         await delete_keys(redis, [shared_pdf_key(tenant, i) for i in [payload["share"], *ids]])
 
     async def _queue_turn(self, scope: Scope, payload: dict[str, Any]) -> None:
@@ -545,8 +551,11 @@ class SharedFiles:
             if paper := (await self.progress.get(tenant, share_id)).get("paper"):
                 papers.append(paper)
         turn = json.loads(payload["turn"])
+        text = turn.get("text") or ""
+        if chat_command(text) is not None:  # a watch command: the note would join its topic
+            return payload["turn"]
         if note := shared_with(papers):
-            turn["text"] = f"{turn.get('text') or ''}\n\n{note}"
+            turn["text"] = f"{text}\n\n{note}"
         return json.dumps(turn, ensure_ascii=False)
 
     @contextlib.asynccontextmanager
@@ -592,8 +601,11 @@ class SharedFiles:
         if outcome is None:
             sharer = str(payload.get("sharer") or "")
             outcome, saved = await self._read(end, scope, share_id, file, last, sharer, patience)
-        # the paper it was saved as, kept with the outcome for the turn's note (`_with_files`)
-        paper = {"paper": {"id": saved.arxiv_id, "title": saved.title}} if saved else {}
+        # the paper it was saved as, kept with the outcome for the turn's note (`_with_files`);
+        # an outcome found now without one (a requeue's read failing) clears a run before's
+        fresh = progress.get("outcome") is None
+        named = {"id": saved.arxiv_id, "title": saved.title} if saved else None
+        paper = {"paper": named} if fresh or saved else {}
         await self.progress.set(tenant, share_id, outcome=outcome, **paper)
         if outcome != shown:
             await self._say(end, reply, tenant, share_id, message, outcome)

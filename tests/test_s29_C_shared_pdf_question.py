@@ -141,3 +141,24 @@ async def test_a_run_again_names_the_pdf_an_earlier_run_saved(memory, tenant):
     assert await queued_text(memory, scope) == (
         f"what does it show?\n\n(shared with this message: *Kept Paper* [PDF:{paper['arxiv_id']}])"
     )
+
+
+async def test_a_watch_command_sent_with_a_pdf_keeps_its_words(memory, tenant):
+    """The note would join the watch's topic (or make "watch list" take more words)."""
+    scope = Scope(tenant, "slack:T:D6:dm", channel="D6", visibility=Visibility.DM)
+    payload = share_payload(scope, f"slack:D6:{time.time_ns()}", turn="watch quokka models weekly")
+    await stub_files(memory, StubEnd(shared_pdf("Watched Paper"))).one(payload)
+    assert [p["title"] for p in await memory.knowledge_base.papers(scope)] == ["Watched Paper"]
+    assert await queued_text(memory, scope) == "watch quokka models weekly"
+
+
+async def test_a_requeued_share_whose_read_now_fails_names_no_paper(memory, tenant):
+    """A share requeued (its outcome forgotten) whose file cannot be read this time: its note
+    does not name the paper the run before saved (it may have been forgotten since)."""
+    scope = Scope(tenant, "slack:T:D8:dm", channel="D8", visibility=Visibility.DM)
+    share = f"slack:D8:{time.time_ns()}"
+    await stub_files(memory, StubEnd(shared_pdf("Earlier Read"))).one(share_payload(scope, share))
+    files = stub_files(memory, StubEnd(b"not a pdf at all"))
+    await files.progress.restart(tenant, share, 1, "requeue-1")  # as `tasks requeue` does
+    await files.one(share_payload(scope, share, turn="what does it show?"))
+    assert await queued_text(memory, scope) == "what does it show?"
