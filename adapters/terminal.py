@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -35,12 +36,14 @@ PASTE_ON, PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 # A tty keeps at most 4095 bytes of a line while it is typed (Linux's canonical mode, which
 # input() reads in): the rest is dropped as it arrives, a paste's end marker with it. A line
-# that long is taken as cut, and a paste ends with it (else the lines typed next would join it).
+# that long is taken as cut; a paste ends with it unless its next line is already there (a
+# paste's lines arrive together, typed ones later: they must not join it).
 LINE_LIMIT = 4095
 LINE_CUT = (
-    "warning: line cut at the terminal's 4095-byte limit (the rest is lost, and a paste ends "
-    'there); send long text with `arxivscout ask "..."`, or pipe it into `arxivscout chat`'
+    "warning: line cut at the terminal's 4095-byte limit (anything past it was lost); to send "
+    "longer text, pipe it in: `arxivscout chat --thread ID < file.txt`"
 )
+PASTE_FOLLOWS_SECONDS = 0.1  # how long a paste's next line may take to be there
 
 
 def _markers_unseen() -> Callable[[], None] | None:
@@ -106,7 +109,7 @@ def read_pasted(prompt: str) -> list[str | None]:
     out. EOFError at the end. Read with input(): unlike sys.stdin.buffer it holds no lock while
     it waits, so Ctrl-C at the prompt leaves no daemon thread that aborts interpreter exit."""
     first, cut = _line(prompt)
-    if first is None or PASTE_START not in first or cut:
+    if first is None or PASTE_START not in first or (cut and not _more_waiting()):
         return [_unmarked(first)]
     before, _, rest = first.partition(PASTE_START)
     lines: list[str | None] = [before + rest]
@@ -117,9 +120,20 @@ def read_pasted(prompt: str) -> list[str | None]:
         except EOFError:  # Ctrl-D: the end of this message
             break
         lines.append(last)
-        if cut:  # its end marker may be what the tty dropped
+        if cut and not _more_waiting():  # its end marker may be what the tty dropped
             break
     return [_unmarked(line) for line in lines]
+
+
+def _more_waiting() -> bool:
+    """Whether a line after a cut one is there already: the paste goes on (its end marker is
+    still to come), rather than ending at the cut, which would make each of its later lines a
+    message. False where stdin cannot be waited on."""
+    try:
+        ready, _, _ = select.select([sys.stdin], [], [], PASTE_FOLLOWS_SECONDS)
+    except (OSError, ValueError, TypeError):  # no fileno (Windows' console, a test's stream)
+        return False
+    return bool(ready)
 
 
 def _line(prompt: str) -> tuple[str | None, bool]:

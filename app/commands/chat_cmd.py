@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import shlex
 import sys
 import uuid
@@ -16,6 +17,8 @@ from app.settings import Settings
 from memory.embeddings import EmbeddingError
 from memory.errors import in_passing
 from memory.scope import Scope
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +64,7 @@ async def run_ask(args: argparse.Namespace) -> int:
         finally:
             await runtime.close()
     except EmbeddingError as exc:  # not answered: said as the chat and the bots say it
+        log.error("the embedding model failed: %s", exc)  # its whole text, for the operator
         print(embeddings_failed(exc))
         return 1
     print(reply.text)
