@@ -5,8 +5,10 @@ message, its Save buttons.
   thread) it was used in; `/watch list`, `/watch remove|pause|resume id` (only from there, but
   for members with Manage Server or Administrator and those named in ARXIVSCOUT_ADMINS, the
   memory page's admins: from anywhere). A mention "watch … weekly" does the same, through the
-  turn handler (only from the watch's place); from the thread the bot opens for a mention, the
-  watch posts to that thread's channel (`home`).
+  turn handler (only from the watch's place). From a public thread the bot opened for a
+  mention, both act on that thread's channel (`home`, one rule for both paths: the watch
+  posts there, "Watching … in <#channel>"), the thread's own older watches still listed and
+  managed from it; Discord failing to show the thread then makes nothing ("try again").
 - A digest is one message under 2,000 characters with a "Save" button per paper (custom id
   `digest:save:<arXiv id>`, a `DynamicItem` registered on the client, so buttons of digests
   posted by another process or before a restart work). It is sent with a nonce naming its
@@ -51,6 +53,7 @@ from discord import app_commands
 from adapters.discord_platform import resolve_visibility
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
+from bot.watch_places import PlaceUnknown
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -76,6 +79,7 @@ TEMPLATE = r"digest:save:(?P<arxiv_id>[A-Za-z0-9.\-/]{4,60})"
 LIMIT = 2000
 SEPARATOR = "\n\n"  # between a digest's parts
 NONCE_LIMIT = 25
+WATCH_TEXT_LIMIT = 200  # a watch's topic or description in a digest's head and footer
 FIND_SECONDS = 60.0  # `find` reads the history from this long before the digest's "posting"
 FIND_LIMIT = 500  # messages `find` reads: the digest follows "posting" within seconds
 # What a /watch command's work may take before its answer is deferred: a second of Discord's
@@ -95,6 +99,9 @@ CANNOT_POST_IN = (  # `can_post`: asked for a watch's channel, perhaps from else
 NOT_OURS = (  # `can_post`: the watch's channel is another server's
     "<#{channel}> is not a channel of {where}, so I will not post this watch's digests there: "
     "make the watch again {instead} (and `/watch remove` this one)."
+)
+DISCORD_SILENT = (  # `home`: Discord failed in passing to show where a command was used
+    "Discord did not answer just now, so nothing was changed: try again in a moment."
 )
 CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
@@ -229,6 +236,8 @@ async def _said(answer: Callable[[], Awaitable[str]]) -> Reply:
     saying who sees the channel): an interaction is not sent again."""
     try:
         return await answer(), True
+    except PlaceUnknown as exc:  # Discord did not say where: try again
+        return str(exc), True
     except Exception as exc:
         log.warning("/watch failed: %r", exc)
         return UNREACHABLE, True
@@ -268,21 +277,29 @@ def marker_tag(marker: str) -> str:
     return f"(digest {marker})"
 
 
+def _capped(text: str, most: int = WATCH_TEXT_LIMIT) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def digest_message(digest: Digest, marker: str = "") -> str:
     """The digest as one Discord message (Markdown, under 2,000 characters), its footer (with
-    the `marker`) whole: each paper is cut to what the head, the footer and the blank lines
-    between the parts leave."""
+    the `marker`, which keeps a digest from being posted twice: `find`) always whole: the
+    watch's topic and description are capped (a watch of sixty authors), and each paper is
+    cut to what the head, the footer and the blank lines between the parts leave, or left out
+    when nothing is left."""
     watch = digest.watch
-    topic = watch.query or ", ".join(watch.categories + watch.authors)
+    topic = _capped(watch.query or ", ".join(watch.categories + watch.authors))
     head = (
         f"**New on “{topic}”**: {len(digest.items)} of {digest.found} papers submitted since "
         f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
     )
-    foot = f"-# Watch `{watch.id}`: {describe(watch)}. `/watch remove {watch.id}` stops it."
+    foot = (
+        f"-# Watch `{watch.id}`: {_capped(describe(watch))}. `/watch remove {watch.id}` stops it."
+    )
     if marker:
         foot += f" {marker_tag(marker)}"
-    separators = len(SEPARATOR) * (len(digest.items) + 1)  # between head, papers and footer
-    room = (LIMIT - len(head) - len(foot) - separators) // max(1, len(digest.items))
+    left = LIMIT - len(head) - len(foot) - len(SEPARATOR)  # for the papers, each with its own
+    room = max(0, left // max(1, len(digest.items)) - len(SEPARATOR))
     parts = []
     for n, item in enumerate(digest.items, 1):
         paper = item.paper
@@ -291,8 +308,11 @@ def digest_message(digest: Digest, marker: str = "") -> str:
             f"**{n}. [{paper.title[:150]}](<{link}>)**\n{short_authors(paper.authors)} · "
             f"arXiv:{paper.arxiv_id}\n{item.why}"
         )
-        parts.append(part if len(part) <= room else part[: room - 1] + "…")
-    return SEPARATOR.join([head, *parts, foot])[:LIMIT]
+        if len(part) <= room:
+            parts.append(part)
+        elif room > 1:
+            parts.append(part[: room - 1] + "…")
+    return SEPARATOR.join([head, *parts, foot])
 
 
 def digest_view(digest: Digest) -> discord.ui.View:
@@ -331,8 +351,12 @@ class DiscordWatches:
         group = app_commands.Group(name="watch", description="New arXiv papers on a topic, here")
         watches = self.watches
 
-        def place(interaction: discord.Interaction) -> WatchPlace:
-            return WatchPlace("discord", str(interaction.channel_id))
+        async def here(interaction: discord.Interaction) -> tuple[Scope, WatchPlace]:
+            """Where the command acts, as a mention there would (`WatchCommands.home`): a
+            public thread the bot opened gives its channel (and its own watches too)."""
+            asked = WatchPlace("discord", str(interaction.channel_id))
+            scope, place = await watches.commands.home(await scope_of(interaction), asked)
+            return scope, place or asked
 
         @group.command(name="add", description="Post a digest of new papers on a topic here")
         @app_commands.describe(
@@ -363,26 +387,26 @@ class DiscordWatches:
 
             async def made() -> Reply:
                 try:
-                    scope = await scope_of(interaction)
+                    scope, place = await here(interaction)
                     if isinstance(interaction.channel, discord.Thread):  # found if its parent goes
                         await watches.memory.governance.places.note_thread(
                             scope.tenant, str(interaction.channel.parent_id),
                             str(interaction.channel.id),
                         )  # fmt: skip
-                    watch = await watches.create(scope, request, place(interaction))
-                except InvalidWatch as exc:
+                    watch = await watches.create(scope, request, place)
+                except (InvalidWatch, PlaceUnknown) as exc:
                     return str(exc), True
                 except Exception as exc:  # Redis away: say so
                     log.warning("/watch add failed: %r", exc)
                     return UNREACHABLE, True
-                return created_text(watch), False
+                return created_text(watch, elsewhere=bool(place.asked)), False
 
             await respond(interaction, made(), public=True)
 
         @group.command(name="list", description="The topic watches of this channel")
         async def listing(interaction: discord.Interaction) -> None:
             async def listed() -> str:
-                return await watches.list_text(await scope_of(interaction), place(interaction))
+                return await watches.list_text(*await here(interaction))
 
             await respond(interaction, _said(listed))
 
@@ -391,10 +415,8 @@ class DiscordWatches:
 
             async def command(interaction: discord.Interaction, watch_id: str) -> None:
                 async def done() -> str:
-                    return await text_of(
-                        await scope_of(interaction), watch_id, place(interaction),
-                        admin_of(interaction, self.admins),
-                    )  # fmt: skip
+                    scope, place = await here(interaction)
+                    return await text_of(scope, watch_id, place, admin_of(interaction, self.admins))
 
                 await respond(interaction, _said(done))
 
@@ -477,17 +499,28 @@ class DiscordWatches:
         return None
 
     async def home(self, place: WatchPlace) -> WatchPlace:
-        """Where a watch made by a mention at `place` posts: a thread the bot opened for a
-        mention (it owns it) gives its channel, where the mention was (the thread is only the
-        conversation and archives when quiet; `/watch list` in the channel finds the watch).
-        Any other place, or one Discord cannot show now, is itself."""
+        """Where a watch made at `place` (by a mention or `/watch`) posts: a public thread the
+        bot opened for a mention (it owns it) gives its channel, where the mention was (the
+        thread is only the conversation and archives when quiet; `/watch list` in the channel
+        finds the watch). A private thread stays itself: its watch must not reach the
+        parent's wider audience. Any other place, or one gone or hidden from the bot, is
+        itself; Discord failing in passing (a 5xx, a 429) raises PlaceUnknown, rather than
+        making the watch in the thread."""
         me = self.client.user
         try:
             channel = await self.channel_of(int(place.channel))
-        except (ValueError, discord.HTTPException) as exc:
+        except (ValueError, discord.NotFound, discord.Forbidden) as exc:
             log.info("Discord could not show %s (%r): the watch posts there", place.channel, exc)
             return place
-        if me is not None and isinstance(channel, discord.Thread) and channel.owner_id == me.id:
+        except discord.HTTPException as exc:
+            log.warning("Discord did not show %s: %r", place.channel, exc)
+            raise PlaceUnknown(DISCORD_SILENT) from exc
+        if (
+            me is not None
+            and isinstance(channel, discord.Thread)
+            and channel.type is discord.ChannelType.public_thread
+            and channel.owner_id == me.id
+        ):
             return WatchPlace(place.platform, str(channel.parent_id))
         return place
 

@@ -107,8 +107,8 @@ NOT_OURS = (  # `can_post`: the watch's channel is another workspace's
 
 
 NOT_IN = (  # `can_post`: named, as it may be asked from another channel (an admin's resume)
-    "I am not in this channel (<#{channel}>), so Slack would refuse this watch's digests "
-    "there: invite me first (`/invite @ArxivScout` there), then ask again."
+    "I am not in <#{channel}>, so Slack would refuse this watch's digests there: invite me "
+    "first (`/invite @ArxivScout` there), then ask again."
 )
 ARCHIVED = (
     "<#{channel}> is archived, so Slack would refuse this watch's digests there: unarchive it "

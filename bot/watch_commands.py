@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from bot.watch_places import TERMINAL, HomePlaces, Poster, WatchPlace, place_of
+from bot.watch_places import TERMINAL, HomePlaces, PlaceUnknown, Poster, WatchPlace, place_of
 from bot.watch_texts import (
     RESERVED,
     USAGE,
@@ -93,7 +93,7 @@ class WatchCommands:
             watch = await self.create(scope, text, place, watch_id)
         except (InvalidWatch, AdminUnknown) as exc:
             return str(exc)
-        return created_text(watch)
+        return created_text(watch, elsewhere=bool(place and place.asked))
 
     async def _verb(
         self, scope: Scope, verb: str, rest: list[str], place: WatchPlace | None,
@@ -119,25 +119,37 @@ class WatchCommands:
         if command is None:
             return None
         watch_id = watch_id_of(scope.tenant, turn_id) if turn_id else ""
-        scope, place = await self._home(scope)
+        try:
+            scope, place = await self.home(scope, place_of(scope))
+        except PlaceUnknown as exc:
+            return str(exc)
         return await self.command(scope, command, place, watch_id)
 
-    async def _home(self, scope: Scope) -> tuple[Scope, WatchPlace | None]:
-        """Where a chat message's watch commands act: its place, or where its poster says a
-        watch made there posts (Discord: a thread the bot opened gives its channel), the scope
-        then of that channel (a private channel's watch is seen there, not in the thread)."""
-        place = place_of(scope)
+    async def home(self, scope: Scope, place: WatchPlace | None) -> tuple[Scope, WatchPlace | None]:
+        """Where the watch commands of a chat message or a platform's command (`/watch`) used
+        at `place` act, the same on both paths: the place, or where its poster says a watch
+        made there posts (Discord: a public thread the bot opened gives its channel). Then the
+        scope is that channel's (a private channel's watch is seen there, not only in the
+        thread) and the place still holds the thread's own watches (`asked`: made there
+        before, they stay listed and removable from it). PlaceUnknown: the platform did not
+        answer now."""
         poster = self.posters.get(place.platform) if place is not None else None
         if place is None or not isinstance(poster, HomePlaces):
             return scope, place
         home = await poster.home(place)
-        if home.channel != place.channel:
-            scope = replace(scope, channel=home.channel)
-        return scope, home
+        if home.channel == place.channel:
+            return scope, place
+        return replace(scope, channel=home.channel), replace(home, asked=place.channel)
 
     async def list_text(self, scope: Scope, place: WatchPlace | None) -> str:
-        channel = place.channel if place else None
-        watches = await self.store.visible(scope, channel)
+        """The watches of `place` (all of the tenant's for the terminal) this person may see."""
+        if place is None:
+            watches = await self.store.visible(scope)
+        else:
+            watches = [
+                w for w in await self.store.all(scope.tenant)
+                if w.channel in place.channels and _sees(scope, place, w)
+            ]  # fmt: skip
         if not watches:
             return "No watches here. " + USAGE
         return "\n".join(f"• `{w.id}` {describe(w)} — {_state(w)}" for w in watches)
@@ -151,7 +163,8 @@ class WatchCommands:
         watch = await self.store.get(scope.tenant, watch_id.strip("`"))
         if watch is None:
             return None, ""
-        if scope.can_see(watch.audience) and (place or TERMINAL).holds(watch):
+        here = place or TERMINAL
+        if here.holds(watch) and _sees(scope, here, watch):
             return watch, ""
         if admin is not None and await admin():
             return watch, f" in {_place_name(watch)}"
@@ -217,6 +230,14 @@ class WatchCommands:
 
 def _not_here(watch_id: str) -> str:
     return f"No watch `{watch_id}` posts here (`/watch list` shows their ids)."
+
+
+def _sees(scope: Scope, place: WatchPlace, watch: Watch) -> bool:
+    """The person may see the watch here: by the audience of the channel it posts to, the
+    thread asked from (`asked`) seen as the thread's own scope (before `home` moved it)."""
+    if place.asked and watch.channel == place.asked:
+        scope = replace(scope, channel=place.asked)
+    return scope.can_see(watch.audience)
 
 
 def _place_name(watch: Watch) -> str:

@@ -1,7 +1,8 @@
 """Where a watch posts, and how a platform posts there.
 
-A watch made in chat posts to the channel it was made in (`place_of`; from a thread the bot
-opened for a Discord mention, that thread's channel: `HomePlaces`); one made in the terminal
+A watch made in chat posts to the channel it was made in (`place_of`; from a public thread the
+bot opened for a Discord mention, by a mention or `/watch`, that thread's channel: `HomePlaces`,
+the place still holding the thread's own older watches: `asked`); one made in the terminal
 posts nowhere (`TERMINAL`: it is run by hand). Each chat adapter registers a `Poster`, the one
 seam between the platform-free watch service and Slack's or Discord's API, so that the
 scheduler, the digest task and the Save task never name a platform.
@@ -17,6 +18,11 @@ from memory.scope import Scope
 from memory.stores.watches import Watch
 
 
+class PlaceUnknown(RuntimeError):
+    """The platform did not say where a command's watches belong (`HomePlaces.home`: Discord
+    failing in passing): nothing is done, and the message says to try again."""
+
+
 class Undeliverable(RuntimeError):
     """The platform will not take the digest there (channel gone, bot removed): the period is
     given up without moving `since`, so a later digest still shows its papers."""
@@ -24,15 +30,23 @@ class Undeliverable(RuntimeError):
 
 @dataclass
 class WatchPlace:
-    """Where a watch made in chat posts: the platform, its channel and thread."""
+    """Where a watch made in chat posts: the platform, its channel and thread. `asked`: the
+    channel the command was used in when it is not this one (a Discord thread the bot opened,
+    whose watches post to its channel): its own watches (made there before) are here too."""
 
     platform: str
     channel: str
     thread: str = ""
+    asked: str = ""
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The channels whose watches this place lists and manages."""
+        return (self.channel, self.asked) if self.asked else (self.channel,)
 
     def holds(self, watch: Watch) -> bool:
         """The watch posts here (only here may it be paused, resumed or removed)."""
-        return (watch.platform, watch.channel) == (self.platform, self.channel)
+        return watch.platform == self.platform and watch.channel in self.channels
 
 
 TERMINAL = WatchPlace("terminal", "terminal")
@@ -53,11 +67,14 @@ def place_of(scope: Scope) -> WatchPlace | None:
 @runtime_checkable
 class HomePlaces(Protocol):
     """What a `Poster` may also say: where a watch made in chat at `place` posts. Discord's
-    answers a thread the bot opened for a mention with its channel: the thread is only the
-    conversation (it archives when it goes quiet), the channel is where the watch was asked
-    for and where `/watch list` looks for it."""
+    answers a public thread the bot opened for a mention with its channel: the thread is only
+    the conversation (it archives when it goes quiet), the channel is where the watch was
+    asked for and where `/watch list` looks for it."""
 
-    async def home(self, place: WatchPlace) -> WatchPlace: ...
+    async def home(self, place: WatchPlace) -> WatchPlace:
+        """The place itself, or where its watches post; PlaceUnknown when the platform did
+        not answer now."""
+        ...
 
 
 class Poster(Protocol):

@@ -124,9 +124,12 @@ def period_span(watch: Watch) -> str:
     return {"daily": "day", "weekly": "week"}.get(name, name.removeprefix("every "))
 
 
-def created_text(watch: Watch) -> str:
-    """The answer to a watch made in chat (it starts with "Watching ")."""
-    where = "for the terminal (`arxivscout watch run`)" if watch.platform == "terminal" else "here"
+def created_text(watch: Watch, elsewhere: bool = False) -> str:
+    """The answer to a watch made in chat (it starts with "Watching "). `elsewhere`: it posts
+    to another channel than it was asked in (a Discord thread's channel), which it names."""
+    where = f"in <#{watch.channel}>" if elsewhere else "here"
+    if watch.platform == "terminal":
+        where = "for the terminal (`arxivscout watch run`)"
     return (
         f"Watching {describe(watch)} {where} (id `{watch.id}`). The first digest comes "
         f"within a few minutes and covers the last {period_span(watch)}; "

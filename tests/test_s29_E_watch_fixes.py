@@ -91,6 +91,7 @@ async def test_a_discord_watch_made_in_the_thread_of_a_mention_posts_to_its_chan
     guild = fake.guild()
     channel = fake.text_channel(guild, private=True)
     opened = fake.thread(guild, fake.bot.id, parent_id=channel.id)  # for a mention
+    opened.type = discord.ChannelType.public_thread
     theirs = fake.thread(guild, fake.snowflake(), parent_id=channel.id)  # a person's own
 
     async def channel_of(channel_id: int) -> Any:

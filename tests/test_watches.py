@@ -401,7 +401,7 @@ async def test_a_channel_the_bot_is_not_in_is_refused_and_a_refused_digest_pause
     refused = await service.command(
         place(tenant, "C8"), "state space models", WatchPlace("slack", "C8")
     )
-    assert refused.startswith("I am not in this channel") and "invite me first" in refused
+    assert refused.startswith("I am not in <#C8>, so Slack") and "invite me first" in refused
     assert await service.store.all(tenant) == []
 
     world.api.not_joined.discard("C8")
