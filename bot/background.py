@@ -78,7 +78,9 @@ class BackgroundWork:
         self._tickers: set[asyncio.Task] = set()
         self._held = HeldTasks(stream, claim_idle_ms, max_run_ms)
         self._spent = SpentTasks(stream, max_deliveries, self.on_dead_letter, self._held)
-        self._last_runs = asyncio.Lock()  # one last run at a time in this process (`_run`)
+        # The last-delivery tasks of the one last group in flight here, not yet started
+        # (`_run_last`); None: no last group in flight.
+        self._last_waiting: list[Task] | None = None
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -169,6 +171,9 @@ class BackgroundWork:
         batches (and the platform's kill)."""
         self._closing = True
         self._stop.set()
+        if self._last_waiting:  # their turn would come only after the last run in hand
+            self._held.leave_unstarted(self._last_waiting)
+            self._last_waiting.clear()
         for ticker in list(self._tickers):
             ticker.cancel()
         await asyncio.gather(*self._tickers, return_exceptions=True)
@@ -219,7 +224,8 @@ class BackgroundWork:
 
     async def _step(self) -> None:
         """Read (or claim) one batch when a worker is free and no turn is being prepared, and
-        start a runner per kind in it."""
+        start a runner per kind in it, and one for its tasks on their last delivery (given back
+        instead while this instance's last group is in flight: `_not_now`)."""
         if not await self._free_worker():
             return
         try:
@@ -237,16 +243,26 @@ class BackgroundWork:
             self._held.release(tasks)
             self._slots.release()
             raise
-        if not tasks:
+        groups = self._batches(tasks)
+        if groups and self._last_waiting is not None and self._is_last(groups[-1]):
+            try:
+                await self._not_now(groups.pop())
+            except BaseException:
+                self._slots.release()
+                raise
+        if not groups:
             self._slots.release()
             return
-        groups = self._batches(tasks)
         started = 0
         try:
             for group in groups:
                 if started and not await self._free_worker():
                     break  # closing: the rest is handed back
-                runner = asyncio.create_task(self._run(group, deadline))
+                if self._is_last(group):
+                    self._last_waiting = list(group)  # in flight: the next are not run now
+                    runner = asyncio.create_task(self._run_last())
+                else:
+                    runner = asyncio.create_task(self._run(group, deadline))
                 started += 1
                 self._running.add(runner)
                 runner.add_done_callback(self._running.discard)
@@ -258,17 +274,38 @@ class BackgroundWork:
                     self._held.release(group)
 
     def _batches(self, tasks: list[Task]) -> list[list[Task]]:
-        """The runners of a fetch: one batch per kind, and one for the tasks on their last
-        delivery (or past it), which runs them alone, one after another (`_run`). A run that
-        never ends (its task took the process down) buries every task whose run began on its
-        last delivery (bot/spent_tasks.py): a last run shared with such a task, or running
-        beside it, would bury its innocent batch-mates unrun."""
+        """The runners of a fetch: one batch per kind, and last the group of the tasks on
+        their last delivery (or past it), which runs them alone, one after another
+        (`_run_last`). A run that never ends (its task took the process down) buries every
+        task whose run began on its last delivery (bot/spent_tasks.py): a last run shared with
+        such a task would bury its innocent batch-mates unrun, and so would another last run
+        of this BackgroundWork beside it. (Only of this instance: another instance in the same
+        process, or this one's batches not on their last delivery, may run beside it.)"""
         by_kind: dict[str, list[Task]] = {}
         last = [t for t in tasks if t.deliveries >= self.max_deliveries]
         for task in tasks:
             if task not in last:
                 by_kind.setdefault(task.kind, []).append(task)
         return [*by_kind.values(), *([last] if last else [])]
+
+    def _is_last(self, group: list[Task]) -> bool:
+        """Whether `group` is the last-delivery group of `_batches`."""
+        return group[0].deliveries >= self.max_deliveries
+
+    async def _not_now(self, tasks: list[Task]) -> None:
+        """Last-delivery tasks read while this instance's last group is in flight: given back
+        at once with their delivery unspent, looking just delivered, so they are claimed again
+        after `claim_idle_ms` (here, or by another process), like a failed task. Waiting here
+        instead would hold a worker each, and all of them if a last run hangs. Redis failing
+        leaves them pending: claimed later, a delivery spent (past the last, they still run,
+        no run having begun on it)."""
+        self._held.release(tasks)
+        try:
+            await self.stream.give_back(tasks, 0)
+        except Exception:
+            log.warning("background: could not give back %d last-delivery tasks", len(tasks))
+        else:
+            log.info("background: %d last-delivery tasks wait for the last run here", len(tasks))
 
     async def _free_worker(self) -> bool:
         """Wait for a worker; False (none taken) once close() began: it waits no longer."""
@@ -296,18 +333,28 @@ class BackgroundWork:
         return await self.stream.read(self.batch, block)
 
     async def _run(self, tasks: list[Task], deadline: float) -> None:
-        """A runner of `_batches`, on a worker of its own: a batch of one kind, or the tasks on
-        their last delivery, each alone and one at a time in this process (`_last_runs`: two
-        at once, one that took the process down would bury the other)."""
+        """A runner of `_batches` for a batch of one kind, on a worker of its own."""
         try:
-            if tasks[0].deliveries < self.max_deliveries:
-                await self._run_batch(tasks[0].kind, tasks, deadline)
-                return
-            for task in tasks:
-                async with self._last_runs:
-                    await self._run_batch(task.kind, [task], deadline)
-                deadline = asyncio.get_running_loop().time() + self.max_wait
+            await self._run_batch(tasks[0].kind, tasks, deadline)
         finally:
+            self._slots.release()
+
+    async def _run_last(self) -> None:
+        """The runner of the last-delivery group in flight (`_last_waiting`), on one worker:
+        each task alone, one after another, yielding to turns from when its own turn comes.
+        Its batch-mates not yet started go back at once when close() begins (`stop_reading`),
+        not when the run in hand ends; later groups are given back meanwhile (`_not_now`), so
+        a hung last run holds this one worker only."""
+        waiting = self._last_waiting or []
+        try:
+            while waiting and not self._stop.is_set():
+                task = waiting.pop(0)
+                deadline = asyncio.get_running_loop().time() + self.max_wait
+                await self._run_batch(task.kind, [task], deadline)
+        finally:
+            if waiting:  # cancelled (or stopped): held until close() hands them back
+                self._held.leave_unstarted(waiting)
+            self._last_waiting = None
             self._slots.release()
 
     async def _run_batch(self, kind: str, tasks: list[Task], deadline: float) -> None:

@@ -7,7 +7,8 @@ press Save again), and a re-run of the batch does not answer twice. An answer th
 posted fails the task, so it runs again (bot/background.py) and says the answer it worked out
 the first time: a person who saw "Saving…" hears back once the platform takes it (on the
 task's last delivery it is given up: the platform refuses it for good). A task dead-lettered
-unrun (its last run took its process down) is answered by its hook (`given_up`). A Save queued
+unrun (its last run took its process down) is answered by its hook (`given_up`: set aside for
+the operator, not "press Save again", which might take a process down once more). A Save queued
 before its whole tenant was erased neither saves nor answers (`queued_at`, on Redis's clock).
 """
 
@@ -34,6 +35,13 @@ from memory.tasks import TaskStream
 log = logging.getLogger(__name__)
 
 SAVE = "save"  # the task's name on a platform's stream
+# A Save dead-lettered unrun (`given_up`): its last run never ended, and saving that paper may
+# take a process down each time, so no "press Save again"; the operator sees the dead letter
+# (`arxivscout tasks dead`) and may requeue it.
+GIVEN_UP = (
+    "Could not save arXiv:{arxiv_id}: saving it stopped part-way on its last try, so it was set"
+    " aside; the operator can see it in the dead letters."
+)
 
 
 class SaveTasks:
@@ -117,7 +125,7 @@ class SaveTasks:
             return
         marker = answer_marker(payload)
         kept = await self.answers.kept(marker)  # what a run worked out and could not post
-        text = kept or f"Could not save arXiv:{payload['arxiv_id']}; press Save again."
+        text = kept or GIVEN_UP.format(arxiv_id=payload["arxiv_id"])
         if not await self.answers.claim(marker):
             return  # said by a run of the task, or being said
         try:

@@ -1,7 +1,8 @@
 """A task that takes its process down (real Redis, real processes killed): its batch-mates are
 not buried with it. Each task on its last delivery runs alone, so the run that never ends, and
-buries its task on the next claim (bot/spent_tasks.py), is the killer's own; and last runs take
-turns, so one of another kind is not running beside it."""
+buries its task on the next claim (bot/spent_tasks.py), is the killer's own; and the last runs
+of a BackgroundWork (each process here has one) take turns, so one of another kind is not
+running beside it."""
 
 from __future__ import annotations
 

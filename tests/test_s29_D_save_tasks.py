@@ -4,7 +4,7 @@ tenant was erased after it was queued (the paper is not written back)."""
 
 from __future__ import annotations
 
-from bot.watch_saves import SAVE
+from bot.watch_saves import GIVEN_UP, SAVE
 from memory.dead_letters import dead_letters
 from memory.governance_tenants import TenantErasures
 from memory.scope import Scope
@@ -47,7 +47,7 @@ async def test_a_save_dead_lettered_unrun_is_answered_once(watch_world, tenant):
     await world.drain()  # claimed past its last delivery: buried unrun, its hook told
     await world.drain()
     told = [p["text"] for p in world.api.of("chat.postEphemeral")]
-    assert told == [f"Could not save arXiv:{arxiv_id}; press Save again."]
+    assert told == [GIVEN_UP.format(arxiv_id=arxiv_id)]
     [letter] = await dead_letters(stream)
     assert letter.kind == SAVE and letter.error.startswith("not run")
     assert await stream.pending_count() == 0
