@@ -15,7 +15,13 @@ from memory.keys import papers_key
 from memory.links import web_link
 from memory.scope import PUBLIC, Scope
 from memory.stores.base import decode, search_rows
-from memory.stores.knowledge_base import base_arxiv_id, is_from_arxiv, is_shared_pdf, paper_label
+from memory.stores.knowledge_base import (
+    base_arxiv_id,
+    is_from_arxiv,
+    is_shared_pdf,
+    paper_label,
+    shares_of,
+)
 
 
 def _split_ids(value: Any) -> list[str]:
@@ -44,6 +50,11 @@ class PaperInfo:
     audience: str = PUBLIC  # the whole team's, but for PDFs shared in a private place
     file_name: str = ""  # a shared PDF's, as it was shared
     sharer: str = ""  # who shared a PDF (a platform user id; "" for papers from arXiv)
+    shares: list[dict[str, Any]] = field(default_factory=list)  # a shared PDF's (`shares_of`)
+
+    def origins_of(self, user: str) -> list[str]:
+        """The shares of this PDF `user` made (`SharedFile.origin`): what they may take back."""
+        return [s["origin"] for s in self.shares if user and s.get("sharer") == user]
 
     @property
     def shared_pdf(self) -> bool:
@@ -73,6 +84,7 @@ class PaperInfo:
             ingested_at=float(record.get("ingested_at") or 0.0),
             audience=str(record.get("audience") or PUBLIC),
             file_name=str(record.get("file_name") or ""), sharer=str(record.get("sharer") or ""),
+            shares=shares_of(record) if is_shared_pdf(arxiv_id) else [],
         )  # fmt: skip
 
 

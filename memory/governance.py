@@ -63,7 +63,7 @@ from memory.keys import (
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC
 from memory.stores.base import decode, delete_keys
-from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf, shares_of, with_shares
+from memory.stores.knowledge_base import base_arxiv_id, is_shared_pdf, shares_of
 from memory.stores.summary import Summary, SummaryConflict, compact_note, merged_note
 from memory.stores.tool_log import paper_shown
 from memory.stores.watches import Watch, WatchStore
@@ -318,12 +318,20 @@ class Governance:
             return await self._forget_paper(tenant, arxiv_id)
 
     async def _forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
-        """`forget_paper`, under the lock. The logs go first: a failure after them leaves the
-        paper, and forgetting it again finishes (its logs found go even once it went)."""
-        kb, given = self.memory.knowledge_base, arxiv_id
-        arxiv_id = base_arxiv_id(arxiv_id or "")
+        """`forget_paper`, under the erasure lock, then the paper's save lock (as `_private_pdfs`
+        takes them): a share adding itself to a private PDF (memory/ingest/shared_pdf.py
+        `_held_by`) read its record before, or after; written back in between, it would list
+        a paper with no passages, which its file, shared again, would find "already saved"."""
+        arxiv_id, given = base_arxiv_id(arxiv_id or ""), arxiv_id
         if not arxiv_id:  # "" or "v2": an empty tag filter is redisvl's `*`, every chunk
             raise NotFound("paper", given or "")
+        async with self.memory.knowledge_base.holding(tenant, arxiv_id):
+            return await self._forget_held_paper(tenant, arxiv_id)
+
+    async def _forget_held_paper(self, tenant: str, arxiv_id: str) -> Erasure:
+        """`_forget_paper`, under both locks. The logs go first: a failure after them leaves
+        the paper, and forgetting it again finishes (its logs found go even once it went)."""
+        kb = self.memory.knowledge_base
         logs = await self.memory.tool_logs.forget_showing(tenant, [paper_shown(arxiv_id)])
         record = await self.redis.hget(papers_key(tenant), arxiv_id)
         chunks = await delete_where(kb, tenant, Tag("arxiv_id") == arxiv_id, ["arxiv_id"])
@@ -355,11 +363,12 @@ class Governance:
                 raw = await self.redis.hget(papers_key(tenant), paper_id)
                 shares = shares_of(json.loads(raw)) if raw else []
                 kept = [share for share in shares if not leaves(share)]
-                if kept and len(kept) < len(shares):
-                    await kb.put_record(tenant, with_shares(json.loads(raw), kept))
+                if kept and len(kept) < len(shares):  # the link, name: the first's that stays
+                    await kb.put_shares(tenant, json.loads(raw), kept)
+                    erasure += Erasure(shares=len(shares) - len(kept))
                 elif not kept:
                     with contextlib.suppress(NotFound):
-                        erasure += await self._forget_paper(tenant, paper_id)
+                        erasure += await self._forget_held_paper(tenant, paper_id)
         return erasure
 
     @staticmethod

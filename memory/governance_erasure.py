@@ -36,6 +36,7 @@ class Erasure:
     workflows: int = 0
     papers: int = 0
     chunks: int = 0
+    shares: int = 0  # of private PDFs others' shares keep (memory/ingest/shared_pdf.py)
     cached_embeddings: int = 0
     turn_records: int = 0  # answered turns' records (memory/stores/turn_records.py)
 

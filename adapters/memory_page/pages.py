@@ -58,12 +58,17 @@ SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("entity", "workflow")
 KINDS = ("message", "thread", "summary", "tool_log", "paper", *ADMIN_KINDS)
+SHARES_TAKEN = (  # a sharer forgot a private PDF others shared too (`sharer_forgets`)
+    "Your shares of this PDF were taken back. It stays in the knowledge base for the others "
+    "who shared it."
+)
 NOUNS = {  # how a count of each kind of thing is said, one and many (erasures, imports, pages)
     "messages": ("message", "messages"), "threads": ("thread", "threads"),
     "summaries": ("summary", "summaries"), "tool_logs": ("tool log", "tool logs"),
     "episodes": ("search entry", "search entries"), "entities": ("entity", "entities"),
     "workflows": ("workflow", "workflows"), "papers": ("paper", "papers"),
     "chunks": ("passage", "passages"), "passages": ("passage", "passages"),
+    "shares": ("share of a PDF others keep", "shares of PDFs others keep"),
     "cached_embeddings": ("cached embedding", "cached embeddings"),
     "retention": ("retention setting", "retention settings"),
     "re-embedded": ("vector made again", "vectors made again"),
@@ -128,12 +133,18 @@ def may_forget_record(viewer: Viewer, audience: str) -> bool:
 
 def may_forget_paper(viewer: Viewer, paper: Any) -> bool:
     """A paper: whoever manages the tenant's (its admin, or a Discord DM's owner:
-    `Viewer.manages`); a PDF shared in a private channel or a DM, its sharer's too (the team's
-    copies and papers from arXiv are the whole team's: theirs who manage it to forget)."""
+    `Viewer.manages`); a PDF shared in a private channel or a DM, each of its sharers too,
+    their own shares (`sharer_forgets`; the team's copies and papers from arXiv are the whole
+    team's: theirs who manage it to forget)."""
+    return viewer.manages or sharer_forgets(viewer, paper)
+
+
+def sharer_forgets(viewer: Viewer, paper: Any) -> bool:
+    """The viewer, who does not manage the tenant, shared this private PDF (one of its shares,
+    not only the first): forgetting it takes back their shares (`Governance.forget_shares`),
+    and the copy goes with its last share; one another person shared too stays for them."""
     shared_privately = paper.shared_pdf and paper.audience != PUBLIC
-    return viewer.manages or (
-        shared_privately and bool(paper.sharer) and paper.sharer == viewer.user
-    )
+    return not viewer.manages and shared_privately and bool(paper.origins_of(viewer.user))
 
 
 def when(timestamp: float | None) -> str:
@@ -434,6 +445,10 @@ class Pages:
             str(form.get("thread", "")).strip(),
         )  # fmt: skip
         governance, kind, item = self.memory.governance, target.kind, target.id
+        if kind == "paper" and sharer_forgets(v, target.item):
+            erasure = await governance.forget_shares(v.tenant, target.item.origins_of(v.user))
+            kept = await self.browse.paper_info(v.tenant, item) is not None
+            raise self.back({}, target.after, done=SHARES_TAKEN if kept else erased(erasure))
         if kind == "message":
             erasure = await governance.forget_message(v.tenant, target.thread, item)
         elif kind == "thread":

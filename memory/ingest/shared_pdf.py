@@ -4,7 +4,8 @@ A PDF shared in a public channel is the whole team's; one shared in a private ch
 is found only there (`Scope.audience`, kept on each chunk and on the paper's record). A file is
 known by the SHA-256 of its bytes: sharing it again where a copy is visible (the team's, or
 this place's own) answers with that copy, and a copy elsewhere is never revealed. A place's
-copy lists each share that holds it (its thread and sharer): it goes with the last of them.
+copy lists each share that holds it (its thread, sharer, link and file name): it goes with the
+last of them, and its link and file name are those of the first share that stays.
 The paper's id is made from the hash and the audience, so each private place keeps its own copy
 and a redelivered task writes the same keys again (idempotent). Downloading is the platforms'
 business (adapters/); this module gets bytes.
@@ -16,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePath
@@ -31,7 +33,7 @@ from memory.ingest.pdf_child import read_pdf_in_child
 from memory.keys import shared_pdf_key, shared_pdf_lock_key
 from memory.locks import OwnedLocks
 from memory.scope import PUBLIC, Scope
-from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper, shares_of, with_shares
+from memory.stores.knowledge_base import Chunk, KnowledgeBase, Paper, PaperKept, shares_of
 
 EMBED_BATCH = 128
 PROGRESS_TTL_SECONDS = 7 * 86400  # long past any redelivery of the task
@@ -110,8 +112,9 @@ async def save_shared_pdf(
         )
     digest = content_hash(data)
     copy = await find_copy(kb, scope, digest)
-    if copy is not None and copy.get("origin") == shared.origin:
-        return _saved(copy, already=False)  # the same share delivered again: saved by it
+    origins = [share.get("origin") for share in shares_of(copy)] if copy is not None else []
+    if copy is not None and shared.origin in origins:  # the same share delivered again: as it
+        return _saved(copy, already=origins[0] != shared.origin)  # was (the first: saved by it)
     if copy is not None and await _held_by(kb, scope, copy, shared):
         return _saved(copy, already=True)
     text = await read_pdf_in_child(data, shared.name, max_pages)  # pages checked first
@@ -130,11 +133,20 @@ async def save_shared_pdf(
         arxiv_id=shared_pdf_id(digest, scope.audience), title=title_of(text, shared.name),
         url=shared.link, source="pdf",
     )  # fmt: skip
-    await kb.add_paper(
-        scope, paper, chunks, vectors, audience=scope.audience,
-        sha256=digest, origin=shared.origin, pages=text.pages, file_name=shared.name,
-        sharer=shared.sharer, thread=scope.thread,
-    )  # fmt: skip
+    for _ in range(2):  # the copy kept, then forgotten before this share joined it: once more
+        try:
+            await kb.add_paper(
+                scope, paper, chunks, vectors, audience=scope.audience, keep=_same_file(digest),
+                sha256=digest, origin=shared.origin, pages=text.pages, file_name=shared.name,
+                sharer=shared.sharer, thread=scope.thread,
+            )  # fmt: skip
+            break
+        except PaperKept:  # another share of the file saved it meanwhile: this one joins it
+            copy = await kb.paper(scope, paper.arxiv_id)
+            if copy is not None and await _held_by(kb, scope, copy, shared):
+                return _saved(copy, already=True)
+    else:
+        raise IngestError(f"{shared.name}: it was being forgotten as I read it; share it again.")
     record = await kb.paper(scope, paper.arxiv_id)
     if record is None:  # forgotten at once by someone else: say what was done all the same
         record = {"arxiv_id": paper.arxiv_id, "title": paper.title, "pages": text.pages,
@@ -142,13 +154,28 @@ async def save_shared_pdf(
     return _saved(record, already=False)
 
 
+def _same_file(digest: str) -> Callable[[dict[str, Any]], str | None]:
+    """`add_paper`'s `keep`: a record stored meanwhile for the same bytes (another share of the
+    file, in another thread of the place, read it at the same time) stays, with its shares;
+    replaced, it would list only this one, and that thread's erasure would take the PDF from
+    under the other share."""
+
+    def keep(stored: dict[str, Any]) -> str | None:
+        return "the same file, saved by another share" if stored.get("sha256") == digest else None
+
+    return keep
+
+
 def _share(shared: SharedFile, scope: Scope) -> dict[str, Any]:
-    """One share of a PDF, as its record lists it (memory/stores/knowledge_base.py `shares_of`)."""
+    """One share of a PDF, as its record lists it (memory/stores/knowledge_base.py `shares_of`):
+    with its own link and file name, which the record takes when it is the first share left."""
     return {
         "thread": scope.thread,
         "sharer": shared.sharer,
         "origin": shared.origin,
         "at": time.time(),
+        "link": shared.link,
+        "file_name": shared.name,
     }
 
 
@@ -168,7 +195,7 @@ async def _held_by(
             return False
         shares = shares_of(record)
         if all(share.get("origin") != shared.origin for share in shares):
-            await kb.put_record(scope.tenant, with_shares(record, [*shares, _share(shared, scope)]))
+            await kb.put_shares(scope.tenant, record, [*shares, _share(shared, scope)])
     return True
 
 

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -99,25 +100,43 @@ def paper_label(paper_id: str, file_name: str = "") -> str:
 
 def shares_of(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The shares that hold a PDF shared in chat (memory/ingest/shared_pdf.py), each
-    {"thread", "sharer", "origin", "at"}: the one that read it, and each sharing it again in
-    its place. A record no second share changed lists none: its own thread, sharer and origin,
-    as one."""
+    {"thread", "sharer", "origin", "at", "link", "file_name"}: the one that read it, and each
+    sharing it again in its place. A record no second share changed lists none: its own
+    thread, sharer, origin, link (`url`) and file name, as one. Shares listed before they kept
+    their link and file name: the first has the record's (they are its), the others none (the
+    record's are another's, maybe a person erased since)."""
     first = {
         "thread": record.get("thread") or "", "sharer": record.get("sharer") or "",
         "origin": record.get("origin") or "", "at": float(record.get("ingested_at") or 0),
+        "link": record.get("url") or "", "file_name": record.get("file_name") or "",
     }  # fmt: skip
     listed = record.get("shares")
     if isinstance(listed, list) and listed:
-        unnamed = {"thread": "", "sharer": "", "origin": "", "at": first["at"]}
-        return [{**unnamed, **share} for share in listed if isinstance(share, dict)]
+        unnamed = {**dict.fromkeys(first, ""), "at": first["at"]}
+        shares = [share for share in listed if isinstance(share, dict)]
+        return [
+            {**(first if index == 0 else unnamed), **share} for index, share in enumerate(shares)
+        ]
     return [first]
 
 
 def with_shares(record: dict[str, Any], shares: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record held by these shares (one at least). Its own `thread` and `sharer`, which the
-    memory page and records from before read, are the first's: a person who went leaves none."""
+    """The record held by these shares (one at least). What it says of its share (`thread`,
+    `sharer`, `origin`, its link `url` and `file_name`, which the memory page, citations and
+    records from before read) is the first's: a share that went leaves nothing of its own (a
+    Slack permalink holds its sharer's id). A title made of the file's name (the PDF had none:
+    shared_pdf.py `title_of`) is the first's file name's too. The chunks hold the link and
+    title as well: `KnowledgeBase.put_shares` writes them."""
     first = shares[0]
-    return {**record, "shares": shares, "thread": first["thread"], "sharer": first["sharer"]}
+    old_name, new_name = str(record.get("file_name") or ""), str(first.get("file_name") or "")
+    title = record.get("title")
+    if old_name and new_name != old_name and title in (PurePath(old_name).stem, old_name):
+        title = PurePath(new_name).stem or new_name or "Untitled PDF"
+    return {
+        **record, "shares": shares, "thread": first.get("thread") or "",
+        "sharer": first.get("sharer") or "", "origin": first.get("origin") or "",
+        "url": first.get("link") or "", "file_name": new_name, "title": title,
+    }  # fmt: skip
 
 
 def may_read(scope: Scope, paper: dict[str, Any]) -> bool:
@@ -292,6 +311,35 @@ class KnowledgeBase(VectorStore):
         """Write a paper's record as changed (under `holding`, read under it)."""
         arxiv_id = base_arxiv_id(record["arxiv_id"])
         await self.redis.hset(papers_key(tenant), arxiv_id, json.dumps(record))
+
+    async def put_shares(
+        self, tenant: str, record: dict[str, Any], shares: list[dict[str, Any]]
+    ) -> None:
+        """A shared PDF's record held by these shares now (`with_shares`; under `holding`, read
+        under it). When its first share changes, its chunks' link and title are the new first
+        share's too: a passage cited, or shown, keeps nothing of a share that went. The chunks
+        go first: a failure between leaves the record naming the share that went, and the
+        erasure, done again, finds it and finishes."""
+        changed = with_shares(record, shares)
+        fields = {
+            name: changed[name] for name in ("url", "title") if changed[name] != record.get(name)
+        }
+        if fields:
+            arxiv_id = base_arxiv_id(record["arxiv_id"])
+            keys = [
+                self.chunk_key(tenant, arxiv_id, i) for i in range(int(record.get("chunks") or 0))
+            ]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.exists(key)
+                present = [
+                    key for key, there in zip(keys, await pipe.execute(), strict=True) if there
+                ]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in present:
+                    pipe.hset(key, mapping=fields)
+                await pipe.execute()
+        await self.put_record(tenant, changed)
 
     @contextlib.asynccontextmanager
     async def _saving(self, tenant: str, arxiv_id: str) -> AsyncIterator[None]:
