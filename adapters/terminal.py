@@ -9,6 +9,7 @@ ends in the same reply as on Slack or Discord.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import select
 import sys
@@ -36,14 +37,18 @@ PASTE_ON, PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 # A tty keeps at most 4095 bytes of a line while it is typed (Linux's canonical mode, which
 # input() reads in): the rest is dropped as it arrives, a paste's end marker with it. A line
-# that long is taken as cut; a paste ends with it unless its next line is already there (a
-# paste's lines arrive together, typed ones later: they must not join it).
+# that long is taken as cut. A paste goes on past a cut line only through the lines already
+# there (a paste's lines arrive together) up to the one holding its end marker; if none holds
+# it, the paste ended at the cut and those lines were typed ahead: messages of their own.
 LINE_LIMIT = 4095
 LINE_CUT = (
     "warning: line cut at the terminal's 4095-byte limit (anything past it was lost); to send "
-    "longer text, pipe it in: `arxivscout chat --thread ID < file.txt`"
+    'longer text as one message: `arxivscout ask --tenant T --thread ID "$(cat file.txt)"` '
+    "(this chat's tenant and thread are shown at its start)"
 )
 PASTE_FOLLOWS_SECONDS = 0.1  # how long a paste's next line may take to be there
+_EOF = object()  # Ctrl-D read ahead: the end, once the lines before it are messages
+Ahead = collections.deque  # a chat's lines read past a cut paste, not part of it (and _EOF)
 
 
 def _markers_unseen() -> Callable[[], None] | None:
@@ -102,33 +107,51 @@ async def in_daemon_thread(read: Callable[..., T], *args: object) -> T:
     return await future
 
 
-def read_pasted(prompt: str) -> list[str | None]:
+def read_pasted(prompt: str, ahead: Ahead | None = None) -> list[str | None]:
     """The next message's lines (None for a line that is not valid UTF-8, skipped alone): one
     line, or all the lines of a bracketed paste, from the one holding its start marker (the
     text typed before it begins the message) to the one holding its end marker, markers taken
     out. EOFError at the end. Read with input(): unlike sys.stdin.buffer it holds no lock while
     it waits, so Ctrl-C at the prompt leaves no daemon thread that aborts interpreter exit."""
-    first, cut = _line(prompt)
-    if first is None or PASTE_START not in first or (cut and not _more_waiting()):
+    ahead = Ahead() if ahead is None else ahead
+    first, cut = _line(prompt, ahead)
+    if first is None or PASTE_START not in first:
         return [_unmarked(first)]
     before, _, rest = first.partition(PASTE_START)
     lines: list[str | None] = [before + rest]
     last: str | None = rest
-    while last is None or PASTE_END not in last:
+    while not cut and (last is None or PASTE_END not in last):
         try:
-            last, cut = _line("")
+            last, cut = _line("", ahead)
         except EOFError:  # Ctrl-D: the end of this message
             break
         lines.append(last)
-        if cut and not _more_waiting():  # its end marker may be what the tty dropped
-            break
+    if cut:  # its end marker may be what the tty dropped
+        lines += _rest_of_cut_paste(ahead)
     return [_unmarked(line) for line in lines]
 
 
+def _rest_of_cut_paste(ahead: Ahead) -> list[str | None]:
+    """After a paste's line the tty cut: the lines already there, up to the one holding the
+    paste's end marker (a cut inside the paste). If none holds it, the paste ended at the cut:
+    they were typed ahead, and are kept (`ahead`) to be the next messages, not joined to it."""
+    waiting: list[str | None] = []
+    while _more_waiting():
+        try:
+            line, _ = _line("")
+        except EOFError:
+            ahead.extend([*waiting, _EOF])
+            return []
+        waiting.append(line)
+        if line is not None and PASTE_END in line:
+            return waiting
+    ahead.extend(waiting)
+    return []
+
+
 def _more_waiting() -> bool:
-    """Whether a line after a cut one is there already: the paste goes on (its end marker is
-    still to come), rather than ending at the cut, which would make each of its later lines a
-    message. False where stdin cannot be waited on."""
+    """Whether a line is there already (a paste's next line), without waiting for a person to
+    type one. False where stdin cannot be waited on."""
     try:
         ready, _, _ = select.select([sys.stdin], [], [], PASTE_FOLLOWS_SECONDS)
     except (OSError, ValueError, TypeError):  # no fileno (Windows' console, a test's stream)
@@ -136,9 +159,14 @@ def _more_waiting() -> bool:
     return bool(ready)
 
 
-def _line(prompt: str) -> tuple[str | None, bool]:
+def _line(prompt: str, ahead: Ahead | None = None) -> tuple[str | None, bool]:
     """input(prompt) (None when the line is not valid UTF-8), and whether the tty cut it:
-    said on stderr, as the cut is silent."""
+    said on stderr, as the cut is silent. A line read `ahead` comes first."""
+    if ahead:
+        line = ahead.popleft()
+        if line is _EOF:
+            raise EOFError
+        return line, False
     try:
         line = input(prompt)
     except UnicodeDecodeError as exc:  # not UTF-8, or a character cut in two by the tty
@@ -239,6 +267,7 @@ class TerminalChat:
         self.scope = scope
         self.out = out
         self.interactive = sys.stdin.isatty()
+        self._ahead = Ahead()  # lines typed ahead of a cut paste (`read_pasted`)
         self.last_question = ""
         self.lines_read = 0
         self.replied = False  # whether the running message's reply was shown
@@ -282,7 +311,7 @@ class TerminalChat:
         None at the end."""
         if self.interactive:
             try:
-                return list(await in_daemon_thread(read_pasted, "you> "))
+                return list(await in_daemon_thread(read_pasted, "you> ", self._ahead))
             except EOFError:
                 return None
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: we decide what is valid

@@ -78,3 +78,16 @@ async def test_a_paste_with_a_cut_line_inside_stays_one_message(world, tenant, t
     assert "first\n" + "b" * 4000 in asked[0] and "b\nthird\nfourth\n" in asked[0]
     assert "What is RAG?" in asked[1]
     assert "line cut at the terminal's 4095-byte limit" in capfd.readouterr().err
+
+
+async def test_lines_typed_ahead_of_a_cut_paste_are_messages_of_their_own(
+    world, tenant, terminal, capfd
+):
+    """Typed while the chat was busy (there before the paste is read), they do not join the
+    cut paste, nor leave the chat waiting for an end marker the tty dropped."""
+    pasted = START + b"a" * 5000 + b" the end" + END + b"\n"
+    asked = await asked_after(world, tenant, terminal, pasted + TYPED_NEXT, "cli:ahead", b"")
+    assert len(asked) == 2, [a[-40:] for a in asked]
+    assert "a" * 4000 in asked[0] and "What is RAG?" not in asked[0]
+    assert "What is RAG?" in asked[1] and "/quit" not in asked[1]
+    assert "line cut at the terminal's 4095-byte limit" in capfd.readouterr().err
