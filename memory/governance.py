@@ -364,6 +364,11 @@ class Governance:
                 shares = shares_of(json.loads(raw)) if raw else []
                 kept = [share for share in shares if not leaves(share)]
                 if kept and len(kept) < len(shares):  # the link, name: the first's that stays
+                    if kept[0] != shares[0]:  # logs that quoted its passages quoted the link
+                        shown = [paper_shown(paper_id)]
+                        erasure += Erasure(
+                            tool_logs=await self.memory.tool_logs.forget_showing(tenant, shown)
+                        )
                     await kb.put_shares(tenant, json.loads(raw), kept)
                     erasure += Erasure(shares=len(shares) - len(kept))
                 elif not kept:

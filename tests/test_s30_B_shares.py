@@ -19,6 +19,7 @@ from memory.ingest.shared_pdf import (
 from memory.scope import Scope, Visibility
 from memory.stores.base import decode
 from memory.stores.knowledge_base import shares_of, with_shares
+from memory.stores.tool_log import ToolLogEntry, paper_shown
 from memory.tokens import encoding_for
 from tests.test_memory_page import get, page_client, post, slack_scope
 from tests.test_s29_B_forgetting import record_of
@@ -212,3 +213,26 @@ async def test_a_person_whose_only_trace_is_a_share_others_keep_is_erased_not_un
     assert erasure.shares == 1
     record = await record_of(memory, tenant, saved.arxiv_id)
     assert [s["sharer"] for s in shares_of(record)] == ["U2"]
+
+
+async def test_a_log_that_quoted_an_erased_first_sharers_link_goes_with_it(memory, tenant):
+    """U2's search showed the passages headed with the first sharer's link: erasing that
+    sharer rewrites the passages, and takes the log that quoted them (held in G1)."""
+    first, second = in_g1(tenant, "1", ERASED), in_g1(tenant, "2", "U2")
+    for scope in (first, second):
+        await memory.conversation.append(scope, "user", "a paper for you")
+    saved = await share(
+        memory, first, SharedFile("erased-persons-draft.pdf", FIRST_LINK, "s-1", ERASED)
+    )
+    await share(memory, second, SharedFile("osprey.pdf", SECOND_LINK, "s-2", "U2"))
+    quoted = ToolLogEntry(
+        second.thread, "search_knowledge_base", {"query": "osprey"}, f"Link: {FIRST_LINK}",
+        "success", audience=second.audience, author="U2",
+        message_ids=[paper_shown(saved.arxiv_id)],
+    )  # fmt: skip
+    await memory.tool_logs.write(second, quoted)
+
+    erasure = await memory.governance.forget_person(tenant, ERASED)
+
+    assert erasure.tool_logs >= 1
+    assert [e.id for e in await memory.tool_logs.recent(second)] == []

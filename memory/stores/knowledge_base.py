@@ -35,6 +35,7 @@ from memory.stores.stopwords import STOPWORDS
 RRF_K = 60
 SAVE_LOCK_MS = 60_000  # a paper's save lock lapses after this (its process died meanwhile)
 SAVE_WAIT_SECONDS = 30.0  # how long a second save of a paper waits for the first one
+HOLD_WAIT_SECONDS = SAVE_LOCK_MS / 1000 + 5  # `holding`: past any lock a dead process left
 SAVE_POLL_SECONDS = 0.05
 # Compare-and-delete: only the save that took the lock releases it.
 _RELEASE = """
@@ -304,8 +305,10 @@ class KnowledgeBase(VectorStore):
 
     def holding(self, tenant: str, arxiv_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """The paper's save lock (`_saving`), to change its record (`put_record`) with no save or
-        other change in between (a shared PDF's shares: memory/ingest/shared_pdf.py)."""
-        return self._saving(tenant, base_arxiv_id(arxiv_id))
+        other change in between (a shared PDF's shares: memory/ingest/shared_pdf.py). Waited
+        for until a lock left by a dead process lapses: an erasure must not stop half-way
+        (PaperBusy) for a save that died a moment before."""
+        return self._saving(tenant, base_arxiv_id(arxiv_id), HOLD_WAIT_SECONDS)
 
     async def put_record(self, tenant: str, record: dict[str, Any]) -> None:
         """Write a paper's record as changed (under `holding`, read under it)."""
@@ -342,11 +345,13 @@ class KnowledgeBase(VectorStore):
         await self.put_record(tenant, changed)
 
     @contextlib.asynccontextmanager
-    async def _saving(self, tenant: str, arxiv_id: str) -> AsyncIterator[None]:
+    async def _saving(
+        self, tenant: str, arxiv_id: str, wait_seconds: float = SAVE_WAIT_SECONDS
+    ) -> AsyncIterator[None]:
         """The paper's save lock (owner token, released only by its owner); a second save
-        waits for it up to `SAVE_WAIT_SECONDS`. It lapses if its process dies."""
+        waits for it up to `wait_seconds`. It lapses if its process dies."""
         key, token = paper_save_key(tenant, arxiv_id), uuid.uuid4().hex
-        deadline = time.monotonic() + SAVE_WAIT_SECONDS
+        deadline = time.monotonic() + wait_seconds
         while not await self.redis.set(key, token, nx=True, px=SAVE_LOCK_MS):
             if time.monotonic() > deadline:
                 raise PaperBusy(
