@@ -79,8 +79,9 @@ class BackgroundWork:
         self._held = HeldTasks(stream, claim_idle_ms, max_run_ms)
         self._spent = SpentTasks(stream, max_deliveries, self.on_dead_letter, self._held)
         # The last-delivery tasks of the one last group in flight here, not yet started
-        # (`_run_last`); None: no last group in flight.
+        # (`_run_last`); None: no last group in flight. And since when its task in hand runs.
         self._last_waiting: list[Task] | None = None
+        self._last_started: float | None = None
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -225,7 +226,9 @@ class BackgroundWork:
     async def _step(self) -> None:
         """Read (or claim) one batch when a worker is free and no turn is being prepared, and
         start a runner per kind in it, and one for its tasks on their last delivery (given back
-        instead while this instance's last group is in flight: `_not_now`)."""
+        instead while this instance's last group is in flight: `_not_now`, unless it is hung:
+        `_drop_hung_last`)."""
+        await self._drop_hung_last()
         if not await self._free_worker():
             return
         try:
@@ -235,19 +238,23 @@ class BackgroundWork:
         except BaseException:
             self._slots.release()
             raise
-        tasks = [t for t in tasks if t.id not in self._held]  # reclaimed from ourselves
+        ours = [t for t in tasks if t.id in self._held]  # claimed from ourselves
+        tasks = [t for t in tasks if t.id not in self._held]
         self._held.hold(tasks)  # kept alive while hooks run
         try:
+            await self._give_back_ours(ours)
             tasks = await self._spent.without_buried(tasks)
         except BaseException:
-            self._held.release(tasks)
+            self._let_go(tasks)
             self._slots.release()
             raise
         groups = self._batches(tasks)
         if groups and self._last_waiting is not None and self._is_last(groups[-1]):
             try:
                 await self._not_now(groups.pop())
-            except BaseException:
+            except BaseException:  # cancelled by close(): the others are handed back
+                for group in groups:
+                    self._let_go(group)
                 self._slots.release()
                 raise
         if not groups:
@@ -260,6 +267,7 @@ class BackgroundWork:
                     break  # closing: the rest is handed back
                 if self._is_last(group):
                     self._last_waiting = list(group)  # in flight: the next are not run now
+                    self._last_started = None
                     runner = asyncio.create_task(self._run_last())
                 else:
                     runner = asyncio.create_task(self._run(group, deadline))
@@ -268,10 +276,15 @@ class BackgroundWork:
                 runner.add_done_callback(self._running.discard)
         finally:  # stopped while waiting for a worker: held until close() hands them back
             for group in groups[started:]:
-                if self._stop.is_set():
-                    self._held.leave_unstarted(group)
-                else:
-                    self._held.release(group)
+                self._let_go(group)
+
+    def _let_go(self, tasks: list[Task]) -> None:
+        """Fetched `tasks` that will not run here: once close() began, held until it hands
+        them back with their delivery unspent; otherwise released, claimed again later."""
+        if self._stop.is_set():
+            self._held.leave_unstarted(tasks)
+        else:
+            self._held.release(tasks)
 
     def _batches(self, tasks: list[Task]) -> list[list[Task]]:
         """The runners of a fetch: one batch per kind, and last the group of the tasks on
@@ -293,12 +306,12 @@ class BackgroundWork:
         return group[0].deliveries >= self.max_deliveries
 
     async def _not_now(self, tasks: list[Task]) -> None:
-        """Last-delivery tasks read while this instance's last group is in flight: given back
-        at once with their delivery unspent, looking just delivered, so they are claimed again
-        after `claim_idle_ms` (here, or by another process), like a failed task. Waiting here
-        instead would hold a worker each, and all of them if a last run hangs. Redis failing
-        leaves them pending: claimed later, a delivery spent (past the last, they still run,
-        no run having begun on it)."""
+        """Last-delivery tasks read while this instance's last group is in flight (or waiting
+        behind a hung one: `_drop_hung_last`): given back at once with their delivery unspent,
+        looking just delivered, so they are claimed again after `claim_idle_ms` (here, or by
+        another process), like a failed task. Waiting here instead would hold a worker each,
+        and all of them if a last run hangs. Redis failing leaves them pending: claimed later,
+        a delivery spent (past the last, they still run, no run having begun on it)."""
         self._held.release(tasks)
         try:
             await self.stream.give_back(tasks, 0)
@@ -306,6 +319,40 @@ class BackgroundWork:
             log.warning("background: could not give back %d last-delivery tasks", len(tasks))
         else:
             log.info("background: %d last-delivery tasks wait for the last run here", len(tasks))
+
+    async def _drop_hung_last(self) -> None:
+        """A last run in hand for more than max_run_ms is taken for hung, as any batch is (no
+        longer kept alive: bot/held_tasks.py): its batch-mates still waiting are given back
+        with their delivery unspent (`_not_now`), and the next last group gets a runner of its
+        own, or one handler that never returns would hold back every last delivery here for
+        good. (Should the hung run then take the process down, the run beside it is lost with
+        it: buried on its next claim, as any run that never ended.)"""
+        started = self._last_started
+        if self._last_waiting is None or started is None:
+            return
+        if asyncio.get_running_loop().time() - started <= self.max_run_ms / 1000:
+            return
+        waiting, self._last_waiting, self._last_started = self._last_waiting, None, None
+        log.warning("background: a last run hung past max_run_ms; %d behind it go back",
+                    len(waiting))  # fmt: skip
+        tasks = list(waiting)
+        waiting.clear()  # its runner starts no more of them
+        if tasks:
+            await self._not_now(tasks)
+
+    async def _give_back_ours(self, tasks: list[Task]) -> None:
+        """Fetched tasks this process holds already, claimed from itself: a run past
+        max_run_ms (taken for hung: no longer kept alive) and those waiting behind one. They
+        stay where they are and go back at once as they were (the delivery this claim counted
+        taken back, looking just delivered): else each claim, every claim_idle_ms, would spend
+        a delivery, and a hung task restarted would be past the claims that still run its
+        dead-letter hook (bot/spent_tasks.py). Redis failing: they keep that delivery."""
+        if not tasks:
+            return
+        try:
+            await self.stream.give_back(tasks, 0)
+        except Exception:
+            log.warning("background: could not give back %d tasks held here", len(tasks))
 
     async def _free_worker(self) -> bool:
         """Wait for a worker; False (none taken) once close() began: it waits no longer."""
@@ -344,17 +391,19 @@ class BackgroundWork:
         each task alone, one after another, yielding to turns from when its own turn comes.
         Its batch-mates not yet started go back at once when close() begins (`stop_reading`),
         not when the run in hand ends; later groups are given back meanwhile (`_not_now`), so
-        a hung last run holds this one worker only."""
+        a hung last run holds this one worker only, and past max_run_ms no longer holds back
+        the others (`_drop_hung_last`)."""
         waiting = self._last_waiting or []
         try:
             while waiting and not self._stop.is_set():
                 task = waiting.pop(0)
-                deadline = asyncio.get_running_loop().time() + self.max_wait
-                await self._run_batch(task.kind, [task], deadline)
+                self._last_started = asyncio.get_running_loop().time()  # for `_drop_hung_last`
+                await self._run_batch(task.kind, [task], self._last_started + self.max_wait)
         finally:
             if waiting:  # cancelled (or stopped): held until close() hands them back
                 self._held.leave_unstarted(waiting)
-            self._last_waiting = None
+            if self._last_waiting is waiting:  # not taken for hung meanwhile
+                self._last_waiting = self._last_started = None
             self._slots.release()
 
     async def _run_batch(self, kind: str, tasks: list[Task], deadline: float) -> None:

@@ -1,8 +1,8 @@
 """Tasks on their last delivery (real Redis): one last-delivery group in flight per
 BackgroundWork, the ones read meanwhile given back with their delivery unspent, so a hung last
 run holds one worker and normal work goes on; close() hands back the unstarted ones at once;
-a last run waiting behind another still gives way to turns; a Save dead-lettered unrun does
-not invite an immediate retry."""
+a last run waiting behind another still gives way to turns; a last run past max_run_ms is
+taken for hung, holding back no other last delivery, and its delivery count stays put."""
 
 from __future__ import annotations
 
@@ -12,13 +12,10 @@ import uuid
 import pytest
 
 from bot.background import BackgroundWork
-from bot.watch_saves import GIVEN_UP, SAVE
 from memory.dead_letters import dead_letters
 from memory.keys import task_stream
-from memory.tasks import Task, TaskStream
+from memory.tasks import TaskStream
 from tests.support.task_deliveries import payload_deliveries
-from tests.test_s29_D_save_tasks import a_paper, queued_unread
-from tests.test_watches import watch_world  # noqa: F401 (a fixture)
 
 MAX = 2
 IDLE_MS = 100
@@ -137,12 +134,12 @@ async def test_a_last_run_read_behind_a_long_one_gives_way_to_a_turn(stream):
                 await release.wait()
                 long_done.set()
 
-    work = live_work(stream, handler, workers=2, batch=1, max_wait=1.0)
+    work = live_work(stream, handler, max_wait=1.0)  # one group: "behind" waits in it
     work.start()
     try:
         async with asyncio.timeout(10):
             await long_started.wait()
-        await asyncio.sleep(1.5)  # longer than max_wait: "behind" was read that long ago
+        await asyncio.sleep(1.5)  # longer than max_wait: "behind" was claimed that long ago
         with work.foreground():  # a turn is prepared as "long" ends
             release.set()
             async with asyncio.timeout(10):
@@ -157,27 +154,42 @@ async def test_a_last_run_read_behind_a_long_one_gives_way_to_a_turn(stream):
     assert order == ["long", "turn prepared", "behind"]
 
 
-async def test_a_save_dead_lettered_unrun_does_not_invite_pressing_save_again(
-    watch_world,  # noqa: F811
-    tenant,
-):
-    world = watch_world
-    arxiv_id = await a_paper(world)
-    pressed = await queued_unread(world, tenant, arxiv_id)
-    stream, most = pressed.stream("slack"), pressed.workers["slack"].max_deliveries
-    # delivered `most` times to processes that died, the last run begun (and never ended)
-    await stream.ensure_group()
-    [(task_id, _)] = await stream.redis.xrange(stream.stream)
-    await stream.redis.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
-    for n in range(1, most):
-        await stream.redis.xclaim(stream.stream, stream.group, f"dead-{n}", 0, [task_id])
-    await stream.mark_started([Task(task_id.decode(), SAVE, {}, most)])
+async def idle_ms(stream: TaskStream, task_id: str) -> int:
+    rows = await stream.redis.xpending_range(
+        stream.stream, stream.group, min=task_id, max=task_id, count=1
+    )
+    return int(rows[0]["time_since_delivered"])
 
-    world.process()
-    await world.drain()  # claimed past its last delivery: buried unrun, its hook told
-    await world.drain()
-    told = [p["text"] for p in world.api.of("chat.postEphemeral")]
-    assert told == [GIVEN_UP.format(arxiv_id=arxiv_id)]
-    assert "press Save again" not in told[0]
-    [letter] = await dead_letters(stream)  # what the answer points the operator to
-    assert letter.error.startswith("not run")
+
+@pytest.mark.parametrize("batch", [16, 1])  # "next" waits in the hung group, or comes later
+async def test_a_last_run_past_max_run_ms_holds_back_no_other_last_delivery(stream, batch):
+    hung_id, _ = await on_last_delivery(stream, "hung", "next")
+    hung, release = asyncio.Event(), asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    async def handler(payloads: list[dict]) -> None:
+        for payload in payloads:
+            if payload["n"] == "hung":
+                hung.set()
+                await release.wait()  # never, while the test looks
+            ran.append((payload["n"], await payload_deliveries(stream, payload)))
+
+    work = live_work(stream, handler, workers=2, batch=batch, max_run_ms=300)
+    work.start()
+    try:
+        async with asyncio.timeout(15):
+            await hung.wait()
+            while not ran:
+                await asyncio.sleep(0.02)
+            assert ran == [("next", MAX)]  # run here, on its last delivery
+            # the hung task is no longer kept alive: wait for a claim of it (its idle restarts)
+            before = await idle_ms(stream, hung_id)
+            while (now := await idle_ms(stream, hung_id)) >= before:
+                before = now
+                await asyncio.sleep(0.02)
+        # this process's own claims of it spend no delivery: still its last
+        assert await delivered(stream, hung_id) == MAX
+    finally:
+        release.set()
+        await work.close()
+    assert await dead_letters(stream) == []
