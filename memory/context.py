@@ -234,7 +234,9 @@ async def assemble_context(
     found, window, passages, workflows, entities, summaries = await asyncio.gather(
         memory.episodes.find(scope, question, vector),  # recall's searches need no budget
         memory.conversation.unsummarized(scope),
-        memory.knowledge_base.search(scope, question, vector, k=limits.kb_passages, **kb_filters),
+        memory.knowledge_base.search_naming(
+            scope, question, vector, k=limits.kb_passages, **kb_filters
+        ),
         memory.workflows.nearest(scope, vector, k=limits.workflows),
         memory.entities.similar(scope, vector, k=limits.entities),
         memory.summaries.descriptions(scope),

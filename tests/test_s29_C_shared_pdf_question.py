@@ -12,6 +12,7 @@ import pytest
 from adapters.shared_files import shared_with
 from adapters.slack import thread_id
 from adapters.spine import Job
+from memory.context import assemble_context
 from memory.ingest.shared_pdf import SharedFile, save_shared_pdf
 from memory.scope import Scope, Visibility
 from memory.tokens import encoding_for
@@ -162,3 +163,32 @@ async def test_a_requeued_share_whose_read_now_fails_names_no_paper(memory, tena
     await files.progress.restart(tenant, share, 1, "requeue-1")  # as `tasks requeue` does
     await files.one(share_payload(scope, share, turn="what does it show?"))
     assert await queued_text(memory, scope) == "what does it show?"
+
+
+async def test_a_question_naming_a_pdf_reads_its_passages_where_it_may(memory, tenant):
+    """The note's label narrows half the Knowledge Base segment to that paper, however much
+    better another paper matches the question's words; a label of a paper the asker may not
+    read (another person's DM copy) finds none of it."""
+    kb = memory.knowledge_base
+    saved_as = {}
+    for name, data, scope in (
+        ("takeaways.pdf", make_pdf(TAKEAWAYS, title="Key Takeaways of Attention"), Scope(tenant)),
+        ("quokkas.pdf", shared_pdf("Notes on Quokkas"), dm := Scope(
+            tenant, "slack:T:D9:dm", channel="D9", user="U9", visibility=Visibility.DM)),
+    ):  # fmt: skip
+        saved = await save_shared_pdf(
+            data, SharedFile(name, "", f"share-{name}"), scope, kb, memory.embedder,
+            encoding_for("gpt-5-mini"), 10**7,
+        )  # fmt: skip
+        saved_as[name] = saved.arxiv_id
+    pdf = saved_as["quokkas.pdf"]
+    question = f"What are the key takeaways?\n\n{shared_with([{'id': pdf, 'title': 'Notes'}])}"
+
+    shown = await assemble_context(memory, dm, question)
+    ids = [p.arxiv_id for p in shown.passages]
+    assert pdf in ids and saved_as["takeaways.pdf"] in ids, ids
+
+    other = Scope(tenant, "slack:T:D8:dm", channel="D8", user="U8", visibility=Visibility.DM)
+    assert pdf not in [
+        p.arxiv_id for p in (await assemble_context(memory, other, question)).passages
+    ]

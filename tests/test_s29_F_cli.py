@@ -77,7 +77,11 @@ def test_ask_with_the_embedding_model_unreachable_says_so_and_exits_1(cli_env, t
     model = ScriptedOpenAI(responder=lambda body: text("MemGPT pages its memory."))
     local = {**cli_env, "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model.start_in_thread()}
     try:
-        for question, warmed in (("What is MemGPT?", False), ("And RAG?", True)):
+        # questions of their own: one asked (and embedded) by an earlier test would be cached
+        for question, warmed in (
+            (f"What is MemGPT, {tenant}?", False),
+            (f"And RAG, {tenant}?", True),
+        ):
             if warmed:  # the tools' descriptions cached: the question is what fails
                 answered = arxivscout(local, "ask", "--tenant", tenant, "--thread", "w", "Hi")
                 assert answered.returncode == 0, answered.stderr

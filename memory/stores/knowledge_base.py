@@ -205,6 +205,19 @@ class Passage:
     page: int | None = None  # the PDF page where the passage starts (None: not known)
 
 
+# A paper's label as passages show it, and the ids a question names so (`search_naming`)
+NAMED_LABEL = re.compile(r"\[(?:PDF|arXiv):([A-Za-z0-9._/\-]+)\]")
+MAX_NAMED = 3  # papers a question's labels narrow a search to, at most
+
+
+def _round_robin(rankings: list[list[Passage]]) -> list[Passage]:
+    """The rankings' passages taken one from each in turn, each ranking's order kept."""
+    merged: list[Passage] = []
+    for row in range(max(map(len, rankings), default=0)):
+        merged += [ranking[row] for ranking in rankings if row < len(ranking)]
+    return merged
+
+
 class KnowledgeBase(VectorStore):
     SCHEMA = {
         # The text fields are matched verbatim (see `text_query`), so no stems are indexed.
@@ -506,6 +519,28 @@ class KnowledgeBase(VectorStore):
             for key, row in zip(best, rows, strict=True)
             if row[0] is not None  # deleted meanwhile
         ]
+
+    async def search_naming(
+        self, scope: Scope, query: str, vector: np.ndarray, k: int = 5, **filters: Any
+    ) -> list[Passage]:
+        """`search`, where the query names papers by the labels passages show (`[PDF:pdf-…]`,
+        `[arXiv:…]`: a question sent with a PDF carries its note, adapters/shared_files.py):
+        up to half of the k passages are theirs, best first, so "what are the key takeaways?"
+        reads that paper and not only whichever best matches its words; the rest as `search`
+        ranks them. A label of a paper the scope may not read finds nothing (same filters)."""
+        named = list(dict.fromkeys(base_arxiv_id(i) for i in NAMED_LABEL.findall(query)))
+        named = [paper for paper in named if paper][:MAX_NAMED]
+        if not named or filters:
+            return await self.search(scope, query, vector, k=k, **filters)
+        found = await asyncio.gather(
+            *(self.search(scope, query, vector, k=k, arxiv_id=paper) for paper in named),
+            self.search(scope, query, vector, k=k),
+        )
+        *theirs, ranked = found
+        picked: dict[tuple[str, int], Passage] = {}
+        for passage in _round_robin(theirs)[: max(1, k // 2)] + ranked:
+            picked.setdefault((passage.arxiv_id, passage.chunk_index), passage)
+        return list(picked.values())[:k]
 
     async def _text_admitted(
         self, scope: Scope, query: str, candidates: int, filtered: Query
