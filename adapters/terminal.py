@@ -142,6 +142,9 @@ def _rest_of_cut_paste(ahead: Ahead) -> list[str | None]:
         except EOFError:
             ahead.extend([*waiting, _EOF])
             return []
+        if line is not None and PASTE_START in line:  # a paste typed ahead: its own message
+            ahead.extend([*waiting, line])
+            return []
         waiting.append(line)
         if line is not None and PASTE_END in line:
             return waiting

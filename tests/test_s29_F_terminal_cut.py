@@ -91,3 +91,12 @@ async def test_lines_typed_ahead_of_a_cut_paste_are_messages_of_their_own(
     assert "a" * 4000 in asked[0] and "What is RAG?" not in asked[0]
     assert "What is RAG?" in asked[1] and "/quit" not in asked[1]
     assert "line cut at the terminal's 4095-byte limit" in capfd.readouterr().err
+
+
+async def test_a_paste_typed_ahead_of_a_cut_one_is_a_message_of_its_own(world, tenant, terminal):
+    cut = START + b"a" * 5000 + END + b"\n"
+    second = START + b"second\nparagraph" + END + b"\n"
+    asked = await asked_after(world, tenant, terminal, cut + second + b"/quit\n", "cli:two", b"")
+    assert len(asked) == 2, [a[-40:] for a in asked]
+    assert "a" * 4000 in asked[0] and "second" not in asked[0]
+    assert "second\nparagraph" in asked[1]
