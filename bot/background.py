@@ -53,12 +53,15 @@ class BackgroundWork:
         block_ms: int = 1_000,
         max_run_ms: int = MAX_RUN_MS,
         on_dead_letter: Mapping[str, DeadLetterHook] | None = None,
+        gone_with_tenant: Iterable[str] = (),
     ) -> None:
         if claim_idle_ms <= 0:
             raise ValueError("claim_idle_ms must be positive")
         self.stream = stream
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self.on_dead_letter: dict[str, DeadLetterHook] = dict(on_dead_letter or {})
+        # kinds whose task is done with, unrun, when its tenant was erased after it was queued
+        self.gone_with_tenant = frozenset(gone_with_tenant)
         self.workers = workers
         self.max_wait = max_wait
         self.batch = batch
@@ -243,6 +246,7 @@ class BackgroundWork:
         self._held.hold(tasks)  # kept alive while hooks run
         try:
             await self._give_back_ours(ours)
+            tasks = await self._without_erased(tasks)
             tasks = await self._spent.without_buried(tasks)
         except BaseException:
             self._let_go(tasks)
@@ -277,6 +281,26 @@ class BackgroundWork:
         finally:  # stopped while waiting for a worker: held until close() hands them back
             for group in groups[started:]:
                 self._let_go(group)
+
+    async def _without_erased(self, tasks: list[Task]) -> list[Task]:
+        """`tasks` less those of the `gone_with_tenant` kinds whose tenant was erased whole
+        after they were queued (`TaskStream.erased_since`, on Redis's clock), acknowledged
+        unrun: run, they would write back into a tenant that asked for everything to go, or
+        answer nobody."""
+        kinds = [t for t in tasks if t.kind in self.gone_with_tenant]
+        if not kinds:
+            return tasks
+        erased = [
+            task for task, gone in zip(
+                kinds, await asyncio.gather(*map(self.stream.erased_since, kinds)), strict=True
+            ) if gone
+        ]  # fmt: skip
+        if erased:
+            log.info("%d task(s) of an erased tenant done with, unrun", len(erased))
+            await self.stream.ack(erased)
+            self._held.release(erased)
+        gone = {t.id for t in erased}
+        return [t for t in tasks if t.id not in gone]
 
     def _let_go(self, tasks: list[Task]) -> None:
         """Fetched `tasks` that will not run here: once close() began, held until it hands

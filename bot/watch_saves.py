@@ -9,7 +9,8 @@ the first time: a person who saw "Saving…" hears back once the platform takes 
 task's last delivery it is given up: the platform refuses it for good). A task dead-lettered
 unrun (its last run took its process down) is answered by its hook (`given_up`: set aside for
 the operator, not "press Save again", which might take a process down once more). A Save queued
-before its whole tenant was erased neither saves nor answers (`queued_at`, on Redis's clock).
+before its whole tenant was erased neither saves nor answers: its worker drops it unrun
+(bot/watches.py, `gone_with_tenant`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from typing import Any
 from bot.spent_tasks import last_delivery
 from bot.watch_places import Poster
 from memory.embeddings import background_embedding
-from memory.governance_tenants import erased_at as tenant_erased_at
 from memory.ingest.arxiv_source import ArxivSource, check_arxiv_id
 from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import fetch_and_save
-from memory.keys import InvalidName
 from memory.save_answers import SaveAnswers
 from memory.scope import Scope
 from memory.stores.watches import WatchStore
@@ -65,9 +64,8 @@ class SaveTasks:
         """Queue a pressed Save (the adapter has said `saving_text`); its answer goes to
         `reply` through the platform's poster. IngestError for a malformed id."""
         arxiv_id = check_arxiv_id(arxiv_id)
-        seconds, micros = await self.memory.redis.time()  # Redis's clock, as erasures note
         payload = {"tenant": tenant, "arxiv_id": arxiv_id, "user": user, "reply": reply,
-                   "platform": platform, "queued_at": seconds + micros / 1e6}  # fmt: skip
+                   "platform": platform}  # fmt: skip
         await self.stream(platform).add(SAVE, payload)
 
     async def run(self, payloads: list[dict]) -> None:
@@ -87,9 +85,6 @@ class SaveTasks:
         """Save the paper and say how it went, unless an earlier run of the task has
         (memory/save_answers.py: claimed before it is posted, given back if it was not)."""
         tenant, arxiv_id = payload["tenant"], payload["arxiv_id"]
-        if await self._erased(payload):
-            log.info("a Save of %s not run: its tenant was erased after it was queued", arxiv_id)
-            return  # nothing written back, and nobody left to answer
         poster = self.posters.get(payload.get("platform", ""))
         marker = answer_marker(payload)
         if poster is not None and await self.answers.answered(marker):
@@ -121,7 +116,7 @@ class SaveTasks:
         process down, say): answered all the same, once, unless a run said it. A failed post
         raises, so the hook is tried again on the next claim (bot/spent_tasks.py)."""
         poster = self.posters.get(payload.get("platform", ""))
-        if poster is None or await self._erased(payload):
+        if poster is None:
             return
         marker = answer_marker(payload)
         kept = await self.answers.kept(marker)  # what a run worked out and could not post
@@ -135,17 +130,6 @@ class SaveTasks:
             raise
         if kept:
             await self.answers.drop_kept(marker)
-
-    async def _erased(self, payload: dict) -> bool:
-        """Whether the Save's whole tenant was erased after it was queued (a task queued
-        before `queued_at` was added counts as queued before any erasure noted): saving then
-        would write the paper back into a tenant that asked for everything to go."""
-        try:
-            gone = await tenant_erased_at(self.memory.redis, payload["tenant"])
-        except InvalidName:
-            return False  # no such tenant to erase: its save fails, and says so
-        queued_at = float(payload.get("queued_at") or 0)
-        return gone is not None and gone >= queued_at
 
     async def save(self, tenant: str, arxiv_id: str, user: str = "") -> str:
         """The paper fetched and saved to the tenant's knowledge base; the answer to show."""
@@ -164,7 +148,5 @@ class SaveTasks:
 
 
 def answer_marker(payload: dict) -> str:
-    """What names a Save task's answer (the same for every run of the task): the press, not
-    when it was queued (`queued_at`, which tasks queued before it was added do not have)."""
-    named = sorted((k, v) for k, v in payload.items() if k != "queued_at")
-    return hashlib.blake2b(repr(named).encode(), digest_size=12).hexdigest()
+    """What names a Save task's answer (the same for every run of the task)."""
+    return hashlib.blake2b(repr(sorted(payload.items())).encode(), digest_size=12).hexdigest()

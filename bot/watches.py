@@ -125,6 +125,7 @@ class WatchService:
                 self.stream(platform),
                 {DIGEST: self.run_digests, SAVE: self.run_saves, REMOVED: self.removals.run},
                 claim_idle_ms=self.claim_idle_ms, on_dead_letter={SAVE: self.saves.given_up},
+                gone_with_tenant={SAVE},
             )  # fmt: skip
         with contextlib.suppress(RuntimeError):  # no running loop (yet)
             asyncio.get_running_loop()
