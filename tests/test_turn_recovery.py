@@ -231,6 +231,7 @@ async def test_an_unreachable_memory_is_said_and_the_message_answered_when_back(
         server.ensure_running()
         pipeline.start()  # as every process does: it looks for threads left unfinished
         await until(lambda: board.placeholders["p1"] == "answered after it")
+        await pipeline.wait_idle()  # the job completes after its answer is out
         assert await stored(world, scope) == [
             "hello?", "hello!", "during the outage?", "answered after it",
         ]  # fmt: skip
