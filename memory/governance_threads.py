@@ -318,6 +318,8 @@ class ThreadEraser:
         copied += [i for rows in (await logs.listed(tenant, lists)).values() for i, _ in rows]
         shown = await logs.forget_showing(tenant, copied)
         tool_logs = await logs.listed(tenant, lists)  # as the script compares: without those
+        # what their logs showed, read before they go: their shown-in-logs entries go after
+        showed = await logs.shown(tenant, (i for rows in tool_logs.values() for i, _ in rows))
         threads = list(lists)
         await self.purge.close_sources(tenant, everything)  # first: the keys go with the lists
         pipe = self.redis.pipeline(transaction=False)
@@ -341,6 +343,9 @@ class ThreadEraser:
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
+        await logs.unindex(
+            tenant, {i: showed[i] for t in deleted for i, _ in tool_logs[t] if i in showed}
+        )
         await self._drop_idle_queues(tenant, deleted)
         await self.drop_dead_letters(Forgotten(tenant, threads=frozenset(deleted)))
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters

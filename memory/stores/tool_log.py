@@ -12,6 +12,7 @@ before has none.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable
@@ -75,6 +76,11 @@ class ToolLogEntry:
 
 
 class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
+    """Every deletion of a log takes it out of the shown-in-logs sets `write` put it in
+    (`remove`, `delete`, or `unindex` after a thread erased whole:
+    memory/governance_threads.py): else those sets keep ids of logs long gone for ever, and
+    forgetting what they showed reads them all again."""
+
     KIND, PLURAL = "toollog", "toollogs"
     RECORD = ToolLogEntry
     JSON_FIELDS = ("tool_input", "message_ids")
@@ -115,6 +121,54 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
                 pipe.srem(key, *found)
         await pipe.execute()
         return removed
+
+    async def remove(self, tenant: str, by_thread: dict[str, Iterable[str]]) -> int:
+        """Delete logs (`ThreadRecordStore.remove`), then their shown-in-logs index entries
+        (`unindex`): a few round trips whatever the number of logs. A crash in between leaves
+        entries of no log, which `forget_showing` skips, never a log its index lost."""
+        by_thread = {thread: list(ids) for thread, ids in by_thread.items()}
+        showed = await self.shown(tenant, (i for ids in by_thread.values() for i in ids))
+        removed = await super().remove(tenant, by_thread)
+        await self.unindex(tenant, showed)
+        return removed
+
+    async def delete(self, scope: Scope, record: ToolLogEntry) -> None:
+        await super().delete(scope, record)
+        await self.unindex(scope.tenant, {record.id: record.message_ids})
+
+    async def shown(self, tenant: str, ids: Iterable[str]) -> dict[str, list[str]]:
+        """What each of these logs showed (its `message_ids`: the sets `write` indexed it in),
+        read in one pipeline; a log gone, or from before it was kept, showed nothing."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for log_id in ids:
+            pipe.hget(self.key(tenant, log_id), "message_ids")
+        found: dict[str, list[str]] = {}
+        for log_id, raw in zip(ids, await pipe.execute(), strict=True):
+            try:
+                showed = json.loads(decode(raw) or "[]")
+            except ValueError:
+                continue
+            if isinstance(showed, list) and showed:
+                found[log_id] = [str(i) for i in showed]
+        return found
+
+    async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
+        """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
+        before they went), one SREM per set in one pipeline; a set its last log leaves goes
+        (Redis deletes an empty set)."""
+        by_set: dict[str, set[str]] = {}
+        for log_id, message_ids in showed.items():
+            for message_id in message_ids:
+                by_set.setdefault(shown_in_logs_key(tenant, message_id), set()).add(log_id)
+        if not by_set:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for key, log_ids in by_set.items():
+            pipe.srem(key, *sorted(log_ids))
+        await pipe.execute()
 
     async def authors(self, tenant: str, ids: Iterable[str]) -> dict[str, str]:
         """Who asked the turn of each log (empty for logs from before it was kept)."""
