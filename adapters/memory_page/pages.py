@@ -48,6 +48,7 @@ from memory.governance import Busy, ImportRunning, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC
+from memory.stores.entity import MAX_DESCRIPTION
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ SHOWN_CHARS = 20_000  # of one message or tool output; the export holds the rest
 MAX_RETENTION_DAYS = 36_500
 ADMIN_KINDS = ("entity", "workflow")
 KINDS = ("message", "thread", "summary", "tool_log", "paper", *ADMIN_KINDS)
+EDIT_REFUSED = 422  # an edit not saved: its page shows why, and the text typed to mend it
 SHARES_TAKEN = (  # a sharer forgot a private PDF others shared too (`sharer_forgets`)
     "Your shares of this PDF were taken back. It stays in the knowledge base for the others "
     "who shared it."
@@ -244,6 +246,40 @@ class Target:
     after: str
 
 
+@dataclass(frozen=True)
+class EditForm:
+    """An admin's edit form of one kind: the field it changes, and the most that field may hold
+    (None: only the form's 1 MB, `server.FORM_BYTES`); `limit` is the field's `maxlength` too."""
+
+    field: str
+    limit: int | None
+    rows: int
+
+
+EDITS = {  # the store's own limit, so the browser stops what the store would refuse
+    "entity": EditForm("description", MAX_DESCRIPTION, 4),
+    "workflow": EditForm("text", None, 8),
+}
+
+
+def typed(text: str) -> str:
+    """A textarea's text as its page held it: a form sends each line break as CRLF, but the
+    browser's `maxlength` counted it as one character (and that is how it is stored)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def typed_length(text: str) -> int:
+    """A text's length as a browser's `maxlength` counts it: UTF-16 code units (an emoji outside
+    the BMP is two), so the page refuses just what a browser would have stopped; never less
+    than the store's count (code points), so what the page takes the store takes too."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def too_long(field: str, limit: int, text: str) -> str:
+    return (f"The {field} may be at most {limit:,} characters; this one has "
+            f"{typed_length(text):,}. Shorten it and save again.")  # fmt: skip
+
+
 class Pages:
     def __init__(self, memory: MemoryManager) -> None:
         self.memory = memory
@@ -257,7 +293,7 @@ class Pages:
             thread_url=thread_url, quote=lambda s: quote(s, safe=""),
             page_of=lambda seq: seq // PAGE_SIZE + 1,
             may_forget_message=may_forget_message, may_forget_record=may_forget_record,
-            may_forget_paper=may_forget_paper,
+            may_forget_paper=may_forget_paper, edits=EDITS,
         )  # fmt: skip
 
     # -- rendering -----------------------------------------------------------------------------
@@ -265,11 +301,14 @@ class Pages:
     def render(
         self, request: web.Request, template: str, status: int = 200, **values: Any
     ) -> web.Response:
+        """`values` may name `here` (the page a form returns to) or `error` themselves."""
         flash = request.get(FLASH) or {}
-        html = self.env.get_template(template).render(
-            viewer=request.get(VIEWER), csrf=request.get(CSRF, ""), here=str(request.rel_url),
-            done=flash.get("done", ""), error=flash.get("error", ""), **values,
-        )  # fmt: skip
+        shown_values = {
+            "viewer": request.get(VIEWER), "csrf": request.get(CSRF, ""),
+            "here": str(request.rel_url), "done": flash.get("done", ""),
+            "error": flash.get("error", ""), **values,
+        }  # fmt: skip
+        html = self.env.get_template(template).render(**shown_values)
         return web.Response(text=html, status=status, content_type="text/html")
 
     @staticmethod
@@ -475,16 +514,36 @@ class Pages:
         v, form = self.viewer(request), await request.post()
         if not v.manages:
             raise Refused
-        item, value = str(form.get("id", "")), str(form.get(field, "")).strip()
+        item, value = str(form.get("id", "")), typed(str(form.get(field, ""))).strip()
         if not value:
             raise self.back(form, f"/memory/{kind}s", error=f"The {field} must not be empty.")
+        limit = EDITS[kind].limit
+        if limit is not None and typed_length(value) > limit:
+            return await self._kept(request, form, kind, item, value, too_long(field, limit, value))
         governance = self.memory.governance
         edit = governance.edit_entity if kind == "entity" else governance.edit_workflow
         try:
             await edit(v.tenant, item, value)
-        except ValueError as exc:  # too long, or refused by the store: say why
-            raise self.back(form, f"/memory/{kind}s", error=str(exc)) from None
+        except ValueError as exc:  # refused by the store: say why, and keep what was typed
+            return await self._kept(request, form, kind, item, value, str(exc))
         raise self.back(form, f"/memory/{kind}s", done=f"The {kind} was saved.")
+
+    async def _kept(
+        self, request: web.Request, form: Any, kind: str, item: str, value: str, error: str
+    ) -> web.Response:
+        """An edit refused: its form again, with why and the text as typed, to mend and save
+        (a redirect back to the list would show the old text: what was typed would be lost).
+        Its `back` stays the list's, where a save then returns."""
+        v = self.viewer(request)
+        read = self.browse.entity if kind == "entity" else self.browse.workflow
+        found = await read(v.tenant, item, self.seen(v))
+        if found is None:
+            raise Missing  # forgotten meanwhile: nothing to edit
+        back = safe_back(form.get("back"), f"/memory/{kind}s")
+        return self.render(
+            request, "edit.html", status=EDIT_REFUSED, here=back, error=error, kind=kind,
+            form=EDITS[kind], item=found, text=value,
+        )  # fmt: skip
 
     @page
     async def export(self, request: web.Request) -> web.StreamResponse:
