@@ -3,7 +3,8 @@ is one message where the terminal supports bracketed paste), one message per lin
 piped.
 
 Turns run through the spine's `Pipeline.run` (no queue: one person, one thread), so a failure
-ends in the same reply as on Slack or Discord.
+ends in the same reply as on Slack or Discord. Stdout's reader gone (`| head -1`) is no such
+failure: the chat reads no more input and ends as any command whose reader went away.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import select
 import sys
 import threading
@@ -274,13 +276,28 @@ class TerminalChat:
         self.last_question = ""
         self.lines_read = 0
         self.replied = False  # whether the running message's reply was shown
+        self.reader_gone = False  # stdout's reader went away (`| head`): nothing more is read
         # the last message, when the memory stopped its turn: (its text, its job)
         self.unanswered: tuple[str, Job] | None = None
         self.pipeline = Pipeline(TerminalPlatform(self), handler)
 
     def say(self, text: str = "", end: str = "\n") -> None:
-        self.out.write(text + end)
-        self.out.flush()
+        """Write to stdout. Its reader gone is kept, not raised: raised inside a turn, the
+        spine would take it for the platform failing and the chat would go on; the turn ends
+        as if shown (its message stored), then the chat stops (`_unless_reader_gone`)."""
+        if self.reader_gone:  # a write would fail again
+            return
+        try:
+            self.out.write(text + end)
+            self.out.flush()
+        except BrokenPipeError:
+            self.reader_gone = True
+
+    def _unless_reader_gone(self) -> None:
+        """BrokenPipeError out of `run` once stdout's reader is gone, before another line is
+        read: the command exits quietly with status 1 (app/cli.py `reader_gone`)."""
+        if self.reader_gone:
+            raise BrokenPipeError(errno.EPIPE, "stdout's reader went away")
 
     async def read_line(self) -> str | None:
         """The next message (None at the end): a line, or the lines of a paste, each valid
@@ -341,7 +358,7 @@ class TerminalChat:
                     self.say(PASTE_OFF, end="")
 
     async def _chat(self) -> int:
-        while (line := await self.read_line()) is not None:
+        while (line := await self._next_line()) is not None:
             line = line.strip()
             if not line:
                 continue
@@ -351,6 +368,12 @@ class TerminalChat:
                 continue
             await self.turn(line)
         return 0
+
+    async def _next_line(self) -> str | None:
+        """The next message, once the last turn's or command's output was written; none is
+        read for a reader gone (`_unless_reader_gone`)."""
+        self._unless_reader_gone()
+        return await self.read_line()
 
     async def turn(self, text: str) -> None:
         self.last_question = text
