@@ -45,8 +45,8 @@ async def test_a_reader_gone_ends_the_chat_before_the_next_line(cli_env, memory,
         chat.stdout.close()  # `head -1` has its line and is gone
         chat.stdin.write(f"{SECOND}\n{THIRD}\n")
         chat.stdin.close()
+        code = chat.wait(timeout=300)  # first: a chat left running fails here, not hangs
         errors = chat.stderr.read()
-        code = chat.wait(timeout=300)
     finally:
         if chat.poll() is None:
             chat.kill()
