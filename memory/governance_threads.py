@@ -318,7 +318,7 @@ class ThreadEraser:
         copied += [i for rows in (await logs.listed(tenant, lists)).values() for i, _ in rows]
         shown = await logs.forget_showing(tenant, copied)
         tool_logs = await logs.listed(tenant, lists)  # as the script compares: without those
-        # what their logs showed, read before they go: their shown-in-logs entries go after
+        # what their logs showed, read before they go: their shown-in-logs entries go at the end
         showed = await logs.shown(tenant, (i for rows in tool_logs.values() for i, _ in rows))
         threads = list(lists)
         await self.purge.close_sources(tenant, everything)  # first: the keys go with the lists
@@ -343,9 +343,6 @@ class ThreadEraser:
         gone = lists.only(deleted)
         went = [m for t in gone for m in gone.messages(t)]
         texts = [text for m in went if m.id in said for text in said[m.id]]
-        await logs.unindex(
-            tenant, {i: showed[i] for t in deleted for i, _ in tool_logs[t] if i in showed}
-        )
         await self._drop_idle_queues(tenant, deleted)
         await self.drop_dead_letters(Forgotten(tenant, threads=frozenset(deleted)))
         await self.memory.turn_records.drop_threads(tenant, deleted)  # their usage counters
@@ -356,10 +353,15 @@ class ThreadEraser:
             episodes=sum(m.id in indexed for m in went),
             cached_embeddings=await self.purge.uncache(texts),
         )  # fmt: skip
-        try:  # last, and not needed: a thread left listed is an id only, which erases nothing
+        try:  # not needed: a thread left listed is an id only, which erases nothing
             await self.places.unlist(tenant, deleted)
         except Exception:
             log.exception("forgotten threads could not leave their channels' records")
+        try:  # last, and only tidying: an entry of no log is skipped (`forget_showing`)
+            went_logs = {i: showed[i] for t in deleted for i, _ in tool_logs[t] if i in showed}
+            await logs.unindex(tenant, went_logs)
+        except Exception:
+            log.exception("forgotten threads' tool logs could not leave their shown-in-logs sets")
         return erasure, changed
 
     async def _drop_idle_queues(self, tenant: str, threads: list[str]) -> None:

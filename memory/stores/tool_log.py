@@ -13,6 +13,7 @@ before has none.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterable
@@ -23,6 +24,8 @@ from memory.keys import shown_in_logs_key
 from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
 from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
+
+log = logging.getLogger(__name__)
 
 
 def log_audience(scope: Scope, shown: Iterable[str]) -> str:
@@ -52,6 +55,25 @@ def paper_shown(paper_id: str) -> str:
     return f"{PAPER_SHOWN}{paper_id}"
 
 
+def _showed(raw: bytes | str | None) -> list[str]:
+    """A log's stored `message_ids`: none for a log gone, from before they were kept, or
+    unreadable."""
+    try:
+        showed = json.loads(decode(raw) or "[]")
+    except ValueError:
+        return []
+    return [str(i) for i in showed] if isinstance(showed, list) else []
+
+
+def _sets(tenant: str, showed: dict[str, Iterable[str]]) -> dict[str, set[str]]:
+    """The shown-in-logs sets each log is in (by what it showed), with the logs in each."""
+    sets: dict[str, set[str]] = {}
+    for log_id, message_ids in showed.items():
+        for message_id in message_ids:
+            sets.setdefault(shown_in_logs_key(tenant, message_id), set()).add(log_id)
+    return sets
+
+
 class UnknownToolLog(UnknownRecord):
     what = "tool log"
 
@@ -77,9 +99,11 @@ class ToolLogEntry:
 
 class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     """Every deletion of a log takes it out of the shown-in-logs sets `write` put it in
-    (`remove`, `delete`, or `unindex` after a thread erased whole:
+    (`remove`, `forget_showing`, or `unindex` after a thread erased whole:
     memory/governance_threads.py): else those sets keep ids of logs long gone for ever, and
-    forgetting what they showed reads them all again."""
+    forgetting what they showed reads them all again. It is only tidying (an entry of no log
+    is skipped): `remove` and `forget_showing` log its failure, never raise it over logs
+    already gone."""
 
     KIND, PLURAL = "toollog", "toollogs"
     RECORD = ToolLogEntry
@@ -99,42 +123,43 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     async def forget_showing(self, tenant: str, message_ids: Iterable[str]) -> int:
         """Delete every log whose output showed one of these messages (they are being
         forgotten: their text must not live on in another turn's log, or in a log read from
-        it), then their index entries (those read: one a log wrote meanwhile stays); how many
-        logs went. Run again, it finds what is left."""
+        it), then their index entries (those read: one a log wrote meanwhile stays) and the
+        other sets those logs were in; how many logs went. Run again, it finds what is left.
+        Four round trips: the sets, the logs' threads and what they showed, the deletion, the
+        SREMs."""
         keys = [shown_in_logs_key(tenant, i) for i in dict.fromkeys(message_ids)]
         if not keys:
             return 0
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
             pipe.smembers(key)
-        read = dict(zip(keys, await pipe.execute(), strict=True))
-        logs = sorted({decode(i) for found in read.values() for i in found})
+        read = {k: {decode(i) for i in v} for k, v in zip(keys, await pipe.execute(), strict=True)}
+        logs = sorted(set().union(*read.values()))
         for log_id in logs:
-            pipe.hget(self.key(tenant, log_id), "thread_id")
+            pipe.hmget(self.key(tenant, log_id), ["thread_id", "message_ids"])
         by_thread: dict[str, list[str]] = {}
-        for log_id, thread in zip(logs, await pipe.execute(), strict=True):
+        showed: dict[str, list[str]] = {}
+        for log_id, (thread, raw) in zip(logs, await pipe.execute(), strict=True):
             if thread is not None:  # else gone already (its thread's erasure, retention)
                 by_thread.setdefault(decode(thread), []).append(log_id)
-        removed = await self.remove(tenant, by_thread)
+                showed[log_id] = _showed(raw)
+        removed = await super().remove(tenant, by_thread)
+        sets = _sets(tenant, showed)
         for key, found in read.items():
-            if found:
-                pipe.srem(key, *found)
-        await pipe.execute()
+            if found:  # the sets read, ids of logs gone before too
+                sets.setdefault(key, set()).update(found)
+        await self._tidy(sets)
         return removed
 
     async def remove(self, tenant: str, by_thread: dict[str, Iterable[str]]) -> int:
-        """Delete logs (`ThreadRecordStore.remove`), then their shown-in-logs index entries
-        (`unindex`): a few round trips whatever the number of logs. A crash in between leaves
-        entries of no log, which `forget_showing` skips, never a log its index lost."""
+        """Delete logs (`ThreadRecordStore.remove`), then their shown-in-logs index entries:
+        a few round trips whatever the number of logs. A crash in between leaves entries of no
+        log, which `forget_showing` skips, never a log its index lost."""
         by_thread = {thread: list(ids) for thread, ids in by_thread.items()}
         showed = await self.shown(tenant, (i for ids in by_thread.values() for i in ids))
         removed = await super().remove(tenant, by_thread)
-        await self.unindex(tenant, showed)
+        await self._tidy(_sets(tenant, showed))
         return removed
-
-    async def delete(self, scope: Scope, record: ToolLogEntry) -> None:
-        await super().delete(scope, record)
-        await self.unindex(scope.tenant, {record.id: record.message_ids})
 
     async def shown(self, tenant: str, ids: Iterable[str]) -> dict[str, list[str]]:
         """What each of these logs showed (its `message_ids`: the sets `write` indexed it in),
@@ -145,30 +170,30 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         pipe = self.redis.pipeline(transaction=False)
         for log_id in ids:
             pipe.hget(self.key(tenant, log_id), "message_ids")
-        found: dict[str, list[str]] = {}
-        for log_id, raw in zip(ids, await pipe.execute(), strict=True):
-            try:
-                showed = json.loads(decode(raw) or "[]")
-            except ValueError:
-                continue
-            if isinstance(showed, list) and showed:
-                found[log_id] = [str(i) for i in showed]
-        return found
+        found = {i: _showed(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
+        return {log_id: showed for log_id, showed in found.items() if showed}
 
     async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
         """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
         before they went), one SREM per set in one pipeline; a set its last log leaves goes
-        (Redis deletes an empty set)."""
-        by_set: dict[str, set[str]] = {}
-        for log_id, message_ids in showed.items():
-            for message_id in message_ids:
-                by_set.setdefault(shown_in_logs_key(tenant, message_id), set()).add(log_id)
-        if not by_set:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        for key, log_ids in by_set.items():
-            pipe.srem(key, *sorted(log_ids))
-        await pipe.execute()
+        (Redis deletes an empty set). A failure is raised: the caller logs it."""
+        await self._leave(_sets(tenant, showed))
+
+    async def _leave(self, sets: dict[str, set[str]]) -> None:
+        """Take these logs out of these sets, one pipeline."""
+        if sets:
+            pipe = self.redis.pipeline(transaction=False)
+            for key, log_ids in sets.items():
+                pipe.srem(key, *sorted(log_ids))
+            await pipe.execute()
+
+    async def _tidy(self, sets: dict[str, set[str]]) -> None:
+        """`_leave` after logs were deleted, a failure logged, not raised: the caller's next
+        steps (dead letters, summaries, caches of what went) must still run."""
+        try:
+            await self._leave(sets)
+        except Exception:
+            log.exception("deleted tool logs could not leave their shown-in-logs sets")
 
     async def authors(self, tenant: str, ids: Iterable[str]) -> dict[str, str]:
         """Who asked the turn of each log (empty for logs from before it was kept)."""
