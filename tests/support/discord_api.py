@@ -19,7 +19,15 @@ so every call is real HTTP, recorded for assertions. What it models, as Discord 
   for a global limit, `X-RateLimit-Global`; `fail` makes it answer a server error (e.g. 503),
   before or (`created`) after doing what was asked.
 - A message posted with `nonce` and `enforce_nonce` whose nonce the bot already used: the first
-  message is returned, none created (Discord checks this for a few minutes; here, always).
+  message is returned, none created (Discord checks this for a few minutes; here, always,
+  unless `nonce_seconds` says how long: 0 for an outage longer than Discord keeps a nonce).
+- A channel's history (GET messages), as Discord pages it: `limit` 1 to 100 (default 50);
+  with `after` the `limit` messages just after that id, else (`before`, or neither) the
+  `limit` newest before it; every page newest first. The bot's REST posts and the messages
+  `said` there (a person's, or the bot's from before) are in it. 404 10003 Unknown Channel
+  for a channel the mock does not know, 403 50001 Missing Access for one in `no_access`;
+  without Read Message History (`no_history`) Discord answers an empty list, not an error
+  (discord/discord-api-docs#455).
 
 Buckets never run dry here (`X-RateLimit-Remaining` stays above 0), so nothing sleeps unless
 a test asks for a 429.
@@ -61,9 +69,17 @@ ROLE, MEMBER = 0, 1  # permission overwrite types
 _ids = itertools.count(1)
 
 
-def snowflake() -> int:
-    """A new id shaped like Discord's: milliseconds since 2015 above 22 bits of counter."""
-    return ((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) | (next(_ids) % (1 << 22))
+def snowflake(at: float | None = None) -> int:
+    """A new id shaped like Discord's: milliseconds since 2015 (now, or at the Unix time
+    `at`) above 22 bits of counter."""
+    moment = time.time() if at is None else at
+    return ((int(moment * 1000) - DISCORD_EPOCH_MS) << 22) | (next(_ids) % (1 << 22))
+
+
+def snowflake_time(snowflake_id: int) -> str:
+    """The moment (ISO 8601) a snowflake was made, as a message's `timestamp` says it."""
+    ms = (snowflake_id >> 22) + DISCORD_EPOCH_MS
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
 
 
 def stamp(seconds_ago: float = 0.0) -> str:
@@ -91,12 +107,14 @@ class Call:
 
 @dataclass
 class Posted:
-    """A message the bot posted over REST, as it shows now."""
+    """A message the bot posted over REST (or, in `said`, one already in a channel's history),
+    as it shows now."""
 
     id: int
     channel_id: int
     content: str
     edits: int = 0
+    author: int = 0  # a user's id; 0: the bot
 
 
 @dataclass
@@ -171,14 +189,17 @@ class MockDiscordApi(ThreadedServer):
     guilds: dict[int, Guild] = field(default_factory=dict)
     threads: dict[int, Thread] = field(default_factory=dict)
     no_access: set[int] = field(default_factory=set)  # channels the bot may not read
+    no_history: set[int] = field(default_factory=set)  # ... nor read the history of (no error)
     calls: list[Call] = field(default_factory=list)
     callbacks: list[dict[str, Any]] = field(default_factory=list)  # interaction responses
     followups: list[dict[str, Any]] = field(default_factory=list)  # interaction follow-ups
     base_url: str = ""
     _limits: dict[str, list[Any]] = field(default_factory=dict)  # route -> [times, wait, global]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # -> [times, status, created]
-    _nonces: dict[str, int] = field(default_factory=dict)  # enforced nonce -> message id
+    _nonces: dict[str, tuple[int, float]] = field(default_factory=dict)  # -> (id, when used)
+    nonce_seconds: float = math.inf  # how long an enforced nonce holds (Discord: minutes)
     posted: dict[int, Posted] = field(default_factory=dict)  # the bot's messages, by id
+    said: dict[int, Posted] = field(default_factory=dict)  # others already in a history
     attachments: dict[str, bytes] = field(default_factory=dict)  # CDN path -> bytes
     dms: dict[int, int] = field(default_factory=dict)  # person -> the bot's DM channel
     cdn_url: str = ""
@@ -206,6 +227,7 @@ class MockDiscordApi(ThreadedServer):
         app.router.add_post(f"{v10}/webhooks/{{application}}/{{token}}", self._followup,
                             name="followup")  # fmt: skip
         app.router.add_post(f"{v10}/channels/{{channel}}/messages", self._post, name="post")
+        app.router.add_get(f"{v10}/channels/{{channel}}/messages", self._history, name="history")
         app.router.add_post(f"{v10}/users/@me/channels", self._open_dm, name="open_dm")
         app.router.add_patch(f"{v10}/channels/{{channel}}/messages/{{message}}", self._edit,
                              name="edit")  # fmt: skip
@@ -265,6 +287,16 @@ class MockDiscordApi(ThreadedServer):
         path = f"{channel}/{snowflake()}/{name}"
         self.attachments[path] = data
         return f"{self.cdn_url}{path}"
+
+    def say(
+        self, channel: int, content: str, author: int | None = None, seconds_ago: float = 0.0
+    ) -> int:
+        """A message already in `channel`'s history (not a REST post of this test): a person's
+        (`author`), or the bot's from before (no `author`), made `seconds_ago`. Its id."""
+        message = Posted(snowflake(time.time() - seconds_ago), channel, content,
+                         author=author or 0)  # fmt: skip
+        self.said[message.id] = message
+        return message.id
 
     def texts(self, channel: int) -> list[str]:
         """What the bot's messages posted over REST in `channel` show now, in order."""
@@ -482,13 +514,48 @@ class MockDiscordApi(ThreadedServer):
         """POST a message (REST): recorded, answered with the message object."""
         channel, body = self._channel_id(request), await _read_body(request)
         nonce = str(body["nonce"]) if body.get("enforce_nonce") and body.get("nonce") else ""
-        if nonce in self._nonces:
-            return _json(self._message(self.posted[self._nonces[nonce]]))
+        first, used = self._nonces.get(nonce, (0, 0.0))
+        if first and time.time() - used < self.nonce_seconds:
+            return _json(self._message(self.posted[first]))
         message = Posted(snowflake(), channel, body.get("content") or "")
         self.posted[message.id] = message
         if nonce:
-            self._nonces[nonce] = message.id
+            self._nonces[nonce] = (message.id, time.time())
         return _json(self._message(message))
+
+    def _known_channels(self) -> set[int]:
+        """The channels the mock knows: its servers', threads, DMs, and any a message is in."""
+        listed = {int(c["id"]) for g in self.guilds.values() for c in g.channels}
+        written = {m.channel_id for m in [*self.posted.values(), *self.said.values()]}
+        return listed | set(self.threads) | set(self.dms.values()) | written
+
+    async def _history(self, request: web.Request) -> web.Response:
+        """GET a channel's messages, as Discord answers (see the module's docstring): one page,
+        newest first; `after` the messages just after it, else the newest before `before`."""
+        channel = _id(request, "channel")
+        if channel not in self._known_channels():
+            raise DiscordError(404, 10003, "Unknown Channel")
+        if channel in self.no_access:
+            raise DiscordError(403, 50001, "Missing Access")
+        query = request.query
+        try:
+            limit = int(query.get("limit", "50"))
+            after, before = (int(query.get(k) or 0) for k in ("after", "before"))
+        except ValueError:
+            raise DiscordError(400, 50035, "Invalid Form Body") from None
+        if not 1 <= limit <= 100 or "around" in query or (after and before):
+            raise DiscordError(400, 50035, "Invalid Form Body")  # (`around` is not modelled)
+        if channel in self.no_history:  # no Read Message History: no messages, no error
+            return _json([])
+        kept = sorted(
+            (m for m in [*self.posted.values(), *self.said.values()] if m.channel_id == channel),
+            key=lambda m: m.id,
+        )
+        if after:
+            page = [m for m in kept if m.id > after][:limit]
+        else:
+            page = [m for m in kept if not before or m.id < before][-limit:]
+        return _json([self._message(m) for m in reversed(page)])
 
     async def _open_dm(self, request: web.Request) -> web.Response:
         """The bot's DM channel with a person (`create_dm`): its id is recorded in `dms`."""
@@ -515,8 +582,9 @@ class MockDiscordApi(ThreadedServer):
 
     def _message(self, message: Posted) -> dict[str, Any]:
         return {"id": str(message.id), "channel_id": str(message.channel_id), "type": 0,
-                "content": message.content, "author": self._user(self.bot_id),
-                "timestamp": stamp(), "edited_timestamp": stamp() if message.edits else None,
+                "content": message.content, "author": self._user(message.author or self.bot_id),
+                "timestamp": snowflake_time(message.id),
+                "edited_timestamp": stamp() if message.edits else None,
                 "attachments": [], "embeds": [], "mentions": [], "mention_roles": [],
                 "pinned": False, "mention_everyone": False, "tts": False}  # fmt: skip
 
