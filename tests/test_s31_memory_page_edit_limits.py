@@ -8,21 +8,36 @@ middleware (signed link, session, CSRF) and the real Redis:
   refusal and the text as typed in the field, to shorten (it used to redirect to the list, which
   showed the old text: what was typed was lost); the stored entity is unchanged;
 - the server counts as `maxlength` does: a line break is one character (a form sends CRLF), and
-  a character outside the BMP (an emoji) two, as UTF-16 code units.
+  a character outside the BMP (an emoji) two, as UTF-16 code units; so does the store, so a
+  description it merged itself always fits its field;
+- a refused page's form is submitted as a browser would (its `action`, its hidden fields): it
+  posts to the kind's list path (`/memory/entities/edit`, never "entitys"), and what was typed
+  comes back escaped in the field, markup and all; an edit an entity's merges kept crossing
+  (`EntityChanging`) is refused the same way, not a 500.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
+import json
 import re
+from html.parser import HTMLParser
 
-from memory.stores.entity import MAX_DESCRIPTION
+import pytest
+
+from memory.embeddings import CachedEmbedder
+from memory.manager import MemoryManager
+from memory.scope import Scope
+from memory.stores.entity import MAX_DESCRIPTION, Entity
+from memory.text import utf16_length
 from tests.test_memory_page import signed_in, world  # noqa: F401 (a fixture)
 
 ADMIN = "U9"  # the seeded workspace's admin (tests.test_memory_page.viewers)
 ENTITY = "memgpt"  # the seeded public entity
 OLD = "An LLM operating system."
 DESCRIPTION_FIELD = re.compile(r"<textarea ([^>]*)>(.*?)</textarea>", re.S)
+ASTRAL = "\N{MATHEMATICAL SCRIPT CAPITAL O}"  # outside the BMP: two UTF-16 code units
 
 
 def fields(page: str) -> list[tuple[str, str]]:
@@ -30,8 +45,47 @@ def fields(page: str) -> list[tuple[str, str]]:
     return [(attrs, html.unescape(text)) for attrs, text in DESCRIPTION_FIELD.findall(page)]
 
 
-def csrf_of(page: str) -> str:
-    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+class Forms(HTMLParser):
+    """A page's forms as a browser reads them: each one's action and its named inputs' and
+    textareas' values (a textarea ends at the first `</textarea>`, escaped or not)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.forms: list[tuple[str, dict[str, str]]] = []
+        self._textarea: str | None = None
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        if tag == "form":
+            self.forms.append((named.get("action") or "", {}))
+        elif tag in ("input", "textarea") and self.forms and named.get("name"):
+            self.forms[-1][1][named["name"]] = named.get("value") or ""
+            self._textarea = named["name"] if tag == "textarea" else None
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "textarea":
+            self._textarea = None
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea:
+            self.forms[-1][1][self._textarea] += data
+
+
+def form_of(page: str, field: str, item: str) -> tuple[str, dict[str, str]]:
+    """The form on `page` that edits `field` of `item`: its action and its values."""
+    found = [(a, f) for a, f in Forms(page).forms if field in f and f.get("id") == item]
+    assert len(found) == 1, f"no single form edits the {field} of {item}"
+    return found[0]
+
+
+async def submit(client, page: str, description: str, item: str = ENTITY):
+    """Type `description` into the page's edit form of `item` and save, as a browser would
+    (redirects followed)."""
+    action, values = form_of(page, "description", item)
+    response = await client.post(action, data={**values, "description": description})
+    return response.status, await response.text()
 
 
 async def described(memory, tenant: str) -> str:
@@ -39,12 +93,8 @@ async def described(memory, tenant: str) -> str:
 
 
 async def edit(client, description: str):
-    """POST the entity's edit form as the entities page would (redirects followed)."""
-    page = await (await client.get("/memory/entities")).text()
-    form = {"csrf": csrf_of(page), "back": "/memory/entities", "id": ENTITY,
-            "description": description}  # fmt: skip
-    response = await client.post("/memory/entities/edit", data=form)
-    return response.status, await response.text()
+    """Save the entity's edit form of the entities page with `description` typed in."""
+    return await submit(client, await (await client.get("/memory/entities")).text(), description)
 
 
 async def test_the_edit_fields_carry_the_servers_limit(memory, world):  # noqa: F811
@@ -67,8 +117,8 @@ async def test_a_refused_description_keeps_what_was_typed(memory, world):  # noq
         assert kept == [(kept[0][0], typed)], "the typed text is not in the field"
         assert f'maxlength="{MAX_DESCRIPTION}"' in kept[0][0]
         assert await described(memory, world.tenant) == OLD
-        # shortened on that page, it saves and returns to the list
-        status, page = await edit(client, typed[:MAX_DESCRIPTION])
+        # shortened on that page, its form saves and returns to the list
+        status, page = await submit(client, page, typed[:MAX_DESCRIPTION])
         assert status == 200 and "The entity was saved." in page
         assert await described(memory, world.tenant) == "x" * MAX_DESCRIPTION
 
@@ -90,4 +140,72 @@ async def test_an_emoji_counts_twice_as_maxlength_counts_it(memory, world):  # n
     assert status == 422
     assert f"this one has {2 * len(typed):,}" in page
     assert [t for a, t in fields(page) if 'name="description"' in a] == [typed]
+    assert await described(memory, world.tenant) == OLD
+
+
+async def test_typed_markup_comes_back_escaped_in_the_field(memory, world):  # noqa: F811
+    markup = "</textarea><b>x</b>"
+    typed = "x" * MAX_DESCRIPTION + markup
+    async with signed_in(memory, world.tenant, ADMIN) as client:
+        status, page = await edit(client, typed)
+    assert status == 422
+    assert markup not in page and html.escape(markup, quote=False) in page
+    assert form_of(page, "description", ENTITY)[1]["description"] == typed  # as a browser reads it
+    assert await described(memory, world.tenant) == OLD
+
+
+async def test_a_forgotten_entity_returns_to_the_entities_list(memory, world):  # noqa: F811
+    async with signed_in(memory, world.tenant, ADMIN) as client:
+        page = await (await client.get(f"/memory/forget/confirm?kind=entity&id={ENTITY}")).text()
+        action, values = next((a, f) for a, f in Forms(page).forms if a == "/memory/forget")
+        response = await client.post(action, data=values, allow_redirects=False)
+    assert response.status == 303 and response.headers["Location"] == "/memory/entities"
+
+
+async def test_what_the_store_keeps_fits_its_field(memory, world):  # noqa: F811
+    """Merged, cut or edited, a description is at most MAX_DESCRIPTION UTF-16 code units: the
+    page's field holds whatever the store kept."""
+    scope = Scope(world.tenant, "t1", channel="C1", user="U2")
+    entities = memory.entities
+    await entities.upsert(scope, [Entity("Omicron", "system", ASTRAL * MAX_DESCRIPTION)])
+    cut = (await entities.get(scope, "Omicron")).description
+    assert cut == ASTRAL * (MAX_DESCRIPTION // 2)  # cut whole characters, to the limit
+    await entities.upsert(scope, [Entity("Sigma", "system", ASTRAL * 600)])
+    await entities.upsert(scope, [Entity("Sigma", "system", "Sigma is a search service.")])
+    assert (await entities.get(scope, "Sigma")).description == "Sigma is a search service."
+    async with signed_in(memory, world.tenant, ADMIN) as client:
+        page = await (await client.get("/memory/entities")).text()
+    kept = [(a, t) for a, t in fields(page) if ASTRAL in t]
+    assert kept and all(f'maxlength="{MAX_DESCRIPTION}"' in a for a, _ in kept)
+    assert all(utf16_length(t) <= MAX_DESCRIPTION for _, t in kept)
+    entity_id = entities.key(scope, "Omicron").removeprefix(entities.key_prefix(world.tenant))
+    with pytest.raises(ValueError, match=f"this one has {MAX_DESCRIPTION + 2:,}"):
+        await memory.governance.edit_entity(world.tenant, entity_id, cut + ASTRAL)
+
+
+class Crossing:
+    """The test's embedder, but each line it embeds comes with a change to the entity's pieces,
+    as a background merge landing between the edit's read and its write: every round of its
+    compare-and-set finds the entity changed."""
+
+    def __init__(self, inner, redis, key: str) -> None:
+        self.inner, self.redis, self.key = inner, redis, key
+        self.model_name, self.dims = inner.model_name, inner.dims
+        self.rounds = itertools.count()
+
+    async def embed(self, texts: list[str]):
+        piece = ["", f"{OLD} Merged meanwhile ({next(self.rounds)})."]
+        await self.redis.hset(self.key, "pieces", json.dumps([piece]))
+        return await self.inner.embed(texts)
+
+
+async def test_an_edit_crossed_by_merges_keeps_what_was_typed(memory, world, local_embedder):  # noqa: F811
+    key = memory.entities.key_of(world.tenant, ENTITY)
+    crossing = Crossing(local_embedder, memory.redis, key)
+    crossed = MemoryManager(memory.redis, CachedEmbedder(crossing, memory.redis))
+    typed = "A memory-tiered LLM system."
+    async with signed_in(crossed, world.tenant, ADMIN) as client:
+        status, page = await edit(client, typed)
+    assert status == 422 and "The entity kept changing while it was edited; try again." in page
+    assert form_of(page, "description", ENTITY)[1]["description"] == typed
     assert await described(memory, world.tenant) == OLD

@@ -48,7 +48,8 @@ from memory.governance import Busy, ImportRunning, NotFound
 from memory.keys import InvalidName
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC
-from memory.stores.entity import MAX_DESCRIPTION
+from memory.stores.entity import MAX_DESCRIPTION, EntityChanging
+from memory.text import utf16_length
 
 log = logging.getLogger(__name__)
 
@@ -249,16 +250,19 @@ class Target:
 @dataclass(frozen=True)
 class EditForm:
     """An admin's edit form of one kind: the field it changes, and the most that field may hold
-    (None: only the form's 1 MB, `server.FORM_BYTES`); `limit` is the field's `maxlength` too."""
+    (None: only the form's 1 MB, `server.FORM_BYTES`); `limit` is the field's `maxlength` too.
+    `path`: the kind's list, where its forms post (`path/edit`) and return by default (a kind's
+    name plus "s" is no path: "entitys")."""
 
     field: str
     limit: int | None
     rows: int
+    path: str
 
 
 EDITS = {  # the store's own limit, so the browser stops what the store would refuse
-    "entity": EditForm("description", MAX_DESCRIPTION, 4),
-    "workflow": EditForm("text", None, 8),
+    "entity": EditForm("description", MAX_DESCRIPTION, 4, path="/memory/entities"),
+    "workflow": EditForm("text", None, 8, path="/memory/workflows"),
 }
 
 
@@ -268,16 +272,9 @@ def typed(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def typed_length(text: str) -> int:
-    """A text's length as a browser's `maxlength` counts it: UTF-16 code units (an emoji outside
-    the BMP is two), so the page refuses just what a browser would have stopped; never less
-    than the store's count (code points), so what the page takes the store takes too."""
-    return len(text.encode("utf-16-le")) // 2
-
-
 def too_long(field: str, limit: int, text: str) -> str:
     return (f"The {field} may be at most {limit:,} characters; this one has "
-            f"{typed_length(text):,}. Shorten it and save again.")  # fmt: skip
+            f"{utf16_length(text):,}. Shorten it and save again.")  # fmt: skip
 
 
 class Pages:
@@ -459,7 +456,7 @@ class Pages:
             found = await self.browse.workflow(v.tenant, item, seen)
         if found is None or not v.can_see(found.audience):
             raise Missing
-        return Target(kind, item, "", found, f"/memory/{kind}s")
+        return Target(kind, item, "", found, EDITS[kind].path)
 
     @page
     async def confirm_forget(self, request: web.Request) -> web.StreamResponse:
@@ -515,18 +512,18 @@ class Pages:
         if not v.manages:
             raise Refused
         item, value = str(form.get("id", "")), typed(str(form.get(field, ""))).strip()
+        path, limit = EDITS[kind].path, EDITS[kind].limit
         if not value:
-            raise self.back(form, f"/memory/{kind}s", error=f"The {field} must not be empty.")
-        limit = EDITS[kind].limit
-        if limit is not None and typed_length(value) > limit:
+            raise self.back(form, path, error=f"The {field} must not be empty.")
+        if limit is not None and utf16_length(value) > limit:
             return await self._kept(request, form, kind, item, value, too_long(field, limit, value))
         governance = self.memory.governance
         edit = governance.edit_entity if kind == "entity" else governance.edit_workflow
         try:
             await edit(v.tenant, item, value)
-        except ValueError as exc:  # refused by the store: say why, and keep what was typed
+        except (ValueError, EntityChanging) as exc:  # refused or crossed: say why, keep the text
             return await self._kept(request, form, kind, item, value, str(exc))
-        raise self.back(form, f"/memory/{kind}s", done=f"The {kind} was saved.")
+        raise self.back(form, path, done=f"The {kind} was saved.")
 
     async def _kept(
         self, request: web.Request, form: Any, kind: str, item: str, value: str, error: str
@@ -539,7 +536,7 @@ class Pages:
         found = await read(v.tenant, item, self.seen(v))
         if found is None:
             raise Missing  # forgotten meanwhile: nothing to edit
-        back = safe_back(form.get("back"), f"/memory/{kind}s")
+        back = safe_back(form.get("back"), EDITS[kind].path)
         return self.render(
             request, "edit.html", status=EDIT_REFUSED, here=back, error=error, kind=kind,
             form=EDITS[kind], item=found, text=value,

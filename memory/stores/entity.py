@@ -44,14 +44,23 @@ from memory.stores.entity_pieces import (
     still_tagged,
     taught_with,
 )
+from memory.text import utf16_length
 
-__all__ = ["MAX_DESCRIPTION", "Entity", "EntityStore", "joined", "merge_descriptions"]
+__all__ = [
+    "MAX_DESCRIPTION", "Entity", "EntityChanging", "EntityStore", "joined", "merge_descriptions",
+]  # fmt: skip
 log = logging.getLogger(__name__)
 RETRIES = 20  # compare-and-set rounds against a concurrent merge or removal of the same entity
 READ = ["name", "type", "description", "audience", *COMPARED]
 # A compare-and-set round's plan: per key read, the fields to write (None: delete the entity)
 # and what to return once written; a key left out needs nothing.
 Plan = Callable[[dict[str, Snapshot]], Awaitable[dict[str, tuple[dict[str, Any] | None, Any]]]]
+
+
+class EntityChanging(RuntimeError):
+    """An entity kept changing under a write (a merge or a removal crossing it every round):
+    nothing was written. Its own type, so an edit's page can keep the text typed and say why;
+    a RuntimeError still, as callers that retry or log any RuntimeError expect."""
 
 
 @dataclass
@@ -226,7 +235,7 @@ class EntityStore(VectorStore):
     async def _compare_and_set(self, keys: list[str], plan: Plan, failed: str) -> dict[str, Any]:
         """Rounds of compare-and-set writes: `plan` decides each key's write from the entity as
         read; a key that changed meanwhile is read and planned again. What each written key's
-        plan returned (a key that needed nothing: absent). RuntimeError(`failed`) after
+        plan returned (a key that needed nothing: absent). EntityChanging(`failed`) after
         RETRIES rounds."""
         done: dict[str, Any] = {}
         pending = list(dict.fromkeys(keys))
@@ -243,7 +252,7 @@ class EntityStore(VectorStore):
                     again.append(key)
             pending = again
         if pending:
-            raise RuntimeError(failed)
+            raise EntityChanging(failed)
         return done
 
     async def _snapshots(self, keys: list[str]) -> list[Snapshot]:
@@ -282,14 +291,16 @@ class EntityStore(VectorStore):
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
         when there is no such entity. The new description is a piece no question owns: a
         person wrote it, and forgetting a question no longer changes it. ValueError when it
-        is longer than MAX_DESCRIPTION: cut, it would be saved other than the person wrote it."""
+        is longer than MAX_DESCRIPTION (counted in UTF-16 units, as the page's `maxlength`
+        counts it): cut, it would be saved other than the person wrote it. EntityChanging when
+        a merge kept crossing it."""
         if not entity_id:
             raise KeyError(entity_id)
         description = description.strip()
-        if len(description) > MAX_DESCRIPTION:
+        if utf16_length(description) > MAX_DESCRIPTION:
             raise ValueError(
                 f"An entity's description may be at most {MAX_DESCRIPTION:,} characters; "
-                f"this one has {len(description):,}. Shorten it and save again."
+                f"this one has {utf16_length(description):,}. Shorten it and save again."
             )
         key = self.key_of(tenant, entity_id)
 
