@@ -49,7 +49,6 @@ from memory.keys import InvalidName
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC
 from memory.stores.entity import MAX_DESCRIPTION, EntityChanging
-from memory.text import utf16_length
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +273,7 @@ def typed(text: str) -> str:
 
 def too_long(field: str, limit: int, text: str) -> str:
     return (f"The {field} may be at most {limit:,} characters; this one has "
-            f"{utf16_length(text):,}. Shorten it and save again.")  # fmt: skip
+            f"{len(text):,}. Shorten it and save again.")  # fmt: skip
 
 
 class Pages:
@@ -515,7 +514,9 @@ class Pages:
         path, limit = EDITS[kind].path, EDITS[kind].limit
         if not value:
             raise self.back(form, path, error=f"The {field} must not be empty.")
-        if limit is not None and utf16_length(value) > limit:
+        # counted as the store counts (characters); a browser's `maxlength` counts UTF-16 units,
+        # never fewer, so it never lets through what the store would refuse
+        if limit is not None and len(value) > limit:
             return await self._kept(request, form, kind, item, value, too_long(field, limit, value))
         governance = self.memory.governance
         edit = governance.edit_entity if kind == "entity" else governance.edit_workflow

@@ -44,7 +44,6 @@ from memory.stores.entity_pieces import (
     still_tagged,
     taught_with,
 )
-from memory.text import utf16_length
 
 __all__ = [
     "MAX_DESCRIPTION", "Entity", "EntityChanging", "EntityStore", "joined", "merge_descriptions",
@@ -291,16 +290,15 @@ class EntityStore(VectorStore):
         """Replace an entity's description and re-embed it; (old line, new line). KeyError
         when there is no such entity. The new description is a piece no question owns: a
         person wrote it, and forgetting a question no longer changes it. ValueError when it
-        is longer than MAX_DESCRIPTION (counted in UTF-16 units, as the page's `maxlength`
-        counts it): cut, it would be saved other than the person wrote it. EntityChanging when
-        a merge kept crossing it."""
+        is longer than MAX_DESCRIPTION: cut, it would be saved other than the person wrote it.
+        EntityChanging when a merge kept crossing it."""
         if not entity_id:
             raise KeyError(entity_id)
         description = description.strip()
-        if utf16_length(description) > MAX_DESCRIPTION:
+        if len(description) > MAX_DESCRIPTION:
             raise ValueError(
                 f"An entity's description may be at most {MAX_DESCRIPTION:,} characters; "
-                f"this one has {utf16_length(description):,}. Shorten it and save again."
+                f"this one has {len(description):,}. Shorten it and save again."
             )
         key = self.key_of(tenant, entity_id)
 

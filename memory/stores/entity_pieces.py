@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.stores.base import decode
-from memory.text import utf16_cut, utf16_length
 
-MAX_DESCRIPTION = 1000  # UTF-16 code units, as the memory page's `maxlength` counts them
+MAX_DESCRIPTION = 1000
 PIECES = "pieces"
 PROVENANCE = "provenance"
 TAGS = ("authors", "threads")  # the provenance tag fields a forget may narrow
@@ -87,7 +86,7 @@ def described(pieces: list[Piece]) -> str:
 
 
 def _joined(parts: list[str]) -> str:
-    return utf16_cut(" ".join(parts[i] for i in _said(parts)), MAX_DESCRIPTION)
+    return " ".join(parts[i] for i in _said(parts))[:MAX_DESCRIPTION]
 
 
 def _said(parts: list[str]) -> list[int]:
@@ -100,7 +99,7 @@ def _said(parts: list[str]) -> list[int]:
         for index in range(start, len(parts)):
             if parts[index] and parts[index].lower() not in _text(parts, said).lower():
                 said.append(index)
-        if len(said) <= 1 or utf16_length(_text(parts, said)) <= MAX_DESCRIPTION:
+        if len(said) <= 1 or len(_text(parts, said)) <= MAX_DESCRIPTION:
             return said
         start = said[0] + 1
 
@@ -112,7 +111,7 @@ def _text(parts: list[str], said: list[int]) -> str:
 def bounded(pieces: list[Piece]) -> list[Piece]:
     """Drop the oldest pieces the description no longer says (`described` drops whole oldest
     pieces past MAX_DESCRIPTION)."""
-    pieces = [(q, utf16_cut(p, MAX_DESCRIPTION)) for q, p in pieces]
+    pieces = [(q, p[:MAX_DESCRIPTION]) for q, p in pieces]
     said = _said([p for _, p in pieces])
     return pieces[said[0] :] if said else pieces
 
