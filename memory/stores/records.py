@@ -65,12 +65,16 @@ class ThreadRecordStore(Generic[R]):
         """Store a record of `scope.thread` for `scope.audience`, or for the narrower audience
         the record was given for what it holds (`narrowest`: a summary of a walled person's
         words in a public channel is that channel's private memory)."""
-        record.audience = narrowest([scope.audience, record.audience])
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key(scope.tenant, record.id), mapping=self.fields(record))
-        pipe.zadd(self.thread_index(scope), {record.id: record.created_at})
+        self._stored(pipe, scope, record)
         await pipe.execute()
         return record
+
+    def _stored(self, pipe: Any, scope: Scope, record: R) -> None:
+        """`save`'s writes, queued on a transaction `pipe` (a store may add its own to it)."""
+        record.audience = narrowest([scope.audience, record.audience])
+        pipe.hset(self.key(scope.tenant, record.id), mapping=self.fields(record))
+        pipe.zadd(self.thread_index(scope), {record.id: record.created_at})
 
     async def delete(self, scope: Scope, record: R) -> None:
         pipe = self.redis.pipeline(transaction=True)

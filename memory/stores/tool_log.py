@@ -111,14 +111,15 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     MISSING = UnknownToolLog
 
     async def write(self, scope: Scope, entry: ToolLogEntry) -> str:
-        """Store the log, indexed first under each message it showed: a crash in between
-        leaves an index entry of no log, never a log its messages' erasure cannot find."""
-        if entry.message_ids:
-            pipe = self.redis.pipeline(transaction=False)
-            for message_id in set(entry.message_ids):
-                pipe.sadd(shown_in_logs_key(scope.tenant, message_id), entry.id)
-            await pipe.execute()
-        return (await self.save(scope, entry)).id
+        """Store the log and index it under each message it showed, in one transaction: a
+        forget never finds the one without the other (an index entry whose log is not there
+        yet would be dropped as a leftover, and the log written after it never found)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for message_id in set(entry.message_ids):
+            pipe.sadd(shown_in_logs_key(scope.tenant, message_id), entry.id)
+        self._stored(pipe, scope, entry)
+        await pipe.execute()
+        return entry.id
 
     async def forget_showing(self, tenant: str, message_ids: Iterable[str]) -> int:
         """Delete every log whose output showed one of these messages (they are being
