@@ -4,6 +4,7 @@ consumers, shutdown, and giving way to turns being prepared."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 
@@ -150,33 +151,35 @@ async def test_a_crashed_consumers_tasks_are_claimed(client, name):
 
 
 async def test_a_long_task_is_not_taken_over_while_it_runs(client, name):
-    """A handler running five times the claim time, beside a second process claiming stale
-    tasks: it is kept alive, so it runs once. (One worker: its busy slot keeps the first
-    process from claiming anything, its own task included.)"""
-    handler = Recorder(delay=1.0)
-    first = work(client, name, {"a": handler}, consumer="A", workers=1)
-    second = work(client, name, {"a": handler}, consumer="B")
+    """A handler running twice the claim time, beside a second process claiming stale tasks
+    (every 0.75 s): it is kept alive, so it runs once. (One worker: its busy slot keeps the
+    first process from claiming anything, its own task included.) The claim time leaves a
+    stalled event loop a second between keep-alives before B may claim."""
+    handler = Recorder(delay=3.0)
+    first = work(client, name, {"a": handler}, consumer="A", workers=1, claim_idle_ms=1500)
+    second = work(client, name, {"a": handler}, consumer="B", claim_idle_ms=1500)
     await first.submit("a", {"i": 0})
     await asyncio.sleep(0.05)  # A has it
     second.start()
-    await drain(first)
+    await drain(first, 10)
     await asyncio.gather(first.close(), second.close())
     assert handler.payloads == [{"i": 0}]
 
 
 async def test_a_task_waiting_for_a_worker_is_not_taken_over(client, name):
     """Read in one batch with a long task of another kind, a task waits for the only worker
-    for five times the claim time: it is held all along, so it runs once."""
-    slow, quick = Recorder(delay=1.0), Recorder()
-    first = work(client, name, {"slow": slow, "quick": quick}, consumer="A", workers=1)
+    for twice the claim time: it is held all along, so it runs once."""
+    slow, quick = Recorder(delay=3.0), Recorder()
+    handlers = {"slow": slow, "quick": quick}
+    first = work(client, name, handlers, consumer="A", workers=1, claim_idle_ms=1500)
     await first.stream.ensure_group()
     await first.stream.add("slow", {"i": 0})
     await first.stream.add("quick", {"i": 1})
     first.start()
     await asyncio.sleep(0.1)  # A read both: "quick" waits for the worker "slow" holds
-    second = work(client, name, {"slow": slow, "quick": quick}, consumer="B")
+    second = work(client, name, handlers, consumer="B", claim_idle_ms=1500)
     second.start()
-    await drain(first)
+    await drain(first, 10)
     await asyncio.gather(first.close(), second.close())
     assert slow.payloads == [{"i": 0}] and quick.payloads == [{"i": 1}]
 
@@ -209,18 +212,20 @@ async def test_a_hung_task_is_taken_over_after_max_run(client, name):
 async def test_max_run_counts_from_when_the_handler_starts(client, name):
     """Read in one batch behind two batches of other kinds that each run within max_run_ms, a
     task waits for the only worker longer than max_run_ms: it is held all along and, once
-    started, gets its own full run; nothing is taken over, nothing runs twice."""
-    first_kind, second_kind, quick = Recorder(delay=0.3), Recorder(delay=0.3), Recorder(delay=0.2)
+    started, gets its own full run; nothing is taken over, nothing runs twice. (Counted from
+    the read, all three would go unkept at 1.8 s, claimable from 3 s: "quick" runs to 4.2 s.)"""
+    first_kind, second_kind, quick = Recorder(delay=1.4), Recorder(delay=1.4), Recorder(delay=1.4)
     handlers = {"a": first_kind, "b": second_kind, "quick": quick}
-    first = work(client, name, handlers, consumer="A", workers=1, max_run_ms=400)
+    options = {"claim_idle_ms": 1500, "max_run_ms": 1800}
+    first = work(client, name, handlers, consumer="A", workers=1, **options)
     await first.stream.ensure_group()
     for kind, i in (("a", 0), ("b", 1), ("quick", 2)):
         await first.stream.add(kind, {"i": i})
     first.start()
-    await asyncio.sleep(0.1)  # A read all three: "quick" waits 0.6 s for the worker
-    second = work(client, name, handlers, consumer="B")
+    await asyncio.sleep(0.1)  # A read all three: "quick" waits 2.8 s for the worker
+    second = work(client, name, handlers, consumer="B", **options)
     second.start()
-    await drain(first)
+    await drain(first, 10)
     await asyncio.gather(first.close(), second.close())
     assert first_kind.payloads == [{"i": 0}] and second_kind.payloads == [{"i": 1}]
     assert quick.payloads == [{"i": 2}]  # waited longer than max_run_ms: not taken
@@ -229,8 +234,16 @@ async def test_max_run_counts_from_when_the_handler_starts(client, name):
 async def test_tasks_waiting_behind_a_hung_batch_go_to_another_process(client, name):
     """When every batch a process runs is past max_run_ms (hung), the tasks it read that wait
     for a worker are no longer kept either: another process takes them over and runs them."""
-    in_a = {"slow": Recorder(delay=1.5), "quick": Recorder()}
     in_b = {"slow": Recorder(delay=1.5), "quick": Recorder()}
+
+    async def hung(payloads: list[dict]) -> None:
+        """Runs past max_run_ms until B ran "quick" (or 10 s: then A runs it, and fails)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                while not in_b["quick"].payloads:
+                    await asyncio.sleep(0.05)
+
+    in_a = {"slow": hung, "quick": Recorder()}
     first = work(client, name, in_a, consumer="A", workers=1, max_run_ms=400)
     await first.stream.ensure_group()
     await first.stream.add("slow", {"i": 0})
@@ -239,7 +252,7 @@ async def test_tasks_waiting_behind_a_hung_batch_go_to_another_process(client, n
     await asyncio.sleep(0.1)  # A read both: "quick" waits for the worker "slow" holds
     second = work(client, name, in_b, consumer="B")
     second.start()
-    await drain(first)
+    await drain(first, 15)
     await asyncio.gather(first.close(), second.close())
     assert in_b["quick"].payloads == [{"i": 1}]  # B took it while A's worker was hung
 

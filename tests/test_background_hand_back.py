@@ -105,7 +105,7 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
             running.set()
         await release.wait()
 
-    a = BackgroundWork(
+    a = BackgroundWork(  # keeps its tasks alive every 0.1 s (a third of claim_idle_ms)
         TaskStream(client, stream.stream, consumer="A"), {"slow": slow, "other": slow},
         workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=3,
     )  # fmt: skip
@@ -127,13 +127,16 @@ async def test_a_closing_process_keeps_its_unstarted_tasks_until_it_hands_them_b
 
     b = BackgroundWork(
         TaskStream(client, stream.stream, consumer="B"), {"last": last},
-        workers=2, claim_idle_ms=300, block_ms=50, max_deliveries=3, on_dead_letter={"last": hook},
+        workers=2, claim_idle_ms=1500, block_ms=50, max_deliveries=3, on_dead_letter={"last": hook},
     )  # fmt: skip
     b.start()
     async with asyncio.timeout(10):
         while not ran:
             await asyncio.sleep(0.02)
-    await asyncio.sleep(1.0)  # three claim_idle_ms while A's batches still run
+    # two of B's claim_idle_ms while A's batches still run: unkept since A claimed them, B
+    # (looking every 0.75 s) would claim them past their last delivery. B's 1.5 s leaves a
+    # stalled event loop well over a second between A's keep-alives.
+    await asyncio.sleep(3.0)
     release.set()
     async with asyncio.timeout(30):
         await closing

@@ -36,7 +36,8 @@ async def adapter(redis_url, tmp_path, api) -> AsyncIterator[DiscordAdapter]:
     client.get_channel = mock.create_autospec(
         client.get_channel, side_effect=client.get_partial_messageable
     )
-    adapter.pipeline.lease_ms, adapter.pipeline.recover_every = 1000, 0.1  # a re-run soon
+    # a re-run soon; the lease (renewed every second) outlasts a stalled event loop
+    adapter.pipeline.lease_ms, adapter.pipeline.recover_every = 3000, 0.1
     await client.http.static_login(BOT_TOKEN)
     yield adapter
     await adapter.pipeline.close()

@@ -358,14 +358,15 @@ async def test_ensure_window_waits_briefly_for_a_summary_then_gives_up(memory, t
     started = time.monotonic()
     assert await roller.ensure_window(scope, 200) is None  # held throughout: no compaction
     waited = time.monotonic() - started
-    assert 0.9 <= waited < 2.0
+    assert 0.9 <= waited < 5.0  # gave up after its wait, not the 60 s hold (a loaded machine
+    # may stall the event loop for a second)
     assert await memory.summaries.for_thread(scope) == []
     with pytest.raises(SummaryInProgress):
         await roller.roll(scope, 200)
 
-    # released within the wait: it compacts
+    # released within the wait (early in it: a stalled event loop still lands it inside)
     async def release_soon() -> None:
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.05)
         await conversation.release_summarizing(scope, "background")
 
     release = asyncio.create_task(release_soon())

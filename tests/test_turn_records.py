@@ -12,6 +12,7 @@ import pytest
 
 from app import cli
 from bot.feedback import FAILED, GONE, NOT_HERE, SORRY, THANKS, FeedbackService
+from bot.harness import ENTITY_INSTRUCTIONS
 from memory.scope import Scope, Visibility
 from memory.stores.turn_records import TurnRecord, TurnUsage, Vote, counts, day_of
 from tests.agent_world import close_world, open_world
@@ -337,7 +338,10 @@ async def test_usage_of_a_thread_forgotten_while_its_entities_are_read_is_not_co
     world.model.script(text("MemGPT pages memory like an OS."))
     await world.agent.run_turn(scope, "what does MemGPT do?", turn_id="job-gone")
     assert (await memory.turn_records.usage(tenant, "t5"))["turns"] == 1
-    await asyncio.sleep(0.2)  # the background is waiting for the entities
+    async with asyncio.timeout(10):  # the background is waiting for the entities
+        while not any(r["messages"][0]["content"] == ENTITY_INSTRUCTIONS
+                      for r in world.model.requests):  # fmt: skip
+            await asyncio.sleep(0.01)
     await memory.governance.forget_thread(tenant, "t5")
     assert await memory.turn_records.usage(tenant, "t5") == counts()
     world.hold_entities.set()
