@@ -26,7 +26,8 @@ from html.parser import HTMLParser
 
 from memory.embeddings import CachedEmbedder
 from memory.manager import MemoryManager
-from memory.stores.entity import MAX_DESCRIPTION
+from memory.scope import Scope
+from memory.stores.entity import MAX_DESCRIPTION, Entity
 from tests.test_memory_page import signed_in, world  # noqa: F401 (a fixture)
 
 ADMIN = "U9"  # the seeded workspace's admin (tests.test_memory_page.viewers)
@@ -157,6 +158,16 @@ async def test_a_forgotten_entity_returns_to_the_entities_list(memory, world):  
         action, values = next((a, f) for a, f in Forms(page).forms if a == "/memory/forget")
         response = await client.post(action, data=values, allow_redirects=False)
     assert response.status == 303 and response.headers["Location"] == "/memory/entities"
+
+
+async def test_a_description_is_merged_by_its_characters(memory, world):  # noqa: F811
+    """The store counts characters, as it always did: a description of 600 characters outside
+    the BMP (1,200 UTF-16 units) keeps them whole when a short fact joins it, nor is it cut."""
+    scope = Scope(world.tenant, "t1", channel="C1", user="U2")
+    await memory.entities.upsert(scope, [Entity("Sigma", "system", ASTRAL * 600)])
+    await memory.entities.upsert(scope, [Entity("Sigma", "system", "A search service.")])
+    description = (await memory.entities.get(scope, "Sigma")).description
+    assert description.startswith(ASTRAL * 600) and "A search service." in description
 
 
 class Crossing:
