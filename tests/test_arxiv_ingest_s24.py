@@ -63,7 +63,9 @@ async def test_the_agents_arxiv_client_waits_for_the_shared_slot(replay, client)
     settings = Settings(arxiv_api_url=replay.api_url, arxiv_delay_seconds=0.2)
     source = arxiv_source(settings, client)
     assert isinstance(source.pace, SharedPace)
-    await client.set(arxiv_slot_key(), "another-process", px=3_000)  # (waited out, not polled)
+    # long, that it lasts past the look however the loop stalls: the wait polls the slot, so
+    # its delete (below) ends it, not its lapse
+    await client.set(arxiv_slot_key(), "another-process", px=10_000)
     try:
         search = asyncio.create_task(source.search_candidates("MemGPT"))
         await asyncio.sleep(0.5)  # time enough to ask, were it not waiting

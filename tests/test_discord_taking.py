@@ -321,7 +321,12 @@ async def test_a_place_discord_refuses_is_not_read_again_in_the_session(world, f
 # -- 4. /summarize answers within Discord's 3 s -----------------------------------------------
 
 
-DISCORD_DEADLINE_SECONDS = 3.0  # an interaction not answered by then is Unknown to Discord
+# Discord forgets an interaction not answered within 3 s. /summarize's lookups take 2.0 s at
+# most (adapters/discord_commands.py: 0.8 s for Discord, 1.2 s for Redis), leaving a second
+# for the gateway and the POST; this test allows them 1.4 s (a loaded machine's event loop
+# can stall about a second). The limits of before (Discord's own 1.5 s, then 2.0 s for
+# Redis) answer at 3.5 s at the earliest: past it still, however idle the machine.
+ANSWER_DEADLINE_SECONDS = 3.4  # a literal: raising the limits must fail here
 
 
 async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_url, tmp_path):
@@ -330,8 +335,8 @@ async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_
     out before Discord's deadline (past it, the interaction is unknown and the person sees
     "The application did not respond"), at 2.0 s, leaving a second for the gateway and the
     answer's POST. The limits of before, Discord's own ASK_DISCORD_SECONDS (1.5 s) then
-    2.0 s for Redis, would answer after 3.5 s: a second's margin below the 3 s, half a
-    second above it, on the loop's clock, so a loaded machine only makes the old way
+    2.0 s for Redis, would answer after 3.5 s: past the test's 3.4 s (the 2.0 s and a stall
+    of 1.4 s allowed), on the loop's clock, so a loaded machine only makes the old way
     later."""
     gate = RedisGate(redis_url)
     world = await open_world(await gate.start(), tmp_path)
@@ -353,7 +358,7 @@ async def test_summarize_says_memory_is_down_in_time_after_a_slow_discord(redis_
         started: list[float] = []
 
         async def send_message(content: str, **kw: Any) -> None:
-            if loop.time() - started[0] > DISCORD_DEADLINE_SECONDS:
+            if loop.time() - started[0] > ANSWER_DEADLINE_SECONDS:
                 raise discord.NotFound(
                     mock.Mock(status=404, reason="Not Found"),
                     {"code": 10062, "message": "Unknown interaction"},
