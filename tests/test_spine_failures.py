@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import logging
+from collections import deque
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,7 +41,7 @@ from memory.scope import Scope
 from tests.agent_world import close_world, open_world
 from tests.conftest import free_port
 from tests.support.discord_fakes import FakeDiscord
-from tests.support.scripted_openai import call, text, tool_calls
+from tests.support.scripted_openai import Reply, call, text, tool_calls
 from tests.test_discord import echo, new_adapter, settle
 from tests.test_turn_recovery import Board, fast, until
 
@@ -55,11 +59,41 @@ class Parts(Board):
         self.parts.append((job.progress["attempts"], index, part))
 
 
+class Held:
+    """The agent's next model replies, each sent only once the test lets one go: what the test
+    does "while the model thinks" lands then however slow the machine, which a delay does not
+    promise. The harness's own calls are still answered at once; later ones from the script."""
+
+    def __init__(self, world, *replies: Reply) -> None:
+        self._replies, self._go = deque(replies), asyncio.Semaphore(0)
+        self._route = world.model.router
+        world.model.router = self._answer
+
+    def let_go(self) -> None:
+        """Send the reply held (or the next one, as soon as it is asked for)."""
+        self._go.release()
+
+    async def _answer(self, body: dict[str, Any]) -> Reply | None:
+        routed = self._route(body) if self._route is not None else None
+        if inspect.isawaitable(routed):
+            routed = await routed
+        if routed is not None or not self._replies:
+            return routed
+        reply = self._replies.popleft()
+        await self._go.acquire()
+        return reply
+
+
 @pytest.fixture
 async def world(redis_url, tmp_path):
     world = await open_world(redis_url, tmp_path)
     yield world
     await close_world(world)
+
+
+def stopped_by_its_keeper(caplog: pytest.LogCaptureFixture) -> bool:
+    """The run's keeper found its lease lost and stopped it (adapters/spine.py `_keep`)."""
+    return any("its run stops" in r.getMessage() for r in caplog.records)
 
 
 async def delivered(world, scope: Scope, job: Job) -> None:
@@ -72,13 +106,14 @@ async def delivered(world, scope: Scope, job: Job) -> None:
 
 
 async def test_a_run_whose_lease_was_taken_over_mid_turn_stops_and_the_job_is_answered_once(
-    world, tenant
+    world, tenant, caplog
 ):
     """Memory was out longer than the lease while the model thought, and another run took the
     job over (it saved its progress): the first run stops there, rather than answer twice."""
+    caplog.set_level(logging.WARNING, logger="adapters.spine")
     scope = Scope(tenant, "lapsed")
+    first_run = Held(world, tool_calls(call("search_knowledge_base", {"query": "MemGPT"})))
     world.model.script(
-        tool_calls(call("search_knowledge_base", {"query": "MemGPT"}), delay=2.0),  # 1st run
         text("second run answer " * 3),
         text("first run answer " * 3),  # had the first run gone on after its tool
     )
@@ -94,6 +129,9 @@ async def test_a_run_whose_lease_was_taken_over_mid_turn_stops_and_the_job_is_an
         taken_over.progress["attempts"] += 1  # as the run taking it over saves it
         await redis.set(running, taken_over.to_json())
         await redis.delete(turn_lock_key(tenant, scope.thread))  # that run died too
+        # its tool comes back only once the first run's keeper found the job taken over
+        await until(lambda: stopped_by_its_keeper(caplog))
+        first_run.let_go()
         await delivered(world, scope, job)
         await pipeline.wait_idle()  # the first run too, had it gone on
     finally:
@@ -107,7 +145,8 @@ async def test_a_run_that_cannot_save_does_not_deliver_nor_complete(world, tenan
     """The lease lapsed and another process holds it before this run's keeper notices: the
     save before the first part is refused, so the answer is left to that process."""
     scope = Scope(tenant, "taken")
-    world.model.script(text("the answer", delay=1.0), text("the answer, from its holder"))
+    model = Held(world, text("the answer"))
+    world.model.script(text("the answer, from its holder"))
     board = Board()
     pipeline = Pipeline(board, world.runtime.turns())  # renews every 5 s: too late here
     job = Job("turn", scope, "a question", event_id="EvTaken")
@@ -116,6 +155,7 @@ async def test_a_run_that_cannot_save_does_not_deliver_nor_complete(world, tenan
         assert await pipeline.submit(job)
         await until(lambda: len(world.model_requests()) == 1)
         await redis.set(lock, "another-process", px=60_000)
+        model.let_go()
         await pipeline.wait_idle()
         assert board.placeholders == {"p0": "Thinking…"}  # nothing delivered by this run
         assert not await world.runtime.memory.turns.delivered(scope, job.id)
@@ -137,7 +177,8 @@ async def test_a_memory_that_lost_its_data_mid_turn_still_delivers_the_answer(wo
     slot and the busy mark are gone, no other run knows of the job; this run takes its lease
     again and delivers the answer, rather than leave the placeholder on "Thinking…"."""
     scope = Scope(tenant, "wiped")
-    world.model.script(text("the answer", delay=1.0), text("answered again"))
+    model = Held(world, text("the answer"))
+    world.model.script(text("answered again"))
     board = Board()
     pipeline = fast(Pipeline(board, world.runtime.turns()))
     pipeline.start()
@@ -151,6 +192,7 @@ async def test_a_memory_that_lost_its_data_mid_turn_still_delivers_the_answer(wo
             turn_running_key(tenant, scope.thread),
             busy_threads_key(tenant),
         )
+        model.let_go()
         await delivered(world, scope, job)
         await pipeline.wait_idle()
     finally:
@@ -167,7 +209,8 @@ async def test_a_job_the_memory_forgot_while_another_run_took_the_thread_is_queu
     lease: that run does not know of the job, so this one gives it back to the queue's head
     (with its answer) rather than drop it; the job is answered once, from that answer."""
     scope = Scope(tenant, "forgotten")
-    world.model.script(text("the answer", delay=1.0), text("asked twice"))
+    model = Held(world, text("the answer"))
+    world.model.script(text("asked twice"))
     board = Board()
     pipeline = Pipeline(board, world.runtime.turns())  # renews every 5 s: saves first
     job = Job("turn", scope, "a question", event_id="EvForgotten")
@@ -177,6 +220,7 @@ async def test_a_job_the_memory_forgot_while_another_run_took_the_thread_is_queu
         await until(lambda: len(world.model_requests()) == 1)
         await redis.delete(turn_running_key(tenant, scope.thread), busy_threads_key(tenant))
         await redis.set(lock, "a-follow-up's-run", px=60_000)
+        model.let_go()
         await pipeline.wait_idle()
         assert board.placeholders == {"p0": "Thinking…"}  # not delivered by this run
 
@@ -197,7 +241,7 @@ async def test_a_lease_the_memory_forgot_is_taken_back_with_its_job_for_recovery
     the running slot holds the job again and the thread is listed for recovery again, so a
     process that dies now still has its job taken over rather than lost."""
     scope = Scope(tenant, "retaken")
-    world.model.script(text("the answer", delay=3.0))
+    model = Held(world, text("the answer"))
     board = Board()
     pipeline = fast(Pipeline(board, world.runtime.turns()))
     job = Job("turn", scope, "a question", event_id="EvRetaken")
@@ -208,12 +252,13 @@ async def test_a_lease_the_memory_forgot_is_taken_back_with_its_job_for_recovery
         await until(lambda: len(world.model_requests()) == 1)
         await redis.srem(busy_tenants_key(), f"{board.name}:{tenant}")
         await redis.delete(lock, running, busy_threads_key(tenant))
-        for _ in range(100):  # the keeper renews every third of a second
+        for _ in range(400):  # the keeper renews every second; the model answers after
             if await redis.exists(lock):
                 break
             await asyncio.sleep(0.05)
         assert Job.from_json((await redis.get(running)).decode()).id == job.id
         assert scope in await world.runtime.memory.turns.busy(board.name)
+        model.let_go()
         await delivered(world, scope, job)
         await pipeline.wait_idle()
     finally:
@@ -222,15 +267,15 @@ async def test_a_lease_the_memory_forgot_is_taken_back_with_its_job_for_recovery
 
 
 async def test_a_job_the_memory_forgot_while_its_slot_took_another_job_is_queued_again(
-    world, tenant
+    world, tenant, caplog
 ):
     """Redis lost its data while the model thought, and another job took the running slot
     under a lease that lapsed since (its run died): this run's job goes back to the queue's
     head for the run taking the thread over, rather than be dropped."""
+    caplog.set_level(logging.WARNING, logger="adapters.spine")
     scope = Scope(tenant, "displaced")
-    world.model.script(
-        text("lost with its lease", delay=2.0), text("the other answer"), text("the answer")
-    )
+    first_run = Held(world, text("lost with its lease"))
+    world.model.script(text("the other answer"), text("the answer"))
     board = Board()
     pipeline = fast(Pipeline(board, world.runtime.turns()))
     pipeline.start()
@@ -244,6 +289,9 @@ async def test_a_job_the_memory_forgot_while_its_slot_took_another_job_is_queued
         wipe.delete(turn_lock_key(tenant, scope.thread), busy_threads_key(tenant))
         wipe.set(turn_running_key(tenant, scope.thread), other.to_json())
         await wipe.execute()
+        # its answer comes only once its keeper gave the job back (as taken, unanswered)
+        await until(lambda: stopped_by_its_keeper(caplog))
+        first_run.let_go()
         await delivered(world, scope, other)
         await delivered(world, scope, job)
         await pipeline.wait_idle()
@@ -424,7 +472,8 @@ async def test_runs_memory_ended_are_not_counted_towards_giving_up(tmp_path, ten
     server = EmbeddedRedis(tmp_path / "redis", preferred_port=free_port())
     world = await open_world(server.ensure_running(), tmp_path)
     scope, outages = Scope(tenant, "flapping"), MAX_ATTEMPTS
-    world.model.script(*[text("lost in an outage", delay=1.0)] * outages, text("the answer"))
+    model = Held(world, *[text("lost in an outage")] * outages)
+    world.model.script(text("the answer"))
     board = Board()
     pipeline = fast(Pipeline(board, world.runtime.turns()))
     job = Job("turn", scope, "a question", event_id="EvFlapping")
@@ -433,6 +482,7 @@ async def test_runs_memory_ended_are_not_counted_towards_giving_up(tmp_path, ten
         for outage in range(1, outages + 1):
             await until(lambda outage=outage: len(world.model_requests()) == outage)
             server.stop()
+            model.let_go()
             await pipeline.wait_idle()
             assert board.placeholders["p0"] == MEMORY_DOWN
             server.ensure_running()  # back, with its data: the job runs again
@@ -454,7 +504,8 @@ async def test_runs_a_full_redis_ended_count_towards_giving_up(tmp_path, tenant)
     admin = world.runtime.memory.redis
     await admin.config_set("maxmemory-policy", "noeviction")
     scope = Scope(tenant, "full")
-    world.model.script(*[text("not stored", delay=1.0)] * (MAX_ATTEMPTS + 1))
+    model = Held(world, *[text("not stored")] * MAX_ATTEMPTS)
+    world.model.script(text("not stored"))  # had it been asked again
     board = Board()
     pipeline = fast(Pipeline(board, world.runtime.turns()))
     job = Job("turn", scope, "a question", event_id="EvFull")
@@ -463,6 +514,7 @@ async def test_runs_a_full_redis_ended_count_towards_giving_up(tmp_path, tenant)
         for run in range(1, MAX_ATTEMPTS + 1):
             await until(lambda run=run: len(world.model_requests()) == run)
             await admin.config_set("maxmemory", 1)  # full while the model thinks
+            model.let_go()
             await pipeline.wait_idle()
             assert board.placeholders["p0"] == MEMORY_DOWN
             await admin.config_set("maxmemory", 0)  # room again, for a while
