@@ -357,11 +357,10 @@ class ThreadEraser:
             await self.places.unlist(tenant, deleted)
         except Exception:
             log.exception("forgotten threads could not leave their channels' records")
-        try:  # last, and only tidying: an entry of no log is skipped (`forget_showing`)
-            went_logs = {i: showed[i] for t in deleted for i, _ in tool_logs[t] if i in showed}
-            await logs.unindex(tenant, went_logs)
-        except Exception:
-            log.exception("forgotten threads' tool logs could not leave their shown-in-logs sets")
+        # last, and only tidying (a failure is logged there): an entry of no log is skipped
+        await logs.unindex(
+            tenant, {i: showed[i] for t in deleted for i, _ in tool_logs[t] if i in showed}
+        )
         return erasure, changed
 
     async def _drop_idle_queues(self, tenant: str, threads: list[str]) -> None:

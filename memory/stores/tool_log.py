@@ -102,8 +102,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     (`remove`, `forget_showing`, or `unindex` after a thread erased whole:
     memory/governance_threads.py): else those sets keep ids of logs long gone for ever, and
     forgetting what they showed reads them all again. It is only tidying (an entry of no log
-    is skipped): `remove` and `forget_showing` log its failure, never raise it over logs
-    already gone."""
+    is skipped): its failure is logged (`_tidy`), never raised over logs already gone."""
 
     KIND, PLURAL = "toollog", "toollogs"
     RECORD = ToolLogEntry
@@ -176,23 +175,20 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
 
     async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
         """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
-        before they went), one SREM per set in one pipeline; a set its last log leaves goes
-        (Redis deletes an empty set). A failure is raised: the caller logs it."""
-        await self._leave(_sets(tenant, showed))
+        before they went): `_tidy`."""
+        await self._tidy(_sets(tenant, showed))
 
-    async def _leave(self, sets: dict[str, set[str]]) -> None:
-        """Take these logs out of these sets, one pipeline."""
-        if sets:
+    async def _tidy(self, sets: dict[str, set[str]]) -> None:
+        """Take deleted logs out of these sets, one SREM per set in one pipeline (Redis deletes
+        a set its last log leaves). Only tidying, so a failure is logged, not raised: the
+        caller's next steps still run, and an entry of no log is skipped (`forget_showing`)."""
+        if not sets:
+            return
+        try:
             pipe = self.redis.pipeline(transaction=False)
             for key, log_ids in sets.items():
                 pipe.srem(key, *sorted(log_ids))
             await pipe.execute()
-
-    async def _tidy(self, sets: dict[str, set[str]]) -> None:
-        """`_leave` after logs were deleted, a failure logged, not raised: the caller's next
-        steps (dead letters, summaries, caches of what went) must still run."""
-        try:
-            await self._leave(sets)
         except Exception:
             log.exception("deleted tool logs could not leave their shown-in-logs sets")
 
