@@ -518,6 +518,23 @@ def shown_in_logs_key(tenant: str, message_id: str) -> str:
     return tenant_key(tenant, "shown-in-logs", message_id)
 
 
+def shown_in_logs_pattern() -> str:
+    """Matches every tenant's shown-in-logs sets (`shown_in_logs_key`), for the one-time tidying
+    of those that kept ids of logs gone (memory/migrate.py); `shown_in_logs_of_key` says which
+    of the keys found really are such sets."""
+    return f"{ROOT}:t:{{*}}:shown-in-logs:*"
+
+
+def shown_in_logs_of_key(key: str) -> tuple[str, str] | None:
+    """The tenant and message id of a `shown_in_logs_key`, or None for any other key (one the
+    pattern matched through a brace or a thread id)."""
+    tenant = tenant_of_key(key)
+    if tenant is None:
+        return None
+    prefix = shown_in_logs_key(tenant, "")
+    return (tenant, key[len(prefix) :]) if key.startswith(prefix) else None
+
+
 def web_secret_key() -> str:
     """The memory page's link-signing secret, made once when ARXIVSCOUT_SECRET is unset, so
     every process signs and checks links alike."""

@@ -13,7 +13,7 @@ from memory.coordination import EventLog, ThreadPresence, TurnQueue, Upgrades
 from memory.embeddings import Embedder
 from memory.governance import Governance
 from memory.keys import forgetting_key, import_partial_key, import_running_key, tenant_key
-from memory.migrate import migrate_to_hash_tags
+from memory.migrate import migrate_to_hash_tags, tidy_shown_in_logs
 from memory.portability import Portability
 from memory.retention import Retention
 from memory.sharing import SharingChanges
@@ -65,6 +65,7 @@ class MemoryManager:
 
     async def open(self) -> MemoryManager:
         await migrate_to_hash_tags(self.redis, self.upgrades)  # keys from before hash tags
+        await tidy_shown_in_logs(self.redis, self.upgrades, self.tool_logs)  # once, then done
         await asyncio.gather(*(store.open() for store in self.vector_stores))
         return self
 

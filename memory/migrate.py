@@ -1,4 +1,5 @@
-"""The one-time move of keys to the hash-tagged layout (memory/keys.py), run at start-up.
+"""The one-time upgrade steps run at start-up: the move of keys to the hash-tagged layout
+(memory/keys.py), then the tidying of the shown-in-logs sets (`tidy_shown_in_logs`).
 
 Before, a tenant's keys were `arxivscout:t:<tenant>:...`, the task stream `arxivscout:tasks` and
 a cached vector `arxivscout:embcache:<model>:<digest>`; now the tenant, `tasks` and the model
@@ -12,6 +13,12 @@ between two slots is refused. A new name that is already taken keeps its value, 
 key stays where it is, logged, unless both hold the same value (a move stopped between its
 RESTORE and its DEL): then the old copy goes. Processes of the older version must be stopped
 first: one that kept writing under the old names would write where nobody reads.
+
+Before deleting a tool log took it out of the shown-in-logs sets of what it showed
+(memory/stores/tool_log.py), the logs gone by retention, forgetting or erasure stayed in them:
+a set no live log is in stays for ever, and forgetting its message reads them all again. The
+tidying takes those ids out once, by one process, while the others run: an id goes only when
+its log is absent as it is removed.
 """
 
 from __future__ import annotations
@@ -25,12 +32,21 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from memory.coordination import Upgrades
-from memory.keys import LEGACY_PATTERNS, legacy_renames, tagged_key, upgrade_key
+from memory.keys import (
+    LEGACY_PATTERNS,
+    legacy_renames,
+    shown_in_logs_of_key,
+    shown_in_logs_pattern,
+    tagged_key,
+    upgrade_key,
+)
 from memory.stores.base import decode
+from memory.stores.tool_log import ToolLogStore
 
 log = logging.getLogger(__name__)
 
 UPGRADE = "hash-tags"
+SHOWN_SETS = "shown-in-logs-leftovers"  # the tidying of sets that kept ids of logs gone
 CLAIM_SECONDS = 600  # a process that died while moving keys frees the step after this
 POLL_SECONDS = 0.2
 BATCH = 200  # keys moved concurrently (their commands share round trips)
@@ -57,6 +73,42 @@ async def migrate_to_hash_tags(redis: Redis, upgrades: Upgrades) -> MoveReport:
             return report
         await asyncio.sleep(POLL_SECONDS)
     return MoveReport()
+
+
+async def tidy_shown_in_logs(redis: Redis, upgrades: Upgrades, tool_logs: ToolLogStore) -> int:
+    """Take the ids of logs gone out of the shown-in-logs sets, once per Redis; how many went.
+    Safe while other processes run, so none waits for it. Only tidying (an id of no log is
+    skipped where the sets are read): a failure is logged, not raised, and the step runs
+    again at the next start, as after a crash midway."""
+    if await upgrades.done(SHOWN_SETS) or not await upgrades.claim(SHOWN_SETS, CLAIM_SECONDS):
+        return 0
+    try:
+        removed = await drop_leftover_shown(redis, tool_logs)
+        await upgrades.finish(SHOWN_SETS)
+    except BaseException as failure:
+        with contextlib.suppress(RedisError, OSError):  # Redis may be what failed: it lapses
+            await upgrades.release(SHOWN_SETS)
+        if not isinstance(failure, Exception):  # cancelled, interrupted
+            raise
+        log.exception("the shown-in-logs sets were not tidied; the next start tries again")
+        return 0
+    return removed
+
+
+async def drop_leftover_shown(redis: Redis, tool_logs: ToolLogStore) -> int:
+    """Every tenant's shown-in-logs sets, found by SCAN in batches, rid of the ids of logs
+    absent (`ToolLogStore.drop_absent`); harmless to run again."""
+    removed, batch = 0, []
+    async for raw in redis.scan_iter(match=shown_in_logs_pattern(), count=1000, _type="set"):
+        if (found := shown_in_logs_of_key(decode(raw))) is not None:
+            batch.append(found)
+        if len(batch) >= BATCH:
+            removed += await tool_logs.drop_absent(await tool_logs.indexed(batch))
+            batch = []
+    removed += await tool_logs.drop_absent(await tool_logs.indexed(batch))
+    if removed:
+        log.warning("shown-in-logs: %d ids of tool logs gone taken out", removed)
+    return removed
 
 
 async def move_legacy_keys(redis: Redis) -> MoveReport:

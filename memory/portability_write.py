@@ -43,6 +43,7 @@ from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore
 from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
+from memory.stores.tool_log import ToolLogStore
 from memory.stores.turn_records import record_of
 from memory.stores.watches import Watch, WatchStore
 
@@ -116,6 +117,7 @@ class Writer:
         self.counts: Counter[str] = Counter()
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
+        self.tool_logs: dict[str, set[str]] = {}  # queued in `pipe`: what each log showed
         self.threads: dict[str, _ThreadState] = {}
         self.dm_people = DmAuthors()  # each DM place's writers (`_dm_people`)
         self.papers: dict[str, str] = {}
@@ -143,14 +145,16 @@ class Writer:
         elif kind in ("summary", "tool_log"):
             store, shape = self.stores[kind], SHAPES[kind]
             item = {k: v for k, v in record[kind].items() if k in shape}  # as its store reads it
-            self.pipe.hset(
-                store.key(self.tenant, item["id"]), mapping=_record_in(item, store.JSON_FIELDS)
-            )
+            key = store.key(self.tenant, item["id"])
+            if kind == "tool_log":  # replaces a log stored under its id whole (`_send`)
+                self.pipe.delete(key)
+            self.pipe.hset(key, mapping=_record_in(item, store.JSON_FIELDS))
             if record.get("listed") is not None:
                 index = store.thread_index(Scope(self.tenant, record["thread"]))
                 self.pipe.zadd(index, {item["id"]: record["listed"]})
             if kind == "tool_log":  # found again when a message it showed is forgotten
-                for message_id in item.get("message_ids") or []:
+                self.tool_logs[item["id"]] = set(item.get("message_ids") or [])
+                for message_id in self.tool_logs[item["id"]]:
                     self.pipe.sadd(shown_in_logs_key(self.tenant, message_id), item["id"])
         elif kind == "turn":  # written at once: indexes and usage through the store
             turn = record_of(record["turn"], self.tenant, record["thread"])
@@ -168,8 +172,22 @@ class Writer:
             if len(self.vectors[kind]) >= BATCH:
                 await self._vectors(kind)
         if len(self.pipe) >= PIPELINE:
-            self.held()
-            await self.pipe.execute()
+            await self._send()
+
+    async def _send(self) -> None:
+        """Send the queued writes, once the import's lock is known held. A tool log queued
+        over one stored under its id first leaves the sets of what the stored one showed and
+        the new one does not (`ToolLogStore.unindex_in`): else they keep pointing at a log that
+        no longer showed them. The stored versions are read before `pipe` overwrites them
+        (ids are unique in a checked file: none of them is queued twice)."""
+        self.held()
+        if self.tool_logs:
+            store: ToolLogStore = self.stores["tool_log"]
+            before = await store.shown(self.tenant, self.tool_logs)
+            left = {i: set(showed) - self.tool_logs[i] for i, showed in before.items()}
+            store.unindex_in(self.pipe, self.tenant, left)
+            self.tool_logs = {}
+        await self.pipe.execute()
 
     def _own_key(self, store: VectorStore, key: str) -> str:
         """A record's key in the exported tenant as the same record's key in this one, or ""
@@ -261,8 +279,7 @@ class Writer:
         state = self.threads[thread]
         if not state.episodes:
             return
-        self.held()
-        await self.pipe.execute()  # the messages before their episodic entries
+        await self._send()  # the messages before their episodic entries
         scope = Scope(self.tenant, thread, channel=state.channel)
         with background_embedding():
             await self.memory.episodes.add(scope, state.episodes)
@@ -325,5 +342,4 @@ class Writer:
         self._dm_people()
         if self.papers:  # last: a paper counts as present once its chunks are searchable
             self.pipe.hset(papers_key(self.tenant), mapping=self.papers)
-        self.held()
-        await self.pipe.execute()
+        await self._send()

@@ -20,12 +20,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.asyncio import Redis
+
 from memory.keys import shown_in_logs_key
 from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
 from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 log = logging.getLogger(__name__)
+
+LEFTOVER_BATCH = 500  # ids of one set checked by one run of `_DROP_ABSENT`
+# KEYS: a shown-in-logs set, then the log key of each id in ARGV (one tenant: one hash slot).
+# Takes out each id whose log is absent now: a log's entry is never added before its hash (one
+# MULTI in `write`, the HSET first in an import), so a log written meanwhile is there and keeps
+# its entry. Redis deletes a set its last id leaves.
+_DROP_ABSENT = """
+local removed = 0
+for i, log_id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    removed = removed + redis.call('SREM', KEYS[1], log_id)
+  end
+end
+return removed
+"""
 
 
 def log_audience(scope: Scope, shown: Iterable[str]) -> str:
@@ -109,6 +126,10 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     JSON_FIELDS = ("tool_input", "message_ids")
     MISSING = UnknownToolLog
 
+    def __init__(self, redis: Redis) -> None:
+        super().__init__(redis)
+        self._drop_absent = redis.register_script(_DROP_ABSENT)
+
     async def write(self, scope: Scope, entry: ToolLogEntry) -> str:
         """Store the log and index it under each message it showed, in one transaction: a
         forget never finds the one without the other (an index entry whose log is not there
@@ -177,6 +198,41 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
         before they went): `_tidy`."""
         await self._tidy(_sets(tenant, showed))
+
+    @staticmethod
+    def unindex_in(pipe: Any, tenant: str, showed: dict[str, Iterable[str]]) -> None:
+        """Queue on the caller's `pipe` the SREMs that take these logs out of the sets of what
+        they showed: an import replacing a stored log with a version that showed less
+        (memory/portability_write.py) sends them with its own writes."""
+        for key, log_ids in _sets(tenant, showed).items():
+            pipe.srem(key, *sorted(log_ids))
+
+    async def indexed(self, sets: Iterable[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+        """The log ids each of these shown-in-logs sets (tenant, message id) holds, read in
+        one pipeline; an empty or absent set holds none."""
+        sets = list(dict.fromkeys(sets))
+        if not sets:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant, message_id in sets:
+            pipe.smembers(shown_in_logs_key(tenant, message_id))
+        found = await pipe.execute()
+        return {s: sorted(decode(i) for i in ids) for s, ids in zip(sets, found, strict=True)}
+
+    async def drop_absent(self, indexed: dict[tuple[str, str], Iterable[str]]) -> int:
+        """Take out of each set (read by `indexed`) those of its ids whose log is absent, each
+        checked as it is removed, in a script per set (and batch of ids): a log written since
+        the sets were read keeps its entry. For the ids left by logs deleted before deletions
+        trimmed the sets (memory/migrate.py); how many ids went. Harmless to run again."""
+        pipe = self.redis.pipeline(transaction=False)
+        for (tenant, message_id), log_ids in indexed.items():
+            log_ids = list(log_ids)
+            for start in range(0, len(log_ids), LEFTOVER_BATCH):
+                batch = log_ids[start : start + LEFTOVER_BATCH]
+                keys = [shown_in_logs_key(tenant, message_id)]
+                keys += [self.key(tenant, log_id) for log_id in batch]
+                await self._drop_absent(keys=keys, args=batch, client=pipe)
+        return sum(int(n) for n in await pipe.execute()) if len(pipe) else 0
 
     async def _tidy(self, sets: dict[str, set[str]]) -> None:
         """Take deleted logs out of these sets, one SREM per set in one pipeline (Redis deletes
