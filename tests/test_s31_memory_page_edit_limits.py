@@ -24,6 +24,7 @@ import json
 import re
 from html.parser import HTMLParser
 
+from adapters.memory_page.pages import WORKFLOW_TEXT_LIMIT
 from memory.embeddings import CachedEmbedder
 from memory.manager import MemoryManager
 from memory.scope import Scope
@@ -101,7 +102,8 @@ async def test_the_edit_fields_carry_the_servers_limit(memory, world):  # noqa: 
     descriptions = [attrs for attrs, text in fields(entities) if 'name="description"' in attrs]
     assert descriptions and all(f'maxlength="{MAX_DESCRIPTION}"' in a for a in descriptions)
     texts = [attrs for attrs, _ in fields(workflows) if 'name="text"' in attrs]
-    assert texts and not any("maxlength" in a for a in texts)  # no limit but the form's 1 MB
+    # within the form's 1 MB whatever the characters (adapters/memory_page/pages.py)
+    assert texts and all(f'maxlength="{WORKFLOW_TEXT_LIMIT}"' in a for a in texts)
 
 
 async def test_a_refused_description_keeps_what_was_typed(memory, world):  # noqa: F811

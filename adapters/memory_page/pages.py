@@ -246,22 +246,52 @@ class Target:
     after: str
 
 
+# The most characters of a workflow's text its edit form sends, so the form stays under
+# `server.FORM_BYTES` (1 MB: beyond it the form cannot be read, and what was typed is lost on a
+# 413) whatever the characters: percent-encoded, a character is at most 12 bytes (4 in UTF-8;
+# a line break is sent as CRLF, 6), 960,000 bytes in all, leaving 88 KB for the CSRF token, the
+# id and the page to return to. A browser's `maxlength` counts UTF-16 units, never fewer than
+# characters, so a browser never sends more. The bot writes a question, its tool steps and a
+# 500-character outcome: far less (a workflow stored longer: `EditForm.allowed`).
+WORKFLOW_TEXT_LIMIT = 80_000
+
+
+def utf16_units(text: str) -> int:
+    """A text's length as a browser's `maxlength` counts it."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 @dataclass(frozen=True)
 class EditForm:
-    """An admin's edit form of one kind: the field it changes, and the most that field may hold
-    (None: only the form's 1 MB, `server.FORM_BYTES`); `limit` is the field's `maxlength` too.
+    """An admin's edit form of one kind: the field it changes, and the most characters that
+    field may hold (None: only the form's 1 MB, `server.FORM_BYTES`), its `maxlength` too.
     `path`: the kind's list, where its forms post (`path/edit`) and return by default (a kind's
-    name plus "s" is no path: "entitys")."""
+    name plus "s" is no path: "entitys"). `rewrites_unchanged`: a save of the text as stored
+    still writes it (an entity's description then is a person's: no question owns it); else
+    it writes nothing, and the record stays as it was (a workflow's text, steps and vector)."""
 
     field: str
     limit: int | None
     rows: int
     path: str
+    rewrites_unchanged: bool = True
+
+    def allowed(self, stored: str) -> int | None:
+        """The most characters a save may hold: the limit, or the stored text's length (as its
+        field holds it: `typed`) when another path wrote it longer (the bot, an import): it
+        opens whole, and is saved as it is or shorter, never longer."""
+        return None if self.limit is None else max(self.limit, len(typed(stored)))
+
+    def maxlength(self, stored: str) -> int | None:
+        """The field's `maxlength`: `allowed`, counted in UTF-16 units as a browser counts."""
+        return None if self.limit is None else max(self.limit, utf16_units(typed(stored)))
 
 
 EDITS = {  # the store's own limit, so the browser stops what the store would refuse
     "entity": EditForm("description", MAX_DESCRIPTION, 4, path="/memory/entities"),
-    "workflow": EditForm("text", None, 8, path="/memory/workflows"),
+    "workflow": EditForm(
+        "text", WORKFLOW_TEXT_LIMIT, 8, path="/memory/workflows", rewrites_unchanged=False
+    ),
 }
 
 
@@ -511,11 +541,15 @@ class Pages:
         if not v.manages:
             raise Refused
         item, value = str(form.get("id", "")), typed(str(form.get(field, ""))).strip()
-        path, limit = EDITS[kind].path, EDITS[kind].limit
+        edits = EDITS[kind]
         if not value:
-            raise self.back(form, path, error=f"The {field} must not be empty.")
+            raise self.back(form, edits.path, error=f"The {field} must not be empty.")
+        stored = getattr(await self._editing(v, kind, item), field)
+        if not edits.rewrites_unchanged and value == typed(stored).strip():
+            raise self.back(form, edits.path, done=f"The {kind} is unchanged.")
         # counted as the store counts (characters); a browser's `maxlength` counts UTF-16 units,
         # never fewer, so it never lets through what the store would refuse
+        limit = edits.allowed(stored)
         if limit is not None and len(value) > limit:
             return await self._kept(request, form, kind, item, value, too_long(field, limit, value))
         governance = self.memory.governance
@@ -524,19 +558,24 @@ class Pages:
             await edit(v.tenant, item, value)
         except (ValueError, EntityChanging) as exc:  # refused or crossed: say why, keep the text
             return await self._kept(request, form, kind, item, value, str(exc))
-        raise self.back(form, path, done=f"The {kind} was saved.")
+        raise self.back(form, edits.path, done=f"The {kind} was saved.")
+
+    async def _editing(self, v: Viewer, kind: str, item: str) -> Any:
+        """The entity or workflow an edit changes, as stored; Missing when there is none."""
+        read = self.browse.entity if kind == "entity" else self.browse.workflow
+        found = await read(v.tenant, item, self.seen(v))
+        if found is None:
+            raise Missing
+        return found
 
     async def _kept(
         self, request: web.Request, form: Any, kind: str, item: str, value: str, error: str
     ) -> web.Response:
         """An edit refused: its form again, with why and the text as typed, to mend and save
         (a redirect back to the list would show the old text: what was typed would be lost).
-        Its `back` stays the list's, where a save then returns."""
-        v = self.viewer(request)
-        read = self.browse.entity if kind == "entity" else self.browse.workflow
-        found = await read(v.tenant, item, self.seen(v))
-        if found is None:
-            raise Missing  # forgotten meanwhile: nothing to edit
+        Its `back` stays the list's, where a save then returns. Missing when the item was
+        forgotten meanwhile: nothing to edit."""
+        found = await self._editing(self.viewer(request), kind, item)
         back = safe_back(form.get("back"), EDITS[kind].path)
         return self.render(
             request, "edit.html", status=EDIT_REFUSED, here=back, error=error, kind=kind,
