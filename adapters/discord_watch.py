@@ -15,7 +15,9 @@ message, its Save buttons.
   watch and period: Discord enforces a nonce, so a digest task run again after a crash gets the
   first message back instead of a second one. Discord keeps nonces only for minutes, so the
   footer also carries the marker (`marker_tag`) and a task run again later (a long outage)
-  finds the message in the channel's history (`find`) rather than posting it twice.
+  finds the message in the channel's history (`find`) rather than posting it twice; where
+  the bot may not read that history (Discord would answer an empty list), a warning says what
+  to grant (`may_read_history`).
 - A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
   task, and answered again through the interaction's follow-up ("Saved … (N passages)").
 - `/watch add` needs the bot to be able to send where it is used (the interaction's
@@ -339,6 +341,7 @@ class DiscordWatches:
         self.client = client
         self.channel_of = channel_of
         self.admins = admins
+        self.unreadable: set[int] = set()  # channels `find` warned of: once each, per process
 
     def register(self, tree: app_commands.CommandTree, scope_of: ScopeOf) -> None:
         if self.watches is None:
@@ -478,14 +481,17 @@ class DiscordWatches:
         """The bot's digest message with this marker in its footer, posted since a minute
         before `since` (its "posting"), from the channel's history: a digest task run again
         after a crash or an outage longer than Discord keeps a nonce (minutes) finds it
-        rather than posting it twice. A channel gone, or whose history the bot may not read,
-        finds none (the post then says, or relies on the nonce); Discord failing in passing
-        raises (the task is tried again)."""
+        rather than posting it twice. A channel gone finds none (the post then says); so does
+        one whose history the bot may not read (`may_read_history`: Discord would answer an
+        empty list, so it is not asked, and a warning says what to grant; the post relies on
+        the nonce). Discord failing in passing raises (the task is tried again)."""
         me = self.client.user
         if me is None:  # not logged in: cannot tell its own messages, tried again later
             raise RuntimeError("Discord client not ready: cannot look for a posted digest")
         channel = await self.channel_of(int(watch.channel))
         if channel is None or not of_tenant(channel, watch.tenant):
+            return None
+        if not await self.may_read_history(channel):
             return None
         after = datetime.fromtimestamp(since - FIND_SECONDS, tz=UTC)
         tag = marker_tag(marker)
@@ -497,6 +503,48 @@ class DiscordWatches:
             log.warning("could not read %s's history for digest %s: %r", watch.channel,
                         marker, exc)  # fmt: skip
         return None
+
+    async def may_read_history(self, channel: Any) -> bool:
+        """Whether the bot may read the history of a server's channel (or thread: its
+        parent's permissions), from the cache: without View Channel and Read Message History
+        Discord answers the history with an empty list, no error, so `find` would silently
+        find nothing and a digest task run again after a long outage would post twice. No:
+        a warning names the channel and what to grant, once per channel (while it lasts) per
+        process, as a busy watch asks often. A DM, or what the cache cannot settle (the
+        bot's member or the server's roles unknown, a thread's parent Discord fails to
+        show), is yes: the history is read as before."""
+        guild = getattr(channel, "guild", None)
+        me = guild.me if guild is not None else None
+        if me is None or guild.default_role is None:
+            return True
+        thread = isinstance(channel, discord.Thread)
+        try:
+            permissions = (
+                await self._in_thread(channel, me) if thread else channel.permissions_for(me)
+            )
+        except discord.HTTPException:
+            return True
+        missing = [
+            name
+            for name, granted in (
+                ("View Channel", permissions.view_channel),
+                ("Read Message History", permissions.read_message_history),
+            )
+            if not granted
+        ]
+        if not missing:
+            self.unreadable.discard(channel.id)
+            return True
+        if channel.id not in self.unreadable:
+            self.unreadable.add(channel.id)
+            log.warning(
+                "cannot read the history of Discord channel %s (missing %s): a digest task run "
+                "again after an outage cannot find a digest already posted there and may post "
+                "it twice; grant the bot %s in %s",
+                channel.id, " and ".join(missing), " and ".join(missing),
+                f"its parent channel {channel.parent_id}" if thread else "that channel",
+            )  # fmt: skip
+        return False
 
     async def home(self, place: WatchPlace) -> WatchPlace:
         """Where a watch made at `place` (by a mention or `/watch`) posts: a public thread the

@@ -271,6 +271,20 @@ class MockDiscordApi(ThreadedServer):
                                          stamp(archived_minutes_ago * 60))  # fmt: skip
         return thread_id
 
+    def deny_history(
+        self, guild: Guild, channel: int, target: int | None = None, kind: int = MEMBER
+    ) -> None:
+        """A server admin denies Read Message History in `channel` by an overwrite of
+        `target`'s: by default the bot's member; `kind` ROLE for a role the bot has (the
+        guild's id: @everyone). The bot's client sees it in the channel's overwrites, and
+        Discord answers the bot's history reads there with an empty list (`no_history`)."""
+        [listed] = [c for c in guild.channels if c["id"] == str(channel)]
+        listed["permission_overwrites"].append({
+            "id": str(target or self.bot_id), "type": kind, "allow": "0",
+            "deny": str(READ_MESSAGE_HISTORY),
+        })  # fmt: skip
+        self.no_history.add(channel)
+
     def rate_limit(
         self, route: str, retry_after: float, times: int = 1, is_global: bool = False
     ) -> None:

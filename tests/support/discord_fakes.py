@@ -111,8 +111,9 @@ class FakeDiscord:
         def permissions_for(target: Any, /) -> discord.Permissions:
             if target is guild.me:
                 return discord.Permissions(
-                    view_channel=True, send_messages=not muted, send_messages_in_threads=not muted
-                )
+                    view_channel=True, read_message_history=True, send_messages=not muted,
+                    send_messages_in_threads=not muted,
+                )  # fmt: skip
             hidden = private and target is guild.default_role
             return discord.Permissions(view_channel=not hidden)
 
