@@ -2,8 +2,8 @@
 middleware (signed link, session, CSRF) and the real Redis:
 
 - an entity's description field carries `maxlength` equal to the store's own limit
-  (`MAX_DESCRIPTION`), so a browser stops a longer text before sending it; a workflow's text has
-  no limit but the form's 1 MB, so its field has none;
+  (`MAX_DESCRIPTION`), so a browser stops a longer text before sending it; a workflow's text, the
+  limit that keeps its form under 1 MB (`WORKFLOW_TEXT_LIMIT`);
 - a description the server still refuses (a client that ignores `maxlength`) answers with the
   refusal and the text as typed in the field, to shorten (it used to redirect to the list, which
   showed the old text: what was typed was lost); the stored entity is unchanged;
@@ -198,3 +198,16 @@ async def test_an_edit_crossed_by_merges_keeps_what_was_typed(memory, world, loc
     assert status == 422 and "The entity kept changing while it was edited; try again." in page
     assert form_of(page, "description", ENTITY)[1]["description"] == typed
     assert await described(memory, world.tenant) == OLD
+
+
+async def test_a_description_outside_the_bmp_keeps_the_stores_limit(memory, world):  # noqa: F811
+    """A description the store holds within its limit in characters, but over it in UTF-16
+    units, still gets the store's limit as `maxlength`: the field is not widened past what the
+    store would take."""
+    scope = Scope(world.tenant, "t1", channel="C1", user="U2")
+    await memory.entities.upsert(scope, [Entity("Sigma", "system", ASTRAL * 600)])
+    async with signed_in(memory, world.tenant, ADMIN) as client:
+        entities = await (await client.get("/memory/entities")).text()
+    descriptions = [attrs for attrs, text in fields(entities) if 'name="description"' in attrs]
+    assert len(descriptions) >= 2  # Sigma's among them
+    assert all(f'maxlength="{MAX_DESCRIPTION}"' in a for a in descriptions)

@@ -268,29 +268,44 @@ class EditForm:
     `path`: the kind's list, where its forms post (`path/edit`) and return by default (a kind's
     name plus "s" is no path: "entitys"). `rewrites_unchanged`: a save of the text as stored
     still writes it (an entity's description then is a person's: no question owns it); else
-    it writes nothing, and the record stays as it was (a workflow's text, steps and vector)."""
+    it writes nothing, and the record stays as it was (a workflow's text, steps and vector).
+    `longer_kept`: a text another path stored over the limit may be saved that long (`allowed`);
+    else the limit is the store's own."""
 
     field: str
     limit: int | None
     rows: int
     path: str
     rewrites_unchanged: bool = True
+    longer_kept: bool = False
 
     def allowed(self, stored: str) -> int | None:
-        """The most characters a save may hold: the limit, or the stored text's length (as its
-        field holds it: `typed`) when another path wrote it longer (the bot, an import): it
-        opens whole, and is saved as it is or shorter, never longer."""
-        return None if self.limit is None else max(self.limit, len(typed(stored)))
+        """The most characters a save may hold: the limit; for a workflow another path wrote
+        longer (the bot, an import), its own length, so it opens whole and is saved as it is
+        or shorter, never longer (`longer_kept`)."""
+        if self.limit is None:
+            return None
+        held = len(typed(stored))
+        return held if held > self.limit and self.longer_kept else self.limit
 
     def maxlength(self, stored: str) -> int | None:
-        """The field's `maxlength`: `allowed`, counted in UTF-16 units as a browser counts."""
-        return None if self.limit is None else max(self.limit, utf16_units(typed(stored)))
+        """The field's `maxlength`: the limit, or a longer workflow's length in UTF-16 units as
+        a browser counts (`allowed`)."""
+        allowed = self.allowed(stored)
+        if allowed is None or allowed == self.limit:
+            return allowed
+        return utf16_units(typed(stored))
 
 
 EDITS = {  # the store's own limit, so the browser stops what the store would refuse
     "entity": EditForm("description", MAX_DESCRIPTION, 4, path="/memory/entities"),
     "workflow": EditForm(
-        "text", WORKFLOW_TEXT_LIMIT, 8, path="/memory/workflows", rewrites_unchanged=False
+        "text",
+        WORKFLOW_TEXT_LIMIT,
+        8,
+        path="/memory/workflows",
+        rewrites_unchanged=False,
+        longer_kept=True,
     ),
 }
 
