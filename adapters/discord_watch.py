@@ -16,8 +16,8 @@ message, its Save buttons.
   first message back instead of a second one. Discord keeps nonces only for minutes, so the
   footer also carries the marker (`marker_tag`) and a task run again later (a long outage)
   finds the message in the channel's history (`find`) rather than posting it twice; where
-  the bot may not read that history (Discord would answer an empty list), a warning says what
-  to grant (`may_read_history`).
+  it finds none and the bot may not read that history (without Read Message History Discord
+  answers an empty list, no error), a warning says what to grant (`may_read_history`).
 - A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
   task, and answered again through the interaction's follow-up ("Saved … (N passages)").
 - `/watch add` needs the bot to be able to send where it is used (the interaction's
@@ -482,16 +482,15 @@ class DiscordWatches:
         before `since` (its "posting"), from the channel's history: a digest task run again
         after a crash or an outage longer than Discord keeps a nonce (minutes) finds it
         rather than posting it twice. A channel gone finds none (the post then says); so does
-        one whose history the bot may not read (`may_read_history`: Discord would answer an
-        empty list, so it is not asked, and a warning says what to grant; the post relies on
-        the nonce). Discord failing in passing raises (the task is tried again)."""
+        one whose history the bot may not read: when none is found, `may_read_history` warns
+        if that is why (the post then relies on the nonce). The history is read whatever the
+        cache says of the bot's permissions: a stale cache must not cost a double post.
+        Discord failing in passing raises (the task is tried again)."""
         me = self.client.user
         if me is None:  # not logged in: cannot tell its own messages, tried again later
             raise RuntimeError("Discord client not ready: cannot look for a posted digest")
         channel = await self.channel_of(int(watch.channel))
         if channel is None or not of_tenant(channel, watch.tenant):
-            return None
-        if not await self.may_read_history(channel):
             return None
         after = datetime.fromtimestamp(since - FIND_SECONDS, tz=UTC)
         tag = marker_tag(marker)
@@ -502,17 +501,18 @@ class DiscordWatches:
         except (discord.Forbidden, discord.NotFound) as exc:
             log.warning("could not read %s's history for digest %s: %r", watch.channel,
                         marker, exc)  # fmt: skip
+            return None
+        await self.may_read_history(channel)  # found none: say so if it could not see any
         return None
 
     async def may_read_history(self, channel: Any) -> bool:
         """Whether the bot may read the history of a server's channel (or thread: its
-        parent's permissions), from the cache: without View Channel and Read Message History
-        Discord answers the history with an empty list, no error, so `find` would silently
-        find nothing and a digest task run again after a long outage would post twice. No:
-        a warning names the channel and what to grant, once per channel (while it lasts) per
-        process, as a busy watch asks often. A DM, or what the cache cannot settle (the
-        bot's member or the server's roles unknown, a thread's parent Discord fails to
-        show), is yes: the history is read as before."""
+        parent's permissions), from the cache. Without Read Message History Discord answers
+        the history with an empty list, no error (without View Channel, a 403), so `find`
+        would find nothing in silence and a digest task run again after a long outage would
+        post twice: a warning names the channel and what to grant, once per channel (while
+        it lasts) per process. A DM, or what the cache cannot settle (the bot's member or
+        the server's roles unknown, a thread's parent Discord fails to show), is yes."""
         guild = getattr(channel, "guild", None)
         me = guild.me if guild is not None else None
         if me is None or guild.default_role is None:
