@@ -58,14 +58,21 @@ class MemoryManager:
         self.retention = Retention(self)  # its default and sweep interval: app/runtime.py
         self.governance = Governance(self)  # forget, erase a person, retention, edits
         self.browse = Browse(self)  # the memory page's reads
+        self.tidying: asyncio.Task[int] | None = None  # `open`'s background upgrade step
 
     @property
     def vector_stores(self) -> list[VectorStore]:
         return [self.knowledge_base, self.workflows, self.toolbox, self.entities, self.episodes]
 
     async def open(self) -> MemoryManager:
+        """The move of keys is awaited (nothing may read before the keys are where it looks);
+        the tidying of the shown-in-logs sets runs in the background (`tidying`): it SCANs the
+        whole keyspace, which no start-up, a short CLI command's least, should wait for."""
         await migrate_to_hash_tags(self.redis, self.upgrades)  # keys from before hash tags
-        await tidy_shown_in_logs(self.redis, self.upgrades, self.tool_logs)  # once, then done
+        self.tidying = asyncio.create_task(
+            tidy_shown_in_logs(self.redis, self.upgrades, self.tool_logs),  # once, then done
+            name="tidy-shown-in-logs",
+        )
         await asyncio.gather(*(store.open() for store in self.vector_stores))
         return self
 
@@ -114,7 +121,12 @@ class MemoryManager:
             return False
 
     async def close(self) -> None:
+        """The tidying still running is cancelled (it releases its claim, and the next start
+        runs it again) and awaited before the connection it uses closes."""
         await self.governance.settle()  # forgotten messages' episodic documents, deleted
+        if self.tidying is not None:
+            self.tidying.cancel()  # a no-op once it is done
+            await asyncio.gather(self.tidying, return_exceptions=True)  # its CancelledError
         close = getattr(self.embedder, "aclose", None)
         if close is not None:
             await close()

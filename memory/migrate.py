@@ -40,6 +40,7 @@ from memory.keys import (
     tagged_key,
     upgrade_key,
 )
+from memory.locks import OwnedLocks
 from memory.stores.base import decode
 from memory.stores.tool_log import ToolLogStore
 
@@ -82,9 +83,13 @@ async def tidy_shown_in_logs(redis: Redis, upgrades: Upgrades, tool_logs: ToolLo
     again at the next start, as after a crash midway."""
     if await upgrades.done(SHOWN_SETS) or not await upgrades.claim(SHOWN_SETS, CLAIM_SECONDS):
         return 0
+    claim = OwnedLocks(redis).kept(  # renewed while it runs: a big keyspace takes long
+        upgrade_key(SHOWN_SETS), Upgrades.RUNNING, CLAIM_SECONDS * 1000, name=SHOWN_SETS
+    )
     try:
-        removed = await drop_leftover_shown(redis, tool_logs)
-        await upgrades.finish(SHOWN_SETS)
+        async with claim:  # released at its end, unless `finish` recorded the step done
+            removed = await drop_leftover_shown(redis, tool_logs)
+            await upgrades.finish(SHOWN_SETS)
     except BaseException as failure:
         with contextlib.suppress(RedisError, OSError):  # Redis may be what failed: it lapses
             await upgrades.release(SHOWN_SETS)

@@ -148,13 +148,14 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         other sets those logs were in; how many logs went. Run again, it finds what is left.
         Four round trips: the sets, the logs' threads and what they showed, the deletion, the
         SREMs."""
-        keys = [shown_in_logs_key(tenant, i) for i in dict.fromkeys(message_ids)]
-        if not keys:
+        message_ids = list(dict.fromkeys(message_ids))
+        if not message_ids:
             return 0
         pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.smembers(key)
-        read = {k: {decode(i) for i in v} for k, v in zip(keys, await pipe.execute(), strict=True)}
+        for message_id in message_ids:
+            pipe.smembers(shown_in_logs_key(tenant, message_id))
+        found = zip(message_ids, await pipe.execute(), strict=True)
+        read = {message_id: {decode(i) for i in ids} for message_id, ids in found}
         logs = sorted(set().union(*read.values()))
         for log_id in logs:
             pipe.hmget(self.key(tenant, log_id), ["thread_id", "message_ids"])
@@ -165,11 +166,10 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
                 by_thread.setdefault(decode(thread), []).append(log_id)
                 showed[log_id] = _showed(raw)
         removed = await super().remove(tenant, by_thread)
-        sets = _sets(tenant, showed)
-        for key, found in read.items():
-            if found:  # the sets read, ids of logs gone before too
-                sets.setdefault(key, set()).update(found)
-        await self._tidy(sets)
+        for message_id, log_ids in read.items():  # the sets read, ids of logs gone before too
+            for log_id in log_ids:
+                showed.setdefault(log_id, []).append(message_id)
+        await self._tidy(tenant, showed)
         return removed
 
     async def remove(self, tenant: str, by_thread: dict[str, Iterable[str]]) -> int:
@@ -179,7 +179,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         by_thread = {thread: list(ids) for thread, ids in by_thread.items()}
         showed = await self.shown(tenant, (i for ids in by_thread.values() for i in ids))
         removed = await super().remove(tenant, by_thread)
-        await self._tidy(_sets(tenant, showed))
+        await self._tidy(tenant, showed)
         return removed
 
     async def shown(self, tenant: str, ids: Iterable[str]) -> dict[str, list[str]]:
@@ -197,7 +197,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
         """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
         before they went): `_tidy`."""
-        await self._tidy(_sets(tenant, showed))
+        await self._tidy(tenant, showed)
 
     @staticmethod
     def unindex_in(pipe: Any, tenant: str, showed: dict[str, Iterable[str]]) -> None:
@@ -234,17 +234,16 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
                 await self._drop_absent(keys=keys, args=batch, client=pipe)
         return sum(int(n) for n in await pipe.execute()) if len(pipe) else 0
 
-    async def _tidy(self, sets: dict[str, set[str]]) -> None:
-        """Take deleted logs out of these sets, one SREM per set in one pipeline (Redis deletes
-        a set its last log leaves). Only tidying, so a failure is logged, not raised: the
-        caller's next steps still run, and an entry of no log is skipped (`forget_showing`)."""
-        if not sets:
-            return
+    async def _tidy(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
+        """Take deleted logs out of the sets of what they showed (`unindex_in`), one SREM per
+        set in one pipeline (Redis deletes a set its last log leaves). Only tidying, so a
+        failure is logged, not raised: the caller's next steps still run, and an entry of no
+        log is skipped (`forget_showing`)."""
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for key, log_ids in sets.items():
-                pipe.srem(key, *sorted(log_ids))
-            await pipe.execute()
+            self.unindex_in(pipe, tenant, showed)
+            if len(pipe):
+                await pipe.execute()
         except Exception:
             log.exception("deleted tool logs could not leave their shown-in-logs sets")
 
