@@ -69,11 +69,11 @@ class MemoryManager:
         the tidying of the shown-in-logs sets runs in the background (`tidying`): it SCANs the
         whole keyspace, which no start-up, a short CLI command's least, should wait for."""
         await migrate_to_hash_tags(self.redis, self.upgrades)  # keys from before hash tags
-        self.tidying = asyncio.create_task(
+        await asyncio.gather(*(store.open() for store in self.vector_stores))
+        self.tidying = asyncio.create_task(  # once the stores opened: no task left if they fail
             tidy_shown_in_logs(self.redis, self.upgrades, self.tool_logs),  # once, then done
             name="tidy-shown-in-logs",
         )
-        await asyncio.gather(*(store.open() for store in self.vector_stores))
         return self
 
     async def reindex(self) -> dict[str, int]:

@@ -1,11 +1,12 @@
 """s32: `DiscordWatches.find` in a channel whose history the bot may not read. Discord answers
 such a history with an empty list (no 403), so reading it would silently find nothing and a
-digest task run again after an outage longer than the nonce would post twice. The bot's
-permissions there are resolved from the cache first (the server's roles, the bot's member, the
-channel's overwrites, as the mock serves them and the gateway gives them): no Read Message
-History, no history asked, and a warning, once per channel, says what to grant. A channel the
-bot may read (its role allowed back) is still read; when the cache lacks the bot's member the
-history is read as before."""
+digest task run again after an outage longer than the nonce would post twice. The history is
+always read; when it holds no digest, the bot's permissions there are resolved from the cache
+(the server's roles, the bot's member, the channel's overwrites, as the mock serves them and
+the gateway gives them): without Read Message History a warning, once per channel, says what
+to grant. A channel the bot may read (its role allowed back) finds its digest; a cache that
+says no while Discord serves the history (stale) finds it too; a cache without the bot's
+member warns of nothing."""
 
 from __future__ import annotations
 

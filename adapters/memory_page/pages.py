@@ -289,12 +289,11 @@ class EditForm:
         return held if held > self.limit and self.longer_kept else self.limit
 
     def maxlength(self, stored: str) -> int | None:
-        """The field's `maxlength`: the limit, or a longer workflow's length in UTF-16 units as
-        a browser counts (`allowed`)."""
-        allowed = self.allowed(stored)
-        if allowed is None or allowed == self.limit:
-            return allowed
-        return utf16_units(typed(stored))
+        """The field's `maxlength`: the limit, or the stored text's length in UTF-16 units as
+        a browser counts when that is more (characters outside the BMP count twice there, once
+        in the store), so a text the store holds is never one the browser will not send. A
+        longer text typed there still meets `allowed`, counted in characters: the 422 page."""
+        return None if self.limit is None else max(self.limit, utf16_units(typed(stored)))
 
 
 EDITS = {  # the store's own limit, so the browser stops what the store would refuse
@@ -562,8 +561,8 @@ class Pages:
         stored = getattr(await self._editing(v, kind, item), field)
         if not edits.rewrites_unchanged and value == typed(stored).strip():
             raise self.back(form, edits.path, done=f"The {kind} is unchanged.")
-        # counted as the store counts (characters); a browser's `maxlength` counts UTF-16 units,
-        # never fewer, so it never lets through what the store would refuse
+        # counted as the store counts (characters); the field's `maxlength` (UTF-16 units) is
+        # an approximation of it both ways (`EditForm.maxlength`): a longer text is refused here
         limit = edits.allowed(stored)
         if limit is not None and len(value) > limit:
             return await self._kept(request, form, kind, item, value, too_long(field, limit, value))
