@@ -17,7 +17,7 @@ message, its Save buttons.
   footer also carries the marker (`marker_tag`) and a task run again later (a long outage)
   finds the message in the channel's history (`find`) rather than posting it twice; where
   it finds none and the bot may not read that history (without Read Message History Discord
-  answers an empty list, no error), a warning says what to grant (`may_read_history`).
+  answers an empty list, no error), a warning says what to grant (`warn_if_unreadable`).
 - A pressed Save is answered at once, only to the person ("Saving …"), queued as a durable
   task, and answered again through the interaction's follow-up ("Saved … (N passages)").
 - `/watch add` needs the bot to be able to send where it is used (the interaction's
@@ -482,7 +482,7 @@ class DiscordWatches:
         before `since` (its "posting"), from the channel's history: a digest task run again
         after a crash or an outage longer than Discord keeps a nonce (minutes) finds it
         rather than posting it twice. A channel gone finds none (the post then says); so does
-        one whose history the bot may not read: when none is found, `may_read_history` warns
+        one whose history the bot may not read: when none is found, `warn_if_unreadable` warns
         if that is why (the post then relies on the nonce). The history is read whatever the
         cache says of the bot's permissions: a stale cache must not cost a double post.
         Discord failing in passing raises (the task is tried again)."""
@@ -502,28 +502,29 @@ class DiscordWatches:
             log.warning("could not read %s's history for digest %s: %r", watch.channel,
                         marker, exc)  # fmt: skip
             return None
-        await self.may_read_history(channel)  # found none: say so if it could not see any
+        await self.warn_if_unreadable(channel)  # found none: say so if it could not see any
         return None
 
-    async def may_read_history(self, channel: Any) -> bool:
-        """Whether the bot may read the history of a server's channel (or thread: its
+    async def warn_if_unreadable(self, channel: Any) -> None:
+        """Warn when the bot may not read the history of a server's channel (or thread: its
         parent's permissions), from the cache. Without Read Message History Discord answers
         the history with an empty list, no error (without View Channel, a 403), so `find`
         would find nothing in silence and a digest task run again after a long outage would
         post twice: a warning names the channel and what to grant, once per channel (while
         it lasts) per process. A DM, or what the cache cannot settle (the bot's member or
-        the server's roles unknown, a thread's parent Discord fails to show), is yes."""
+        the server's roles unknown, a thread's parent Discord fails to show), warns of
+        nothing."""
         guild = getattr(channel, "guild", None)
         me = guild.me if guild is not None else None
         if me is None or guild.default_role is None:
-            return True
+            return
         thread = isinstance(channel, discord.Thread)
         try:
             permissions = (
                 await self._in_thread(channel, me) if thread else channel.permissions_for(me)
             )
         except discord.HTTPException:
-            return True
+            return
         missing = [
             name
             for name, granted in (
@@ -534,8 +535,7 @@ class DiscordWatches:
         ]
         if not missing:
             self.unreadable.discard(channel.id)
-            return True
-        if channel.id not in self.unreadable:
+        elif channel.id not in self.unreadable:
             self.unreadable.add(channel.id)
             log.warning(
                 "cannot read the history of Discord channel %s (missing %s): a digest task run "
@@ -544,7 +544,6 @@ class DiscordWatches:
                 channel.id, " and ".join(missing), " and ".join(missing),
                 f"its parent channel {channel.parent_id}" if thread else "that channel",
             )  # fmt: skip
-        return False
 
     async def home(self, place: WatchPlace) -> WatchPlace:
         """Where a watch made at `place` (by a mention or `/watch`) posts: a public thread the

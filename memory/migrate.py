@@ -87,14 +87,12 @@ async def tidy_shown_in_logs(redis: Redis, upgrades: Upgrades, tool_logs: ToolLo
         upgrade_key(SHOWN_SETS), Upgrades.RUNNING, CLAIM_SECONDS * 1000, name=SHOWN_SETS
     )
     try:
-        async with claim:  # released at its end, unless `finish` recorded the step done
+        # released at its end however it ends (cancelled too), unless `finish` recorded the
+        # step done; if Redis is what failed, the claim lapses
+        async with claim:
             removed = await drop_leftover_shown(redis, tool_logs)
             await upgrades.finish(SHOWN_SETS)
-    except BaseException as failure:
-        with contextlib.suppress(RedisError, OSError):  # Redis may be what failed: it lapses
-            await upgrades.release(SHOWN_SETS)
-        if not isinstance(failure, Exception):  # cancelled, interrupted
-            raise
+    except Exception:
         log.exception("the shown-in-logs sets were not tidied; the next start tries again")
         return 0
     return removed

@@ -119,7 +119,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
     (`remove`, `forget_showing`, or `unindex` after a thread erased whole:
     memory/governance_threads.py): else those sets keep ids of logs long gone for ever, and
     forgetting what they showed reads them all again. It is only tidying (an entry of no log
-    is skipped): its failure is logged (`_tidy`), never raised over logs already gone."""
+    is skipped): its failure is logged (`unindex`), never raised over logs already gone."""
 
     KIND, PLURAL = "toollog", "toollogs"
     RECORD = ToolLogEntry
@@ -148,15 +148,11 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         other sets those logs were in; how many logs went. Run again, it finds what is left.
         Four round trips: the sets, the logs' threads and what they showed, the deletion, the
         SREMs."""
-        message_ids = list(dict.fromkeys(message_ids))
-        if not message_ids:
+        read = await self.indexed((tenant, message_id) for message_id in message_ids)
+        if not read:
             return 0
-        pipe = self.redis.pipeline(transaction=False)
-        for message_id in message_ids:
-            pipe.smembers(shown_in_logs_key(tenant, message_id))
-        found = zip(message_ids, await pipe.execute(), strict=True)
-        read = {message_id: {decode(i) for i in ids} for message_id, ids in found}
         logs = sorted(set().union(*read.values()))
+        pipe = self.redis.pipeline(transaction=False)
         for log_id in logs:
             pipe.hmget(self.key(tenant, log_id), ["thread_id", "message_ids"])
         by_thread: dict[str, list[str]] = {}
@@ -166,10 +162,10 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
                 by_thread.setdefault(decode(thread), []).append(log_id)
                 showed[log_id] = _showed(raw)
         removed = await super().remove(tenant, by_thread)
-        for message_id, log_ids in read.items():  # the sets read, ids of logs gone before too
+        for (_, message_id), log_ids in read.items():  # the sets read: logs gone before too
             for log_id in log_ids:
                 showed.setdefault(log_id, []).append(message_id)
-        await self._tidy(tenant, showed)
+        await self.unindex(tenant, showed)
         return removed
 
     async def remove(self, tenant: str, by_thread: dict[str, Iterable[str]]) -> int:
@@ -179,7 +175,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         by_thread = {thread: list(ids) for thread, ids in by_thread.items()}
         showed = await self.shown(tenant, (i for ids in by_thread.values() for i in ids))
         removed = await super().remove(tenant, by_thread)
-        await self._tidy(tenant, showed)
+        await self.unindex(tenant, showed)
         return removed
 
     async def shown(self, tenant: str, ids: Iterable[str]) -> dict[str, list[str]]:
@@ -193,11 +189,6 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
             pipe.hget(self.key(tenant, log_id), "message_ids")
         found = {i: _showed(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
         return {log_id: showed for log_id, showed in found.items() if showed}
-
-    async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
-        """Take logs that went out of the shown-in-logs sets of what they showed (`shown`, read
-        before they went): `_tidy`."""
-        await self._tidy(tenant, showed)
 
     @staticmethod
     def unindex_in(pipe: Any, tenant: str, showed: dict[str, Iterable[str]]) -> None:
@@ -234,11 +225,11 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
                 await self._drop_absent(keys=keys, args=batch, client=pipe)
         return sum(int(n) for n in await pipe.execute()) if len(pipe) else 0
 
-    async def _tidy(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
-        """Take deleted logs out of the sets of what they showed (`unindex_in`), one SREM per
-        set in one pipeline (Redis deletes a set its last log leaves). Only tidying, so a
-        failure is logged, not raised: the caller's next steps still run, and an entry of no
-        log is skipped (`forget_showing`)."""
+    async def unindex(self, tenant: str, showed: dict[str, Iterable[str]]) -> None:
+        """Take deleted logs out of the sets of what they showed (`shown`, read before they
+        went; `unindex_in`), one SREM per set in one pipeline (Redis deletes a set its last
+        log leaves). Only tidying, so a failure is logged, not raised: the caller's next steps
+        still run, and an entry of no log is skipped (`forget_showing`)."""
         try:
             pipe = self.redis.pipeline(transaction=False)
             self.unindex_in(pipe, tenant, showed)
