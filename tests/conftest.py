@@ -22,6 +22,7 @@ from memory.embeddings import CachedEmbedder, LocalEmbedder
 from memory.manager import MemoryManager
 from memory.redis_server import EmbeddedRedis
 from tests.support.gated_memory import gated  # noqa: F401  (a fixture, for every test)
+from tests.support.pipelines import no_pipeline_outlives_its_test  # noqa: F401  (autouse)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
