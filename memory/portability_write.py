@@ -40,7 +40,7 @@ from memory.keys import (
 from memory.portability_check import END, HEADER, PLURALS, SHAPES
 from memory.portability_export import dumps
 from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
-from memory.stores.base import VectorStore
+from memory.stores.base import VectorStore, decode
 from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
 from memory.stores.tool_log import ToolLogStore
@@ -118,6 +118,9 @@ class Writer:
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
         self.tool_logs: dict[str, set[str]] = {}  # queued in `pipe`: what each log showed
+        # summaries and tool logs queued in `pipe`: the thread index each is listed in (None:
+        # a merged child, listed nowhere)
+        self.replacing: dict[str, dict[str, str | None]] = {"summary": {}, "tool_log": {}}
         self.threads: dict[str, _ThreadState] = {}
         self.dm_people = DmAuthors()  # each DM place's writers (`_dm_people`)
         self.papers: dict[str, str] = {}
@@ -146,12 +149,13 @@ class Writer:
             store, shape = self.stores[kind], SHAPES[kind]
             item = {k: v for k, v in record[kind].items() if k in shape}  # as its store reads it
             key = store.key(self.tenant, item["id"])
-            if kind == "tool_log":  # replaces a log stored under its id whole (`_send`)
-                self.pipe.delete(key)
+            self.pipe.delete(key)  # replaces a record stored under its id whole (`_send`)
             self.pipe.hset(key, mapping=_record_in(item, store.JSON_FIELDS))
+            index = None
             if record.get("listed") is not None:
                 index = store.thread_index(Scope(self.tenant, record["thread"]))
                 self.pipe.zadd(index, {item["id"]: record["listed"]})
+            self.replacing[kind][item["id"]] = index
             if kind == "tool_log":  # found again when a message it showed is forgotten
                 self.tool_logs[item["id"]] = set(item.get("message_ids") or [])
                 for message_id in self.tool_logs[item["id"]]:
@@ -178,9 +182,13 @@ class Writer:
         """Send the queued writes, once the import's lock is known held. A tool log queued
         over one stored under its id first leaves the sets of what the stored one showed and
         the new one does not (`ToolLogStore.unindex_in`): else they keep pointing at a log that
-        no longer showed them. The stored versions are read before `pipe` overwrites them
-        (ids are unique in a checked file: none of them is queued twice)."""
+        no longer showed them; a summary or tool log queued over a stored one leaves the thread
+        index the stored one is listed in (`_unlist_replaced`). The stored versions are read
+        before `pipe` overwrites them (ids are unique in a checked file: none of them is queued
+        twice)."""
         self.held()
+        if any(self.replacing.values()):
+            await self._unlist_replaced()
         if self.tool_logs:
             store: ToolLogStore = self.stores["tool_log"]
             before = await store.shown(self.tenant, self.tool_logs)
@@ -188,6 +196,26 @@ class Writer:
             store.unindex_in(self.pipe, self.tenant, left)
             self.tool_logs = {}
         await self.pipe.execute()
+
+    async def _unlist_replaced(self) -> None:
+        """Queue the ZREMs that take each queued summary or tool log out of the thread index
+        its stored version is listed in (its stored `thread_id`'s), unless the imported one is
+        listed in that same index: else a thread the file does not put it in (another one, or
+        none for a merged child) keeps listing it."""
+        queued = [
+            (kind, i, index) for kind, ids in self.replacing.items() for i, index in ids.items()
+        ]
+        self.replacing = {kind: {} for kind in self.replacing}
+        read = self.redis.pipeline(transaction=False)
+        for kind, record_id, _ in queued:
+            read.hget(self.stores[kind].key(self.tenant, record_id), "thread_id")
+        for (kind, record_id, index), thread in zip(queued, await read.execute(), strict=True):
+            try:
+                stored = self.stores[kind].thread_index(Scope(self.tenant, decode(thread) or ""))
+            except InvalidName:  # none stored (or no thread a store lists under)
+                continue
+            if stored != index:
+                self.pipe.zrem(stored, record_id)
 
     def _own_key(self, store: VectorStore, key: str) -> str:
         """A record's key in the exported tenant as the same record's key in this one, or ""
