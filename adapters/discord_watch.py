@@ -25,7 +25,9 @@ message, its Save buttons.
   channel's permissions for the bot, `can_post`): elsewhere Discord would refuse every digest,
   so it answers "let me post here first" (`can_post`: "… in <#channel> …", as an admin may ask
   from another channel). A digest refused later pauses the watch and its creator is told in a
-  DM.
+  DM. Where the bot may not read the history (`app_permissions` without Read Message History
+  or View Channel), the watch is made and its answer says what to grant (`history_note`): else
+  a digest task run again after a long outage could post its digest twice (`find`).
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is
@@ -109,6 +111,10 @@ CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
     "would refuse its digests: remove it, or let me see the channel again."
 )
+HISTORY_UNREADABLE = (  # `history_note`: the watch is made, its reply says what to grant
+    "I cannot read the message history here, so after an outage of mine a digest may be "
+    "posted twice: let me read it (the channel's permissions: {permission})."
+)
 
 
 def bad_period(period: str) -> str:
@@ -184,6 +190,25 @@ def can_send(interaction: discord.Interaction) -> bool:
     if isinstance(interaction.channel, discord.Thread):
         return permissions.send_messages_in_threads
     return permissions.send_messages
+
+
+def history_note(interaction: discord.Interaction) -> str:
+    """`/watch add`'s word on a place whose history the bot may not read (the interaction's
+    `app_permissions`; in a thread Discord resolves them from its parent's): without Read
+    Message History Discord answers the history with an empty list, so `find` would not see a
+    digest already posted and a task run again after a long outage would post it twice.
+    Empty when it may read it."""
+    missing = cannot_read(interaction.app_permissions)
+    return HISTORY_UNREADABLE.format(permission=" and ".join(missing)) if missing else ""
+
+
+def cannot_read(permissions: discord.Permissions) -> list[str]:
+    """The permissions the bot lacks to read a place's history, by their names in Discord."""
+    needed = (
+        ("View Channel", permissions.view_channel),
+        ("Read Message History", permissions.read_message_history),
+    )
+    return [name for name, granted in needed if not granted]
 
 
 def interaction_webhook(client: discord.Client, application_id: int, token: str) -> discord.Webhook:
@@ -402,7 +427,9 @@ class DiscordWatches:
                 except Exception as exc:  # Redis away: say so
                     log.warning("/watch add failed: %r", exc)
                     return UNREACHABLE, True
-                return created_text(watch, elsewhere=bool(place.asked)), False
+                text = created_text(watch, elsewhere=bool(place.asked))
+                note = history_note(interaction)  # made all the same: says what to grant
+                return (f"{text} {note}" if note else text), False
 
             await respond(interaction, made(), public=True)
 
@@ -525,14 +552,7 @@ class DiscordWatches:
             )
         except discord.HTTPException:
             return
-        missing = [
-            name
-            for name, granted in (
-                ("View Channel", permissions.view_channel),
-                ("Read Message History", permissions.read_message_history),
-            )
-            if not granted
-        ]
+        missing = cannot_read(permissions)
         if not missing:
             self.unreadable.discard(channel.id)
         elif channel.id not in self.unreadable:
