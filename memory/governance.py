@@ -235,7 +235,7 @@ class Governance:
             # their question ids) for a run again
             erasure = await self.learned.forget(tenant, asked)
             erasure += await self._threads.erase_threads(tenant, lists.only(held))
-            erasure += await self._private_pdfs(
+            erasure += await self._shared_pdfs(
                 tenant, lambda share: holds(share.get("thread") or "")
             )
             return erasure + await self._turns(tenant, threads=threads)
@@ -318,7 +318,7 @@ class Governance:
             return await self._forget_paper(tenant, arxiv_id)
 
     async def _forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
-        """`forget_paper`, under the erasure lock, then the paper's save lock (as `_private_pdfs`
+        """`forget_paper`, under the erasure lock, then the paper's save lock (as `_shared_pdfs`
         takes them): a share adding itself to a private PDF (memory/ingest/shared_pdf.py
         `_held_by`) read its record before, or after; written back in between, it would list
         a paper with no passages, which its file, shared again, would find "already saved"."""
@@ -346,34 +346,80 @@ class Governance:
         (adapters/shared_files.py), which may have added itself to a copy another share holds."""
         origins = set(origins)
         async with self._exclusive(tenant):
-            return await self._private_pdfs(tenant, lambda share: share.get("origin") in origins)
+            return await self._shared_pdfs(tenant, lambda share: share.get("origin") in origins)
 
-    async def _private_pdfs(self, tenant: str, leaves: Callable[[dict[str, Any]], bool]) -> Erasure:
+    async def _shared_pdfs(
+        self, tenant: str, leaves: Callable[[dict[str, Any]], bool], team_copies: bool = False
+    ) -> Erasure:
         """PDFs shared in a private channel or a DM (memory/ingest/shared_pdf.py) whose shares
         `leaves` (shared in a thread that went, by a person who went): those shares leave the
         record, and a PDF goes with its last (one shared again in another thread, or by
-        another person, stays for them). The team's copies stay, as papers from arXiv do."""
+        another person, stays for them). The team's copies stay, as papers from arXiv do;
+        with `team_copies` (a person erased), without what their shares said of them
+        (`_unname_shares`)."""
         erasure = Erasure()
-        kb = self.memory.knowledge_base
         for arxiv_id, raw in (await self.redis.hgetall(papers_key(tenant))).items():
             paper_id, record = decode(arxiv_id) or "", json.loads(raw)
-            if not self._private_pdf(paper_id, record) or not any(map(leaves, shares_of(record))):
+            if not is_shared_pdf(paper_id) or not any(map(leaves, shares_of(record))):
                 continue
-            async with kb.holding(tenant, paper_id):  # a share adding itself waits
-                raw = await self.redis.hget(papers_key(tenant), paper_id)
-                shares = shares_of(json.loads(raw)) if raw else []
-                kept = [share for share in shares if not leaves(share)]
-                if kept and len(kept) < len(shares):  # the link, name: the first's that stays
-                    if kept[0] != shares[0]:  # logs that quoted its passages quoted the link
-                        shown = [paper_shown(paper_id)]
-                        erasure += Erasure(
-                            tool_logs=await self.memory.tool_logs.forget_showing(tenant, shown)
-                        )
-                    await kb.put_shares(tenant, json.loads(raw), kept)
-                    erasure += Erasure(shares=len(shares) - len(kept))
-                elif not kept:
-                    with contextlib.suppress(NotFound):
-                        erasure += await self._forget_held_paper(tenant, paper_id)
+            if self._private_pdf(paper_id, record):
+                erasure += await self._take_shares(tenant, paper_id, leaves)
+            elif team_copies:
+                erasure += await self._unname_shares(tenant, paper_id, leaves)
+        return erasure
+
+    async def _take_shares(
+        self, tenant: str, paper_id: str, leaves: Callable[[dict[str, Any]], bool]
+    ) -> Erasure:
+        """`_shared_pdfs`, for one private PDF: the shares `leaves` leave its record, or it goes
+        with the last."""
+        erasure = Erasure()
+        kb = self.memory.knowledge_base
+        async with kb.holding(tenant, paper_id):  # a share adding itself waits
+            raw = await self.redis.hget(papers_key(tenant), paper_id)
+            record = json.loads(raw) if raw else {}
+            shares = shares_of(record) if raw else []
+            kept = [share for share in shares if not leaves(share)]
+            if kept and len(kept) < len(shares):  # the link, name: the first's that stays
+                erasure += await self._put_shares(tenant, paper_id, record, kept)
+                erasure += Erasure(shares=len(shares) - len(kept))
+            elif not kept:
+                with contextlib.suppress(NotFound):
+                    erasure += await self._forget_held_paper(tenant, paper_id)
+        return erasure
+
+    async def _unname_shares(
+        self, tenant: str, paper_id: str, leaves: Callable[[dict[str, Any]], bool]
+    ) -> Erasure:
+        """`_shared_pdfs`, for one of the team's copies: it stays, the team's knowledge, but the
+        shares `leaves` (of a person erased) keep nothing of theirs: no sharer, no link (a Slack
+        permalink holds their id), no origin (their message and file). The thread (a public
+        place's), time and file name (the paper's name, maybe its title) stay."""
+        async with self.memory.knowledge_base.holding(tenant, paper_id):
+            raw = await self.redis.hget(papers_key(tenant), paper_id)
+            record = json.loads(raw) if raw else {}
+            shares = shares_of(record) if raw else []
+            kept = [
+                {**share, "sharer": "", "link": "", "origin": ""} if leaves(share) else share
+                for share in shares
+            ]
+            changed = sum(old != new for old, new in zip(shares, kept, strict=True))
+            if not changed:  # gone meanwhile, or unnamed already
+                return Erasure()
+            erasure = await self._put_shares(tenant, paper_id, record, kept)
+            return erasure + Erasure(shares=changed)
+
+    async def _put_shares(
+        self, tenant: str, paper_id: str, record: dict[str, Any], kept: list[dict[str, Any]]
+    ) -> Erasure:
+        """A shared PDF's record held by `kept` now (under its save lock, read under it). When
+        its first share changes, so do the link and name it shows: the logs that quoted its
+        passages (quoting the link) go."""
+        erasure = Erasure()
+        if kept[0] != shares_of(record)[0]:
+            shown = [paper_shown(paper_id)]
+            erasure.tool_logs = await self.memory.tool_logs.forget_showing(tenant, shown)
+        await self.memory.knowledge_base.put_shares(tenant, record, kept)
         return erasure
 
     @staticmethod
@@ -445,8 +491,10 @@ class Governance:
             await ErasedPeople(self.redis).note(tenant, user)  # first: a share starting now stops
             # their id leaves the watches they made; those in their DMs go
             watches = await WatchStore(self.memory.redis).forget_creator(tenant, user)
-            # what they shared privately
-            erasure = await self._private_pdfs(tenant, lambda share: share.get("sharer") == user)
+            # what they shared privately goes; the team's copies they shared keep nothing of them
+            erasure = await self._shared_pdfs(
+                tenant, lambda share: share.get("sharer") == user, team_copies=True
+            )
             try:
                 erasure += await self._sweeps.person(tenant, user)
                 spoke = True
@@ -516,7 +564,7 @@ class Governance:
         erasure = await self._sweeps.expire(tenant, expiry)
         dropped = set(expiry.dropped)
         if dropped:
-            erasure += await self._private_pdfs(
+            erasure += await self._shared_pdfs(
                 tenant,
                 lambda share: (
                     share.get("thread") in dropped and float(share.get("at") or 0) < cutoff

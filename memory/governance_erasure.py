@@ -36,7 +36,7 @@ class Erasure:
     workflows: int = 0
     papers: int = 0
     chunks: int = 0
-    shares: int = 0  # of private PDFs others' shares keep (memory/ingest/shared_pdf.py)
+    shares: int = 0  # a PDF's shares taken out (others keep it) or unnamed (the team's copy)
     cached_embeddings: int = 0
     turn_records: int = 0  # answered turns' records (memory/stores/turn_records.py)
 

@@ -594,4 +594,4 @@ async def test_forgetting_a_thread_or_a_person_forgets_the_private_pdfs_they_bro
     assert erasure.papers == 1 and not await kb.has_paper(dm, saved["dm"].arxiv_id)
     assert await kb.has_paper(team, saved["team"].arxiv_id)  # the team's copy stays
     [record] = await kb.papers(team)
-    assert record["sharer"] == "U2" and record["thread"] == team.thread
+    assert record["sharer"] == "" and record["thread"] == team.thread  # unnamed, kept

@@ -184,7 +184,7 @@ async def _held_by(
 ) -> bool:
     """Whether the copy found serves this share. The team's does, as it is. A place's own copy
     lists this share too (once, whatever its redeliveries), under the paper's save lock: its
-    thread's or sharer's erasure (memory/governance.py `_private_pdfs`) then forgets the PDF
+    thread's or sharer's erasure (memory/governance.py `_shared_pdfs`) then forgets the PDF
     only with the last share that holds it, not from under this one's thread. False when the
     place's copy went meanwhile: this share reads the file again."""
     if (copy.get("audience") or PUBLIC) == PUBLIC:
