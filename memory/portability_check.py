@@ -5,10 +5,10 @@ writes anything (the format itself: memory/portability.py).
 export's embedding model is the configured one), then known kinds with their fields (a
 message only with its type's fields, and a message's, summary's or tool log's each of its type:
 the stores read them back as those types; a summary's or tool log's other fields are dropped as
-its store skips them), threads declared before their messages and records, no id twice, and
-(since version 2) the end line last, counting the lines before it: a file without it was cut
-short, one that counts others lost lines from its middle. A malformed record
-is a `BadExportLine` naming its line.
+its store skips them), threads declared before their messages and records (a summary's, tool
+log's or turn's own thread), no id twice, and (since version 2) the end line last, counting the
+lines before it: a file without it was cut short, one that counts others lost lines from its
+middle. A malformed record is a `BadExportLine` naming its line.
 """
 
 from __future__ import annotations
@@ -341,13 +341,17 @@ class Check:
         _typed("message", message)
 
     def _thread_record(self, kind: str, record: dict) -> None:
-        self._declared(record)
+        """A summary or tool log of a declared thread, that thread's (its `thread_id`): the
+        import lists it in the record's thread's index, and an import replacing it later
+        unlists it from its stored `thread_id`'s (memory/portability_write.py)."""
+        thread = self._declared(record)
         _need(
             record.get("listed") is None or _is_number(record.get("listed")),
             "its 'listed' must be a number or null.",
         )
         self._unique(kind, _id(_object(record, kind).get("id"), f"{kind} id"))
         _typed(kind, record[kind])
+        _need(record[kind]["thread_id"] == thread, f"its {kind} belongs to another thread.")
 
     def _summary(self, record: dict) -> None:
         self._thread_record("summary", record)

@@ -15,6 +15,7 @@ one, and embedded again otherwise (`reembed`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import time
@@ -43,7 +44,7 @@ from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
 from memory.stores.base import VectorStore, decode
 from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
-from memory.stores.tool_log import ToolLogStore
+from memory.stores.tool_log import ToolLogStore, stored_shown
 from memory.stores.turn_records import record_of
 from memory.stores.watches import Watch, WatchStore
 
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 PIPELINE = 1000  # commands sent together
 BATCH = 256  # records written (and embedded) together
 VECTOR_KINDS = ("chunk", "entity", "workflow")
+# what `_replace_stored` reads of a summary or tool log stored under an id the file writes
+STORED = {"summary": ["thread_id", "parent", "children"], "tool_log": ["thread_id", "message_ids"]}
 # an import's counts of watches it paused, or dropped (said by the memory page's summary)
 PAUSED_WATCHES = "paused_watch_imports"  # the page: "2 watches imported paused"
 DROPPED_WATCHES = "dropped_watch_imports"
@@ -76,6 +79,15 @@ def _later(value: Any, started: float) -> bool:
         return float(value) > started
     except (TypeError, ValueError):  # none, or not a time: left as it is
         return False
+
+
+def _ids(raw: Any) -> list[str]:
+    """A stored summary's `children` (a JSON list of ids): none when absent or unreadable."""
+    try:
+        ids = json.loads(decode(raw) or "[]")
+    except ValueError:
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
 def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -118,9 +130,12 @@ class Writer:
         self.source = tenant  # the exported tenant, from the header
         self.pipe = self.redis.pipeline(transaction=False)
         self.tool_logs: dict[str, set[str]] = {}  # queued in `pipe`: what each log showed
-        # summaries and tool logs queued in `pipe`: the thread index each is listed in (None:
-        # a merged child, listed nowhere)
-        self.replacing: dict[str, dict[str, str | None]] = {"summary": {}, "tool_log": {}}
+        # every summary and tool log queued in `pipe` (replacing a stored one or not): the
+        # thread index the file lists it in (None: a merged child, listed nowhere)
+        self.listed_in: dict[str, dict[str, str | None]] = {"summary": {}, "tool_log": {}}
+        # summaries queued in `pipe`: the parent and children the file gives each
+        self.trees: dict[str, tuple[str, set[str]]] = {}
+        self.summaries: set[str] = set()  # every summary this import wrote (or queued)
         self.threads: dict[str, _ThreadState] = {}
         self.dm_people = DmAuthors()  # each DM place's writers (`_dm_people`)
         self.papers: dict[str, str] = {}
@@ -149,13 +164,16 @@ class Writer:
             store, shape = self.stores[kind], SHAPES[kind]
             item = {k: v for k, v in record[kind].items() if k in shape}  # as its store reads it
             key = store.key(self.tenant, item["id"])
-            self.pipe.delete(key)  # replaces a record stored under its id whole (`_send`)
+            self.pipe.delete(key)  # replaces a record stored under its id whole (`_replace_stored`)
             self.pipe.hset(key, mapping=_record_in(item, store.JSON_FIELDS))
             index = None
             if record.get("listed") is not None:
                 index = store.thread_index(Scope(self.tenant, record["thread"]))
                 self.pipe.zadd(index, {item["id"]: record["listed"]})
-            self.replacing[kind][item["id"]] = index
+            self.listed_in[kind][item["id"]] = index
+            if kind == "summary":
+                self.trees[item["id"]] = (item.get("parent") or "", set(item.get("children") or []))
+                self.summaries.add(item["id"])
             if kind == "tool_log":  # found again when a message it showed is forgotten
                 self.tool_logs[item["id"]] = set(item.get("message_ids") or [])
                 for message_id in self.tool_logs[item["id"]]:
@@ -179,43 +197,98 @@ class Writer:
             await self._send()
 
     async def _send(self) -> None:
-        """Send the queued writes, once the import's lock is known held. A tool log queued
-        over one stored under its id first leaves the sets of what the stored one showed and
-        the new one does not (`ToolLogStore.unindex_in`): else they keep pointing at a log that
-        no longer showed them; a summary or tool log queued over a stored one leaves the thread
-        index the stored one is listed in (`_unlist_replaced`). The stored versions are read
-        before `pipe` overwrites them (ids are unique in a checked file: none of them is queued
-        twice)."""
+        """Send the queued writes, once the import's lock is known held, after what replacing
+        the stored versions of the queued summaries and tool logs takes (`_replace_stored`)."""
         self.held()
-        if any(self.replacing.values()):
-            await self._unlist_replaced()
-        if self.tool_logs:
-            store: ToolLogStore = self.stores["tool_log"]
-            before = await store.shown(self.tenant, self.tool_logs)
-            left = {i: set(showed) - self.tool_logs[i] for i, showed in before.items()}
-            store.unindex_in(self.pipe, self.tenant, left)
-            self.tool_logs = {}
+        if any(self.listed_in.values()):
+            await self._replace_stored()
         await self.pipe.execute()
 
-    async def _unlist_replaced(self) -> None:
+    async def _replace_stored(self) -> None:
+        """Read what is stored under the ids of the queued summaries and tool logs (one
+        pipeline), before `pipe` overwrites it, and queue what replacing it takes besides:
+        leaving the thread index it is listed in (`_unlist`), the shown-in-logs sets of what a
+        stored log showed and the new one does not (`ToolLogStore.unindex_in`: else they keep
+        pointing at a log that no longer showed them), a stored summary's place in the summary
+        tree (`_untree`). Ids are unique in a checked file: none of them is queued twice."""
+        queued = [(kind, i) for kind, ids in self.listed_in.items() for i in ids]
+        read = self.redis.pipeline(transaction=False)
+        for kind, record_id in queued:
+            read.hmget(self.stores[kind].key(self.tenant, record_id), STORED[kind])
+        stored = {
+            (kind, record_id): dict(zip(STORED[kind], row, strict=True))
+            for (kind, record_id), row in zip(queued, await read.execute(), strict=True)
+        }
+        self._unlist(stored)
+        left = {
+            i: set(stored_shown(stored["tool_log", i]["message_ids"])) - showed
+            for i, showed in self.tool_logs.items()
+        }
+        ToolLogStore.unindex_in(self.pipe, self.tenant, left)
+        await self._untree({i: stored["summary", i] for i in self.trees})
+        self.listed_in = {kind: {} for kind in self.listed_in}
+        self.tool_logs, self.trees = {}, {}
+
+    def _unlist(self, stored: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Queue the ZREMs that take each queued summary or tool log out of the thread index
         its stored version is listed in (its stored `thread_id`'s), unless the imported one is
-        listed in that same index: else a thread the file does not put it in (another one, or
-        none for a merged child) keeps listing it."""
-        queued = [
-            (kind, i, index) for kind, ids in self.replacing.items() for i, index in ids.items()
-        ]
-        self.replacing = {kind: {} for kind in self.replacing}
-        read = self.redis.pipeline(transaction=False)
-        for kind, record_id, _ in queued:
-            read.hget(self.stores[kind].key(self.tenant, record_id), "thread_id")
-        for (kind, record_id, index), thread in zip(queued, await read.execute(), strict=True):
+        listed in that same index (its ZADD is queued before: a ZREM would undo it): else a
+        thread the file does not put it in (another one, or none for a merged child) keeps
+        listing it. The file's `thread_id` is its record's thread (`Check`)."""
+        for (kind, record_id), values in stored.items():
+            store = self.stores[kind]
             try:
-                stored = self.stores[kind].thread_index(Scope(self.tenant, decode(thread) or ""))
+                index = store.thread_index(Scope(self.tenant, decode(values["thread_id"]) or ""))
             except InvalidName:  # none stored (or no thread a store lists under)
                 continue
-            if stored != index:
-                self.pipe.zrem(stored, record_id)
+            if index != self.listed_in[kind][record_id]:
+                self.pipe.zrem(index, record_id)
+
+    async def _untree(self, stored: dict[str, dict[str, Any]]) -> None:
+        """Take the stored versions of the queued summaries out of the summary tree where the
+        file does not put them. A stored parent the file does not give one stops naming it
+        among its `children`: forgetting that parent would else rewrite its thread's summary
+        from the imported text and make the imported one its child (another thread's, maybe
+        another audience's). A stored child the file does not name, whose `parent` is the id,
+        is deleted (hash and index entry): it summarized the replaced version, which went
+        whole, is listed nowhere, and forgetting it would rewrite the imported summary from
+        children it does not have. Its own children are left (their parent is gone: a forget
+        of one rewrites nothing). A summary this import wrote is left as the file gives it.
+        A second read, only when there is such a parent or child."""
+        leaving: dict[str, set[str]] = {}  # a stored parent: the ids leaving its children
+        orphans: dict[str, str] = {}  # a stored child: the id it was merged into
+        for summary_id, (parent, children) in self.trees.items():
+            old_parent = decode(stored[summary_id]["parent"]) or ""
+            if old_parent and old_parent != parent and old_parent not in self.summaries:
+                leaving.setdefault(old_parent, set()).add(summary_id)
+            for child in set(_ids(stored[summary_id]["children"])) - children - self.summaries:
+                orphans[child] = summary_id
+        if not leaving and not orphans:
+            return
+        store = self.stores["summary"]
+        read = self.redis.pipeline(transaction=False)
+        for parent in leaving:
+            read.hget(store.key(self.tenant, parent), "children")
+        for child in orphans:
+            read.hmget(store.key(self.tenant, child), ["parent", "thread_id"])
+        replies = await read.execute()
+        gone: set[str] = set()
+        for (child, merged_into), (parent, thread) in zip(
+            orphans.items(), replies[len(leaving) :], strict=True
+        ):
+            if decode(parent) != merged_into:  # not the replaced version's child (any more)
+                continue
+            gone.add(child)
+            self.pipe.delete(store.key(self.tenant, child))
+            with contextlib.suppress(InvalidName):  # no thread stored: no index lists it
+                self.pipe.zrem(store.thread_index(Scope(self.tenant, decode(thread) or "")), child)
+        for (parent, ids), raw in zip(leaving.items(), replies[: len(leaving)], strict=True):
+            children = _ids(raw)
+            kept = [c for c in children if c not in ids]
+            if raw is not None and parent not in gone and kept != children:
+                self.pipe.hset(
+                    store.key(self.tenant, parent), "children", json.dumps(kept, ensure_ascii=False)
+                )
 
     def _own_key(self, store: VectorStore, key: str) -> str:
         """A record's key in the exported tenant as the same record's key in this one, or ""

@@ -72,9 +72,9 @@ def paper_shown(paper_id: str) -> str:
     return f"{PAPER_SHOWN}{paper_id}"
 
 
-def _showed(raw: bytes | str | None) -> list[str]:
+def stored_shown(raw: bytes | str | None) -> list[str]:
     """A log's stored `message_ids`: none for a log gone, from before they were kept, or
-    unreadable."""
+    unreadable; an import reads it with the fields it replaces (memory/portability_write.py)."""
     try:
         showed = json.loads(decode(raw) or "[]")
     except ValueError:
@@ -160,7 +160,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         for log_id, (thread, raw) in zip(logs, await pipe.execute(), strict=True):
             if thread is not None:  # else gone already (its thread's erasure, retention)
                 by_thread.setdefault(decode(thread), []).append(log_id)
-                showed[log_id] = _showed(raw)
+                showed[log_id] = stored_shown(raw)
         removed = await super().remove(tenant, by_thread)
         for (_, message_id), log_ids in read.items():  # the sets read: logs gone before too
             for log_id in log_ids:
@@ -187,7 +187,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         pipe = self.redis.pipeline(transaction=False)
         for log_id in ids:
             pipe.hget(self.key(tenant, log_id), "message_ids")
-        found = {i: _showed(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
+        found = {i: stored_shown(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
         return {log_id: showed for log_id, showed in found.items() if showed}
 
     @staticmethod
