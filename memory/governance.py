@@ -393,15 +393,17 @@ class Governance:
     ) -> Erasure:
         """`_shared_pdfs`, for one of the team's copies: it stays, the team's knowledge, but the
         shares `leaves` (of a person erased) keep nothing of theirs: no sharer, no link (a Slack
-        permalink holds their id), no origin (their message and file). The thread (a public
-        place's), time and file name (the paper's name, maybe its title) stay."""
+        permalink holds their id). The thread (a public place's), origin (a message's, not
+        theirs), time and file name (the paper's name, maybe its title) stay: a share read across
+        the erasure finds by its origin the copy it saved, to take it back
+        (adapters/shared_files.py `_forget_saved`). Answers that cited the link, stored in
+        others' threads, keep it: the erasure does not rewrite them."""
         async with self.memory.knowledge_base.holding(tenant, paper_id):
             raw = await self.redis.hget(papers_key(tenant), paper_id)
             record = json.loads(raw) if raw else {}
             shares = shares_of(record) if raw else []
             kept = [
-                {**share, "sharer": "", "link": "", "origin": ""} if leaves(share) else share
-                for share in shares
+                {**share, "sharer": "", "link": ""} if leaves(share) else share for share in shares
             ]
             changed = sum(old != new for old, new in zip(shares, kept, strict=True))
             if not changed:  # gone meanwhile, or unnamed already

@@ -1,20 +1,25 @@
 """A person erased leaves nothing of theirs on the team's copies of the PDFs they shared in a
 public channel (memory/governance.py `_unname_shares`): the paper stays, the team's knowledge as
-papers from arXiv are, but its record and chunks lose their user id, their link (a Slack file
-link holds their id) and their share's id, and the logs that quoted the link go. Another
-person's shared PDF keeps all of its share. A real Redis."""
+papers from arXiv are, but its record and chunks lose their user id and their link (a Slack file
+link holds their id), and the logs that quoted the link go; the share keeps its origin (its
+message's), by which a share read across the erasure takes back the copy it saved
+(adapters/shared_files.py `_forget_saved`). Another person's shared PDF keeps all of its share.
+A real Redis."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from memory.ingest.shared_pdf import SavedPdf, SharedFile, save_shared_pdf
-from memory.keys import papers_key
-from memory.scope import Scope
+from memory.keys import papers_key, turn_queue_key
+from memory.scope import Scope, Visibility
 from memory.stores.knowledge_base import shares_of
 from memory.stores.tool_log import ToolLogEntry, paper_shown
 from memory.tokens import encoding_for
 from tests.support.pdfs import make_pdf
+from tests.test_shared_files_erased_meanwhile import channel_of
+from tests.test_shared_pdfs import StubEnd, share_payload, stub_files
 
 ERASED, OTHER = "UERASED33", "UOTHER33"
 ERASED_LINK = f"https://acme.slack.com/files/{ERASED}/F0ERASED/erased.pdf"
@@ -81,18 +86,64 @@ async def test_erasing_a_person_unnames_the_team_copies_they_shared(memory, tena
 
     assert erasure.shares == 1 and erasure.papers == 0 and erasure.tool_logs == 1
     after = await stored(memory, tenant, theirs.arxiv_id)
-    assert not holds(after, ERASED, ERASED_LINK, "F0ERASED")
+    assert not holds(after, ERASED, ERASED_LINK)
     record = await kb.paper(team, theirs.arxiv_id)
     assert record is not None and record["title"] == "Glacier Entropy"
-    assert (record["sharer"], record["url"], record["origin"]) == ("", "", "")
+    assert (record["sharer"], record["url"], record["origin"]) == ("", "", "F0ERASED:1")
     [left] = shares_of(record)
-    assert (left["thread"], left["file_name"]) == (team.thread, "erased.pdf")
+    # the origin names their message, not them: it stays, as the thread does
+    assert (left["thread"], left["origin"]) == (team.thread, "F0ERASED:1")
+    assert left["file_name"] == "erased.pdf"
     # the team reads and finds it still, from any public place
     vector = (await memory.embedder.embed([PHRASE]))[0]
     found = await kb.search(reader, "quokka tessellation glacier entropy", vector, k=5)
     assert theirs.arxiv_id in {passage.arxiv_id for passage in found}
     assert all(not passage.url for passage in found if passage.arxiv_id == theirs.arxiv_id)
     # the log that quoted their link went; the other person's paper and log are as they were
-    assert await memory.tool_logs.ids(reader) == [unrelated] != [quoted]
+    logs = await memory.tool_logs.ids(reader)
+    assert quoted not in logs and logs == [unrelated]
     assert await stored(memory, tenant, others.arxiv_id) == others_before
     assert [s["sharer"] for s in shares_of(await kb.paper(team, others.arxiv_id))] == [OTHER]
+
+
+class ErasingOnSecondRead(StubEnd):
+    """A platform whose second download returns once `erase` ran: the share's first file is
+    saved, the team's copy, before its sharer's erasure, the second after it."""
+
+    def __init__(self, papers: dict[str, bytes], erase) -> None:
+        super().__init__()
+        self.papers, self.erase, self.reads = papers, erase, 0
+
+    async def fetch(self, file, max_bytes):
+        self.reads += 1
+        if self.reads == 2:
+            await self.erase()
+        return self.papers[file["id"]]
+
+
+async def test_a_public_share_read_across_its_sharers_erasure_keeps_neither_copy(memory, tenant):
+    """The erasure's pass over the papers unnames the copy the share's first file saved; the
+    share, seeing the erasure, takes back both copies it saved, found by their origin: none is
+    left, unnamed or not, while its message says "Not kept."."""
+    scope = channel_of(tenant, Visibility.PUBLIC)
+    await memory.conversation.append(scope, "user", "earlier words")  # theirs, to erase
+    papers = {
+        "F1": pdf("Walrus Sorting", "Walrus sorting networks merge icebergs in logarithmic depth."),
+        "F2": pdf("Puffin Caches", "Puffin caches evict herring by their least recent dive."),
+    }
+    erasures = []
+
+    async def erase() -> None:
+        erasures.append(await memory.governance.forget_person(tenant, "U1"))
+
+    end = ErasingOnSecondRead(papers, erase)
+    payload = share_payload(scope, f"slack:{scope.channel}:{time.time_ns()}", turn="read these")
+    payload["files"].append({**payload["files"][0], "id": "F2", "name": "y.pdf"})
+    payload.update(queued_at=time.time(), sharer="U1")
+    await stub_files(memory, end).one(payload)
+    [erasure] = erasures
+    assert erasure.shares == 1 and erasure.papers == 0  # the first file's copy, unnamed
+    assert await memory.redis.hlen(papers_key(tenant)) == 0  # then taken back, as the second
+    assert await memory.redis.llen(turn_queue_key(tenant, scope.thread)) == 0
+    said = dict(end.edits)  # each file's message, its last word
+    assert len(said) == 2 and set(said.values()) == {"Not kept."}

@@ -179,7 +179,7 @@ ERASED = {  # Erasure field -> how it is printed
     "threads": "threads", "messages": "messages", "summaries": "summaries (deleted or rewritten)",
     "tool_logs": "tool logs", "episodes": "episodic entries", "entities": "entities",
     "workflows": "workflows", "papers": "papers", "chunks": "passages",
-    "shares": "shares of PDFs others keep",
+    "shares": "shares of PDFs that stay",
     "cached_embeddings": "cached embeddings", "turn_records": "turn records",
     "watches": "topic watches", "dead_letters": "dead letters",
 }  # fmt: skip
