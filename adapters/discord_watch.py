@@ -25,9 +25,12 @@ message, its Save buttons.
   channel's permissions for the bot, `can_post`): elsewhere Discord would refuse every digest,
   so it answers "let me post here first" (`can_post`: "… in <#channel> …", as an admin may ask
   from another channel). A digest refused later pauses the watch and its creator is told in a
-  DM. Where the bot may not read the history (`app_permissions` without Read Message History
-  or View Channel), the watch is made and its answer says what to grant (`history_note`): else
-  a digest task run again after a long outage could post its digest twice (`find`).
+  DM. `/watch add` also needs View Channel (without it nothing can be posted); where the bot
+  may not read the history (`app_permissions` without Read Message History), the watch is made
+  and `/watch add`'s answer says what to grant (`history_note`): else a digest task run again
+  after a long outage could post its digest twice (`find`). A watch made by a mention or
+  resumed relies on the warning of `warn_if_unreadable` when its digest is looked for. The
+  answer stays under Discord's 2,000 characters, its watch's description cut (`created_reply`).
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is
@@ -112,8 +115,8 @@ CANNOT_SEE = (
     "would refuse its digests: remove it, or let me see the channel again."
 )
 HISTORY_UNREADABLE = (  # `history_note`: the watch is made, its reply says what to grant
-    "I cannot read the message history here, so after an outage of mine a digest may be "
-    "posted twice: let me read it (the channel's permissions: {permission})."
+    "I cannot read the message history of <#{channel}>, so after I have been offline for a "
+    "while a digest may be posted there twice: give me Read Message History in <#{grant}>."
 )
 
 
@@ -185,21 +188,41 @@ def admin_of(
 
 
 def can_send(interaction: discord.Interaction) -> bool:
-    """The bot may send messages where the interaction was used (in a thread: in threads)."""
+    """The bot may see and send messages where the interaction was used (in a thread: in
+    threads); without View Channel Discord refuses every message, whatever else is granted."""
     permissions = interaction.app_permissions
     if isinstance(interaction.channel, discord.Thread):
-        return permissions.send_messages_in_threads
-    return permissions.send_messages
+        sends = permissions.send_messages_in_threads
+    else:
+        sends = permissions.send_messages
+    return permissions.view_channel and sends
 
 
-def history_note(interaction: discord.Interaction) -> str:
+def history_note(interaction: discord.Interaction, watch: Watch) -> str:
     """`/watch add`'s word on a place whose history the bot may not read (the interaction's
-    `app_permissions`; in a thread Discord resolves them from its parent's): without Read
-    Message History Discord answers the history with an empty list, so `find` would not see a
-    digest already posted and a task run again after a long outage would post it twice.
-    Empty when it may read it."""
-    missing = cannot_read(interaction.app_permissions)
-    return HISTORY_UNREADABLE.format(permission=" and ".join(missing)) if missing else ""
+    `app_permissions`; in a thread Discord resolves them from its parent's, so that is where
+    to grant it): without Read Message History Discord answers the history with an empty list,
+    so `find` would not see a digest already posted and a task run again after a long outage
+    would post it twice. Empty when it may read it, and in a DM (no permissions to grant)."""
+    if interaction.guild_id is None or interaction.app_permissions.read_message_history:
+        return ""
+    channel = interaction.channel
+    grant = channel.parent_id if isinstance(channel, discord.Thread) else watch.channel
+    return HISTORY_UNREADABLE.format(channel=watch.channel, grant=grant)
+
+
+def created_reply(watch: Watch, elsewhere: bool, note: str) -> str:
+    """`/watch add`'s answer, under Discord's 2,000 characters (else Discord refuses it, the
+    person sees "The application did not respond" and asking again makes a second watch):
+    the note whole, the watch's description cut (an author or category field may hold 6,000
+    characters)."""
+    text = created_text(watch, elsewhere=elsewhere)
+    tail = f" {note}" if note else ""
+    over = len(text) + len(tail) - LIMIT
+    if over > 0:
+        described = describe(watch)  # what `created_text` says after "Watching "
+        text = text.replace(described, _capped(described, len(described) - over), 1)
+    return text + tail
 
 
 def cannot_read(permissions: discord.Permissions) -> list[str]:
@@ -427,9 +450,8 @@ class DiscordWatches:
                 except Exception as exc:  # Redis away: say so
                     log.warning("/watch add failed: %r", exc)
                     return UNREACHABLE, True
-                text = created_text(watch, elsewhere=bool(place.asked))
-                note = history_note(interaction)  # made all the same: says what to grant
-                return (f"{text} {note}" if note else text), False
+                note = history_note(interaction, watch)  # made all the same: what to grant
+                return created_reply(watch, bool(place.asked), note), False
 
             await respond(interaction, made(), public=True)
 

@@ -86,7 +86,8 @@ async def run_while_redis_holds(gate, guild, interaction, command):
     gate.hold(watches_key(str(guild.id)).encode())
     running = asyncio.create_task(command)
     try:
-        await gate.held.wait()
+        # bounded: a command that never reaches Redis fails here rather than hanging the run
+        await asyncio.wait_for(gate.held.wait(), 30)
         response = interaction.response
         await until(lambda: response.defer.await_count == 1, "not deferred while Redis hangs")
         gate.release.set()
@@ -107,7 +108,7 @@ async def test_watch_add_defers_while_redis_hangs_and_makes_one_watch(gated):
     guild = fake.guild()
     channel, user = fake.text_channel(guild), fake.user()
     interaction = fake.interaction(channel, user)
-    interaction.app_permissions = discord.Permissions(send_messages=True)
+    interaction.app_permissions = discord.Permissions(view_channel=True, send_messages=True)
     command = watch_callback(adapter, "add")(interaction, topic="state space models")
     response = await run_while_redis_holds(gate, guild, interaction, command)
     assert response.defer.await_args.kwargs == {"ephemeral": False, "thinking": True}

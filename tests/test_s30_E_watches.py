@@ -53,7 +53,7 @@ class DiscordSide:
         """`/watch <name>` used in `where`: its answer."""
         interaction = self.fake.interaction(where, self.fake.user())
         interaction.app_permissions = discord.Permissions(
-            send_messages=True, send_messages_in_threads=True
+            view_channel=True, send_messages=True, send_messages_in_threads=True
         )
         await self.poster.callbacks[name].callback(interaction, **options)
         return interaction.response.send_message.await_args.args[0]

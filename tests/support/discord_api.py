@@ -425,8 +425,11 @@ class MockDiscordApi(ThreadedServer):
         return _json(self._message(message))
 
     async def _interaction_callback(self, request: web.Request) -> web.Response:
-        """An interaction answered (type 4 a message, 9 a modal): recorded, with its ids."""
+        """An interaction answered (type 4 a message, 9 a modal): recorded, with its ids. A
+        message over 2,000 characters is refused, as Discord does (and as `_read_body`)."""
         body = await request.json()
+        if len((body.get("data") or {}).get("content") or "") > 2000:
+            raise DiscordError(400, 50035, "Invalid Form Body")
         self.callbacks.append({"interaction": request.match_info["interaction"],
                                "token": request.match_info["token"], **body})  # fmt: skip
         flags = (body.get("data") or {}).get("flags") or 0
