@@ -376,9 +376,7 @@ class Governance:
         erasure = Erasure()
         kb = self.memory.knowledge_base
         async with kb.holding(tenant, paper_id):  # a share adding itself waits
-            raw = await self.redis.hget(papers_key(tenant), paper_id)
-            record = json.loads(raw) if raw else {}
-            shares = shares_of(record) if raw else []
+            record, shares = await self._held_shares(tenant, paper_id)
             kept = [share for share in shares if not leaves(share)]
             if kept and len(kept) < len(shares):  # the link, name: the first's that stays
                 erasure += await self._put_shares(tenant, paper_id, record, kept)
@@ -399,9 +397,7 @@ class Governance:
         (adapters/shared_files.py `_forget_saved`). Answers that cited the link, stored in
         others' threads, keep it: the erasure does not rewrite them."""
         async with self.memory.knowledge_base.holding(tenant, paper_id):
-            raw = await self.redis.hget(papers_key(tenant), paper_id)
-            record = json.loads(raw) if raw else {}
-            shares = shares_of(record) if raw else []
+            record, shares = await self._held_shares(tenant, paper_id)
             kept = [
                 {**share, "sharer": "", "link": ""} if leaves(share) else share for share in shares
             ]
@@ -410,6 +406,15 @@ class Governance:
                 return Erasure()
             erasure = await self._put_shares(tenant, paper_id, record, kept)
             return erasure + Erasure(shares=changed)
+
+    async def _held_shares(
+        self, tenant: str, paper_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A shared PDF's record and its shares, read again under its save lock (a share may
+        have added itself, or the PDF gone, since the pass read it); none when it went."""
+        raw = await self.redis.hget(papers_key(tenant), paper_id)
+        record = json.loads(raw) if raw else {}
+        return record, shares_of(record) if raw else []
 
     async def _put_shares(
         self, tenant: str, paper_id: str, record: dict[str, Any], kept: list[dict[str, Any]]

@@ -15,7 +15,6 @@ one, and embedded again otherwise (`reembed`).
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import time
@@ -41,10 +40,10 @@ from memory.keys import (
 from memory.portability_check import END, HEADER, PLURALS, SHAPES
 from memory.portability_export import dumps
 from memory.scope import Scope, TenantKind, legacy_audience, tenant_kind
-from memory.stores.base import VectorStore, decode
+from memory.stores.base import VectorStore, decode, stored_ids
 from memory.stores.entity_pieces import PIECES, question_of
 from memory.stores.episodic import Episode
-from memory.stores.tool_log import ToolLogStore, stored_shown
+from memory.stores.tool_log import ToolLogStore
 from memory.stores.turn_records import record_of
 from memory.stores.watches import Watch, WatchStore
 
@@ -79,15 +78,6 @@ def _later(value: Any, started: float) -> bool:
         return float(value) > started
     except (TypeError, ValueError):  # none, or not a time: left as it is
         return False
-
-
-def _ids(raw: Any) -> list[str]:
-    """A stored summary's `children` (a JSON list of ids): none when absent or unreadable."""
-    try:
-        ids = json.loads(decode(raw) or "[]")
-    except ValueError:
-        return []
-    return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
 def _record_in(record: dict[str, Any], json_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -221,7 +211,7 @@ class Writer:
         }
         self._unlist(stored)
         left = {
-            i: set(stored_shown(stored["tool_log", i]["message_ids"])) - showed
+            i: set(stored_ids(stored["tool_log", i]["message_ids"])) - showed
             for i, showed in self.tool_logs.items()
         }
         ToolLogStore.unindex_in(self.pipe, self.tenant, left)
@@ -236,13 +226,17 @@ class Writer:
         thread the file does not put it in (another one, or none for a merged child) keeps
         listing it. The file's `thread_id` is its record's thread (`Check`)."""
         for (kind, record_id), values in stored.items():
-            store = self.stores[kind]
-            try:
-                index = store.thread_index(Scope(self.tenant, decode(values["thread_id"]) or ""))
-            except InvalidName:  # none stored (or no thread a store lists under)
-                continue
-            if index != self.listed_in[kind][record_id]:
+            index = self._stored_index(kind, values["thread_id"])
+            if index is not None and index != self.listed_in[kind][record_id]:
                 self.pipe.zrem(index, record_id)
+
+    def _stored_index(self, kind: str, thread: Any) -> str | None:
+        """The thread index a stored record's `thread_id` names; None when none is stored (or
+        no thread a store lists under)."""
+        try:
+            return self.stores[kind].thread_index(Scope(self.tenant, decode(thread) or ""))
+        except InvalidName:
+            return None
 
     async def _untree(self, stored: dict[str, dict[str, Any]]) -> None:
         """Take the stored versions of the queued summaries out of the summary tree where the
@@ -261,7 +255,9 @@ class Writer:
             old_parent = decode(stored[summary_id]["parent"]) or ""
             if old_parent and old_parent != parent and old_parent not in self.summaries:
                 leaving.setdefault(old_parent, set()).add(summary_id)
-            for child in set(_ids(stored[summary_id]["children"])) - children - self.summaries:
+            for child in (
+                set(stored_ids(stored[summary_id]["children"])) - children - self.summaries
+            ):
                 orphans[child] = summary_id
         if not leaving and not orphans:
             return
@@ -280,10 +276,10 @@ class Writer:
                 continue
             gone.add(child)
             self.pipe.delete(store.key(self.tenant, child))
-            with contextlib.suppress(InvalidName):  # no thread stored: no index lists it
-                self.pipe.zrem(store.thread_index(Scope(self.tenant, decode(thread) or "")), child)
+            if (index := self._stored_index("summary", thread)) is not None:
+                self.pipe.zrem(index, child)
         for (parent, ids), raw in zip(leaving.items(), replies[: len(leaving)], strict=True):
-            children = _ids(raw)
+            children = stored_ids(raw)
             kept = [c for c in children if c not in ids]
             if raw is not None and parent not in gone and kept != children:
                 self.pipe.hset(

@@ -88,6 +88,16 @@ def decode(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def stored_ids(raw: Any) -> list[str]:
+    """A stored JSON list of ids (a tool log's `message_ids`, a summary's `children`): none
+    for a field or record absent, from before it was kept, or unreadable."""
+    try:
+        ids = json.loads(decode(raw) or "[]")
+    except ValueError:
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
 def decoded(row: dict[bytes, Any]) -> dict[bytes, Any]:
     """A reply row with every value decoded (as `decode`) in one pass: cheaper than a call per
     field when a row's fields are all read, as recall's chosen messages' are."""

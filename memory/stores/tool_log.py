@@ -12,7 +12,6 @@ before has none.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -24,7 +23,7 @@ from redis.asyncio import Redis
 
 from memory.keys import shown_in_logs_key
 from memory.scope import NOWHERE, PUBLIC, Scope, Visibility, narrowest
-from memory.stores.base import decode
+from memory.stores.base import decode, stored_ids
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 
 log = logging.getLogger(__name__)
@@ -70,16 +69,6 @@ def paper_shown(paper_id: str) -> str:
     finds the log (`forget_showing`), as forgetting a message finds the logs that showed it.
     No message, summary or log id starts so."""
     return f"{PAPER_SHOWN}{paper_id}"
-
-
-def stored_shown(raw: bytes | str | None) -> list[str]:
-    """A log's stored `message_ids`: none for a log gone, from before they were kept, or
-    unreadable; an import reads it with the fields it replaces (memory/portability_write.py)."""
-    try:
-        showed = json.loads(decode(raw) or "[]")
-    except ValueError:
-        return []
-    return [str(i) for i in showed] if isinstance(showed, list) else []
 
 
 def _sets(tenant: str, showed: dict[str, Iterable[str]]) -> dict[str, set[str]]:
@@ -160,7 +149,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         for log_id, (thread, raw) in zip(logs, await pipe.execute(), strict=True):
             if thread is not None:  # else gone already (its thread's erasure, retention)
                 by_thread.setdefault(decode(thread), []).append(log_id)
-                showed[log_id] = stored_shown(raw)
+                showed[log_id] = stored_ids(raw)
         removed = await super().remove(tenant, by_thread)
         for (_, message_id), log_ids in read.items():  # the sets read: logs gone before too
             for log_id in log_ids:
@@ -187,7 +176,7 @@ class ToolLogStore(ThreadRecordStore[ToolLogEntry]):
         pipe = self.redis.pipeline(transaction=False)
         for log_id in ids:
             pipe.hget(self.key(tenant, log_id), "message_ids")
-        found = {i: stored_shown(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
+        found = {i: stored_ids(raw) for i, raw in zip(ids, await pipe.execute(), strict=True)}
         return {log_id: showed for log_id, showed in found.items() if showed}
 
     @staticmethod
