@@ -29,8 +29,9 @@ message, its Save buttons.
   may not read the history (`app_permissions` without Read Message History), the watch is made
   and `/watch add`'s answer says what to grant (`history_note`): else a digest task run again
   after a long outage could post its digest twice (`find`). A watch made by a mention or
-  resumed relies on the warning of `warn_if_unreadable` when its digest is looked for. The
-  answer stays under Discord's 2,000 characters, its watch's description cut (`created_reply`).
+  resumed is told the same in its answer (`note`, for where it posts: bot/watch_places.py
+  `PlaceNotes`). The answers stay under Discord's 2,000 characters, the watch's description
+  cut and the note whole (`created_reply`, `fitted`; a mention's answer is split as any).
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is
@@ -204,11 +205,20 @@ def history_note(interaction: discord.Interaction, watch: Watch) -> str:
     to grant it): without Read Message History Discord answers the history with an empty list,
     so `find` would not see a digest already posted and a task run again after a long outage
     would post it twice. Empty when it may read it, and in a DM (no permissions to grant)."""
-    if interaction.guild_id is None or interaction.app_permissions.read_message_history:
+    if interaction.guild_id is None:
         return ""
     channel = interaction.channel
     grant = channel.parent_id if isinstance(channel, discord.Thread) else watch.channel
-    return HISTORY_UNREADABLE.format(channel=watch.channel, grant=grant)
+    return unreadable_note(interaction.app_permissions, watch.channel, grant)
+
+
+def unreadable_note(permissions: discord.Permissions, channel: str, grant: int | str) -> str:
+    """The word on a watch's `channel` where the bot may not read the history (`permissions`
+    there): what to grant, in `grant` (a thread's parent); empty when it may. Said by
+    `/watch add` (`history_note`) and to a watch made by a mention or resumed (`note`)."""
+    if permissions.read_message_history:
+        return ""
+    return HISTORY_UNREADABLE.format(channel=channel, grant=grant)
 
 
 def created_reply(watch: Watch, elsewhere: bool, note: str) -> str:
@@ -216,13 +226,18 @@ def created_reply(watch: Watch, elsewhere: bool, note: str) -> str:
     person sees "The application did not respond" and asking again makes a second watch):
     the note whole, the watch's description cut (an author or category field may hold 6,000
     characters)."""
-    text = created_text(watch, elsewhere=elsewhere)
     tail = f" {note}" if note else ""
-    over = len(text) + len(tail) - LIMIT
-    if over > 0:
-        described = describe(watch)  # what `created_text` says after "Watching "
-        text = text.replace(described, _capped(described, len(described) - over), 1)
-    return text + tail
+    return fitted(created_text(watch, elsewhere=elsewhere) + tail, watch)
+
+
+def fitted(text: str, watch: Watch) -> str:
+    """A command's answer about `watch` under Discord's 2,000 characters: the watch's
+    description in it cut, the rest (its id, how to stop it, a note) kept whole."""
+    over = len(text) - LIMIT
+    if over <= 0:
+        return text
+    described = describe(watch)  # what the answer says of the watch
+    return text.replace(described, _capped(described, len(described) - over), 1)
 
 
 def cannot_read(permissions: discord.Permissions) -> list[str]:
@@ -390,6 +405,7 @@ class DiscordWatches:
         self.channel_of = channel_of
         self.admins = admins
         self.unreadable: set[int] = set()  # channels `find` warned of: once each, per process
+        self.refused: set[int] = set()  # ... whose history read Discord refused: ditto
 
     def register(self, tree: app_commands.CommandTree, scope_of: ScopeOf) -> None:
         if self.watches is None:
@@ -484,10 +500,20 @@ class DiscordWatches:
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
             await by_id(watches.pause_text)(interaction, watch_id)
 
+        async def resumed(
+            scope: Scope, watch_id: str, place: WatchPlace, admin: Callable[[], Awaitable[bool]]
+        ) -> str:
+            """`resume`'s answer, its note (`note`) whole under Discord's 2,000 characters."""
+            text = await watches.resume_text(scope, watch_id, place, admin)
+            if len(text) <= LIMIT:
+                return text
+            watch = await watches.store.get(scope.tenant, watch_id.strip("`"))
+            return fitted(text, watch) if watch is not None else text
+
         @group.command(name="resume", description="Resume a paused topic watch of this channel")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def resume(interaction: discord.Interaction, watch_id: str) -> None:
-            await by_id(watches.resume_text)(interaction, watch_id)
+            await by_id(resumed)(interaction, watch_id)
 
         self.callbacks = {"add": add, "list": listing, "remove": remove, "pause": pause,
                           "resume": resume}  # fmt: skip
@@ -532,7 +558,9 @@ class DiscordWatches:
         after a crash or an outage longer than Discord keeps a nonce (minutes) finds it
         rather than posting it twice. A channel gone finds none (the post then says); so does
         one whose history the bot may not read: when none is found, `warn_if_unreadable` warns
-        if that is why (the post then relies on the nonce). The history is read whatever the
+        if that is why (the post then relies on the nonce); a read Discord refuses (Missing
+        Access, Unknown Channel) finds none too, warned of once per channel while it lasts
+        (`refused`: every digest task there would warn). The history is read whatever the
         cache says of the bot's permissions: a stale cache must not cost a double post.
         Discord failing in passing raises (the task is tried again)."""
         me = self.client.user
@@ -546,11 +574,15 @@ class DiscordWatches:
         try:
             async for message in channel.history(limit=FIND_LIMIT, after=after):
                 if message.author.id == me.id and tag in message.content:
+                    self.refused.discard(channel.id)
                     return str(message.id)
         except (discord.Forbidden, discord.NotFound) as exc:
-            log.warning("could not read %s's history for digest %s: %r", watch.channel,
-                        marker, exc)  # fmt: skip
+            if channel.id not in self.refused:  # once per channel while it lasts, per process
+                self.refused.add(channel.id)
+                log.warning("could not read %s's history for digest %s: %r", watch.channel,
+                            marker, exc)  # fmt: skip
             return None
+        self.refused.discard(channel.id)
         await self.warn_if_unreadable(channel)  # found none: say so if it could not see any
         return None
 
@@ -563,17 +595,10 @@ class DiscordWatches:
         it lasts) per process. A DM, or what the cache cannot settle (the bot's member or
         the server's roles unknown, a thread's parent Discord fails to show), warns of
         nothing."""
-        guild = getattr(channel, "guild", None)
-        me = guild.me if guild is not None else None
-        if me is None or guild.default_role is None:
+        permissions = await self._cached_permissions(channel)
+        if permissions is None:
             return
         thread = isinstance(channel, discord.Thread)
-        try:
-            permissions = (
-                await self._in_thread(channel, me) if thread else channel.permissions_for(me)
-            )
-        except discord.HTTPException:
-            return
         missing = cannot_read(permissions)
         if not missing:
             self.unreadable.discard(channel.id)
@@ -586,6 +611,36 @@ class DiscordWatches:
                 channel.id, " and ".join(missing), " and ".join(missing),
                 f"its parent channel {channel.parent_id}" if thread else "that channel",
             )  # fmt: skip
+
+    async def _cached_permissions(self, channel: Any) -> discord.Permissions | None:
+        """The bot's permissions in a server's channel (a thread: its parent's), from the
+        cache; None in a DM, or when the cache cannot settle them (the bot's member or the
+        server's roles unknown, a thread's parent Discord fails to show)."""
+        guild = getattr(channel, "guild", None)
+        me = guild.me if guild is not None else None
+        if me is None or guild.default_role is None:
+            return None
+        try:
+            if isinstance(channel, discord.Thread):
+                return await self._in_thread(channel, me)
+            return channel.permissions_for(me)
+        except discord.HTTPException:
+            return None
+
+    async def note(self, place: WatchPlace) -> str:
+        """`PlaceNotes`: a watch made by a mention or resumed is told what to grant where it
+        posts, as `/watch add` is (`history_note`), from the bot's permissions there in the
+        cache (a thread's are its parent's, granted there). Nothing in a DM, nor when the
+        cache or Discord cannot say now (the watch is made or resumed all the same)."""
+        try:
+            channel = await self.channel_of(int(place.channel))
+        except (ValueError, discord.HTTPException):
+            return ""
+        permissions = None if channel is None else await self._cached_permissions(channel)
+        if permissions is None:
+            return ""
+        grant = channel.parent_id if isinstance(channel, discord.Thread) else place.channel
+        return unreadable_note(permissions, place.channel, grant)
 
     async def home(self, place: WatchPlace) -> WatchPlace:
         """Where a watch made at `place` (by a mention or `/watch`) posts: a public thread the

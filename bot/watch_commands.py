@@ -4,9 +4,10 @@ Every command answers with a text to show (a malformed one with the usage), neve
 person's mistake. Only the place a watch posts to may remove, pause or resume it, or a tenant's
 admin from anywhere (the adapter says who is one: `AdminCheck`, asked only when the watch is
 not here); a watch is made or resumed only where this process's poster says it can post (the
-bot is in the channel, and the channel is of the watch's tenant: `can_post(place, tenant=…)`).
-A watch of another platform than this process posts to is not resumed from here (no poster to
-check its channel).
+bot is in the channel, and the channel is of the watch's tenant: `can_post(place, tenant=…)`),
+its answer then adding what the poster says to grant there (`PlaceNotes`: Discord's Read
+Message History). A watch of another platform than this process posts to is not resumed from
+here (no poster to check its channel).
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from bot.watch_places import TERMINAL, HomePlaces, PlaceUnknown, Poster, WatchPlace, place_of
+from bot.watch_places import (
+    TERMINAL,
+    HomePlaces,
+    PlaceNotes,
+    PlaceUnknown,
+    Poster,
+    WatchPlace,
+    place_of,
+)
 from bot.watch_texts import (
     RESERVED,
     USAGE,
@@ -93,7 +102,7 @@ class WatchCommands:
             watch = await self.create(scope, text, place, watch_id)
         except (InvalidWatch, AdminUnknown) as exc:
             return str(exc)
-        return created_text(watch, elsewhere=bool(place and place.asked))
+        return created_text(watch, elsewhere=bool(place and place.asked)) + await self._note(watch)
 
     async def _verb(
         self, scope: Scope, verb: str, rest: list[str], place: WatchPlace | None,
@@ -225,7 +234,17 @@ class WatchCommands:
             return _not_here(watch.id)  # removed meanwhile
         return (
             f"Resumed {describe(watch)}{where} (`{watch.id}`): a digest comes within a few minutes."
-        )
+        ) + await self._note(watch)
+
+    async def _note(self, watch: Watch) -> str:
+        """The poster's word on the place a watch was made or resumed for (`PlaceNotes`:
+        Discord's says what to grant so that a digest is not posted twice), after a space;
+        "" when it has none."""
+        poster = self.posters.get(watch.platform)
+        if not isinstance(poster, PlaceNotes):
+            return ""
+        note = await poster.note(WatchPlace(watch.platform, watch.channel, watch.thread))
+        return f" {note}" if note else ""
 
 
 def _not_here(watch_id: str) -> str:

@@ -77,6 +77,18 @@ class HomePlaces(Protocol):
         ...
 
 
+@runtime_checkable
+class PlaceNotes(Protocol):
+    """What a `Poster` may also say to whoever makes or resumes a watch it can post for (by a
+    mention or a command): a word on what to grant there. Discord's names Read Message
+    History, without which a digest task run again after a long outage cannot find the digest
+    it already posted and may post it twice."""
+
+    async def note(self, place: WatchPlace) -> str:
+        """What to grant at `place` (where the watch posts), or "" when nothing."""
+        ...
+
+
 class Poster(Protocol):
     """How one platform shows digests and answers the Save button (registered by its adapter)."""
 

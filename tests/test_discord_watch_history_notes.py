@@ -1,0 +1,210 @@
+"""A Discord watch made by a mention ("watch … weekly", the turn handler's `WatchService.message`)
+or resumed (`/watch resume`) where the bot may not read the message history is told what to
+grant, as `/watch add` is: without Read Message History Discord answers the history with an
+empty list, so a digest task run again after a long outage cannot find the digest it already
+posted and may post it twice. The note names where the watch posts and where to grant it (a
+thread's parent); a channel the bot may read gets none; a resumed watch's answer stays under
+Discord's 2,000 characters, the note whole. A history read Discord refuses (403) in `find` is
+warned of once per channel while it lasts, not on every digest run.
+
+The bot's permissions are the local Discord API's (tests/support/discord_api.py: the server's
+roles, the channel's overwrites, `deny_history`), cached as the gateway gives them; the watches
+are stored in the real Redis."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import discord
+import pytest
+
+from adapters.discord_watch import HISTORY_UNREADABLE, LIMIT, DiscordWatches
+from bot.watches import WatchService, created_text, describe
+from memory.ingest.arxiv_source import ArxivSource
+from memory.keys import task_stream
+from memory.scope import Scope, Visibility
+from memory.stores.watches import DAY, Watch
+from memory.tasks import TaskStream
+from memory.tokens import encoding_for
+from tests.support.discord_api import (
+    EVERYONE,
+    Guild,
+    MockDiscordApi,
+    serving_discord_api,
+)
+from tests.support.discord_fakes import FakeDiscord
+from tests.test_s32_discord_history_permission import poster
+
+SEND_IN_THREADS = 1 << 38
+FIND_WARNING = "could not read"
+
+
+def note(channel: int, grant: int) -> str:
+    return HISTORY_UNREADABLE.format(channel=channel, grant=grant)
+
+
+@dataclass
+class Server:
+    """A server at the local Discord API: a channel whose history the bot may not read (an
+    overwrite of its member), a thread the bot opened there, a channel it may read; one
+    process's watches posting there."""
+
+    api: MockDiscordApi
+    guild: Guild
+    closed_off: int
+    thread: int
+    readable: int
+    service: WatchService
+    poster: DiscordWatches
+    person: int
+
+    @property
+    def tenant(self) -> str:
+        return str(self.guild.id)
+
+    def said_in(self, channel: int) -> Scope:
+        """A message or command there, as the adapter scopes it."""
+        return Scope(self.tenant, f"discord:{self.tenant}:{channel}", str(channel),
+                     Visibility.PUBLIC, str(self.person))  # fmt: skip
+
+    async def made_by_mention(self, channel: int) -> tuple[str, Watch]:
+        """ "@bot watch state space models weekly" there: the answer, and the watch."""
+        answer = await self.service.message(
+            self.said_in(channel), "watch state space models weekly"
+        )
+        assert answer is not None
+        [watch] = await self.service.store.all(self.tenant)
+        return answer, watch
+
+    async def paused(self, channel: int, **fields: list[str]) -> Watch:
+        """A watch of `channel`, paused (a digest refused there, since allowed again)."""
+        store = self.service.store
+        watch = await store.create(self.said_in(channel), "state space models", 7 * DAY,
+                                   platform="discord", channel=str(channel), **fields)  # fmt: skip
+        assert await store.pause(watch, "Discord refused the digest")
+        return watch
+
+    async def resume(self, channel: int, watch: Watch) -> str:
+        """`/watch resume <id>` used in `channel`: its answer."""
+        fake = FakeDiscord()
+        used_in = self.poster.client.get_channel(channel)
+        interaction = fake.interaction(used_in, fake.user())
+        await self.poster.callbacks["resume"].callback(interaction, watch_id=watch.id)
+        return interaction.response.send_message.await_args.args[0]
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[MockDiscordApi]:
+    async with serving_discord_api() as served:
+        yield served
+
+
+@pytest.fixture
+async def server(api, memory) -> AsyncIterator[Server]:
+    person = api.user("ada")
+    guild = api.guild(person, everyone=EVERYONE | SEND_IN_THREADS)
+    closed_off = guild.channel("announcements")
+    api.deny_history(guild, closed_off)
+    thread = api.thread(guild, closed_off)
+    api.no_history.add(thread)  # a thread's permissions are its parent's
+    readable = guild.channel("papers")
+    watches = await poster(api, guild)
+    prefix = f"digests-{uuid.uuid4().hex[:8]}"
+    service = WatchService(
+        memory, ArxivSource("http://127.0.0.1:9/api/query", 0.0), encoding_for("gpt-5-mini"),
+        stream_prefix=prefix,
+    )  # fmt: skip
+    discord_side = DiscordWatches(service, watches.client, watches.channel_of)
+    service.attach("discord", discord_side)
+    world = Server(api, guild, closed_off, thread, readable, service, discord_side, person)
+
+    async def scope_of(interaction: discord.Interaction) -> Scope:
+        return world.said_in(interaction.channel_id)
+
+    discord_side.commands(scope_of)
+    yield world
+    await service.close()
+    await TaskStream(memory.redis, task_stream(f"{prefix}-discord")).destroy()
+    for watch in await service.store.all(world.tenant):  # the due index is the suite's
+        await service.store.remove(world.tenant, watch.id)
+    await watches.client.close()
+
+
+async def test_a_watch_made_by_a_mention_where_the_history_is_unreadable_says_what_to_grant(
+    server,
+):
+    answer, watch = await server.made_by_mention(server.closed_off)
+    assert watch.channel == str(server.closed_off)  # made all the same
+    assert answer == f"{created_text(watch)} {note(server.closed_off, server.closed_off)}"
+
+
+async def test_a_mention_in_the_thread_the_bot_opened_names_the_channel_the_watch_posts_to(
+    server,
+):
+    answer, watch = await server.made_by_mention(server.thread)
+    assert watch.channel == str(server.closed_off)  # the thread's channel (`home`)
+    expected = note(server.closed_off, server.closed_off)
+    assert answer == f"{created_text(watch, elsewhere=True)} {expected}"
+
+
+async def test_a_watch_made_by_a_mention_where_the_history_is_readable_says_nothing_more(server):
+    answer, watch = await server.made_by_mention(server.readable)
+    assert answer == created_text(watch)
+
+
+@pytest.mark.parametrize("readable", [False, True], ids=["with-note", "without-note"])
+async def test_a_resumed_watch_says_what_to_grant_where_the_history_is_unreadable(server, readable):
+    channel = server.readable if readable else server.closed_off
+    watch = await server.paused(channel)
+    answer = await server.resume(channel, watch)
+    resumed = f"Resumed {describe(watch)} (`{watch.id}`): a digest comes within a few minutes."
+    assert answer == (resumed if readable else f"{resumed} {note(channel, channel)}")
+    stored = await server.service.store.get(server.tenant, watch.id)
+    assert stored is not None and not stored.paused  # resumed all the same
+
+
+async def test_a_resumed_watch_of_a_thread_is_told_to_grant_in_the_threads_parent(server):
+    """A watch made in the thread before it moved to its channel posts to the thread; its
+    permissions are its parent's, so that is where to grant."""
+    watch = await server.paused(server.thread)
+    answer = await server.resume(server.thread, watch)
+    assert answer.endswith(f"minutes. {note(server.thread, server.closed_off)}")
+
+
+async def test_a_resumed_watch_of_a_long_description_keeps_its_note_whole_under_2000(server):
+    author = " ".join(["Quokka Longname"] * 200)  # 3,199 characters
+    watch = await server.paused(server.closed_off, authors=[author])
+    answer = await server.resume(server.closed_off, watch)
+    assert len(answer) <= LIMIT
+    assert answer.startswith("Resumed “state space models” author:Quokka Longname")
+    assert f"… (`{watch.id}`): a digest comes within a few minutes." in answer
+    assert answer.endswith(f" {note(server.closed_off, server.closed_off)}")
+
+
+async def test_a_refused_history_read_is_warned_of_once_per_channel(server, caplog):
+    """Every digest task of a channel the bot may no longer see (403 Missing Access) finds
+    none: the first says so, the next do not; once read again, a new refusal is said."""
+    channel = server.readable
+    watch = Watch("w1", server.tenant, "state space models", 7 * DAY, "discord", str(channel))
+    marker = f"{watch.id}:{int(time.time())}"
+    server.api.no_access.add(channel)
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if FIND_WARNING in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="adapters.discord_watch"):
+        for _ in range(3):  # a digest run again and again
+            assert await server.poster.find(watch, marker, time.time() - 20) is None
+        [refused] = refusals()
+        assert str(channel) in refused and "Missing Access" in refused
+        server.api.no_access.discard(channel)  # seen again: read, nothing warned
+        assert await server.poster.find(watch, marker, time.time() - 20) is None
+        assert len(refusals()) == 1
+        server.api.no_access.add(channel)  # hidden again: said again, once
+        for _ in range(2):
+            assert await server.poster.find(watch, marker, time.time() - 20) is None
+    assert len(refusals()) == 2
