@@ -196,17 +196,19 @@ class BackgroundWork:
     async def close(self) -> None:
         """Stop reading, hand back the tasks read but not started (kept alive until then, so
         nobody claims them meanwhile) with their delivery unspent, then finish the batches
-        whose handler runs; unread and unfinished tasks stay in Redis for the next process (a
-        deploy must not bring a task nearer its dead letter)."""
+        whose handler runs (cut short if close is cancelled); unread and unfinished tasks stay
+        in Redis for the next process (a deploy must not bring a task nearer its dead letter)."""
         try:
             await self.stop_reading()
             await asyncio.gather(*self._running, return_exceptions=True)
             await self._held.hand_back()  # any batch that saw the stop only now
-        finally:  # the batches in hand are done (or close was cancelled): nothing left to hold
-            if self._beating is not None:
-                self._beating.cancel()
-                await asyncio.gather(self._beating, return_exceptions=True)
-                self._beating = None
+        finally:  # the batches in hand are done, or cut short with the close (cancelled, maybe
+            # before it awaited them): none runs on unkept, claimed elsewhere and run twice
+            stopping = [*self._running, *([self._beating] if self._beating else [])]
+            for task in stopping:
+                task.cancel()
+            await asyncio.gather(*stopping, return_exceptions=True)
+            self._beating = None
 
     # -- the consumer ----------------------------------------------------------------------------
 
