@@ -30,8 +30,12 @@ message, its Save buttons.
   and `/watch add`'s answer says what to grant (`history_note`): else a digest task run again
   after a long outage could post its digest twice (`find`). A watch made by a mention or
   resumed is told the same in its answer (`note`, for where it posts: bot/watch_places.py
-  `PlaceNotes`). The answers stay under Discord's 2,000 characters, the watch's description
-  cut and the note whole (`created_reply`, `fitted`; a mention's answer is split as any).
+  `PlaceNotes`). The `/watch` answers stay under Discord's 2,000 characters (else Discord
+  refuses them and the person sees "The application did not respond", though the watch was
+  made or removed): about one watch (add, pause, remove, resume), its description cut and the
+  rest whole, its id and the note (`created_reply`; `fit`, bot/watch_places.py `FitsAnswers`);
+  an id that names none is echoed cut; `/watch list` cuts a long watch's line and shows the
+  lines that fit, saying how many more (`listed_reply`). A mention's answer is split as any.
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is
@@ -88,6 +92,7 @@ LIMIT = 2000
 SEPARATOR = "\n\n"  # between a digest's parts
 NONCE_LIMIT = 25
 WATCH_TEXT_LIMIT = 200  # a watch's topic or description in a digest's head and footer
+LIST_LINE_LIMIT = 400  # a watch's line in a `/watch list` answer too long for one message
 FIND_SECONDS = 60.0  # `find` reads the history from this long before the digest's "posting"
 FIND_LIMIT = 500  # messages `find` reads: the digest follows "posting" within seconds
 # What a /watch command's work may take before its answer is deferred: a second of Discord's
@@ -115,6 +120,7 @@ CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
     "would refuse its digests: remove it, or let me see the channel again."
 )
+MORE_LISTED = "… and {count} more, not shown: Discord shows 2,000 characters in one answer."
 HISTORY_UNREADABLE = (  # `history_note`: the watch is made, its reply says what to grant
     "I cannot read the message history of <#{channel}>, so after I have been offline for a "
     "while a digest may be posted there twice: give me Read Message History in <#{grant}>."
@@ -238,6 +244,24 @@ def fitted(text: str, watch: Watch) -> str:
         return text
     described = describe(watch)  # what the answer says of the watch
     return text.replace(described, _capped(described, len(described) - over), 1)
+
+
+def listed_reply(text: str) -> str:
+    """`/watch list`'s answer under Discord's 2,000 characters (else Discord refuses it and the
+    person sees no list): each watch's line cut at LIST_LINE_LIMIT (its id, at its start, kept;
+    a description of thousands of characters loses its end and its schedule), the lines that
+    fit, and how many more there are."""
+    if len(text) <= LIMIT:
+        return text
+    lines = [_capped(line, LIST_LINE_LIMIT) for line in text.split("\n")]
+    room = LIMIT - len(MORE_LISTED.format(count=len(lines))) - 1
+    kept: list[str] = []
+    for line in lines:
+        if sum(len(k) + 1 for k in kept) + len(line) > room:
+            break
+        kept.append(line)
+    rest = len(lines) - len(kept)
+    return "\n".join(kept + ([MORE_LISTED.format(count=rest)] if rest else []))
 
 
 def cannot_read(permissions: discord.Permissions) -> list[str]:
@@ -474,7 +498,7 @@ class DiscordWatches:
         @group.command(name="list", description="The topic watches of this channel")
         async def listing(interaction: discord.Interaction) -> None:
             async def listed() -> str:
-                return await watches.list_text(*await here(interaction))
+                return listed_reply(await watches.list_text(*await here(interaction)))
 
             await respond(interaction, _said(listed))
 
@@ -500,20 +524,10 @@ class DiscordWatches:
         async def pause(interaction: discord.Interaction, watch_id: str) -> None:
             await by_id(watches.pause_text)(interaction, watch_id)
 
-        async def resumed(
-            scope: Scope, watch_id: str, place: WatchPlace, admin: Callable[[], Awaitable[bool]]
-        ) -> str:
-            """`resume`'s answer, its note (`note`) whole under Discord's 2,000 characters."""
-            text = await watches.resume_text(scope, watch_id, place, admin)
-            if len(text) <= LIMIT:
-                return text
-            watch = await watches.store.get(scope.tenant, watch_id.strip("`"))
-            return fitted(text, watch) if watch is not None else text
-
         @group.command(name="resume", description="Resume a paused topic watch of this channel")
         @app_commands.describe(watch_id="the watch's id, as /watch list shows it")
         async def resume(interaction: discord.Interaction, watch_id: str) -> None:
-            await by_id(resumed)(interaction, watch_id)
+            await by_id(watches.resume_text)(interaction, watch_id)
 
         self.callbacks = {"add": add, "list": listing, "remove": remove, "pause": pause,
                           "resume": resume}  # fmt: skip
@@ -577,10 +591,11 @@ class DiscordWatches:
                     self.refused.discard(channel.id)
                     return str(message.id)
         except (discord.Forbidden, discord.NotFound) as exc:
-            if channel.id not in self.refused:  # once per channel while it lasts, per process
-                self.refused.add(channel.id)
-                log.warning("could not read %s's history for digest %s: %r", watch.channel,
-                            marker, exc)  # fmt: skip
+            again = channel.id in self.refused  # warned once per channel while it lasts
+            self.refused.add(channel.id)
+            log.log(logging.DEBUG if again else logging.WARNING,
+                    "could not read %s's history for digest %s: %r", watch.channel, marker,
+                    exc)  # fmt: skip
             return None
         self.refused.discard(channel.id)
         await self.warn_if_unreadable(channel)  # found none: say so if it could not see any
@@ -595,7 +610,7 @@ class DiscordWatches:
         it lasts) per process. A DM, or what the cache cannot settle (the bot's member or
         the server's roles unknown, a thread's parent Discord fails to show), warns of
         nothing."""
-        permissions = await self._cached_permissions(channel)
+        permissions = await self._bot_permissions(channel)
         if permissions is None:
             return
         thread = isinstance(channel, discord.Thread)
@@ -612,10 +627,11 @@ class DiscordWatches:
                 f"its parent channel {channel.parent_id}" if thread else "that channel",
             )  # fmt: skip
 
-    async def _cached_permissions(self, channel: Any) -> discord.Permissions | None:
+    async def _bot_permissions(self, channel: Any) -> discord.Permissions | None:
         """The bot's permissions in a server's channel (a thread: its parent's), from the
-        cache; None in a DM, or when the cache cannot settle them (the bot's member or the
-        server's roles unknown, a thread's parent Discord fails to show)."""
+        cache, but for a thread whose parent the cache lacks: that parent is fetched over
+        HTTP (`_in_thread`). None in a DM, or when they cannot be settled (the bot's member
+        or the server's roles unknown, a thread's parent Discord fails to show)."""
         guild = getattr(channel, "guild", None)
         me = guild.me if guild is not None else None
         if me is None or guild.default_role is None:
@@ -629,18 +645,25 @@ class DiscordWatches:
 
     async def note(self, place: WatchPlace) -> str:
         """`PlaceNotes`: a watch made by a mention or resumed is told what to grant where it
-        posts, as `/watch add` is (`history_note`), from the bot's permissions there in the
-        cache (a thread's are its parent's, granted there). Nothing in a DM, nor when the
-        cache or Discord cannot say now (the watch is made or resumed all the same)."""
+        posts, as `/watch add` is (`history_note`), from the bot's permissions there
+        (`_bot_permissions`: a thread's are its parent's, granted there). Nothing in a DM, nor
+        when the cache or Discord cannot say now (the watch is made or resumed all the same;
+        what else fails, e.g. a timeout, `WatchCommands._note` drops). Not from a resuming
+        interaction's `app_permissions`, though fresher: bot/ asks for the note by the place
+        alone."""
         try:
             channel = await self.channel_of(int(place.channel))
         except (ValueError, discord.HTTPException):
             return ""
-        permissions = None if channel is None else await self._cached_permissions(channel)
+        permissions = None if channel is None else await self._bot_permissions(channel)
         if permissions is None:
             return ""
         grant = channel.parent_id if isinstance(channel, discord.Thread) else place.channel
         return unreadable_note(permissions, place.channel, grant)
+
+    def fit(self, text: str, watch: Watch) -> str:
+        """`FitsAnswers`: pause, remove and resume answers under Discord's 2,000 characters."""
+        return fitted(text, watch)
 
     async def home(self, place: WatchPlace) -> WatchPlace:
         """Where a watch made at `place` (by a mention or `/watch`) posts: a public thread the

@@ -6,17 +6,22 @@ admin from anywhere (the adapter says who is one: `AdminCheck`, asked only when 
 not here); a watch is made or resumed only where this process's poster says it can post (the
 bot is in the channel, and the channel is of the watch's tenant: `can_post(place, tenant=…)`),
 its answer then adding what the poster says to grant there (`PlaceNotes`: Discord's Read
-Message History). A watch of another platform than this process posts to is not resumed from
-here (no poster to check its channel).
+Message History; best effort, bounded by NOTE_SECONDS: the watch is made or resumed whatever
+the note's lookup does). An answer about one watch is fitted to what the asking platform
+shows (`FitsAnswers`: Discord's 2,000 characters). A watch of another platform than this
+process posts to is not resumed from here (no poster to check its channel).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from bot.watch_places import (
     TERMINAL,
+    FitsAnswers,
     HomePlaces,
     PlaceNotes,
     PlaceUnknown,
@@ -45,11 +50,15 @@ from memory.stores.watches import (
     unsearchable,
 )
 
+log = logging.getLogger(__name__)
+
 AdminCheck = Callable[[], Awaitable[bool]]  # is the person asking an admin of the tenant?
 NO_POSTER = (
     "I cannot check this watch's {platform} channel from here, so it stays paused: resume it "
     "from {platform}, where it posts."
 )
+NOTE_SECONDS = 1.0  # a poster's note (`PlaceNotes`) is looked up within the answer's window
+ID_SHOWN = 60  # of an id typed that names no watch, what the answer echoes
 
 
 class AdminUnknown(Exception):
@@ -201,11 +210,14 @@ class WatchCommands:
         self, action: Callable[[Scope, Watch, str], Awaitable[str]], scope: Scope,
         watch_id: str, place: WatchPlace | None, admin: AdminCheck | None,
     ) -> str:  # fmt: skip
-        """Run `action` on the watch if this person may act on it from here (`_here`)."""
+        """Run `action` on the watch if this person may act on it from here (`_here`); its
+        answer fitted to what the asking platform shows (`FitsAnswers`), the watch in hand."""
         watch, where = await self._here(scope, watch_id, place, admin)
         if watch is None:
             return _not_here(watch_id)
-        return await action(scope, watch, where)
+        text = await action(scope, watch, where)
+        poster = self.posters.get((place or TERMINAL).platform)
+        return poster.fit(text, watch) if isinstance(poster, FitsAnswers) else text
 
     async def _remove(self, scope: Scope, watch: Watch, where: str) -> str:
         await self.store.remove(scope.tenant, watch.id)
@@ -239,16 +251,26 @@ class WatchCommands:
     async def _note(self, watch: Watch) -> str:
         """The poster's word on the place a watch was made or resumed for (`PlaceNotes`:
         Discord's says what to grant so that a digest is not posted twice), after a space;
-        "" when it has none."""
+        "" when it has none. Best effort: the watch is already made or resumed, so a lookup
+        failing (a timeout, a dropped connection) or slower than NOTE_SECONDS (the answer has
+        its window) is logged and says nothing, never a false "nothing was changed"."""
         poster = self.posters.get(watch.platform)
         if not isinstance(poster, PlaceNotes):
             return ""
-        note = await poster.note(WatchPlace(watch.platform, watch.channel, watch.thread))
+        place = WatchPlace(watch.platform, watch.channel, watch.thread)
+        try:
+            note = await asyncio.wait_for(poster.note(place), NOTE_SECONDS)
+        except Exception as exc:  # not CancelledError (a BaseException): that goes on up
+            log.warning("no note for watch %s in %s: %r", watch.id, watch.channel, exc)
+            return ""
         return f" {note}" if note else ""
 
 
 def _not_here(watch_id: str) -> str:
-    return f"No watch `{watch_id}` posts here (`/watch list` shows their ids)."
+    """The answer to an id naming no watch here; a long one typed is echoed cut (Discord
+    refuses an answer over 2,000 characters, and its option may hold more)."""
+    shown = watch_id if len(watch_id) <= ID_SHOWN else watch_id[: ID_SHOWN - 1] + "…"
+    return f"No watch `{shown}` posts here (`/watch list` shows their ids)."
 
 
 def _sees(scope: Scope, place: WatchPlace, watch: Watch) -> bool:

@@ -89,6 +89,18 @@ class PlaceNotes(Protocol):
         ...
 
 
+@runtime_checkable
+class FitsAnswers(Protocol):
+    """What a `Poster` may also do: fit a command's answer about one watch (pause, remove,
+    resume) to what its platform shows in one answer. Discord refuses one over 2,000
+    characters, and the person sees no answer though the command was done (a watch removed:
+    asking again says it is not there); an author or category may hold thousands."""
+
+    def fit(self, text: str, watch: Watch) -> str:
+        """`text` (about `watch`) as the platform can show it: the watch's description cut."""
+        ...
+
+
 class Poster(Protocol):
     """How one platform shows digests and answers the Save button (registered by its adapter)."""
 

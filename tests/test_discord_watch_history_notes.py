@@ -4,7 +4,9 @@ grant, as `/watch add` is: without Read Message History Discord answers the hist
 empty list, so a digest task run again after a long outage cannot find the digest it already
 posted and may post it twice. The note names where the watch posts and where to grant it (a
 thread's parent); a channel the bot may read gets none; a resumed watch's answer stays under
-Discord's 2,000 characters, the note whole. A history read Discord refuses (403) in `find` is
+Discord's 2,000 characters, the note whole, as do a paused or removed one's and the answer to
+an id that names no watch; a note Discord fails to look up leaves the watch resumed and said
+so; a refused resume or mention carries no note. A history read Discord refuses (403) in `find` is
 warned of once per channel while it lasts, not on every digest run.
 
 The bot's permissions are the local Discord API's (tests/support/discord_api.py: the server's
@@ -22,7 +24,13 @@ from dataclasses import dataclass
 import discord
 import pytest
 
-from adapters.discord_watch import HISTORY_UNREADABLE, LIMIT, DiscordWatches
+from adapters.discord_watch import (
+    CANNOT_POST_IN,
+    HISTORY_UNREADABLE,
+    LIMIT,
+    MORE_LISTED,
+    DiscordWatches,
+)
 from bot.watches import WatchService, created_text, describe
 from memory.ingest.arxiv_source import ArxivSource
 from memory.keys import task_stream
@@ -32,15 +40,19 @@ from memory.tasks import TaskStream
 from memory.tokens import encoding_for
 from tests.support.discord_api import (
     EVERYONE,
+    READ_MESSAGE_HISTORY,
+    SEND_MESSAGES,
     Guild,
     MockDiscordApi,
     serving_discord_api,
+    snowflake,
 )
 from tests.support.discord_fakes import FakeDiscord
 from tests.test_s32_discord_history_permission import poster
 
 SEND_IN_THREADS = 1 << 38
 FIND_WARNING = "could not read"
+LONG_AUTHOR = " ".join(["Quokka Longname"] * 200)  # 3,199 characters: an author option's
 
 
 def note(channel: int, grant: int) -> str:
@@ -50,14 +62,19 @@ def note(channel: int, grant: int) -> str:
 @dataclass
 class Server:
     """A server at the local Discord API: a channel whose history the bot may not read (an
-    overwrite of its member), a thread the bot opened there, a channel it may read; one
-    process's watches posting there."""
+    overwrite of its member), a thread the bot opened there and a private one, a channel it
+    may read, one it may neither read the history of nor send in (`muted`), a thread whose
+    parent the bot's cache lacks (`orphan`: Discord is asked for it); one process's watches
+    posting there."""
 
     api: MockDiscordApi
     guild: Guild
     closed_off: int
     thread: int
+    private: int
     readable: int
+    muted: int
+    orphan: int
     service: WatchService
     poster: DiscordWatches
     person: int
@@ -80,20 +97,36 @@ class Server:
         [watch] = await self.service.store.all(self.tenant)
         return answer, watch
 
+    async def made(self, channel: int, **fields: list[str]) -> Watch:
+        """A watch of `channel`, stored."""
+        return await self.service.store.create(
+            self.said_in(channel), "state space models", 7 * DAY, platform="discord",
+            channel=str(channel), **fields,
+        )  # fmt: skip
+
     async def paused(self, channel: int, **fields: list[str]) -> Watch:
         """A watch of `channel`, paused (a digest refused there, since allowed again)."""
-        store = self.service.store
-        watch = await store.create(self.said_in(channel), "state space models", 7 * DAY,
-                                   platform="discord", channel=str(channel), **fields)  # fmt: skip
-        assert await store.pause(watch, "Discord refused the digest")
+        watch = await self.made(channel, **fields)
+        assert await self.service.store.pause(watch, "Discord refused the digest")
         return watch
 
-    async def resume(self, channel: int, watch: Watch) -> str:
-        """`/watch resume <id>` used in `channel`: its answer."""
+    async def by_id(self, verb: str, channel: int, watch_id: str) -> str:
+        """`/watch <verb> <id>` used in `channel`: its answer."""
         fake = FakeDiscord()
         used_in = self.poster.client.get_channel(channel)
         interaction = fake.interaction(used_in, fake.user())
-        await self.poster.callbacks["resume"].callback(interaction, watch_id=watch.id)
+        await self.poster.callbacks[verb].callback(interaction, watch_id=watch_id)
+        return interaction.response.send_message.await_args.args[0]
+
+    async def resume(self, channel: int, watch: Watch) -> str:
+        """`/watch resume <id>` used in `channel`: its answer."""
+        return await self.by_id("resume", channel, watch.id)
+
+    async def listed(self, channel: int) -> str:
+        """`/watch list` used in `channel`: its answer."""
+        fake = FakeDiscord()
+        interaction = fake.interaction(self.poster.client.get_channel(channel), fake.user())
+        await self.poster.callbacks["list"].callback(interaction)
         return interaction.response.send_message.await_args.args[0]
 
 
@@ -111,7 +144,14 @@ async def server(api, memory) -> AsyncIterator[Server]:
     api.deny_history(guild, closed_off)
     thread = api.thread(guild, closed_off)
     api.no_history.add(thread)  # a thread's permissions are its parent's
+    private = api.thread(guild, closed_off, private=True)  # stays itself (`home`)
+    api.no_history.add(private)
     readable = guild.channel("papers")
+    muted = guild.channel("quiet")
+    api.deny_history(guild, muted)
+    [listed] = [c for c in guild.channels if c["id"] == str(muted)]
+    listed["permission_overwrites"][-1]["deny"] = str(READ_MESSAGE_HISTORY | SEND_MESSAGES)
+    orphan = api.thread(guild, snowflake())  # its parent is in no listing the cache has
     watches = await poster(api, guild)
     prefix = f"digests-{uuid.uuid4().hex[:8]}"
     service = WatchService(
@@ -120,7 +160,8 @@ async def server(api, memory) -> AsyncIterator[Server]:
     )  # fmt: skip
     discord_side = DiscordWatches(service, watches.client, watches.channel_of)
     service.attach("discord", discord_side)
-    world = Server(api, guild, closed_off, thread, readable, service, discord_side, person)
+    world = Server(api, guild, closed_off, thread, private, readable, muted, orphan, service,
+                   discord_side, person)  # fmt: skip
 
     async def scope_of(interaction: discord.Interaction) -> Scope:
         return world.said_in(interaction.channel_id)
@@ -208,3 +249,70 @@ async def test_a_refused_history_read_is_warned_of_once_per_channel(server, capl
         for _ in range(2):
             assert await server.poster.find(watch, marker, time.time() - 20) is None
     assert len(refusals()) == 2
+
+
+@pytest.mark.parametrize("verb", ["pause", "remove"])
+async def test_a_paused_or_removed_watch_of_a_long_description_answers_under_2000(server, verb):
+    """Discord refuses a longer answer: the person would see none, though the watch was
+    paused or removed (and asking again then says it is not there)."""
+    watch = await server.made(server.readable, authors=[LONG_AUTHOR])
+    answer = await server.by_id(verb, server.readable, watch.id)
+    assert len(answer) <= LIMIT
+    assert "author:Quokka Longname" in answer and f"… (`{watch.id}`)" in answer  # the id whole
+    if verb == "pause":
+        assert answer.endswith(f"`/watch resume {watch.id}` resumes it.")
+    stored = await server.service.store.get(server.tenant, watch.id)
+    assert stored is None if verb == "remove" else stored.paused  # done all the same
+
+
+@pytest.mark.parametrize("verb", ["pause", "remove", "resume"])
+async def test_a_long_typed_id_that_names_no_watch_answers_under_2000(server, verb):
+    answer = await server.by_id(verb, server.readable, "x" * 3000)
+    assert len(answer) <= LIMIT
+    assert answer.startswith("No watch `xxx") and "…` posts here" in answer
+
+
+async def test_a_list_of_long_watches_answers_under_2000_with_their_ids(server):
+    watches = [await server.made(server.readable, authors=[LONG_AUTHOR]) for _ in range(6)]
+    answer = await server.listed(server.readable)
+    assert len(answer) <= LIMIT
+    lines = answer.split("\n")
+    shown = lines[:-1]
+    assert shown and all(line.endswith("…") for line in shown)
+    assert {w.id for w in watches} >= {line.split("`")[1] for line in shown}
+    assert lines[-1] == MORE_LISTED.format(count=len(watches) - len(shown))
+
+
+async def test_a_note_discord_fails_to_look_up_leaves_the_resume_said(server):
+    """The note's lookup of the thread's parent loses its connection (an aiohttp error, not
+    an HTTPException): the watch is resumed, and its answer says so without a note rather
+    than "nothing was changed"."""
+    watch = await server.paused(server.orphan)
+    # `can_post`'s fetch of the parent is answered (404); the note's is cut, and so is the
+    # one retry aiohttp makes of a GET whose kept-alive connection dropped
+    server.api.cut("unknown", times=2, after=1)
+    answer = await server.resume(server.orphan, watch)
+    resumed = f"Resumed {describe(watch)} (`{watch.id}`): a digest comes within a few minutes."
+    assert answer == resumed
+    assert len(server.api.of("unknown")) == 3  # the note did ask, and lost its connection
+    stored = await server.service.store.get(server.tenant, watch.id)
+    assert stored is not None and not stored.paused
+
+
+async def test_a_refused_resume_or_mention_carries_no_note(server):
+    """The bot may neither send nor read the history in the channel: the refusal says to let
+    it post, and nothing on a watch that was not made or resumed."""
+    refused = CANNOT_POST_IN.format(channel=server.muted, permission="Send Messages")
+    watch = await server.paused(server.muted)
+    assert await server.resume(server.muted, watch) == refused
+    await server.service.store.remove(server.tenant, watch.id)
+    answer = await server.service.message(server.said_in(server.muted), "watch ssm weekly")
+    assert answer == refused
+    assert await server.service.store.all(server.tenant) == []
+
+
+async def test_a_mention_in_a_private_thread_names_its_parent_as_where_to_grant(server):
+    """A private thread stays the watch's place (`home`), its permissions its parent's."""
+    answer, watch = await server.made_by_mention(server.private)
+    assert watch.channel == str(server.private)
+    assert answer == f"{created_text(watch)} {note(server.private, server.closed_off)}"

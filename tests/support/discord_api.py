@@ -17,7 +17,9 @@ so every call is real HTTP, recorded for assertions. What it models, as Discord 
   front end; discord.py treats a 429 without `Via` as a Cloudflare ban). `rate_limit` makes
   a route answer 429 with `retry_after` in the body, `Retry-After`, `X-RateLimit-Scope` and,
   for a global limit, `X-RateLimit-Global`; `fail` makes it answer a server error (e.g. 503),
-  before or (`created`) after doing what was asked.
+  before or (`created`) after doing what was asked; `cut` drops the connection of a call
+  without an answer (after letting `after` calls through), so the client raises an aiohttp
+  error (ServerDisconnectedError), not an HTTP one.
 - A message posted with `nonce` and `enforce_nonce` whose nonce the bot already used: the first
   message is returned, none created (Discord checks this for a few minutes; here, always,
   unless `nonce_seconds` says how long: 0 for an outage longer than Discord keeps a nonce).
@@ -196,6 +198,7 @@ class MockDiscordApi(ThreadedServer):
     base_url: str = ""
     _limits: dict[str, list[Any]] = field(default_factory=dict)  # route -> [times, wait, global]
     _failures: dict[str, list[Any]] = field(default_factory=dict)  # -> [times, status, created]
+    _cuts: dict[str, list[int]] = field(default_factory=dict)  # route -> [after, times]
     _nonces: dict[str, tuple[int, float]] = field(default_factory=dict)  # -> (id, when used)
     nonce_seconds: float = math.inf  # how long an enforced nonce holds (Discord: minutes)
     posted: dict[int, Posted] = field(default_factory=dict)  # the bot's messages, by id
@@ -296,6 +299,13 @@ class MockDiscordApi(ThreadedServer):
         `created`: after doing what was asked (the answer lost on the way back)."""
         self._failures[route] = [times, status, created]
 
+    def cut(self, route: str, times: int = 1, after: int = 0) -> None:
+        """Drop the connection of `times` calls of `route`, after letting the next `after`
+        through: no answer at all (a network fault), which discord.py does not turn into an
+        HTTPException. aiohttp sends an idempotent call (a GET) once more on a new connection
+        when a kept-alive one drops: cut that one too (`times=2`) for the error to surface."""
+        self._cuts[route] = [after, times]
+
     def attachment(self, channel: int, name: str, data: bytes) -> str:
         """An attached file served by the CDN (no token needed): its URL."""
         path = f"{channel}/{snowflake()}/{name}"
@@ -338,6 +348,13 @@ class MockDiscordApi(ThreadedServer):
         if limit and limit[0] > 0:
             limit[0] -= 1
             return self._limited(limit[1], limit[2], bucket)
+        cut = self._cuts.get(route)
+        if cut and cut[0] > 0:
+            cut[0] -= 1
+        elif cut and cut[1] > 0:
+            cut[1] -= 1
+            request.transport.close()  # the client sees the server disconnect
+            return web.Response(status=500)
         failure = self._failures.get(route)
         if failure and failure[0] > 0:
             failure[0] -= 1
