@@ -34,8 +34,9 @@ message, its Save buttons.
   refuses them and the person sees "The application did not respond", though the watch was
   made or removed): about one watch (add, pause, remove, resume), its description cut and the
   rest whole, its id and the note (`created_reply`; `fit`, bot/watch_places.py `FitsAnswers`);
-  an id that names none is echoed cut; `/watch list` cuts a long watch's line and shows the
-  lines that fit, saying how many more (`listed_reply`). A mention's answer is split as any.
+  an id that names none is echoed cut; `/watch list` cuts the descriptions to keep every
+  watch's id and state, and only past some 40 watches leaves some out (the paused kept),
+  saying how many more (`listed_reply`). A mention's answer is split as any.
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is
@@ -55,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,7 +66,7 @@ from discord import app_commands
 from adapters.discord_platform import resolve_visibility
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
-from bot.watch_places import PlaceUnknown
+from bot.watch_places import ListLine, PlaceUnknown
 from bot.watches import (
     NOT_QUEUED,
     UNREACHABLE,
@@ -92,7 +93,7 @@ LIMIT = 2000
 SEPARATOR = "\n\n"  # between a digest's parts
 NONCE_LIMIT = 25
 WATCH_TEXT_LIMIT = 200  # a watch's topic or description in a digest's head and footer
-LIST_LINE_LIMIT = 400  # a watch's line in a `/watch list` answer too long for one message
+LISTED_AT_LEAST = 8  # of a description cut in `/watch list`, less than this is left out
 FIND_SECONDS = 60.0  # `find` reads the history from this long before the digest's "posting"
 FIND_LIMIT = 500  # messages `find` reads: the digest follows "posting" within seconds
 # What a /watch command's work may take before its answer is deferred: a second of Discord's
@@ -120,7 +121,10 @@ CANNOT_SEE = (
     "I cannot see the channel this watch posts to (deleted, or hidden from me), so Discord "
     "would refuse its digests: remove it, or let me see the channel again."
 )
-MORE_LISTED = "… and {count} more, not shown: Discord shows 2,000 characters in one answer."
+MORE_LISTED = (  # `listed_reply`: a chat answer is split over messages (up to 8)
+    "… and {count} more, not shown: Discord shows 2,000 characters in one answer. Mention me "
+    "with `watch list` to have the list over several messages."
+)
 HISTORY_UNREADABLE = (  # `history_note`: the watch is made, its reply says what to grant
     "I cannot read the message history of <#{channel}>, so after I have been offline for a "
     "while a digest may be posted there twice: give me Read Message History in <#{grant}>."
@@ -246,22 +250,50 @@ def fitted(text: str, watch: Watch) -> str:
     return text.replace(described, _capped(described, len(described) - over), 1)
 
 
-def listed_reply(text: str) -> str:
+def listed_reply(watches: Sequence[Watch], line: ListLine) -> str:
     """`/watch list`'s answer under Discord's 2,000 characters (else Discord refuses it and the
-    person sees no list): each watch's line cut at LIST_LINE_LIMIT (its id, at its start, kept;
-    a description of thousands of characters loses its end and its schedule), the lines that
-    fit, and how many more there are."""
-    if len(text) <= LIMIT:
-        return text
-    lines = [_capped(line, LIST_LINE_LIMIT) for line in text.split("\n")]
-    room = LIMIT - len(MORE_LISTED.format(count=len(lines))) - 1
-    kept: list[str] = []
-    for line in lines:
-        if sum(len(k) + 1 for k in kept) + len(line) > room:
-            break
-        kept.append(line)
-    rest = len(lines) - len(kept)
-    return "\n".join(kept + ([MORE_LISTED.format(count=rest)] if rest else []))
+    person sees no list), each watch's id and state (a paused one's `/watch resume id`) kept
+    whole while they fit: the descriptions are cut first, to one equal share (`_shrunk`);
+    only when even their ids and states do not fit are watches left out, the paused ones
+    kept first, the answer saying how many more and how to see them (`MORE_LISTED`)."""
+    if (shown := _shrunk(watches, line, LIMIT)) is not None:
+        return "\n".join(shown)
+    room = LIMIT - len(MORE_LISTED.format(count=len(watches))) - 1
+    kept: set[str] = set()
+    used = -1  # no newline before the first line
+    for watch in sorted(watches, key=lambda w: not w.paused):  # stable: the paused first
+        if used + len(line(watch, "")) + 1 <= room:
+            kept.add(watch.id)
+            used += len(line(watch, "")) + 1
+    listed = [w for w in watches if w.id in kept]
+    lines = _shrunk(listed, line, room) or []
+    return "\n".join([*lines, MORE_LISTED.format(count=len(watches) - len(listed))])
+
+
+def _shrunk(watches: Sequence[Watch], line: ListLine, room: int) -> list[str] | None:
+    """The watches' lines within `room` characters, their descriptions cut inside the lines
+    (the ids and states whole) to the longest share of all that fits, a shorter description
+    whole; a share under LISTED_AT_LEAST leaves them out. None when even that does not fit."""
+    described = [describe(watch) for watch in watches]
+
+    def lines(most: int) -> list[str]:
+        return [line(w, _cut(d, most)) for w, d in zip(watches, described, strict=True)]
+
+    def size(shown: list[str]) -> int:
+        return sum(len(each) + 1 for each in shown) - 1
+
+    low, high = 0, max((len(d) for d in described), default=0)
+    if size(lines(low)) > room:
+        return None
+    while low < high:  # the longest share that fits: the size grows with it
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if size(lines(middle)) <= room else (low, middle - 1)
+    return lines(low)
+
+
+def _cut(described: str, most: int) -> str:
+    """A description in `/watch list` cut to `most` characters; "" under LISTED_AT_LEAST."""
+    return "" if most < LISTED_AT_LEAST else _capped(described, most)
 
 
 def cannot_read(permissions: discord.Permissions) -> list[str]:
@@ -498,7 +530,7 @@ class DiscordWatches:
         @group.command(name="list", description="The topic watches of this channel")
         async def listing(interaction: discord.Interaction) -> None:
             async def listed() -> str:
-                return listed_reply(await watches.list_text(*await here(interaction)))
+                return await watches.list_text(*await here(interaction), fit=listed_reply)
 
             await respond(interaction, _said(listed))
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 from bot.watch_places import (
     TERMINAL,
     FitsAnswers,
+    FitsList,
     HomePlaces,
     PlaceNotes,
     PlaceUnknown,
@@ -159,8 +160,12 @@ class WatchCommands:
             return scope, place
         return replace(scope, channel=home.channel), replace(home, asked=place.channel)
 
-    async def list_text(self, scope: Scope, place: WatchPlace | None) -> str:
-        """The watches of `place` (all of the tenant's for the terminal) this person may see."""
+    async def list_text(
+        self, scope: Scope, place: WatchPlace | None, fit: FitsList | None = None
+    ) -> str:
+        """The watches of `place` (all of the tenant's for the terminal) this person may see,
+        a line each (`_listed`); `fit`: how the asking platform fits them to one answer
+        (Discord's `/watch list`; a chat answer is split instead, so it shows them all)."""
         if place is None:
             watches = await self.store.visible(scope)
         else:
@@ -170,7 +175,9 @@ class WatchCommands:
             ]  # fmt: skip
         if not watches:
             return "No watches here. " + USAGE
-        return "\n".join(f"• `{w.id}` {describe(w)} — {_state(w)}" for w in watches)
+        if fit is not None:
+            return fit(watches, _listed)
+        return "\n".join(_listed(w, describe(w)) for w in watches)
 
     async def _here(
         self, scope: Scope, watch_id: str, place: WatchPlace | None, admin: AdminCheck | None
@@ -259,7 +266,8 @@ class WatchCommands:
             return ""
         place = WatchPlace(watch.platform, watch.channel, watch.thread)
         try:
-            note = await asyncio.wait_for(poster.note(place), NOTE_SECONDS)
+            async with asyncio.timeout(NOTE_SECONDS):
+                note = await poster.note(place)
         except Exception as exc:  # not CancelledError (a BaseException): that goes on up
             log.warning("no note for watch %s in %s: %r", watch.id, watch.channel, exc)
             return ""
@@ -284,6 +292,13 @@ def _sees(scope: Scope, place: WatchPlace, watch: Watch) -> bool:
 def _place_name(watch: Watch) -> str:
     """Where a watch posts, as a chat shows it (a channel link; the terminal by name)."""
     return "the terminal" if watch.platform == TERMINAL.platform else f"<#{watch.channel}>"
+
+
+def _listed(watch: Watch, described: str) -> str:
+    """A listed watch's line: its id, what it watches (`described`: its description, perhaps
+    cut; left out when ""), and its state (`_state`: a paused one's resume)."""
+    what = f" {described}" if described else ""
+    return f"• `{watch.id}`{what} — {_state(watch)}"
 
 
 def _state(watch: Watch) -> str:

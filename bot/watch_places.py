@@ -10,6 +10,7 @@ scheduler, the digest task and the Save task never name a platform.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -99,6 +100,13 @@ class FitsAnswers(Protocol):
     def fit(self, text: str, watch: Watch) -> str:
         """`text` (about `watch`) as the platform can show it: the watch's description cut."""
         ...
+
+
+ListLine = Callable[[Watch, str], str]  # a listed watch's line around its description (or "")
+# How a platform fits `/watch list` to one answer, from the watches and their line (Discord's
+# shows every id and state, cutting descriptions): given per watch, so a description's own
+# newline never reads as another watch's line.
+FitsList = Callable[[Sequence[Watch], ListLine], str]
 
 
 class Poster(Protocol):

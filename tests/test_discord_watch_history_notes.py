@@ -5,8 +5,10 @@ empty list, so a digest task run again after a long outage cannot find the diges
 posted and may post it twice. The note names where the watch posts and where to grant it (a
 thread's parent); a channel the bot may read gets none; a resumed watch's answer stays under
 Discord's 2,000 characters, the note whole, as do a paused or removed one's and the answer to
-an id that names no watch; a note Discord fails to look up leaves the watch resumed and said
-so; a refused resume or mention carries no note. A history read Discord refuses (403) in `find` is
+an id that names no watch; `/watch list` shows every watch's id and state (the descriptions
+cut; past some 40 watches the paused kept, the rest counted by watch); a note Discord fails to
+look up, or never answers, leaves the watch resumed and said so; a refused resume or mention
+carries no note. A history read Discord refuses (403) in `find` is
 warned of once per channel while it lasts, not on every digest run.
 
 The bot's permissions are the local Discord API's (tests/support/discord_api.py: the server's
@@ -15,6 +17,7 @@ are stored in the real Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -31,7 +34,7 @@ from adapters.discord_watch import (
     MORE_LISTED,
     DiscordWatches,
 )
-from bot.watches import WatchService, created_text, describe
+from bot.watches import WatchPlace, WatchService, created_text, describe
 from memory.ingest.arxiv_source import ArxivSource
 from memory.keys import task_stream
 from memory.scope import Scope, Visibility
@@ -272,15 +275,54 @@ async def test_a_long_typed_id_that_names_no_watch_answers_under_2000(server, ve
     assert answer.startswith("No watch `xxx") and "…` posts here" in answer
 
 
-async def test_a_list_of_long_watches_answers_under_2000_with_their_ids(server):
-    watches = [await server.made(server.readable, authors=[LONG_AUTHOR]) for _ in range(6)]
+async def test_thirty_watches_of_long_descriptions_are_all_listed_by_id_under_2000(server):
+    """Discord users see, and so may remove, pause or resume, every watch of the channel: the
+    descriptions are cut, not the watches left out."""
+    watches = [await server.made(server.readable, authors=[LONG_AUTHOR]) for _ in range(30)]
     answer = await server.listed(server.readable)
     assert len(answer) <= LIMIT
     lines = answer.split("\n")
-    shown = lines[:-1]
-    assert shown and all(line.endswith("…") for line in shown)
-    assert {w.id for w in watches} >= {line.split("`")[1] for line in shown}
-    assert lines[-1] == MORE_LISTED.format(count=len(watches) - len(shown))
+    assert sorted(line.split("`")[1] for line in lines) == sorted(w.id for w in watches)
+    assert all(line.startswith("• `") and " UTC" in line for line in lines)  # and its state
+    assert all("“state" in line and "…" in line for line in lines)  # a description, cut
+
+
+async def test_a_listed_paused_watch_of_a_long_author_still_says_how_to_resume_it(server):
+    """The description is cut inside the line, so its end (the state) stays."""
+    watch = await server.paused(server.readable, authors=[LONG_AUTHOR])
+    answer = await server.listed(server.readable)
+    assert len(answer) <= LIMIT
+    assert answer.startswith(f"• `{watch.id}` “state space models” author:Quokka Longname")
+    resume = f"… — *paused* (Discord refused the digest): `/watch resume {watch.id}`"
+    assert answer.endswith(resume)
+
+
+async def test_a_list_too_long_even_for_ids_keeps_the_paused_and_counts_watches_not_lines(
+    server,
+):
+    """Past some 40 watches not even their ids and states fit: the paused are kept, and the
+    count is of watches, though an author (a quoted mention option) holds newlines."""
+    torn = await server.made(server.readable, authors=["\n".join(["Quokka Longname"] * 50)])
+    watches = [torn] + [await server.made(server.readable) for _ in range(56)]
+    paused = [await server.paused(server.readable) for _ in range(3)]
+    answer = await server.listed(server.readable)
+    assert len(answer) <= LIMIT
+    *lines, more = answer.split("\n")
+    shown = [line.split("`")[1] for line in lines]
+    assert set(shown) <= {w.id for w in watches + paused} and len(set(shown)) == len(shown)
+    assert {w.id for w in paused} <= set(shown)
+    assert more == MORE_LISTED.format(count=len(watches) + len(paused) - len(shown))
+
+
+async def test_a_list_with_an_author_of_newlines_counts_its_watches_right(server):
+    """A watch's description holding newlines is one watch, however many lines it shows."""
+    torn = await server.made(server.readable, authors=["\n".join(["Quokka Longname"] * 200)])
+    others = [await server.made(server.readable) for _ in range(3)]
+    answer = await server.listed(server.readable)
+    assert len(answer) <= LIMIT
+    assert answer.count("• `") == 1 + len(others)  # every watch, none said to be "more"
+    assert "more, not shown" not in answer
+    assert f"• `{torn.id}` “state space models” author:Quokka Longname\nQuokka" in answer
 
 
 async def test_a_note_discord_fails_to_look_up_leaves_the_resume_said(server):
@@ -316,3 +358,37 @@ async def test_a_mention_in_a_private_thread_names_its_parent_as_where_to_grant(
     answer, watch = await server.made_by_mention(server.private)
     assert watch.channel == str(server.private)
     assert answer == f"{created_text(watch)} {note(server.private, server.closed_off)}"
+
+
+class Unanswering(DiscordWatches):
+    """Test support: a Discord poster whose note never answers (the local Discord API cannot
+    hold a request), as a lookup Discord leaves hanging."""
+
+    given_up = False
+
+    async def note(self, place: WatchPlace) -> str:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.given_up = True
+        return ""
+
+
+async def test_a_note_that_never_answers_is_given_up_and_the_resume_said(server):
+    """The note is bounded (NOTE_SECONDS): the answer comes without it, within Discord's
+    window, the watch resumed. (The outer bound only turns a hang into a failure.)"""
+    hanging = Unanswering(server.service, server.poster.client, server.poster.channel_of)
+    server.service.attach("discord", hanging)
+    watch = await server.paused(server.closed_off)
+    async with asyncio.timeout(30):
+        answer = await server.service.resume_text(
+            server.said_in(server.closed_off),
+            watch.id,
+            WatchPlace("discord", str(server.closed_off)),
+        )
+    assert hanging.given_up
+    assert (
+        answer == f"Resumed {describe(watch)} (`{watch.id}`): a digest comes within a few minutes."
+    )
+    stored = await server.service.store.get(server.tenant, watch.id)
+    assert stored is not None and not stored.paused
