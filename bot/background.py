@@ -196,19 +196,27 @@ class BackgroundWork:
     async def close(self) -> None:
         """Stop reading, hand back the tasks read but not started (kept alive until then, so
         nobody claims them meanwhile) with their delivery unspent, then finish the batches
-        whose handler runs (cut short if close is cancelled); unread and unfinished tasks stay
-        in Redis for the next process (a deploy must not bring a task nearer its dead letter)."""
+        whose handler runs; unread and unfinished tasks stay in Redis for the next process (a
+        deploy must not bring a task nearer its dead letter). Cancelled, close cuts short what
+        still runs here (its batches, and the consumer, maybe in a dead-letter hook), which
+        the keep-alive stops with, and hands back, within a second, what they held, the cut
+        short batches' delivery unspent too; the cancellation propagates."""
         try:
             await self.stop_reading()
             await asyncio.gather(*self._running, return_exceptions=True)
             await self._held.hand_back()  # any batch that saw the stop only now
         finally:  # the batches in hand are done, or cut short with the close (cancelled, maybe
             # before it awaited them): none runs on unkept, claimed elsewhere and run twice
-            stopping = [*self._running, *([self._beating] if self._beating else [])]
+            stopping = [*self._running, *(t for t in (self._consumer, self._beating) if t)]
             for task in stopping:
                 task.cancel()
             await asyncio.gather(*stopping, return_exceptions=True)
-            self._beating = None
+            self._consumer = self._beating = None
+            try:  # what they held (nothing, unless cancelled): bounded, never over the cancel
+                async with asyncio.timeout(1):
+                    await self._held.hand_back()
+            except Exception:
+                log.warning("background: a cancelled close could not hand back its tasks")
 
     # -- the consumer ----------------------------------------------------------------------------
 
@@ -459,6 +467,11 @@ class BackgroundWork:
                 await self.stream.ack(tasks)
         except Exception:  # Redis failed: the tasks stay pending and are claimed again
             log.exception("background %s: could not record the start or the outcome", kind)
+        except asyncio.CancelledError:  # cut short by a cancelled close(): handed back by it
+            if self._stop.is_set():  # those still held (not put back, or done, meanwhile)
+                self._held.leave_unstarted([t for t in tasks if t.id in self._held], ran=True)
+                unstarted = True
+            raise
         finally:
             if not unstarted:
                 self._held.release(tasks)

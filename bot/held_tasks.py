@@ -30,6 +30,7 @@ class HeldTasks:
         # Read, not yet acknowledged: since when its handler runs (None: waiting for a worker).
         self._held: dict[str, tuple[Task, float | None]] = {}
         self._unstarted: list[Task] = []  # read, left unrun by close(): handed back
+        self._cut_short: list[Task] = []  # their run cut short by a cancelled close(): too
 
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._held
@@ -39,9 +40,13 @@ class HeldTasks:
         since = asyncio.get_running_loop().time() if running else None
         self._held.update((t.id, (t, since)) for t in tasks)
 
-    def leave_unstarted(self, tasks: list[Task]) -> None:
-        """Closing: `tasks` will not start; held until `hand_back` gives them back."""
-        self._unstarted += tasks
+    def leave_unstarted(self, tasks: list[Task], *, ran: bool = False) -> None:
+        """Closing: `tasks` will not start (`ran`: their run began and was cut short by a
+        cancelled close, their started mark to go); held until `hand_back` gives them back."""
+        if ran:
+            self._cut_short += tasks
+        else:
+            self._unstarted += tasks
 
     async def started(self, tasks: list[Task]) -> None:
         """Their handler starts now: recorded in Redis (a claim past the last delivery knows
@@ -57,19 +62,25 @@ class HeldTasks:
 
     async def hand_back(self) -> None:
         """Give back what close() left unrun: their read's delivery taken back, claimable by
-        any process at once. Redis failing leaves them pending, claimed later as they were."""
+        any process at once (those cut short without their started mark, or the next claim,
+        back on that delivery, would take their run for one that never ended and bury them).
+        Redis failing leaves them pending, claimed later as they were."""
         tasks, self._unstarted = self._unstarted, []
-        if not tasks:
+        cut_short, self._cut_short = self._cut_short, []
+        if not tasks and not cut_short:
             return
+        idle_ms = max(GIVE_BACK_IDLE_MS, self.claim_idle_ms)
         try:
-            given = await self.stream.give_back(tasks, max(GIVE_BACK_IDLE_MS, self.claim_idle_ms))
+            given = await self.stream.give_back(tasks, idle_ms)
+            given += await self.stream.give_back(cut_short, idle_ms, ran=True)
         except Exception:
-            log.warning("background: could not hand back %d unstarted tasks", len(tasks))
+            log.warning("background: could not hand back %d unstarted tasks",
+                        len(tasks) + len(cut_short))  # fmt: skip
         else:
             if given:
                 log.info("background: handed back %d unstarted tasks", given)
         finally:  # no longer ours to keep alive
-            self.release(tasks)
+            self.release([*tasks, *cut_short])
 
     async def keep_alive(self) -> None:
         """Every third of claim_idle_ms, restart the idle time of the tasks this process holds

@@ -33,9 +33,11 @@ async def pending(stream: TaskStream, task_id: str) -> tuple[str, int] | None:
     )
     if not rows:
         return None
-    consumer = rows[0]["consumer"]
-    consumer = consumer.decode() if isinstance(consumer, bytes) else str(consumer)
-    return consumer, int(rows[0]["times_delivered"])
+    return text(rows[0]["consumer"]), int(rows[0]["times_delivered"])
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def until(check) -> None:
@@ -143,15 +145,17 @@ async def test_a_close_cancelled_midway_loses_no_task(client, stream):
         async with asyncio.timeout(BOUND):
             await closing
     assert cancelled == [{"n": 0}]  # the batch in hand was cancelled with the close
-    assert await pending(stream, slow_id) == ("A", 1)  # not acknowledged: pending, claimable
+    # not acknowledged: handed back pending, its delivery unspent and its started mark gone
+    assert await pending(stream, slow_id) == ("A", 0)
+    assert await stream.started_on([Task(slow_id, "slow", {"n": 0}, 1)]) == {}
     assert await handed_back()
 
     ran_b: list[tuple[str, dict]] = []
-    b = other_process(client, stream, ran_b, claim_idle_ms=300)
+    b = other_process(client, stream, ran_b)
     b.start()
     try:
         async with asyncio.timeout(BOUND):
-            await b.drain()  # the handed-back at once, the cancelled one once idle 0.3 s
+            await b.drain()  # claims only what was idle for an hour: the handed-back
     finally:
         await b.close()
     assert sorted(p["n"] for _, p in ran_b) == [0, 1, 2] and ran_a == []  # each once, by B
@@ -209,40 +213,50 @@ async def test_tasks_held_by_a_cancelled_consumer_are_handed_back_not_acknowledg
 
 async def test_a_close_cancelled_before_its_hand_back_runs_nothing_twice(client, stream):
     """Cancelled while it waits for A's consumer (held up by a dead-letter hook), before its
-    hand-back: A's running batch is cut short, not left running unkept for B to claim and run
-    beside it; closed again, A hands back what its consumer held, and B runs each task once."""
-    await stream.ensure_group()
-    spent = await stream.add("spent", {"n": "spent"})
-    later = [await stream.add("later", {"n": n}) for n in (1, 2)]
-    await stream.redis.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
-    for n in range(1, 4):  # the spent task delivered 5 times, its last run began and died
-        await stream.redis.xclaim(stream.stream, stream.group, f"dead-{n}", 0, [spent])
-    await stream.redis.xclaim(stream.stream, stream.group, "dead-4", 0, [spent, *later])
-    await stream.mark_started([Task(spent, "spent", {"n": "spent"}, 5)])
-
+    hand-back: A's running batch and its consumer are cut short, not left running unkept for B
+    to claim and run beside them, and what they held is handed back (the cut short batch's
+    delivery unspent): B, started at once, with no second close of A, runs each task once."""
     started, hooked, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    in_a: list[str] = []  # "running" while A's run of the slow task lasts
-    ran_b: list[tuple[dict, bool]] = []  # what B ran, and whether A's run lasted meanwhile
+    in_a: list[str] = []  # what of A still runs: its slow task, its dead-letter hook
+    ran_b: list[tuple[dict, bool]] = []  # what B ran, and whether anything of A ran meanwhile
 
     async def slow(payloads: list[dict]) -> None:
-        in_a.append("running")
+        in_a.append("slow")
         started.set()
         try:
             await release.wait()
         finally:
-            in_a.remove("running")
+            in_a.remove("slow")
 
     async def hangs(payload: dict) -> None:
+        in_a.append("hook")
         hooked.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            in_a.remove("hook")
 
-    a = BackgroundWork(  # the three are claimed together once idle 1 s, after "slow" is read
+    a = BackgroundWork(
         TaskStream(client, stream.stream, consumer="A"), {"slow": slow},
         workers=2, claim_idle_ms=1000, block_ms=100, on_dead_letter={"spent": hangs},
     )  # fmt: skip
     slow_id = await a.submit("slow", {"n": 0})
     async with asyncio.timeout(BOUND):
         await started.wait()
+    # Then three tasks another consumer read (in one transaction: A cannot read them first),
+    # the spent one delivered 5 times, its last run begun and dead: A claims the three
+    # together once idle 1 s.
+    async with stream.redis.pipeline(transaction=True) as queued:
+        queued.xadd(stream.stream, {"kind": "spent", "payload": '{"n":"spent"}'})
+        for n in (1, 2):
+            queued.xadd(stream.stream, {"kind": "later", "payload": f'{{"n":{n}}}'})
+        queued.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
+        spent, *later = [text(i) for i in (await queued.execute())[:3]]
+    for n in range(1, 4):
+        await stream.redis.xclaim(stream.stream, stream.group, f"dead-{n}", 0, [spent])
+    await stream.redis.xclaim(stream.stream, stream.group, "dead-4", 0, [spent, *later])
+    await stream.mark_started([Task(spent, "spent", {"n": "spent"}, 5)])
+    async with asyncio.timeout(BOUND):
         await hooked.wait()
     assert [await pending(stream, i) for i in later] == [("A", 3), ("A", 3)]  # held by A
     closing = asyncio.create_task(a.close())
@@ -252,11 +266,11 @@ async def test_a_close_cancelled_before_its_hand_back_runs_nothing_twice(client,
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(BOUND):
             await closing
-    assert in_a == []  # its run cut short with the close, not left running unkept
-    assert await pending(stream, slow_id) == ("A", 1)  # not acknowledged: pending
-    async with asyncio.timeout(BOUND):
-        await a.close()  # closed again: its consumer cancelled, what it held handed back
+    assert in_a == []  # its run and its hook cut short with the close, not left running unkept
+    # handed back, not acknowledged: pending, their claim's (or read's) delivery taken back
     assert [await pending(stream, i) for i in later] == [("A", 2), ("A", 2)]
+    assert await pending(stream, spent) == ("A", 5)
+    assert await pending(stream, slow_id) == ("A", 0)
 
     async def record(payloads: list[dict]) -> None:
         ran_b.extend((p, bool(in_a)) for p in payloads)
@@ -276,5 +290,5 @@ async def test_a_close_cancelled_before_its_hand_back_runs_nothing_twice(client,
         release.set()
         await b.close()
     assert sorted(str(p["n"]) for p, _ in ran_b) == ["0", "1", "2", "spent"]  # each once
-    assert not any(beside_a for _, beside_a in ran_b)  # none while A still ran it
+    assert not any(beside_a for _, beside_a in ran_b)  # none while A still ran
     assert await stream.pending_count() == 0
