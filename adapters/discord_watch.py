@@ -35,8 +35,10 @@ message, its Save buttons.
   made or removed): about one watch (add, pause, remove, resume), its description cut and the
   rest whole, its id and the note (`created_reply`; `fit`, bot/watch_places.py `FitsAnswers`);
   an id that names none is echoed cut; `/watch list` cuts the descriptions to keep every
-  watch's id and state, and only past some 40 watches leaves some out (the paused kept),
-  saying how many more (`listed_reply`). A mention's answer is split as any.
+  watch's id and state (a paused one's reason cut to one short line, its resume whole:
+  bot/watch_commands.py `_state`), and only past some 40 active watches (some 17 paused)
+  leaves some out (the paused kept), saying how many more (`listed_reply`). A mention's
+  answer is split as any.
 - A watch posts only in a channel of its tenant (`of_tenant`: of its server; for a DM tenant,
   its person's DM with the bot), checked when it is made or resumed (`can_post`)
   and before every digest or notice: an imported watch may name any channel, and is

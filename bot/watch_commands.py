@@ -60,6 +60,7 @@ NO_POSTER = (
 )
 NOTE_SECONDS = 1.0  # a poster's note (`PlaceNotes`) is looked up within the answer's window
 ID_SHOWN = 60  # of an id typed that names no watch, what the answer echoes
+REASON_LISTED = 64  # of a paused watch's reason (Discord's error text), what its list line shows
 
 
 class AdminUnknown(Exception):
@@ -274,6 +275,12 @@ class WatchCommands:
         return f" {note}" if note else ""
 
 
+def _reason(paused: str) -> str:
+    """Why a watch is paused, as its list line shows it: on one line, cut to REASON_LISTED."""
+    said = " ".join(paused.split())
+    return said if len(said) <= REASON_LISTED else said[: REASON_LISTED - 1] + "…"
+
+
 def _not_here(watch_id: str) -> str:
     """The answer to an id naming no watch here; a long one typed is echoed cut (Discord
     refuses an answer over 2,000 characters, and its option may hold more)."""
@@ -303,11 +310,13 @@ def _listed(watch: Watch, described: str) -> str:
 
 def _state(watch: Watch) -> str:
     """A listed watch's schedule: its next digest, or why it is paused and what to do (a topic
-    arXiv cannot search is not resumed: it is made again)."""
+    arXiv cannot search is not resumed: it is made again). A list line is a summary: the
+    reason is cut to one line of REASON_LISTED (a platform's error text may be long and hold
+    newlines), what to do kept whole."""
     if watch.paused and not watch.searchable:  # resuming is refused (`_resume`): remake it
         why = unsearchable(watch.query)
         return f"*paused* ({why}): {remove_advice(watch.id)}"
     if watch.paused:
-        return f"*paused* ({watch.paused}): `/watch resume {watch.id}`"
+        return f"*paused* ({_reason(watch.paused)}): `/watch resume {watch.id}`"
     retrying = f" (arXiv failed {watch.failures}×, retrying)" if watch.failures else ""
     return f"next digest {utc_minute(watch.next_due)} UTC{retrying}"

@@ -107,10 +107,12 @@ class Server:
             channel=str(channel), **fields,
         )  # fmt: skip
 
-    async def paused(self, channel: int, **fields: list[str]) -> Watch:
+    async def paused(
+        self, channel: int, why: str = "Discord refused the digest", **fields: list[str]
+    ) -> Watch:
         """A watch of `channel`, paused (a digest refused there, since allowed again)."""
         watch = await self.made(channel, **fields)
-        assert await self.service.store.pause(watch, "Discord refused the digest")
+        assert await self.service.store.pause(watch, why)
         return watch
 
     async def by_id(self, verb: str, channel: int, watch_id: str) -> str:
@@ -308,10 +310,29 @@ async def test_a_list_too_long_even_for_ids_keeps_the_paused_and_counts_watches_
     answer = await server.listed(server.readable)
     assert len(answer) <= LIMIT
     *lines, more = answer.split("\n")
-    shown = [line.split("`")[1] for line in lines]
+    shown = [line.split("`")[1] for line in lines if line.startswith("• `")]  # not its newlines
     assert set(shown) <= {w.id for w in watches + paused} and len(set(shown)) == len(shown)
     assert {w.id for w in paused} <= set(shown)
     assert more == MORE_LISTED.format(count=len(watches) + len(paused) - len(shown))
+
+
+async def test_paused_watches_of_long_reasons_are_listed_each_with_how_to_resume_it(server):
+    """A digest Discord refused pauses its watch with Discord's error text, unbounded and
+    perhaps of newlines: a list line shows the reason cut to one line, so the paused do not
+    crowd the active out of the list, and each keeps its `/watch resume id` whole."""
+    refused = f"Discord refused the digest in {server.readable}: 403 Forbidden (error code: 50013)"
+    why = refused + ":\n" + "Missing Permissions " * 11  # some 300 characters
+    paused = [await server.paused(server.readable, why) for _ in range(12)]
+    active = [await server.made(server.readable) for _ in range(10)]
+    answer = await server.listed(server.readable)
+    assert len(answer) <= LIMIT and "more, not shown" not in answer
+    lines = answer.split("\n")
+    assert all(line.startswith("• `") for line in lines)  # a line each: the newline collapsed
+    assert sorted(line.split("`")[1] for line in lines) == sorted(w.id for w in paused + active)
+    for watch in paused:
+        [listed] = [line for line in lines if line.startswith(f"• `{watch.id}`")]
+        assert f"*paused* ({refused[:20]}" in listed
+        assert listed.endswith(f"…): `/watch resume {watch.id}`")
 
 
 async def test_a_list_with_an_author_of_newlines_counts_its_watches_right(server):
