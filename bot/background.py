@@ -469,7 +469,10 @@ class BackgroundWork:
             log.exception("background %s: could not record the start or the outcome", kind)
         except asyncio.CancelledError:  # cut short by a cancelled close(): handed back by it
             if self._stop.is_set():  # those still held (not put back, or done, meanwhile)
-                self._held.leave_unstarted([t for t in tasks if t.id in self._held], ran=True)
+                # and not past max_run_ms: a hung batch keeps its delivery spent (`within_run`)
+                cut_short = self._held.within_run(tasks)
+                self._held.leave_unstarted(cut_short, ran=True)
+                self._held.release([t for t in tasks if t not in cut_short])
                 unstarted = True
             raise
         finally:

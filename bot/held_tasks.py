@@ -56,6 +56,16 @@ class HeldTasks:
         now = asyncio.get_running_loop().time()
         self._held.update((t.id, (t, now)) for t in tasks if t.id in self._held)
 
+    def within_run(self, tasks: list[Task]) -> list[Task]:
+        """Those of `tasks` still held and not run past max_run_ms (not taken for hung): a
+        handler that hangs until close() is cancelled is not given back a delivery on every
+        deploy, never to be buried."""
+        now, limit = asyncio.get_running_loop().time(), self.max_run_ms / 1000
+        return [
+            task for task, since in (self._held[t.id] for t in tasks if t.id in self._held)
+            if since is None or now - since < limit
+        ]  # fmt: skip
+
     def release(self, tasks: list[Task]) -> None:
         for task in tasks:
             self._held.pop(task.id, None)
@@ -64,21 +74,24 @@ class HeldTasks:
         """Give back what close() left unrun: their read's delivery taken back, claimable by
         any process at once (those cut short without their started mark, or the next claim,
         back on that delivery, would take their run for one that never ended and bury them).
-        Redis failing leaves them pending, claimed later as they were."""
+        Redis failing leaves them pending, claimed later as they were. The cut short go first:
+        should the rest fail or run out of time, none keeps a started mark on a delivery
+        given back."""
         tasks, self._unstarted = self._unstarted, []
         cut_short, self._cut_short = self._cut_short, []
         if not tasks and not cut_short:
             return
         idle_ms = max(GIVE_BACK_IDLE_MS, self.claim_idle_ms)
         try:
-            given = await self.stream.give_back(tasks, idle_ms)
-            given += await self.stream.give_back(cut_short, idle_ms, ran=True)
+            given = await self.stream.give_back(cut_short, idle_ms, ran=True)
+            given += await self.stream.give_back(tasks, idle_ms)
         except Exception:
-            log.warning("background: could not hand back %d unstarted tasks",
-                        len(tasks) + len(cut_short))  # fmt: skip
+            log.warning("background: could not hand back %d tasks (%d unstarted, %d cut short)",
+                        len(tasks) + len(cut_short), len(tasks), len(cut_short))  # fmt: skip
         else:
             if given:
-                log.info("background: handed back %d unstarted tasks", given)
+                log.info("background: handed back %d tasks (%d unstarted, %d cut short)",
+                         given, len(tasks), len(cut_short))  # fmt: skip
         finally:  # no longer ours to keep alive
             self.release([*tasks, *cut_short])
 

@@ -81,6 +81,16 @@ def other_process(client, stream: TaskStream, ran: list, **options) -> Backgroun
     )
 
 
+async def drained(b: BackgroundWork) -> None:
+    """B started, drained (bounded: a task never run fails the test), closed."""
+    b.start()
+    try:
+        async with asyncio.timeout(BOUND):
+            await b.drain()
+    finally:
+        await b.close()
+
+
 async def test_a_closed_worker_hands_its_unstarted_tasks_to_another_consumer_at_once(
     client, stream
 ):
@@ -152,12 +162,7 @@ async def test_a_close_cancelled_midway_loses_no_task(client, stream):
 
     ran_b: list[tuple[str, dict]] = []
     b = other_process(client, stream, ran_b)
-    b.start()
-    try:
-        async with asyncio.timeout(BOUND):
-            await b.drain()  # claims only what was idle for an hour: the handed-back
-    finally:
-        await b.close()
+    await drained(b)  # claims only what was idle for an hour: the handed-back
     assert sorted(p["n"] for _, p in ran_b) == [0, 1, 2] and ran_a == []  # each once, by B
     assert await stream.pending_count() == 0
 
@@ -201,12 +206,7 @@ async def test_tasks_held_by_a_cancelled_consumer_are_handed_back_not_acknowledg
 
     ran_b: list[tuple[str, dict]] = []
     b = other_process(client, stream, ran_b, on_dead_letter={"spent": told})
-    b.start()
-    try:
-        async with asyncio.timeout(BOUND):
-            await b.drain()  # claims only what was idle for an hour: the handed-back
-    finally:
-        await b.close()
+    await drained(b)  # claims only what was idle for an hour: the handed-back
     assert sorted(p["n"] for _, p in ran_b) == [1, 2]  # each run once, by B
     assert told_b == [{"n": "spent"}]  # buried by B: its hook told once
 
@@ -243,19 +243,23 @@ async def test_a_close_cancelled_before_its_hand_back_runs_nothing_twice(client,
     slow_id = await a.submit("slow", {"n": 0})
     async with asyncio.timeout(BOUND):
         await started.wait()
-    # Then three tasks another consumer read (in one transaction: A cannot read them first),
-    # the spent one delivered 5 times, its last run begun and dead: A claims the three
+    # Then three tasks another consumer read, the spent one delivered 5 times, its last run
+    # begun and dead: all in one transaction (their ids chosen, after the slow one's), so A
+    # neither reads them first nor claims any before it is all set; it claims the three
     # together once idle 1 s.
+    ms = int(slow_id.split("-")[0]) + 1
+    spent, *later = [f"{ms}-{n}" for n in range(3)]
     async with stream.redis.pipeline(transaction=True) as queued:
-        queued.xadd(stream.stream, {"kind": "spent", "payload": '{"n":"spent"}'})
-        for n in (1, 2):
-            queued.xadd(stream.stream, {"kind": "later", "payload": f'{{"n":{n}}}'})
+        queued.xadd(stream.stream, {"kind": "spent", "payload": '{"n":"spent"}'}, id=spent)
+        for n, task_id in enumerate(later, 1):
+            queued.xadd(stream.stream, {"kind": "later", "payload": f'{{"n":{n}}}'}, id=task_id)
         queued.xreadgroup(stream.group, "dead-0", {stream.stream: ">"})
-        spent, *later = [text(i) for i in (await queued.execute())[:3]]
-    for n in range(1, 4):
-        await stream.redis.xclaim(stream.stream, stream.group, f"dead-{n}", 0, [spent])
-    await stream.redis.xclaim(stream.stream, stream.group, "dead-4", 0, [spent, *later])
-    await stream.mark_started([Task(spent, "spent", {"n": "spent"}, 5)])
+        for n in range(1, 4):
+            queued.xclaim(stream.stream, stream.group, f"dead-{n}", 0, [spent])
+        queued.xclaim(stream.stream, stream.group, "dead-4", 0, [spent, *later])
+        # its started mark as the stream writes it (queued on the transaction)
+        await TaskStream(queued, stream.stream).mark_started([Task(spent, "spent", {}, 5)])
+        await queued.execute()
     async with asyncio.timeout(BOUND):
         await hooked.wait()
     assert [await pending(stream, i) for i in later] == [("A", 3), ("A", 3)]  # held by A
@@ -282,13 +286,41 @@ async def test_a_close_cancelled_before_its_hand_back_runs_nothing_twice(client,
         TaskStream(client, stream.stream, consumer="B"), {"slow": record, "later": record},
         claim_idle_ms=300, block_ms=100, on_dead_letter={"spent": told},
     )  # fmt: skip
-    b.start()
     try:
-        async with asyncio.timeout(BOUND):
-            await b.drain()
+        await drained(b)
     finally:
         release.set()
-        await b.close()
     assert sorted(str(p["n"]) for p, _ in ran_b) == ["0", "1", "2", "spent"]  # each once
     assert not any(beside_a for _, beside_a in ran_b)  # none while A still ran
     assert await stream.pending_count() == 0
+
+
+async def test_a_batch_past_max_run_cut_short_by_a_cancelled_close_keeps_its_delivery_spent(
+    client, stream
+):
+    """A batch running past max_run_ms is taken for hung: cut short by a cancelled close, it
+    is not given back (else a handler hanging until each deploy's close is cancelled would
+    get its delivery back every time and never be buried); it stays pending as it was, its
+    delivery spent and its started mark kept."""
+    started = asyncio.Event()
+
+    async def hangs(payloads: list[dict]) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    a = BackgroundWork(
+        TaskStream(client, stream.stream, consumer="A"), {"hung": hangs},
+        claim_idle_ms=NEVER_MS, block_ms=100, max_run_ms=200,
+    )  # fmt: skip
+    hung_id = await a.submit("hung", {"n": 0})
+    async with asyncio.timeout(BOUND):
+        await started.wait()
+    await asyncio.sleep(0.3)  # past its max run (at least this long: no timing window)
+    closing = asyncio.create_task(a.close())
+    await asyncio.sleep(0.2)  # waiting for the hung batch
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(BOUND):
+            await closing
+    assert await pending(stream, hung_id) == ("A", 1)
+    assert await stream.started_on([Task(hung_id, "hung", {"n": 0}, 1)]) == {hung_id: 1}
