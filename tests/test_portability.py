@@ -64,7 +64,7 @@ async def populate(memory, tenant: str) -> list[Message]:
     public, dm = places(tenant)
     start = time.time() - 3 * 86400
     texts = ["Can you find the quokka paper?", "Here is the quokka paper on marsupial memory.",
-             "Who wrote it?", "Three authors from Perth.", "Save it please.", "My card is 1234.",
+             "Who wrote it?", "Three authors from Perth.", "Save it please.", "My PIN is zanzibar.",
              "Saved to the knowledge base.", "What does it say about sleep?"]  # fmt: skip
     said = [
         await memory.conversation.append(
@@ -134,7 +134,7 @@ async def test_round_trip_is_equal_and_behaves_the_same(memory, tenant, other):
         assert kind in kinds, kind
     tombstone = next(r["message"] for r in original if r["kind"] == "message"
                      and r["message"]["id"] == said[5].id)  # fmt: skip
-    assert tombstone["forgotten"] and "1234" not in json.dumps(original)
+    assert tombstone["forgotten"] and "zanzibar" not in json.dumps(original)
 
     counts = await memory.portability.import_records(other, original)
     assert counts["threads"] == 2 and counts["messages"] == 10 and counts["summaries"] == 3

@@ -94,7 +94,9 @@ async def test_tools_answer_not_found_across_places(world, tenant):
     memory, harness = world.runtime.memory, world.runtime.harness
     for name in ("private", "dm"):
         scope = where[name]
-        await memory.conversation.append(scope, "user", f"the launch code of {name} is 1234")
+        await memory.conversation.append(
+            scope, "user", f"the launch code of {name} is zanzibar-quill"
+        )
         await harness.consolidator.compact(scope)
         ((summary_id, _),) = await memory.summaries.descriptions(scope)
         log_id = await memory.tool_logs.write(
@@ -109,12 +111,12 @@ async def test_tools_answer_not_found_across_places(world, tenant):
                 "read_tool_log", f'{{"log_id": "{log_id}"}}', context
             )
             assert expanded.status == read.status == "error"
-            assert "No summary with id" in expanded.output and "1234" not in expanded.output
+            assert "No summary with id" in expanded.output and "zanzibar" not in expanded.output
             assert "No tool log with id" in read.output and "output" not in read.output
         own = await harness.toolbox.execute(
             "expand_summary", f'{{"summary_id": "{summary_id}"}}', harness.tool_context(scope)
         )
-        assert own.ok and "1234" in own.output
+        assert own.ok and "zanzibar" in own.output
         # `/expand` goes through the same check
         refused = await world.runtime.turns().expand(where["public"], summary_id)
         assert refused.startswith("No summary with id")
