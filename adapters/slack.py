@@ -2,7 +2,9 @@
 Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 
 - An @-mention in a channel is answered in its thread (`thread_ts`, else the message's `ts`);
-  later messages in a thread the bot answered need no mention; direct messages work.
+  later messages in a thread the bot answered need no mention; direct messages work. A mention
+  with no question (sent too early) gets a hint, and nothing is queued: its edit that adds
+  the question (Slack's `app_mention` again) is answered as a new mention.
 - Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
   slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
   may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
@@ -114,6 +116,15 @@ MESSAGE_SUBTYPES = (None, "thread_broadcast", "file_share", "me_message")
 CONVERTED = ("channel_convert_to_private", "channel_convert_to_public")
 # never the app coming back (Slack may send the first two in either order)
 REMOVAL_EVENTS = ("app_uninstalled", "tokens_revoked", "team_access_revoked")
+# a mention with nothing after it (sent too early): nothing is queued, so its edit is a question
+EMPTY_MENTION = (
+    "Ask me something after the mention — for example: `@ArxivScout find papers on "
+    "retrieval-augmented generation`. You can also edit your message to add the question."
+)
+EMPTY_DM = (
+    "What would you like to know? Send me your question — for example: `find papers on "
+    "retrieval-augmented generation` (no need to mention me here)."
+)
 NO_THREAD = (
     "I have no thread with you in this channel yet. Use `/summarize <thread link>` "
     "(⋯ on a message → Copy link), or the message shortcut *Summarize thread*."
@@ -556,12 +567,19 @@ class SlackAdapter:
     async def _queue_turn(
         self, body: dict, event: dict, thread_ts: str, request: AsyncBoltRequest
     ) -> None:
-        """Queue a question; memory down raises MemoryUnavailable (so Slack gets a 503 and
-        sends the event again), telling the person on the first delivery only."""
+        """Queue a question (a bare mention gets a hint instead); memory down raises
+        MemoryUnavailable (so Slack gets a 503 and sends the event again), telling the person
+        on the first delivery only."""
         team = slack_team(body)
+        text = slack_question(event["text"], self.bot_user_id)
+        if not text:  # a bare mention: a hint, and no turn, so its `channel:ts` event id stays
+            # free for the edit that adds the question (Slack's `app_mention` again)
+            if not (event.get("edited") or slack_retry(request)):  # said once, not per edit
+                hint = EMPTY_DM if slack_in_dm(event) else EMPTY_MENTION
+                self._hold(asyncio.create_task(self._tell(team, event, thread_ts, hint)))
+            return
         await self._join_early(Scope(team, thread_id(team, event["channel"], thread_ts)))
         scope = await self.event_scope(team, event, thread_ts)
-        text = slack_question(event["text"], self.bot_user_id)
         job = Job(  # one per message: an edit's `app_mention` again comes under a new event id
             "turn", scope, text, event_id=f"{event['channel']}:{event['ts']}",
             reply=slack_reply(event, team, thread_ts),
@@ -576,12 +594,17 @@ class SlackAdapter:
     async def tell_not_taken(self, team: str, event: dict, thread_ts: str) -> None:
         """Tell the person their message could not be queued (memory down), where it would
         have been answered, as `Pipeline.submit` does; best effort (logged)."""
+        await self._tell(team, event, thread_ts, NOT_TAKEN)
+
+    async def _tell(self, team: str, event: dict, thread_ts: str, text: str) -> None:
+        """Say `text` where the person's message would have been answered; best effort
+        (logged)."""
         scope = Scope(team, thread_id(team, event["channel"], thread_ts))
         job = Job("turn", scope, reply=slack_reply(event, team, thread_ts))
         try:
-            await self.pipeline.platform.notice(job, NOT_TAKEN)
+            await self.pipeline.platform.notice(job, text)
         except Exception:
-            log.exception("could not say in %s that a share was not taken", event["channel"])
+            log.exception("could not say in %s: %s", event["channel"], text[:60])
 
     async def _join_early(self, thread: Scope) -> None:
         """The thread is the bot's before Slack is asked who and where: a follow-up without a
