@@ -2,7 +2,8 @@
 
 - Answers stream (chat.startStream/appendStream/stopStream, status via setStatus) where the
   workspace has them, else a placeholder is edited at most once a second; a 429 skips updates
-  until its Retry-After, and the final answer waits it out.
+  until its Retry-After, and the final answer waits it out. A stream stays one until Slack
+  says it ended (STREAM_ENDED): an append failing in passing is tried again with the next.
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
 - Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
   the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
@@ -81,6 +82,9 @@ SECTION_LIMIT = 3000  # characters in a section block's text
 # a body whose blocks Slack refuses: sent once more as sections, then as plain text
 UNSHOWABLE = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long"}
 NETWORK = (aiohttp.ClientError, TimeoutError)  # no answer from Slack at all
+# Slack's answer to chat.appendStream/stopStream once a message no longer streams (it ends an
+# idle or old stream; the person stopped it): the one error that ends a stream for us
+STREAM_ENDED = {"message_not_in_streaming_state", "stopped_by_user"}
 
 
 def markdown(text: str) -> dict[str, Any]:
@@ -209,6 +213,7 @@ class SlackStatus(Status):
         self.thread_ts: str | None = platform.where(job).get("thread_ts")
         self.ts = ts  # None: the channel is closed to the bot, answers go to response_url
         self.streaming = streaming  # `ts` is a chat stream still open
+        self.stream = streaming  # `ts` was started as a stream: stopped before its final edit
         self.streamed: list[str] = []
         self._appended = 0  # characters of the answer appended to the stream
         self._last_update = time.monotonic()
@@ -268,12 +273,12 @@ class SlackStatus(Status):
 
     async def finish(self, text: str, turn: str = "") -> None:
         """Replace the placeholder with `text` (an answer's first part, or a notice): stop the
-        stream, edit the message; if it is gone, post `text` anew and follow that message.
+        stream (failing in passing, raised: the job runs again), edit the message; if it is
+        gone, post `text` anew and follow that message.
         `turn`: the answer's turn id, for its feedback buttons (when this is its last part)."""
         body = with_feedback(markdown(text), turn)
-        if self.streaming:
-            with contextlib.suppress(SlackApiError, *NETWORK):
-                await until_delivered(self.client.chat_stopStream, channel=self.channel, ts=self.ts)
+        if self.stream:  # raised in passing: a run again stops it (`_show_working`)
+            await self.platform.stop_stream(self.channel, self.ts)
             self.streaming = self.job.progress["stream"] = False
         if self._status_shown:
             await self.set_status("")
@@ -295,7 +300,7 @@ class SlackStatus(Status):
             wait = retry_after(exc)
             if wait is not None:
                 self._quiet_until = time.monotonic() + wait
-            elif self.streaming:  # the stream ended (Slack closes idle ones): edit it instead
+            elif slack_error(exc) in STREAM_ENDED:  # Slack closes idle streams: edited instead
                 self.streaming = False
             log.info("update skipped in %s: %s", self.channel, slack_error(exc))
             return False
@@ -359,9 +364,8 @@ class SlackPlatform(Platform):
             return SlackStatus(self, job, None)
         if progress.get("placeholder"):  # a re-run: the same message says it goes on
             status = SlackStatus(self, job, progress["placeholder"])
-            if progress.get("stream"):  # left open by the run that died
-                with contextlib.suppress(SlackApiError, *NETWORK):
-                    await self.client.chat_stopStream(channel=status.channel, ts=status.ts)
+            if progress.get("stream"):  # left open by the run before (it died, or its stop failed)
+                await self.stop_stream(status.channel, status.ts)
                 progress["stream"] = False
             if not progress.get("sent"):
                 await status._quietly(
@@ -380,6 +384,19 @@ class SlackPlatform(Platform):
         progress["stream"] = status.streaming
         await status.set_status("is thinking…" if job.kind == "turn" else "is summarizing…")
         return status
+
+    async def stop_stream(self, channel: str, ts: str) -> None:
+        """Stop the streamed message `ts`, else it stays "streaming" with part of the answer,
+        and refuses every edit. Failing in passing, raised: the job runs again and stops it.
+        A stream Slack ended already (STREAM_ENDED) is stopped; any other refusal (the
+        message gone) is met by the edit that follows."""
+        try:
+            await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
+        except SlackApiError as exc:
+            if self.passing(exc):
+                raise
+            if slack_error(exc) not in STREAM_ENDED:
+                log.info("stream %s in %s not stopped: %s", ts, channel, slack_error(exc))
 
     async def _stream(self, job: Job) -> SlackStatus | None:
         """A streamed reply, where the workspace has streaming; None to post a placeholder."""
@@ -493,9 +510,8 @@ class SlackPlatform(Platform):
         ts, channel = job.progress.get("placeholder"), job.reply["channel"]
         if not ts:
             return
-        if job.progress.get("stream"):  # left open by the run that died
-            with contextlib.suppress(SlackApiError, *NETWORK):
-                await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
+        if job.progress.get("stream"):  # left open by the run before
+            await self.stop_stream(channel, ts)
             job.progress["stream"] = False
         try:
             await delivered_or_plain(
