@@ -2,7 +2,8 @@
 
 - `/summarize`: in a thread the bot answers in (it opened it, or was mentioned there) or a DM,
   the conversation is summarized into memory; elsewhere, an ephemeral word on where it works.
-- `/expand <summary_id>`: a summary and the messages it covers, anywhere in the server or a DM.
+- `/expand <summary_id>`: a summary and the messages it covers, anywhere in the server or a DM
+  (an id naming none: only to the person, as on Slack).
 - `/memory`: an ephemeral signed link to the memory page, for that person in that server (the
   tenant, as for their messages), or for their DMs' memory in a DM.
 
@@ -40,6 +41,10 @@ log = logging.getLogger(__name__)
 # but working Redis still has its 1.2 s.
 DISCORD_LOOKUP_SECONDS = 0.8
 MEMORY_LOOKUP_SECONDS = 1.2
+# What /expand's work (who sees the channel, then the summary) may take before it defers, the
+# same 2.0 s in all; who sees the channel has no shorter limit there, as what it may show
+# hangs on it.
+EXPAND_WITHIN_SECONDS = DISCORD_LOOKUP_SECONDS + MEMORY_LOOKUP_SECONDS
 
 UNSHOWN = "I could not show the answer to {command} here (Discord failed to take it). {what}"
 SUMMARY_KEPT = "The summary was stored as [Summary ID: {id}]: `/expand {id}` shows it."
@@ -123,16 +128,30 @@ class DiscordCommands:
         await self._followup(interaction, answer, "/summarize")
 
     async def expand(self, interaction: discord.Interaction, summary_id: str) -> None:
+        """A summary is shown to the channel; no summary (an id naming none here, the usage),
+        when said within EXPAND_WITHIN_SECONDS, only to the person, as Slack answers /expand:
+        a long id typed floods no channel. Else (an error too) the answer follows a
+        "thinking…" deferred before Discord's 3 s are up."""
+        work = asyncio.ensure_future(self._expanded(interaction, summary_id))
+        done, _ = await asyncio.wait({work}, timeout=EXPAND_WITHIN_SECONDS)
         deferred = False
         try:
+            missed = work in done and not work.exception() and not SUMMARY_ID.match(work.result())
+            if missed:
+                await interaction.response.send_message(work.result(), ephemeral=True)
+                return
             await interaction.response.defer(thinking=True)
             deferred = True
-            scope = await self.scope(interaction)
-            answer = await self.adapter.handler.expand(scope, summary_id)
+            answer = await work
         except Exception as exc:
+            work.cancel()  # the defer refused: its answer would show nowhere
             await self._failed(interaction, "/expand", exc, deferred)
             return
         await self._followup(interaction, answer, "/expand")
+
+    async def _expanded(self, interaction: discord.Interaction, summary_id: str) -> str:
+        scope = await self.scope(interaction)
+        return await self.adapter.handler.expand(scope, summary_id)
 
     async def _failed(
         self, interaction: discord.Interaction, command: str, exc: Exception, deferred: bool

@@ -95,6 +95,8 @@ LIMIT = 2000
 SEPARATOR = "\n\n"  # between a digest's parts
 NONCE_LIMIT = 25
 WATCH_TEXT_LIMIT = 200  # a watch's topic or description in a digest's head and footer
+PERIOD_SHOWN = 60  # of a period `/watch add` cannot read, what its answer echoes
+PERIOD_TYPED = 100  # what Discord lets be typed as `/watch add`'s period ("every 3 days")
 LISTED_AT_LEAST = 8  # of a description cut in `/watch list`, less than this is left out
 FIND_SECONDS = 60.0  # `find` reads the history from this long before the digest's "posting"
 FIND_LIMIT = 500  # messages `find` reads: the digest follows "posting" within seconds
@@ -134,11 +136,12 @@ HISTORY_UNREADABLE = (  # `history_note`: the watch is made, its reply says what
 
 
 def bad_period(period: str) -> str:
-    """`/watch add`'s answer to a period it cannot read."""
+    """`/watch add`'s answer to a period it cannot read, echoing it cut: Discord refuses an
+    answer over 2,000 characters (the person sees "The application did not respond")."""
     return (
-        f"I cannot read the period {period!r}: say daily, weekly, or every N days (e.g. "
-        "`every 3 days`). Usage: `/watch add topic:<topic> [period:weekly] [category:cs.CL] "
-        "[author:Name]`."
+        f"I cannot read the period {_capped(period, PERIOD_SHOWN)!r}: say daily, weekly, or "
+        "every N days (e.g. `every 3 days`). Usage: `/watch add topic:<topic> [period:weekly] "
+        "[category:cs.CL] [author:Name]`."
     )
 
 
@@ -490,7 +493,8 @@ class DiscordWatches:
             category="arXiv categories, e.g. cs.CL or cs.LG cs.AI", author="an author's name",
         )  # fmt: skip
         async def add(
-            interaction: discord.Interaction, topic: str, period: str = "daily",
+            interaction: discord.Interaction, topic: str,
+            period: app_commands.Range[str, 1, PERIOD_TYPED] = "daily",
             category: str | None = None, author: str | None = None,
         ) -> None:  # fmt: skip
             seconds = parse_period(period)

@@ -293,8 +293,9 @@ async def test_summarize_and_expand_commands(world, fake, adapter):
     assert "Can you get me the paper MemGPT" in fake.texts(thread.id)[-1]
 
     interaction = fake.interaction(thread, user)
-    await expand.callback(interaction, "sum_missing")
-    assert "No summary with id 'sum_missing'" in fake.texts(thread.id)[-1]
+    await expand.callback(interaction, "sum_missing")  # a miss: only to the person
+    (missed,), kwargs = interaction.response.send_message.await_args
+    assert "No summary with id 'sum_missing'" in missed and kwargs == {"ephemeral": True}
 
 
 async def test_summarize_outside_a_known_thread_explains_itself(world, fake, adapter):

@@ -18,13 +18,20 @@ from memory.stores.base import decode
 R = TypeVar("R")
 
 
+ID_SHOWN = 50  # of an id that names no record, what the answer echoes
+
+
 class UnknownRecord(KeyError):
-    """No record with this id in this tenant."""
+    """No record with this id in this tenant. Its words are said to whoever asked, on any
+    platform: the id they typed is echoed cut (a Discord option holds up to 6,000
+    characters, an answer 2,000)."""
 
     what = "record"
 
     def __str__(self) -> str:
-        return f"No {self.what} with id {self.args[0]!r} in this workspace."
+        typed = str(self.args[0])
+        shown = typed if len(typed) <= ID_SHOWN else typed[: ID_SHOWN - 1] + "…"
+        return f"No {self.what} with id {shown!r} here."
 
 
 class ThreadRecordStore(Generic[R]):
