@@ -16,7 +16,7 @@ import random
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,13 @@ class LLMResponseError(LLMError):
     """The model answered, but not in the shape asked for (empty text, no JSON)."""
 
 
+class LLMNotOpenAIFormat(LLMError):
+    """The server at OPENAI_BASE_URL answered, but not in the OpenAI format (a web page, a
+    proxy's login page): it is not a model server, and asking it again gives the same."""
+
+    transient = False
+
+
 def failure_kind(error: LLMError) -> str:
     """What kind of failure `error` is, in words fit for a channel: its class, HTTP status
     and code, with what fixes it. Never the provider's text or our address of it: either may
@@ -125,6 +132,8 @@ def failure_kind(error: LLMError) -> str:
         return "the model service is unreachable"
     if isinstance(error, LLMResponseError):
         return "the model's answer was not in the shape asked for"
+    if isinstance(error, LLMNotOpenAIFormat):
+        return "the model server did not answer in the OpenAI format; check OPENAI_BASE_URL"
     cause = error.__cause__
     return f"the model call failed ({type(cause or error).__name__})"
 
@@ -334,6 +343,13 @@ class LLMClient:
                 completion = await self._create(kwargs)
         except (TimeoutError, openai.APIError) as exc:
             raise self._translate(exc) from exc
+        except ValueError as exc:  # the SDK could not read the body (not JSON, not UTF-8)
+            raise self._not_openai_format(f"{type(exc).__name__}: {exc}") from exc
+        # The SDK hands back a body that is not JSON as text, and any JSON object as a completion.
+        if not isinstance(completion, ChatCompletion):
+            raise self._not_openai_format(f"it sent {str(completion)[:100]!r}")
+        if not isinstance(getattr(completion, "choices", None), list):
+            raise self._not_openai_format("it sent JSON without 'choices'")
         if not completion.choices:
             raise LLMResponseError("The model server returned no choices.")
         choice = completion.choices[0]
@@ -365,7 +381,7 @@ class LLMClient:
             stream = await self._create(
                 {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
             )
-            async for chunk in stream:
+            async for chunk in self._chunks(stream):
                 model = chunk.model or model
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
@@ -407,6 +423,34 @@ class LLMClient:
             usage=usage,
             finish_reason=finish,
             model=model,
+        )
+
+    async def _chunks(self, stream: Any) -> AsyncIterator[ChatCompletionChunk]:
+        """The stream's chunks, or LLMNotOpenAIFormat when the body is no OpenAI stream: an
+        event that is not a chunk, or (the SDK finds no event in it) nothing at all from a
+        body that is not an event stream. One that is ends without a chunk as a cut does."""
+        received = False
+        try:
+            async for chunk in stream:
+                if not isinstance(chunk, ChatCompletionChunk) or not isinstance(
+                    getattr(chunk, "choices", None), list
+                ):
+                    raise self._not_openai_format(f"its stream sent {str(chunk)[:100]!r}")
+                received = True
+                yield chunk
+        except ValueError as exc:  # an event's data that is not JSON
+            raise self._not_openai_format(f"{type(exc).__name__}: {exc}") from exc
+        content_type = stream.response.headers.get("content-type", "")
+        if not received and not content_type.startswith("text/event-stream"):
+            raise self._not_openai_format(
+                f"it sent {content_type or 'no content type'}, not an event stream"
+            )
+
+    def _not_openai_format(self, detail: str) -> LLMNotOpenAIFormat:
+        where = self.base_url or "the OpenAI API"
+        return LLMNotOpenAIFormat(
+            f"The model server at {where} did not answer in the OpenAI format ({detail}); "
+            "check OPENAI_BASE_URL (usually ends in /v1)."
         )
 
     def _translate(self, exc: BaseException) -> LLMError | _Retryable:
@@ -568,6 +612,7 @@ __all__ = [
     "LLMConfigError",
     "LLMContextTooLong",
     "LLMError",
+    "LLMNotOpenAIFormat",
     "LLMResponseError",
     "LLMStreamCut",
     "LLMTimeout",
