@@ -13,6 +13,7 @@ a question's evidence turns whose text appears in the conversation-derived segme
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import time
@@ -116,7 +117,7 @@ class Report:
             "context_tokens_p50": statistics.median(tokens) if tokens else 0,
             "context_tokens_max": max(tokens, default=0),
             "assembly_ms_p50": round(statistics.median(ms), 2) if ms else 0.0,
-            "assembly_ms_p95": round(ms[int(0.95 * (len(ms) - 1))], 2) if ms else 0.0,
+            "assembly_ms_p95": round(ms[math.ceil(0.95 * len(ms)) - 1], 2) if ms else 0.0,
             **({"judged_correct": round(sum(judged) / len(judged), 4)} if judged else {}),
         }
 

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "feedback: whose feedback (default local)")  # fmt: skip
     parser.add_argument("--data", type=Path, default=None,
                         help=f"locomo: a file in LoCoMo's layout (default: {DEFAULT_DATA})")  # fmt: skip
-    parser.add_argument("--budget", type=int, default=2000,
+    parser.add_argument("--budget", type=budget_tokens, default=2000,
                         help="locomo: tokens for the conversation-derived segments (default 2000)")  # fmt: skip
     parser.add_argument("--dump", type=Path, help="locomo: one JSON line per question to FILE")
     parser.add_argument("--json", action="store_true", help="locomo, feedback: print JSON")
@@ -42,6 +42,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="locomo: the model answers each question and an LLM judge grades it")  # fmt: skip
     add_feedback_options(parser)  # `eval feedback`: app/commands/turns_cmd.py
     parser.set_defaults(handler=run)
+
+
+MIN_BUDGET: int = next(  # ARXIVSCOUT_MEMORY_TOKENS's own minimum, as app/settings.py sets it
+    rule.ge for rule in Settings.model_fields["memory_tokens"].metadata if hasattr(rule, "ge")
+)
+
+
+def budget_tokens(text: str) -> int:
+    """--budget's type: refused with the command's usage below the least ARXIVSCOUT_MEMORY_TOKENS
+    may be (fewer leave the rolling summaries no window, and the context outgrows its budget)."""
+    try:
+        tokens = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if tokens < MIN_BUDGET:
+        raise argparse.ArgumentTypeError(f"{tokens} is too small: at least {MIN_BUDGET} tokens")
+    return tokens
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -86,8 +103,9 @@ async def run_locomo(args: argparse.Namespace, settings: Settings) -> int:
         if llm is not None:
             await llm.aclose()
         await memory.close()
-    if args.json:
+    if args.json:  # the JSON alone, for `| jq`
         json.dump(report.to_json(), sys.stdout, indent=2)
         print()
-    print(text_report(report))
+    else:
+        print(text_report(report))
     return 0

@@ -16,6 +16,7 @@ from app.commands.common import add_json, add_tenant, memory_session, print_json
 from app.commands.turns_cmd import add_usage_parser
 from app.runtime import open_memory
 from app.settings import Settings
+from memory.governance import NotFound
 from memory.governance_tenants import TenantErasures
 from memory.keys import validate_tenant
 from memory.portability import dumps
@@ -72,12 +73,16 @@ async def _threads(memory, args):
 
 async def _thread(memory, args):
     scope = tenant_scope(args, args.thread_id)
-    return {
+    data = {
         "thread_id": args.thread_id,
         "messages": [asdict(m) for m in await memory.conversation.all(scope)],
         "summaries": [asdict(s) for s in await memory.summaries.for_thread(scope)],
         "tool_logs": [asdict(e) for e in await memory.tool_logs.for_thread(scope)],
     }
+    listed = args.thread_id in dict(await memory.conversation.threads(args.tenant))
+    if not (listed or data["messages"] or data["summaries"] or data["tool_logs"]):
+        raise NotFound("thread", args.thread_id)  # a typo: said as `memory export --thread` does
+    return data
 
 
 async def _papers(memory, args):
