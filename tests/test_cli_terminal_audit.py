@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from adapters.terminal import MEMORY_DOWN_HERE, TerminalChat
+from app.commands.chat_cmd import FINISHING
 from app.commands.common import LOG_FILE
 from bot.harness import ENTITY_INSTRUCTIONS
 from memory.scope import Scope, Visibility
@@ -102,9 +103,9 @@ def test_chat_logs_to_a_file_not_at_the_prompt(cli_env, data_dir, tenant):
         done = arxivscout(env, "chat", "--tenant", tenant, "--thread", thread, stdin="Hello?\n")
     finally:
         scripted.stop()
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # its only message failed (chat_cmd `answered`)
     assert "I could not get an answer from the language model" in done.stdout
-    assert done.stderr == "", done.stderr
+    assert done.stderr.strip() in ("", FINISHING), done.stderr  # no warning, at most the wait
     logged = (data_dir / LOG_FILE).read_text()
     assert f" WARNING bot.agent: model error in thread {thread}: " in logged, logged
 
