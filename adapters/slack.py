@@ -3,8 +3,10 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
 
 - An @-mention in a channel is answered in its thread (`thread_ts`, else the message's `ts`);
   later messages in a thread the bot answered need no mention; direct messages work. A mention
-  with no question (sent too early) gets a hint, and nothing is queued: its edit that adds
-  the question (Slack's `app_mention` again) is answered as a new mention.
+  with no question (sent too early) gets a hint once, and nothing is queued: in a channel or
+  thread, its thread is joined (a reply there is answered), and its edit that adds the
+  question (Slack's `app_mention` again) is answered as a new mention (Slack sends no
+  `app_mention` for a DM's edit).
 - Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
   slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
   may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
@@ -119,7 +121,8 @@ REMOVAL_EVENTS = ("app_uninstalled", "tokens_revoked", "team_access_revoked")
 # a mention with nothing after it (sent too early): nothing is queued, so its edit is a question
 EMPTY_MENTION = (
     "Ask me something after the mention — for example: `@ArxivScout find papers on "
-    "retrieval-augmented generation`. You can also edit your message to add the question."
+    "retrieval-augmented generation`. You can also edit your message to add the question, or "
+    "just reply here."
 )
 EMPTY_DM = (
     "What would you like to know? Send me your question — for example: `find papers on "
@@ -574,9 +577,7 @@ class SlackAdapter:
         text = slack_question(event["text"], self.bot_user_id)
         if not text:  # a bare mention: a hint, and no turn, so its `channel:ts` event id stays
             # free for the edit that adds the question (Slack's `app_mention` again)
-            if not (event.get("edited") or slack_retry(request)):  # said once, not per edit
-                hint = EMPTY_DM if slack_in_dm(event) else EMPTY_MENTION
-                self._hold(asyncio.create_task(self._tell(team, event, thread_ts, hint)))
+            self._hold(asyncio.create_task(self._hint(team, event, thread_ts)))
             return
         await self._join_early(Scope(team, thread_id(team, event["channel"], thread_ts)))
         scope = await self.event_scope(team, event, thread_ts)
@@ -591,6 +592,30 @@ class SlackAdapter:
         with unavailable_raised():
             await self.presence.join(scope, reference=thread_ts)
 
+    async def _hint(self, team: str, event: dict, thread_ts: str) -> None:
+        """A bare mention: outside DMs its thread is joined (a reply there without a mention
+        is the question), then the hint is said once per message, whichever process or
+        delivery claims it first (an edit is not hinted again). Best effort: memory down
+        leaves the thread unjoined, or the hint unsaid (logged)."""
+        in_dm = slack_in_dm(event)
+        if not in_dm:
+            try:
+                await self.presence.join(Scope(team, thread_id(team, event["channel"], thread_ts)))
+            except Exception:
+                log.warning("could not join %s's thread %s", event["channel"], thread_ts,
+                            exc_info=True)  # fmt: skip
+        if event.get("edited"):
+            return
+        hint = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
+        try:
+            if not await self.handler.memory.events.first_time(team, hint):
+                return
+        except Exception:
+            log.warning("no hint for a bare mention in %s", event["channel"],
+                        exc_info=True)  # fmt: skip
+            return
+        await self._tell(team, event, thread_ts, EMPTY_DM if in_dm else EMPTY_MENTION)
+
     async def tell_not_taken(self, team: str, event: dict, thread_ts: str) -> None:
         """Tell the person their message could not be queued (memory down), where it would
         have been answered, as `Pipeline.submit` does; best effort (logged)."""
@@ -599,12 +624,17 @@ class SlackAdapter:
     async def _tell(self, team: str, event: dict, thread_ts: str, text: str) -> None:
         """Say `text` where the person's message would have been answered; best effort
         (logged)."""
-        scope = Scope(team, thread_id(team, event["channel"], thread_ts))
-        job = Job("turn", scope, reply=slack_reply(event, team, thread_ts))
+        channel = event["channel"]
+        scope = Scope(team, thread_id(team, channel, thread_ts), user=event.get("user", ""))
+        job = Job(  # its source, as its turn's: a thread its own message started, gone, is
+            # left quiet; another's names the person in the channel (`_notice_elsewhere`)
+            "turn", scope, reply=slack_reply(event, team, thread_ts),
+            source=slack_source(channel, event["ts"]),
+        )  # fmt: skip
         try:
             await self.pipeline.platform.notice(job, text)
         except Exception:
-            log.exception("could not say in %s: %s", event["channel"], text[:60])
+            log.exception("could not say in %s: %s", channel, text[:60])
 
     async def _join_early(self, thread: Scope) -> None:
         """The thread is the bot's before Slack is asked who and where: a follow-up without a

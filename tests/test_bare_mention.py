@@ -8,6 +8,7 @@ import time
 import pytest
 
 from adapters.slack import EMPTY_DM, EMPTY_MENTION
+from adapters.slack_delivery import THREAD_GONE_NOTICE
 from tests.support.scripted_openai import text
 from tests.support.slack_api import BOT_USER, mention, message
 from tests.test_slack import slack_world, thread, ts
@@ -91,3 +92,53 @@ async def test_a_bare_mention_in_a_dm_gets_a_hint_and_no_turn(slack):
     await slack.settle()
     assert slack.api.thread_texts("D1", None) == [EMPTY_DM]
     assert slack.world.model_requests() == []
+
+
+async def test_a_reply_in_a_bare_mentions_thread_without_a_mention_is_answered_once(slack):
+    team = f"T{time.time_ns()}"
+    slack.world.model.script(text("Here are papers on RAG."), text("never asked"))
+    await slack.a.event(bare_mention(30), team=team)
+    await slack.settle()
+    await slack.b.event(message("find papers on RAG", ts(31), thread_ts=ts(30)), team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(30)) == [EMPTY_MENTION, "Here are papers on RAG."]
+    assert len(slack.world.model_requests()) == 1
+
+
+async def test_a_bare_mention_delivered_to_two_processes_is_hinted_once(slack):
+    team = f"T{time.time_ns()}"
+    bare = bare_mention(32)
+    await slack.a.event(bare, team=team, event_id="EvBare32")
+    await slack.b.event(bare, team=team, event_id="EvBare32")  # no retry header: not a retry
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(32)) == [EMPTY_MENTION]
+
+
+async def test_a_bare_mention_only_its_retry_reached_is_hinted(slack):
+    team = f"T{time.time_ns()}"
+    await slack.a.event(bare_mention(33), team=team, retry=1)  # the first delivery was lost
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(33)) == [EMPTY_MENTION]
+
+
+async def test_a_bare_mention_edited_into_another_is_not_hinted_again(slack):
+    team = f"T{time.time_ns()}"
+    bare = bare_mention(34)
+    await slack.a.event(bare, team=team)
+    await slack.settle()
+    changed, mentioned = edits(bare, f"{BARE}  ", ts(35))
+    await slack.a.event(changed, team=team)
+    await slack.a.event(mentioned, team=team)
+    await slack.settle()
+    assert slack.api.thread_texts("C1", ts(34)) == [EMPTY_MENTION]
+    assert slack.world.model_requests() == []
+
+
+async def test_a_hint_for_a_message_deleted_meanwhile_says_nothing_stray(slack):
+    """Its own thread gone: nothing said; a thread it replied in gone: the person is named."""
+    team = f"T{time.time_ns()}"
+    adapter = slack.instances[0].adapter
+    await adapter.tell_not_taken(team, bare_mention(36), ts(36))  # never known to Slack
+    assert list(slack.api.messages.values()) == []
+    await adapter.tell_not_taken(team, bare_mention(38, thread_ts=ts(37)), ts(37))
+    assert [m.text for m in slack.api.messages.values()] == [f"<@U1> {THREAD_GONE_NOTICE}"]
