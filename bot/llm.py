@@ -16,7 +16,7 @@ import random
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,11 +343,20 @@ class LLMClient:
                 completion = await self._create(kwargs)
         except (TimeoutError, openai.APIError) as exc:
             raise self._translate(exc) from exc
-        except ValueError as exc:  # the SDK could not read the body (not JSON, not UTF-8)
+        except _UNREADABLE_BODY as exc:  # the SDK could not read the body (not JSON, not UTF-8)
             raise self._not_openai_format(f"{type(exc).__name__}: {exc}") from exc
-        # The SDK hands back a body that is not JSON as text, and any JSON object as a completion.
+        return self._reply(completion)
+
+    def _reply(self, completion: Any) -> ChatReply:
+        """The reply in a completion body. The SDK hands back a body that is not JSON as text,
+        and any JSON object as a completion: one with an `error` is the model's error (sent
+        with 200, as OpenRouter does once the model started), one without `choices` is no
+        OpenAI format."""
         if not isinstance(completion, ChatCompletion):
             raise self._not_openai_format(f"it sent {str(completion)[:100]!r}")
+        error = getattr(completion, "error", None)
+        if isinstance(error, Mapping):
+            raise self._error_in_body(error)
         if not isinstance(getattr(completion, "choices", None), list):
             raise self._not_openai_format("it sent JSON without 'choices'")
         if not completion.choices:
@@ -381,11 +390,13 @@ class LLMClient:
             stream = await self._create(
                 {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
             )
+            if _media_type(stream.response) == "application/json":
+                return await self._unstreamed(stream, on_delta)
             async for chunk in self._chunks(stream):
                 model = chunk.model or model
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
-                for choice in chunk.choices:
+                for choice in chunk.choices or ():  # a closing usage chunk may have None
                     finish = choice.finish_reason or finish
                     delta = choice.delta
                     if delta.content:
@@ -425,26 +436,57 @@ class LLMClient:
             model=model,
         )
 
+    async def _unstreamed(self, stream: Any, on_delta: DeltaCallback) -> ChatReply:
+        """The reply of a server that ignored `stream` and sent one JSON completion: read as
+        `_once` reads it, its text handed to `on_delta` at once."""
+        response = stream.response
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                body = await response.aread()
+        except TimeoutError:
+            raise
+        except Exception as exc:  # the transport's own error: the body was cut off
+            raise openai.APIConnectionError(request=response.request) from exc
+        try:
+            data = json.loads(body)
+        except _UNREADABLE_BODY as exc:
+            raise self._not_openai_format(f"{type(exc).__name__}: {exc}") from exc
+        reply = self._reply(ChatCompletion.construct(**data) if isinstance(data, dict) else data)
+        if reply.content:
+            result = on_delta(reply.content)
+            if inspect.isawaitable(result):
+                await result
+        return reply
+
     async def _chunks(self, stream: Any) -> AsyncIterator[ChatCompletionChunk]:
         """The stream's chunks, or LLMNotOpenAIFormat when the body is no OpenAI stream: an
-        event that is not a chunk, or (the SDK finds no event in it) nothing at all from a
-        body that is not an event stream. One that is ends without a chunk as a cut does."""
+        event that is not a chunk before any chunk came, or nothing at all from a web page.
+        Any other body that ends without a chunk is taken for a cut (retried)."""
         received = False
         try:
             async for chunk in stream:
-                if not isinstance(chunk, ChatCompletionChunk) or not isinstance(
-                    getattr(chunk, "choices", None), list
+                if isinstance(chunk, ChatCompletionChunk) and (
+                    isinstance(getattr(chunk, "choices", None), list)
+                    or getattr(chunk, "usage", None) is not None  # a closing usage chunk
                 ):
+                    received = True
+                    yield chunk
+                elif not received:
                     raise self._not_openai_format(f"its stream sent {str(chunk)[:100]!r}")
-                received = True
-                yield chunk
-        except ValueError as exc:  # an event's data that is not JSON
+        except _UNREADABLE_BODY as exc:  # an event's data that is not JSON
             raise self._not_openai_format(f"{type(exc).__name__}: {exc}") from exc
-        content_type = stream.response.headers.get("content-type", "")
-        if not received and not content_type.startswith("text/event-stream"):
-            raise self._not_openai_format(
-                f"it sent {content_type or 'no content type'}, not an event stream"
-            )
+        content_type = _media_type(stream.response)
+        if not received and content_type in ("text/html", "text/plain"):
+            raise self._not_openai_format(f"it sent {content_type}, not an event stream")
+
+    def _error_in_body(self, error: Mapping[str, Any]) -> LLMError | _Retryable:
+        """An error the server sent in a 200 body, as the error of its `code`'s HTTP status."""
+        code, message = error.get("code"), str(error.get("message") or "no message")
+        status = _http_status(code)
+        if status is None:
+            code = str(code) if code is not None else None
+            return LLMError(f"The model server answered with an error: {message}", code=code)
+        return self._status_error(status, str(code), message, retry_after=None)
 
     def _not_openai_format(self, detail: str) -> LLMNotOpenAIFormat:
         where = self.base_url or "the OpenAI API"
@@ -470,8 +512,15 @@ class LLMClient:
             return _Retryable(LLMUnavailable(f"Cannot reach the model server at {where}: {exc}"))
         if not isinstance(exc, openai.APIStatusError):
             return LLMError(f"The model call failed: {exc}")
-        status, code = exc.status_code, _error_code(exc)
-        detail = _error_message(exc)
+        return self._status_error(
+            exc.status_code, _error_code(exc), _error_message(exc), _retry_after(exc)
+        )
+
+    def _status_error(
+        self, status: int, code: str | None, detail: str, retry_after: float | None
+    ) -> LLMError | _Retryable:
+        """The LLMError for an HTTP error status, wrapped in _Retryable when retrying may help."""
+        where = self.base_url or "the OpenAI API"
         if status in (401, 403):
             return LLMAuthError(
                 f"The model server at {where} rejected the API key (HTTP {status}: {detail}). "
@@ -491,7 +540,7 @@ class LLMClient:
                     status=status,
                     code=code,
                 ),
-                retry_after=_retry_after(exc),
+                retry_after=retry_after,
             )
         if status in (400, 413, 422) and (
             code == "context_length_exceeded" or _TOO_LONG.search(detail)
@@ -516,6 +565,8 @@ class LLMClient:
 
 
 # -- helpers -------------------------------------------------------------------------------
+_UNREADABLE_BODY = (json.JSONDecodeError, UnicodeDecodeError)
+"""What reading a reply body that is not JSON raises (not an error building our request)."""
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 # How OpenAI-compatible servers word a too-long request: OpenAI and vLLM ("maximum context
 # length"), llama.cpp ("exceeds the available context size"), others ("prompt is too long").
@@ -560,6 +611,20 @@ def extract_json(text: str) -> Any:
             except json.JSONDecodeError:
                 continue
     raise LLMResponseError(f"The model's answer contains no JSON: {text[:200]!r}")
+
+
+def _media_type(response: Any) -> str:
+    """The response's content type without its parameters (`; charset=utf-8`), lower case."""
+    return str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+
+
+def _http_status(code: Any) -> int | None:
+    """`code` as an HTTP error status (400-599), when it is one."""
+    try:
+        status = int(code)
+    except (TypeError, ValueError):
+        return None
+    return status if 400 <= status <= 599 else None
 
 
 def _raw_arguments(arguments: Any) -> str:

@@ -6,6 +6,7 @@ Over a local HTTP server and a real Redis."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -17,6 +18,14 @@ from app.runtime import open_agent
 from app.settings import Settings
 from bot.consolidation import SUMMARY_INSTRUCTIONS
 from bot.harness import ENTITY_INSTRUCTIONS
+from bot.llm import (
+    LLMClient,
+    LLMNotOpenAIFormat,
+    LLMStreamCut,
+    LLMUnavailable,
+    RetryPolicy,
+    failure_kind,
+)
 from memory.scope import Scope
 from tests.support.threaded import ThreadedServer
 
@@ -118,3 +127,87 @@ def test_ask_says_to_check_the_base_url_and_exits_1(server, cli_env, tenant):
     assert "Traceback" not in done.stderr, done.stderr
     assert SAID in done.stdout, (done.stdout, done.stderr)
     assert done.returncode == 1
+
+
+# -- what is not a format error ---------------------------------------------------------------
+CHAT = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}  # fmt: skip
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [
+    {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}  # fmt: skip
+USAGE = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+
+
+def events(*chunks: dict[str, Any]) -> str:
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+
+
+@pytest.fixture
+def scripted():
+    server = NotOpenAI("", "text/plain")  # each test sets the body and content type it sends
+    server.url = server.start_in_thread()
+    yield server
+    server.stop()
+
+
+def client_of(server: NotOpenAI, api_key: str = "test-key") -> LLMClient:
+    retry = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02)
+    return LLMClient(api_key=api_key, base_url=server.url, retry=retry, timeout_seconds=10.0)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_error_sent_with_200_is_the_model_s_and_retried(scripted, streamed):
+    """OpenRouter sends an error that comes after the model started with status 200."""
+    scripted.body = json.dumps({"error": {"code": 502, "message": "upstream overloaded"}})
+    scripted.content_type = "application/json"
+    async with client_of(scripted) as llm:
+        with pytest.raises(LLMUnavailable) as caught:
+            await llm.chat(
+                [{"role": "user", "content": "q"}], on_delta=[].append if streamed else None
+            )
+    assert caught.value.status == 502 and caught.value.attempts == 3
+    assert failure_kind(caught.value) == "the model service is unavailable (HTTP 502)"
+    assert len(scripted.requests) == 3
+
+
+@pytest.mark.parametrize(
+    "api_key, content",
+    [("sk-ke\u201cy", "q"), ("test-key", "a lone \ud83d surrogate")],
+    ids=["non-ascii-key", "lone-surrogate"],
+)
+async def test_a_request_that_cannot_be_sent_is_no_format_error(scripted, api_key, content):
+    scripted.body, scripted.content_type = json.dumps(CHAT), "application/json"
+    async with client_of(scripted, api_key) as llm:
+        with pytest.raises(Exception) as caught:
+            await llm.chat([{"role": "user", "content": content}])
+    assert not isinstance(caught.value, LLMNotOpenAIFormat), caught.value
+    assert not scripted.requests
+
+
+@pytest.mark.parametrize("usage_chunk", [
+    {**CHUNK, "choices": None, "usage": USAGE},
+    {key: value for key, value in {**CHUNK, "usage": USAGE}.items() if key != "choices"},
+], ids=["choices-null", "no-choices"])  # fmt: skip
+async def test_a_closing_usage_chunk_without_choices_keeps_the_answer(scripted, usage_chunk):
+    scripted.body, scripted.content_type = events(CHUNK, usage_chunk), "text/event-stream"
+    shown: list[str] = []
+    async with client_of(scripted) as llm:
+        reply = await llm.chat([{"role": "user", "content": "q"}], on_delta=shown.append)
+    assert (reply.content, shown, reply.finish_reason) == ("hi", ["hi"], "stop")
+    assert reply.usage is not None and reply.usage.total_tokens == 4
+
+
+async def test_a_server_that_does_not_stream_gives_its_answer_at_once(scripted):
+    scripted.body, scripted.content_type = json.dumps(CHAT), "application/json"
+    shown: list[str] = []
+    async with client_of(scripted) as llm:
+        reply = await llm.chat([{"role": "user", "content": "q"}], on_delta=shown.append)
+    assert (reply.content, shown, reply.finish_reason) == ("hi", ["hi"], "stop")
+    assert len(scripted.requests) == 1
+
+
+async def test_an_empty_stream_of_no_known_type_is_a_cut(scripted):
+    scripted.body, scripted.content_type = "", "application/octet-stream"
+    async with client_of(scripted) as llm:
+        with pytest.raises(LLMStreamCut) as caught:
+            await llm.chat([{"role": "user", "content": "q"}], on_delta=[].append)
+    assert caught.value.attempts == 3 and len(scripted.requests) == 3
