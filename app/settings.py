@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from bot.errors import ConfigError
 from memory.connection import MAX_CONNECTIONS, redact_url
-from memory.context import DEFAULT_MEMORY_TOKENS
+from memory.context import DEFAULT_MEMORY_TOKENS, MIN_MEMORY_TOKENS
 
 DEFAULT_ARXIV_API_URL = "https://export.arxiv.org/api/query"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what redis-py connects to
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
         300.0, gt=0, validation_alias=env("ARXIVSCOUT_TURN_TIMEOUT")
     )
     memory_tokens: int = Field(
-        DEFAULT_MEMORY_TOKENS, ge=200,
+        DEFAULT_MEMORY_TOKENS, ge=MIN_MEMORY_TOKENS,
         validation_alias=env("ARXIVSCOUT_MEMORY_TOKENS"),
     )  # fmt: skip
     context_window: int | None = Field(

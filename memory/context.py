@@ -103,6 +103,9 @@ class AssembledContext:
 
 
 DEFAULT_MEMORY_TOKENS = 6000
+# The least `memory_tokens` may be: fewer leave the rolling summaries no window, and the context
+# outgrows its budget (ARXIVSCOUT_MEMORY_TOKENS, `eval locomo --budget`).
+MIN_MEMORY_TOKENS = 200
 
 
 @dataclass

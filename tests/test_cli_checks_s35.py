@@ -1,15 +1,20 @@
-"""What `eval locomo` and `memory thread` refuse, and what they print, as a user runs them
-(subprocesses against the test Redis)."""
+"""What `eval locomo`, `memory thread` and `memory usage` refuse, and what they print, as a user
+runs them (subprocesses against the test Redis)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 
+from app.commands.eval_cmd import budget_tokens
 from app.locomo import Outcome, Report
+from app.settings import Settings
+from bot.errors import ConfigError
+from memory.context import MIN_MEMORY_TOKENS
 from memory.scope import Scope
 
 
@@ -63,6 +68,19 @@ def test_eval_locomo_refuses_a_budget_below_the_settings_minimum(cli_env, tiny_l
     assert f"{budget} is too small: at least" in error
 
 
+def test_budget_and_memory_setting_share_one_minimum(monkeypatch):
+    """`--budget` takes what ARXIVSCOUT_MEMORY_TOKENS takes, from one named constant (it was read
+    from the setting's pydantic metadata at import, which a rewritten constraint would break)."""
+    assert budget_tokens(str(MIN_MEMORY_TOKENS)) == MIN_MEMORY_TOKENS
+    with pytest.raises(argparse.ArgumentTypeError, match="too small"):
+        budget_tokens(str(MIN_MEMORY_TOKENS - 1))
+    monkeypatch.setenv("ARXIVSCOUT_MEMORY_TOKENS", str(MIN_MEMORY_TOKENS))
+    assert Settings.from_env().memory_tokens == MIN_MEMORY_TOKENS
+    monkeypatch.setenv("ARXIVSCOUT_MEMORY_TOKENS", str(MIN_MEMORY_TOKENS - 1))
+    with pytest.raises(ConfigError, match="ARXIVSCOUT_MEMORY_TOKENS"):
+        Settings.from_env()
+
+
 def test_p95_is_never_below_p50():
     """Nearest rank: of two questions the slower one, not the faster."""
     report = Report(2000)
@@ -82,3 +100,25 @@ async def test_memory_thread_of_an_unknown_thread_says_so(cli_env, memory, tenan
     assert exported.stderr == shown.stderr
     found = arxivscout(cli_env, "memory", "thread", "t1", "--tenant", tenant)
     assert found.returncode == 0 and "Tell me about quokkas." in found.stdout
+
+
+async def zrevrange_calls(client) -> int:
+    return int((await client.info("commandstats")).get("cmdstat_zrevrange", {}).get("calls", 0))
+
+
+async def test_memory_thread_with_records_reads_no_thread_index(cli_env, memory, tenant, client):
+    """A thread that shows something needs no existence check: the tenant's whole threads
+    index (ZREVRANGE 0 -1) was read on every call."""
+    await memory.conversation.append(Scope(tenant, "t1"), "user", "Tell me about quokkas.")
+    before = await zrevrange_calls(client)
+    found = arxivscout(cli_env, "memory", "thread", "t1", "--tenant", tenant)
+    assert found.returncode == 0 and "Tell me about quokkas." in found.stdout
+    assert await zrevrange_calls(client) == before
+
+
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_memory_usage_refuses_a_top_below_one(cli_env, tenant, top):
+    """0 or less listed every thread (Redis reads a stop of -1 as the end): refused instead."""
+    shown = arxivscout(cli_env, "memory", "usage", "--top", top, "--tenant", tenant)
+    assert shown.returncode == 2 and shown.stdout == ""
+    assert "argument --top" in shown.stderr and "Traceback" not in shown.stderr

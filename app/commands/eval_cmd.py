@@ -20,7 +20,7 @@ from bot.background import BackgroundWork
 from bot.consolidation import Consolidator
 from bot.errors import ConfigError
 from bot.upkeep import Upkeep
-from memory.context import ContextLimits
+from memory.context import MIN_MEMORY_TOKENS, ContextLimits
 from memory.keys import task_stream
 from memory.tasks import TaskStream
 
@@ -44,11 +44,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-MIN_BUDGET: int = next(  # ARXIVSCOUT_MEMORY_TOKENS's own minimum, as app/settings.py sets it
-    rule.ge for rule in Settings.model_fields["memory_tokens"].metadata if hasattr(rule, "ge")
-)
-
-
 def budget_tokens(text: str) -> int:
     """--budget's type: refused with the command's usage below the least ARXIVSCOUT_MEMORY_TOKENS
     may be (fewer leave the rolling summaries no window, and the context outgrows its budget)."""
@@ -56,8 +51,10 @@ def budget_tokens(text: str) -> int:
         tokens = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if tokens < MIN_BUDGET:
-        raise argparse.ArgumentTypeError(f"{tokens} is too small: at least {MIN_BUDGET} tokens")
+    if tokens < MIN_MEMORY_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"{tokens} is too small: at least {MIN_MEMORY_TOKENS} tokens"
+        )
     return tokens
 
 

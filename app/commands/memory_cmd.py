@@ -16,7 +16,6 @@ from app.commands.common import add_json, add_tenant, memory_session, print_json
 from app.commands.turns_cmd import add_usage_parser
 from app.runtime import open_memory
 from app.settings import Settings
-from memory.governance import NotFound
 from memory.governance_tenants import TenantErasures
 from memory.keys import validate_tenant
 from memory.portability import dumps
@@ -79,10 +78,19 @@ async def _thread(memory, args):
         "summaries": [asdict(s) for s in await memory.summaries.for_thread(scope)],
         "tool_logs": [asdict(e) for e in await memory.tool_logs.for_thread(scope)],
     }
-    listed = args.thread_id in dict(await memory.conversation.threads(args.tenant))
-    if not (listed or data["messages"] or data["summaries"] or data["tool_logs"]):
-        raise NotFound("thread", args.thread_id)  # a typo: said as `memory export --thread` does
+    if not (data["messages"] or data["summaries"] or data["tool_logs"]):
+        await _must_exist(memory, args.tenant, args.thread_id)  # a typo, or a thread emptied
     return data
+
+
+async def _must_exist(memory, tenant: str, thread: str) -> None:
+    """`NotFound` for a thread the tenant's memory does not know, by `memory export --thread`'s
+    own check (made before its first record), so both commands agree on what exists."""
+    records = memory.portability.export_thread(tenant, thread)
+    try:
+        await anext(records)
+    finally:
+        await records.aclose()
 
 
 async def _papers(memory, args):

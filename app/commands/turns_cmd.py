@@ -27,10 +27,22 @@ def add_usage_parser(views: argparse._SubParsersAction) -> None:
         "usage", help="model usage (tokens, model and tool calls) per tenant and thread"
     )
     usage.add_argument("--thread", help="only this thread, and each of its turns")
-    usage.add_argument("--top", type=int, default=10, help="threads shown (default 10)")
+    usage.add_argument("--top", type=thread_count, default=10, help="threads shown (default 10)")
     add_tenant(usage)
     add_json(usage)
     usage.set_defaults(handler=run_usage)
+
+
+def thread_count(text: str) -> int:
+    """--top's type: refused with the command's usage below 1 (0 or less would read the whole
+    ranking: Redis takes a stop of -1 as its end)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count} is too small: at least 1 thread")
+    return count
 
 
 async def run_usage(args: argparse.Namespace) -> int:
@@ -46,7 +58,7 @@ async def run_usage(args: argparse.Namespace) -> int:
             threads = [(args.thread, await records.usage(tenant, args.thread))]
             data["turns"] = turn_rows(await records.of_thread(tenant, args.thread))
         else:
-            threads = await records.top_threads(tenant, max(args.top, 0))
+            threads = await records.top_threads(tenant, args.top)
         data["threads"] = [{"thread": thread, **counts} for thread, counts in threads]
     if args.json:
         print_json(data)
