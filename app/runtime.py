@@ -6,6 +6,7 @@ The one place that turns configuration into running parts; everything below gets
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from adapters.discord_files import DiscordFileEnd
 from adapters.shared_files import FileEnd, SharedFiles
@@ -35,6 +36,8 @@ from memory.tokens import encoding_for
 # The first sweep scheduling after a process starts: a bot lives long, a command (`ask`, a test's
 # agent) rarely lives this long and so leaves the sweeps to the bots.
 FIRST_SWEEP_SECONDS = 600.0
+
+Turns = TypeVar("Turns", bound=TurnHandler)
 
 
 def embedded_redis(settings: Settings) -> EmbeddedRedis:
@@ -108,8 +111,9 @@ class AgentRuntime:
     def harness(self) -> Harness:
         return self.agent.harness
 
-    def turns(self) -> TurnHandler:
-        return TurnHandler(self.agent, watches=self.watches, files=self.files)
+    def turns(self, handler: type[Turns] = TurnHandler) -> Turns:  # type: ignore[assignment]
+        """The turns of this agent, taken by `handler` (a TurnHandler of the caller's)."""
+        return handler(self.agent, watches=self.watches, files=self.files)
 
     def _parts(self) -> list[WatchService | SharedFiles | Harness]:
         """The parts with background workers, in the order they are closed."""

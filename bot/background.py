@@ -88,6 +88,11 @@ class BackgroundWork:
         self._preparing = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
+        # The ids submitted here once `track_own` is called (a command that waits for its own
+        # writes: `finish_own`), and those of them whose run failed or was put off here.
+        self._own: set[str] | None = None
+        self._own_tried: set[str] = set()
+        self._spend_cut_short = False  # `cut_short(spend=True)`: their delivery stays spent
 
     @contextlib.contextmanager
     def foreground(self) -> Iterator[None]:
@@ -107,8 +112,16 @@ class BackgroundWork:
         if kind not in self.handlers:
             raise ValueError(f"No handler for background task kind {kind!r}.")
         task_id = await self.stream.add(kind, payload)
+        if self._own is not None:
+            self._own.add(task_id)
         self.start()
         return task_id
+
+    def track_own(self) -> None:
+        """Record the ids of the tasks submitted from now on (a handler's follow-ups too), for
+        `finish_own`. Off by default: a long-lived process would keep them for ever."""
+        if self._own is None:
+            self._own = set()
 
     def handle(self, handlers: Mapping[str, Handler]) -> None:
         """Add handlers (for parts built after this, which queue their tasks through it)."""
@@ -168,6 +181,29 @@ class BackgroundWork:
         while await self.stream.pending_count():
             await asyncio.sleep(DRAIN_POLL)
 
+    def own_ids(self) -> set[str]:
+        """The tasks submitted here since `track_own` not yet seen done by `finish_own`."""
+        return set(self._own or ())
+
+    async def finish_own(self) -> bool:
+        """Wait until the tasks submitted here since `track_own` are done (no longer on the
+        stream), not for the rest of the shared stream (another process's, a task failing for
+        good): True when they are. False at once when every one left failed (or was put off)
+        here and is not running here: it is retried only after claim_idle_ms, not worth a
+        wait. A closing process reads no more: False, it does not wait."""
+        own = self._own or set()
+        while own:
+            if self._closing:
+                return False
+            self.start()
+            asked = set(own)  # those submitted meanwhile are asked about next time
+            own -= asked - await self.stream.present(asked)
+            if own and all(i in self._own_tried and i not in self._held for i in own):
+                return False
+            if own:
+                await asyncio.sleep(DRAIN_POLL)
+        return True
+
     async def stop_reading(self) -> None:
         """The first half of close(): stop reading and hand back the tasks read but not
         started, without waiting for the running batches. A process with several workers
@@ -217,6 +253,31 @@ class BackgroundWork:
                     await self._held.hand_back()
             except Exception:
                 log.warning("background: a cancelled close could not hand back its tasks")
+
+    async def cut_short(self, *, spend: bool = False) -> None:
+        """Close at once, waiting for nothing: stop reading, cancel the consumer and the
+        batches running, and hand back (within a second) the tasks read and not started, with
+        their delivery unspent. The batches cut short are handed back so too, claimable at once
+        (Ctrl-C); with `spend`, their run began and their delivery stays spent: claimed after
+        claim_idle_ms, and dead-lettered in the end should they be cut short every time (a
+        task longer than any command waits, never to be rerun by each command for good)."""
+        self._closing = True
+        self._stop.set()
+        self._spend_cut_short = spend
+        if self._last_waiting:  # not started: unspent
+            self._held.leave_unstarted(self._last_waiting)
+            self._last_waiting.clear()
+        consumers = [t for t in (self._consumer, self._beating) if t]
+        stopping = [*self._tickers, *self._running, *consumers]
+        for task in stopping:
+            task.cancel()
+        await asyncio.gather(*stopping, return_exceptions=True)
+        self._consumer = self._beating = None
+        try:  # bounded: Redis down leaves them pending, claimed later as they are
+            async with asyncio.timeout(1):
+                await self._held.hand_back()
+        except Exception:
+            log.warning("background: a cut short close could not hand back its tasks")
 
     # -- the consumer ----------------------------------------------------------------------------
 
@@ -468,8 +529,9 @@ class BackgroundWork:
         except Exception:  # Redis failed: the tasks stay pending and are claimed again
             log.exception("background %s: could not record the start or the outcome", kind)
         except asyncio.CancelledError:  # cut short by a cancelled close(): handed back by it
-            if self._stop.is_set():  # those still held (not put back, or done, meanwhile)
-                # and not past max_run_ms: a hung batch keeps its delivery spent (`within_run`)
+            # those still held (not put back, or done, meanwhile) and not past max_run_ms: a
+            # hung batch keeps its delivery spent (`within_run`), as all do with `spend`
+            if self._stop.is_set() and not self._spend_cut_short:
                 cut_short = self._held.within_run(tasks)
                 self._held.leave_unstarted(cut_short, ran=True)
                 self._held.release([t for t in tasks if t not in cut_short])
@@ -523,12 +585,14 @@ class BackgroundWork:
         claimed again after `claim_idle_ms`, as a failed task is (no hot loop), however long
         what holds them back lasts. No longer kept alive, which would put the claim off."""
         log.info("background %s: %d tasks put back, tried again later: %s", kind, len(tasks), why)
+        self._own_tried.update(t.id for t in tasks if self._own and t.id in self._own)
         self._held.release(tasks)
         await self.stream.give_back(tasks, idle_ms, ran=True)
 
     async def _failed(self, kind: str, tasks: list[Task], exc: Exception) -> None:
         ids = ", ".join(t.id for t in tasks)
         log.warning("background %s failed for %s: %r", kind, ids, exc, exc_info=exc)
+        self._own_tried.update(t.id for t in tasks if self._own and t.id in self._own)
         # a task on its last delivery runs alone (`_batches`): a failed batch has none
         for task in (t for t in tasks if t.deliveries >= self.max_deliveries):
             await self._spent.give_up(task, exc)

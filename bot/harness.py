@@ -420,6 +420,15 @@ class Harness:
         """Wait for background writes (before shutdown, and in tests)."""
         await self.background.drain()
 
+    async def finish_own(self) -> bool:
+        """Wait for the background writes this process submitted since `track_own` only
+        (bot/background.py `finish_own`): True when they are done."""
+        return await self.background.finish_own()
+
+    async def cut_short(self, *, spend: bool = False) -> None:
+        """Close at once, what runs cut short (bot/background.py `cut_short`)."""
+        await self.background.cut_short(spend=spend)
+
     async def stop_reading(self) -> None:
         """Close's first half (bot/background.py `stop_reading`)."""
         await self.background.stop_reading()

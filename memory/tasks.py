@@ -279,6 +279,18 @@ class TaskStream:
         """Tasks not yet acknowledged, delivered or not (the stream's length, see above)."""
         return int(await self.redis.xlen(self.stream))
 
+    async def present(self, ids: Iterable[str]) -> set[str]:
+        """Those of `ids` still on the stream (not yet acknowledged): one XRANGE each, in one
+        round trip on the one key."""
+        ids = list(ids)
+        if not ids:
+            return set()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.xrange(self.stream, task_id, task_id, count=1)
+            found = await pipe.execute()
+        return {i for i, entries in zip(ids, found, strict=True) if entries}
+
     async def deliveries(self, task_id: str) -> int:
         """How many times the task was delivered; 0 if it is not pending."""
         counts = await self._delivery_counts([task_id], consumer=None)

@@ -16,15 +16,16 @@ from app.runtime import AgentRuntime, open_agent
 from app.settings import Settings
 from bot.turns import Reply, TurnHandler
 from memory.embeddings import EmbeddingError
-from memory.errors import in_passing
+from memory.errors import in_passing, memory_unavailable
 from memory.scope import Scope
 
 log = logging.getLogger(__name__)
 
-# How long `ask` and `chat` wait, once done, for the memory writes still queued (indexing the
-# turn's messages, its entities and workflow, summaries): a terminal runs no worker, so what a
-# command leaves waits for the next one. Long enough for a turn's writes and a small backlog,
-# short enough that a model down (its writes failing, retried) does not hold the terminal long.
+# How long `ask` and `chat` wait, once done, for the memory writes they queued (indexing the
+# turn's messages, its entities and workflow, summaries): what a command leaves at exit is
+# handed back, and nothing runs it until another process (the next command, a bot) claims it.
+# Long enough for a turn's writes, short enough that a slow model does not hold the terminal
+# long (a write failing is not waited for: retried only after claim_idle_ms).
 FINISH_WRITES_SECONDS = 30.0
 FINISHING = "finishing memory writes…"
 LEFT_QUEUED = (
@@ -49,8 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def run_chat(args: argparse.Namespace) -> int:
     thread = terminal_thread(args.thread or f"cli:{uuid.uuid4().hex[:8]}")  # before Redis opens
     runtime = await open_agent(Settings.from_env())
+    runtime.harness.background.track_own()  # its own writes are waited for at the end
     try:
-        turns = TalliedTurns(runtime.turns())
+        turns = runtime.turns(TalliedTurns)
         chat = TerminalChat(turns, Scope.local(thread, args.tenant))
         try:
             status = await chat.run()
@@ -70,9 +72,7 @@ class TalliedTurns(TurnHandler):
     """The chat's turns, each told answered or failed as `ask` tells it (`answered`): a piped
     chat whose every message failed (the model down) exits 1, as `ask` does."""
 
-    def __init__(self, turns: TurnHandler) -> None:
-        super().__init__(turns.agent, watches=turns.watches, files=turns.files)
-        self.answered = self.failed = 0
+    answered = failed = 0
 
     @property
     def all_failed(self) -> bool:
@@ -101,34 +101,43 @@ def answered(reply: Reply) -> bool:
 async def finish_memory_writes(
     runtime: AgentRuntime, seconds: float = FINISH_WRITES_SECONDS
 ) -> None:
-    """Run the queued background tasks (this command's and any left by earlier runs: the
-    whole stream, `Harness.drain`) before the command exits, for at most `seconds`: no worker
-    runs beside a terminal, so a fact said in one thread would otherwise reach no other. Said
-    on stderr only when there is work. Past `seconds`, or on Ctrl-C, what runs is cut short
-    (`cut_short`): every task stays queued for the next run."""
+    """Run this command's background tasks (`track_own`: not the rest of the shared stream,
+    another process's or one failing for good) before it exits, for at most `seconds`: what
+    a command leaves at exit is handed back and nothing runs it until another process does,
+    so a fact said in one thread would reach no other. Said on stderr only when there is
+    work; a write failing here is not waited for (`Harness.finish_own`). Past `seconds`, what
+    runs is cut short, its delivery spent (a task always longer is dead-lettered in the end,
+    not rerun by every command); on Ctrl-C, handed back unspent. Redis gone meanwhile: the
+    writes stay queued, said in the log, and the command ends as its turns decided."""
+    try:
+        if await finish_own(runtime, seconds):
+            return
+        print(LEFT_QUEUED.format(seconds=seconds), file=sys.stderr)
+        await runtime.harness.cut_short(spend=True)
+    except asyncio.CancelledError:  # Ctrl-C: out at once, nothing waited for
+        await runtime.harness.cut_short()
+        raise
+    except Exception as exc:
+        if not memory_unavailable(exc):
+            raise
+        log.warning("memory writes left queued: Redis is unreachable (%r)", exc)
+
+
+async def finish_own(runtime: AgentRuntime, seconds: float) -> bool:
+    """Wait for this command's writes, up to `seconds`: False when the time ran out. Those
+    that failed here stay queued (retried later, not waited for), said in the log only."""
     background = runtime.harness.background
-    if not await background.stream.pending_count():
-        return
+    if not await background.stream.present(background.own_ids()):
+        return True
     print(FINISHING, file=sys.stderr, flush=True)
     try:
         async with asyncio.timeout(seconds):
-            await runtime.harness.drain()
+            if await runtime.harness.finish_own():
+                return True
     except TimeoutError:
-        print(LEFT_QUEUED.format(seconds=seconds), file=sys.stderr)
-        await cut_short(runtime)
-    except asyncio.CancelledError:  # Ctrl-C: out at once, nothing waited for
-        await cut_short(runtime)
-        raise
-
-
-async def cut_short(runtime: AgentRuntime) -> None:
-    """Close the background work cancelled (bot/background.py `close`): the batches running
-    are cut short and, with those read and not started, handed back with their delivery
-    unspent, claimable at once by the next run, instead of waited for (a model call each)."""
-    closing = asyncio.create_task(runtime.harness.close())
-    await asyncio.sleep(0)  # it starts: a task cancelled before it runs skips its hand-back
-    closing.cancel()
-    await asyncio.gather(closing, return_exceptions=True)
+        return False
+    log.info("memory writes that failed here stay queued, tried again by a later run")
+    return True
 
 
 def continue_command(args: argparse.Namespace, thread: str) -> str:
@@ -141,6 +150,7 @@ async def run_ask(args: argparse.Namespace) -> int:
     scope = Scope.local(terminal_thread(args.thread), args.tenant)
     try:
         runtime = await open_agent(Settings.from_env())  # embeds the tools' descriptions
+        runtime.harness.background.track_own()  # its own writes are waited for at the end
         try:
             reply = await runtime.turns().handle(scope, args.question)
             print(reply.text, flush=True)  # shown before the memory writes are waited for
