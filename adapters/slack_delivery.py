@@ -37,6 +37,7 @@ from adapters.spine import (
     Platform,
     Status,
     feedback_turn,
+    may_run_again,
 )
 from adapters.text import link_arxiv, split_message
 from bot.agent import AgentEvent
@@ -212,8 +213,7 @@ class SlackStatus(Status):
         self.channel: str = job.reply["channel"]
         self.thread_ts: str | None = platform.where(job).get("thread_ts")
         self.ts = ts  # None: the channel is closed to the bot, answers go to response_url
-        self.streaming = streaming  # `ts` is a chat stream still open
-        self.stream = streaming  # `ts` was started as a stream: stopped before its final edit
+        self.streaming = streaming  # `ts` is a chat stream still open: stopped before its edit
         self.streamed: list[str] = []
         self._appended = 0  # characters of the answer appended to the stream
         self._last_update = time.monotonic()
@@ -273,11 +273,11 @@ class SlackStatus(Status):
 
     async def finish(self, text: str, turn: str = "") -> None:
         """Replace the placeholder with `text` (an answer's first part, or a notice): stop the
-        stream (failing in passing, raised: the job runs again), edit the message; if it is
-        gone, post `text` anew and follow that message.
+        stream (failing in passing, raised while the job may run again), edit the message; if
+        it is gone (or still streaming), post `text` anew and follow that message.
         `turn`: the answer's turn id, for its feedback buttons (when this is its last part)."""
         body = with_feedback(markdown(text), turn)
-        if self.stream:  # raised in passing: a run again stops it (`_show_working`)
+        if self.streaming:  # raised in passing: a run again stops it (`_show_working`)
             await self.platform.stop_stream(self.channel, self.ts)
             self.streaming = self.job.progress["stream"] = False
         if self._status_shown:
@@ -301,7 +301,7 @@ class SlackStatus(Status):
             if wait is not None:
                 self._quiet_until = time.monotonic() + wait
             elif slack_error(exc) in STREAM_ENDED:  # Slack closes idle streams: edited instead
-                self.streaming = False
+                self.streaming = self.job.progress["stream"] = False
             log.info("update skipped in %s: %s", self.channel, slack_error(exc))
             return False
         except NETWORK as exc:
@@ -387,16 +387,18 @@ class SlackPlatform(Platform):
 
     async def stop_stream(self, channel: str, ts: str) -> None:
         """Stop the streamed message `ts`, else it stays "streaming" with part of the answer,
-        and refuses every edit. Failing in passing, raised: the job runs again and stops it.
-        A stream Slack ended already (STREAM_ENDED) is stopped; any other refusal (the
-        message gone) is met by the edit that follows."""
+        and refuses every edit. Failing in passing, raised while the job may run again (that
+        run stops it); on its last run, logged: the answer is posted anew (a duplicate beats
+        an answer lost). A stream Slack ended already (STREAM_ENDED) is stopped; any other
+        refusal (the message gone) is met by the edit that follows."""
         try:
             await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
-        except SlackApiError as exc:
-            if self.passing(exc):
+        except (SlackApiError, *NETWORK) as exc:
+            if self.passing(exc) and may_run_again.get():
                 raise
-            if slack_error(exc) not in STREAM_ENDED:
-                log.info("stream %s in %s not stopped: %s", ts, channel, slack_error(exc))
+            error = slack_error(exc) if isinstance(exc, SlackApiError) else repr(exc)
+            if error not in STREAM_ENDED:
+                log.info("stream %s in %s not stopped: %s", ts, channel, error)
 
     async def _stream(self, job: Job) -> SlackStatus | None:
         """A streamed reply, where the workspace has streaming; None to post a placeholder."""

@@ -23,6 +23,7 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -174,6 +175,12 @@ class Job:
         data = json.loads(raw)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**{**known, "scope": Scope.from_dict(data["scope"])})
+
+
+# whether the job this task runs (`Pipeline.run`) may run again: on its last run a platform
+# failing in passing where it can go on (Slack: a stream it could not stop) goes on, the
+# answer shown as it can be, rather than raise and have the person told it gave up
+may_run_again: ContextVar[bool] = ContextVar("may_run_again", default=False)
 
 
 class Status:
@@ -418,6 +425,7 @@ class Pipeline:
             save is not None and _counted(job) <= MAX_ATTEMPTS and _passed(job) < len(RETRY_BACKOFF)
         )
         save = save or _nothing
+        running = may_run_again.set(again)
         try:
             await self._run(job, save, again)
         except asyncio.CancelledError:  # a shutdown hands it back: this run is not counted
@@ -447,6 +455,8 @@ class Pipeline:
                 await self._notice(job, await self._gave_up(job))
             elif self.platform.refused(exc) and not job.progress.get("sent"):
                 await self._notice(job, NOT_SHOWN)
+        finally:
+            may_run_again.reset(running)
         try:  # whatever the platform did: the turn (or a run before it) may have stored it
             await self._caught_up(job, save)
         except Exception as exc:
