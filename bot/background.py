@@ -243,16 +243,7 @@ class BackgroundWork:
             await self._held.hand_back()  # any batch that saw the stop only now
         finally:  # the batches in hand are done, or cut short with the close (cancelled, maybe
             # before it awaited them): none runs on unkept, claimed elsewhere and run twice
-            stopping = [*self._running, *(t for t in (self._consumer, self._beating) if t)]
-            for task in stopping:
-                task.cancel()
-            await asyncio.gather(*stopping, return_exceptions=True)
-            self._consumer = self._beating = None
-            try:  # what they held (nothing, unless cancelled): bounded, never over the cancel
-                async with asyncio.timeout(1):
-                    await self._held.hand_back()
-            except Exception:
-                log.warning("background: a cancelled close could not hand back its tasks")
+            await self._cut_running()
 
     async def cut_short(self, *, spend: bool = False) -> None:
         """Close at once, waiting for nothing: stop reading, cancel the consumer and the
@@ -267,13 +258,18 @@ class BackgroundWork:
         if self._last_waiting:  # not started: unspent
             self._held.leave_unstarted(self._last_waiting)
             self._last_waiting.clear()
-        consumers = [t for t in (self._consumer, self._beating) if t]
-        stopping = [*self._tickers, *self._running, *consumers]
+        await self._cut_running(self._tickers)
+
+    async def _cut_running(self, also: Iterable[asyncio.Task] = ()) -> None:
+        """Cancel the batches running, the consumer and the keep-alive (and `also`), then hand
+        back what they held (nothing, unless cut short): bounded to a second, never over a
+        cancel; Redis down leaves them pending, claimed later as they are."""
+        stopping = [*also, *self._running, *(t for t in (self._consumer, self._beating) if t)]
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
         self._consumer = self._beating = None
-        try:  # bounded: Redis down leaves them pending, claimed later as they are
+        try:
             async with asyncio.timeout(1):
                 await self._held.hand_back()
         except Exception:
