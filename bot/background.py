@@ -181,9 +181,13 @@ class BackgroundWork:
         while await self.stream.pending_count():
             await asyncio.sleep(DRAIN_POLL)
 
-    def own_ids(self) -> set[str]:
-        """The tasks submitted here since `track_own` not yet seen done by `finish_own`."""
-        return set(self._own or ())
+    async def own_left(self) -> bool:
+        """Whether a task submitted here since `track_own` is still on the stream; those
+        done are forgotten here, so `finish_own` asks only about the rest."""
+        own = self._own or set()  # the tracked set itself: what is done leaves it
+        asked = set(own)  # those submitted meanwhile are not taken for done
+        own -= asked - await self.stream.present(asked)
+        return bool(own)
 
     async def finish_own(self) -> bool:
         """Wait until the tasks submitted here since `track_own` are done (no longer on the

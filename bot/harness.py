@@ -420,6 +420,15 @@ class Harness:
         """Wait for background writes (before shutdown, and in tests)."""
         await self.background.drain()
 
+    def track_own(self) -> None:
+        """From now on, remember the background writes this process submits, so that a
+        command can wait for its own before it exits (bot/background.py `track_own`)."""
+        self.background.track_own()
+
+    async def own_left(self) -> bool:
+        """Whether a write tracked since `track_own` is still queued or running."""
+        return await self.background.own_left()
+
     async def finish_own(self) -> bool:
         """Wait for the background writes this process submitted since `track_own` only
         (bot/background.py `finish_own`): True when they are done."""

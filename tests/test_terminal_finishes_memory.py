@@ -242,6 +242,29 @@ async def test_an_own_write_that_failed_here_is_not_waited_for(stream):
         await work.close()
 
 
+async def test_own_left_says_whether_an_own_write_is_still_queued(stream):
+    """What a command checks before it says "finishing…": its own tasks only, true while one
+    is queued or running, false once each is done; another's queued task does not count."""
+    release = asyncio.Event()
+
+    async def waits(payloads: list[dict]) -> None:
+        await release.wait()
+
+    work = BackgroundWork(stream, {"waits": waits}, claim_idle_ms=NEVER_MS, block_ms=100)
+    await stream.add("waits", {"someone": "else"})  # not ours: queued before track_own
+    work.track_own()
+    try:
+        assert await work.own_left() is False  # nothing submitted here yet
+        await work.submit("waits", {"n": 0})
+        assert await work.own_left() is True
+        release.set()
+        async with asyncio.timeout(EXIT_SECONDS):
+            assert await work.finish_own() is True
+        assert await work.own_left() is False
+    finally:
+        await work.close()
+
+
 @pytest.mark.parametrize("spend", [True, False])
 async def test_cut_short_spends_the_running_delivery_only_when_told(stream, spend):
     """The timeout cuts short a write longer than any command waits with its delivery spent

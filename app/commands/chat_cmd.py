@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def run_chat(args: argparse.Namespace) -> int:
     thread = terminal_thread(args.thread or f"cli:{uuid.uuid4().hex[:8]}")  # before Redis opens
     runtime = await open_agent(Settings.from_env())
-    runtime.harness.background.track_own()  # its own writes are waited for at the end
+    runtime.harness.track_own()  # its own writes are waited for at the end
     try:
         turns = runtime.turns(TalliedTurns)
         chat = TerminalChat(turns, Scope.local(thread, args.tenant))
@@ -126,8 +126,7 @@ async def finish_memory_writes(
 async def finish_own(runtime: AgentRuntime, seconds: float) -> bool:
     """Wait for this command's writes, up to `seconds`: False when the time ran out. Those
     that failed here stay queued (retried later, not waited for), said in the log only."""
-    background = runtime.harness.background
-    if not await background.stream.present(background.own_ids()):
+    if not await runtime.harness.own_left():
         return True
     print(FINISHING, file=sys.stderr, flush=True)
     try:
@@ -150,7 +149,7 @@ async def run_ask(args: argparse.Namespace) -> int:
     scope = Scope.local(terminal_thread(args.thread), args.tenant)
     try:
         runtime = await open_agent(Settings.from_env())  # embeds the tools' descriptions
-        runtime.harness.background.track_own()  # its own writes are waited for at the end
+        runtime.harness.track_own()  # its own writes are waited for at the end
         try:
             reply = await runtime.turns().handle(scope, args.question)
             print(reply.text, flush=True)  # shown before the memory writes are waited for
