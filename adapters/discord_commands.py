@@ -3,7 +3,7 @@
 - `/summarize`: in a thread the bot answers in (it opened it, or was mentioned there) or a DM,
   the conversation is summarized into memory; elsewhere, an ephemeral word on where it works.
 - `/expand <summary_id>`: a summary and the messages it covers, anywhere in the server or a DM
-  (an id naming none: only to the person, as on Slack).
+  (an id naming none, or an error: only to the person, as on Slack, however long it took).
 - `/memory`: an ephemeral signed link to the memory page, for that person in that server (the
   tenant, as for their messages), or for their DMs' memory in a DM.
 
@@ -128,25 +128,30 @@ class DiscordCommands:
         await self._followup(interaction, answer, "/summarize")
 
     async def expand(self, interaction: discord.Interaction, summary_id: str) -> None:
-        """A summary is shown to the channel; no summary (an id naming none here, the usage),
-        when said within EXPAND_WITHIN_SECONDS, only to the person, as Slack answers /expand:
-        a long id typed floods no channel. Else (an error too) the answer follows a
-        "thinking…" deferred before Discord's 3 s are up."""
+        """A summary is shown to the channel; anything else (an id naming none here, the
+        usage, an error) only to the person, as Slack answers /expand: the channel is not told
+        what someone tried to expand, and a long id typed floods no channel. Said within
+        EXPAND_WITHIN_SECONDS it is answered at once; else a "thinking…" deferred before
+        Discord's 3 s are up takes a summary, and makes way for a miss (`_tell_privately`)."""
         work = asyncio.ensure_future(self._expanded(interaction, summary_id))
         done, _ = await asyncio.wait({work}, timeout=EXPAND_WITHIN_SECONDS)
         deferred = False
         try:
-            missed = work in done and not work.exception() and not SUMMARY_ID.match(work.result())
-            if missed:
-                await interaction.response.send_message(work.result(), ephemeral=True)
-                return
-            await interaction.response.defer(thinking=True)
-            deferred = True
+            if not done:
+                await interaction.response.defer(thinking=True)
+                deferred = True
             answer = await work
         except Exception as exc:
             work.cancel()  # the defer refused: its answer would show nowhere
-            await self._failed(interaction, "/expand", exc, deferred)
+            answer = command_failure("/expand", exc)
+        if not SUMMARY_ID.match(answer):
+            if deferred:
+                await self._tell_privately(interaction, answer, "/expand")
+            else:
+                await interaction.response.send_message(answer, ephemeral=True)
             return
+        if not deferred:
+            await interaction.response.defer(thinking=True)
         await self._followup(interaction, answer, "/expand")
 
     async def _expanded(self, interaction: discord.Interaction, summary_id: str) -> str:
@@ -206,6 +211,24 @@ class DiscordCommands:
         if interaction.guild_id is None:
             return tenant, f"discord:dm:{interaction.channel_id}", interaction.user
         return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
+
+    @staticmethod
+    async def _tell_privately(interaction: discord.Interaction, text: str, command: str) -> None:
+        """An answer only for the person after a "thinking…" the channel sees: a follow-up
+        takes that response's visibility while it stands, so it is deleted first and the
+        answer then sent on its own, ephemeral. Not deleted, the answer is not sent (the
+        channel must not read it): logged instead."""
+        try:
+            await interaction.delete_original_response()
+        except Exception as exc:
+            log.warning("%s: its public thinking could not be removed: %r", command, exc)
+            return
+        for part in split_for_delivery(text, DISCORD_LIMIT):
+            try:
+                await interaction.followup.send(part, ephemeral=True)
+            except Exception as exc:
+                log.warning("%s: its answer to the person not sent: %r", command, exc)
+                return
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str, command: str) -> None:
