@@ -6,7 +6,9 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   with no question (sent too early) gets a hint once, and nothing is queued: in a channel or
   thread, its thread is joined (a reply there is answered), and its edit that adds the
   question (Slack's `app_mention` again) is answered as a new mention (Slack sends no
-  `app_mention` for a DM's edit).
+  `app_mention` for a DM's edit). Files shared with the bot where they are not read (no file
+  service in this process: adapters/slack_files.py) leave their message an ordinary question;
+  with no question, the person is told once that files are not read here (FILES_UNREAD).
 - Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
   slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
   may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
@@ -77,7 +79,7 @@ from adapters.slack_delivery import (
     markdown,
 )
 from adapters.slack_feedback import SlackFeedback
-from adapters.slack_files import SlackFiles, slack_reply
+from adapters.slack_files import FILES_UNREAD, SlackFiles, slack_reply
 from adapters.slack_home import BUTTON_ACTION, SlackHome
 from adapters.slack_summarize import (
     CLAIM_IDLE_MS,
@@ -332,12 +334,12 @@ class SlackAdapter:
         return None
 
     async def on_mention(self, body: dict, event: dict, request: AsyncBoltRequest) -> None:
-        if event.get("files"):  # its `message` event takes it (adapters/slack_files.py); an
-            if event.get("edited") and not await self._taken(slack_team(body), event):
-                await self.files.take(body, event)  # an edit that adds the mention: taken once
-            return
+        if event.get("files") and not event.get("edited"):
+            return  # its `message` event takes it: its files, or its text if they are not read
         if event.get("edited") and await self._taken(slack_team(body), event):
             return  # Slack's `app_mention` again for an edit: `on_edited` follows the edit
+        if event.get("files") and await self.files.take(body, event):
+            return  # an edit that adds the mention to a file share: taken once
         await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
 
     async def _taken(self, team: str, event: dict) -> bool:
@@ -359,11 +361,17 @@ class SlackAdapter:
             return await self.on_edited(body, event, edited)
         if event.get("files") and await self.files.take(body, event, not slack_retry(request)):
             return  # files and text (adapters/slack_files.py)
-        if not event.get("text", "").strip():
+        in_dm = event.get("channel_type") == "im"
+        mentioned = f"<@{self.bot_user_id}>" in event.get("text", "")
+        # files addressed to the bot and not taken (not read here): their text is the question
+        unread = bool(event.get("files")) and (in_dm or mentioned)
+        if not event.get("text", "").strip() and not unread:
             return  # files not for the bot, and no text
-        if event.get("channel_type") == "im":  # Slack sends no app_mention in DMs
+        if in_dm:  # Slack sends no app_mention in DMs
             await self._queue_turn(body, event, event.get("thread_ts") or DM, request)
-        elif f"<@{self.bot_user_id}>" in event.get("text", ""):
+        elif unread:  # its `app_mention` (if Slack sends one) leaves a file share to this event
+            await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
+        elif mentioned:
             return  # arrives as app_mention too
         elif event.get("thread_ts") and await self.joined(
             slack_team(body), event["channel"], event["thread_ts"]
@@ -570,14 +578,15 @@ class SlackAdapter:
     async def _queue_turn(
         self, body: dict, event: dict, thread_ts: str, request: AsyncBoltRequest
     ) -> None:
-        """Queue a question (a bare mention gets a hint instead); memory down raises
-        MemoryUnavailable (so Slack gets a 503 and sends the event again), telling the person
-        on the first delivery only."""
+        """Queue a question (a bare mention gets a hint instead; one with files not read
+        here, FILES_UNREAD); memory down raises MemoryUnavailable (so Slack gets a 503 and
+        sends the event again), telling the person on the first delivery only."""
         team = slack_team(body)
-        text = slack_question(event["text"], self.bot_user_id)
+        text = slack_question(event.get("text", ""), self.bot_user_id)
         if not text:  # a bare mention: a hint, and no turn, so its `channel:ts` event id stays
             # free for the edit that adds the question (Slack's `app_mention` again)
-            self._hold(asyncio.create_task(self._hint(team, event, thread_ts)))
+            hint = FILES_UNREAD if event.get("files") else None
+            self._hold(asyncio.create_task(self._hint(team, event, thread_ts, hint)))
             return
         await self._join_early(Scope(team, thread_id(team, event["channel"], thread_ts)))
         scope = await self.event_scope(team, event, thread_ts)
@@ -592,11 +601,12 @@ class SlackAdapter:
         with unavailable_raised():
             await self.presence.join(scope, reference=thread_ts)
 
-    async def _hint(self, team: str, event: dict, thread_ts: str) -> None:
+    async def _hint(self, team: str, event: dict, thread_ts: str, hint: str | None = None) -> None:
         """A bare mention: outside DMs its thread is joined (a reply there without a mention
-        is the question), then the hint is said once per message, whichever process or
-        delivery claims it first (an edit is not hinted again). Best effort: memory down
-        leaves the thread unjoined, or the hint unsaid (logged)."""
+        is the question), then the hint (`hint`, else EMPTY_DM or EMPTY_MENTION) is said once
+        per message, whichever process or delivery claims it first (an edit is not hinted
+        again). Best effort: memory down leaves the thread unjoined, or the hint unsaid
+        (logged)."""
         in_dm = slack_in_dm(event)
         if not in_dm:
             try:
@@ -606,15 +616,15 @@ class SlackAdapter:
                             exc_info=True)  # fmt: skip
         if event.get("edited"):
             return
-        hint = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
+        claim = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
         try:
-            if not await self.handler.memory.events.first_time(team, hint):
+            if not await self.handler.memory.events.first_time(team, claim):
                 return
         except Exception:
             log.warning("no hint for a bare mention in %s", event["channel"],
                         exc_info=True)  # fmt: skip
             return
-        await self._tell(team, event, thread_ts, EMPTY_DM if in_dm else EMPTY_MENTION)
+        await self._tell(team, event, thread_ts, hint or (EMPTY_DM if in_dm else EMPTY_MENTION))
 
     async def tell_not_taken(self, team: str, event: dict, thread_ts: str) -> None:
         """Tell the person their message could not be queued (memory down), where it would

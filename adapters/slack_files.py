@@ -8,7 +8,9 @@
   Its text, if any, is queued as a turn once the files are read, so the question sees them
   (with a note naming the PDFs saved: adapters/shared_files.py `shared_with`).
   Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
-  slackapi/bolt-python#925), so the `message` event alone takes it.
+  slackapi/bolt-python#925), so the `message` event alone takes it. Where files are not read
+  (no file service for Slack in this process), nothing is taken: the adapter answers the
+  message's text as any question, or, with none, says FILES_UNREAD (adapters/slack.py).
 - The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details
   (Slack unreachable, or busy, is a FetchError that may pass: the task runs again),
   the download from `url_private_download` with the bot token (scope `files:read`; without it
@@ -45,6 +47,11 @@ PASSING_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unava
                   "request_timeout"}  # fmt: skip
 # Slack's API host -> the host it serves files from (`url_private_download`) to the bot token
 SLACK_FILE_HOSTS = {"slack.com": "files.slack.com", "slack-gov.com": "files.slack-gov.com"}
+# a file shared with the bot, and no question, where files are not read (no file service)
+FILES_UNREAD = (
+    "I cannot read shared files in this deployment. Ask me your question in words — for "
+    "example: `find papers on retrieval-augmented generation`."
+)
 
 
 def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, Any]:
