@@ -3,7 +3,9 @@
 - Answers stream (chat.startStream/appendStream/stopStream, status via setStatus) where the
   workspace has them, else a placeholder is edited at most once a second; a 429 skips updates
   until its Retry-After, and the final answer waits it out. A stream stays one until Slack
-  says it ended (STREAM_ENDED): an append failing in passing is tried again with the next.
+  says it ended (STREAM_ENDED): an append failing in passing is tried again with the next, one
+  refused for good is not (the final edit shows the answer); a stream the person stopped
+  (STOPPED_BY_USER) shows nothing more (the answer is stored all the same).
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
 - Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
   the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
@@ -85,7 +87,8 @@ UNSHOWABLE = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_bl
 NETWORK = (aiohttp.ClientError, TimeoutError)  # no answer from Slack at all
 # Slack's answer to chat.appendStream/stopStream once a message no longer streams (it ends an
 # idle or old stream; the person stopped it): the one error that ends a stream for us
-STREAM_ENDED = {"message_not_in_streaming_state", "stopped_by_user"}
+STOPPED_BY_USER = "stopped_by_user"
+STREAM_ENDED = {"message_not_in_streaming_state", STOPPED_BY_USER}
 
 
 def markdown(text: str) -> dict[str, Any]:
@@ -214,6 +217,8 @@ class SlackStatus(Status):
         self.thread_ts: str | None = platform.where(job).get("thread_ts")
         self.ts = ts  # None: the channel is closed to the bot, answers go to response_url
         self.streaming = streaming  # `ts` is a chat stream still open: stopped before its edit
+        self.refused = False  # Slack refused an append for good: no update until the final edit
+        self.stopped = False  # the person stopped the stream: nothing more is shown
         self.streamed: list[str] = []
         self._appended = 0  # characters of the answer appended to the stream
         self._last_update = time.monotonic()
@@ -233,7 +238,9 @@ class SlackStatus(Status):
     async def delta(self, piece: str) -> None:
         self.streamed.append(piece)
         now = time.monotonic()
-        if self.ts is None or now - self._last_update < self.platform.update_every:
+        if self.ts is None or self.refused or self.stopped:
+            return
+        if now - self._last_update < self.platform.update_every:
             return
         if now < self._quiet_until:
             return
@@ -275,13 +282,18 @@ class SlackStatus(Status):
         """Replace the placeholder with `text` (an answer's first part, or a notice): stop the
         stream (failing in passing, raised while the job may run again), edit the message; if
         it is gone (or still streaming), post `text` anew and follow that message.
-        `turn`: the answer's turn id, for its feedback buttons (when this is its last part)."""
+        `turn`: the answer's turn id, for its feedback buttons (when this is its last part).
+        A stream the person stopped is left as they stopped it: neither edited nor posted anew."""
         body = with_feedback(markdown(text), turn)
         if self.streaming:  # raised in passing: a run again stops it (`_show_working`)
-            await self.platform.stop_stream(self.channel, self.ts)
+            ended = await self.platform.stop_stream(self.channel, self.ts)
             self.streaming = self.job.progress["stream"] = False
+            self.stopped = self.stopped or ended == STOPPED_BY_USER
         if self._status_shown:
             await self.set_status("")
+        if self.stopped:
+            log.info("stream %s in %s stopped by the person; not edited", self.ts, self.channel)
+            return
         try:
             await delivered_or_plain(
                 self.client.chat_update, body, channel=self.channel, ts=self.ts
@@ -302,6 +314,9 @@ class SlackStatus(Status):
                 self._quiet_until = time.monotonic() + wait
             elif slack_error(exc) in STREAM_ENDED:  # Slack closes idle streams: edited instead
                 self.streaming = self.job.progress["stream"] = False
+                self.stopped = slack_error(exc) == STOPPED_BY_USER  # the person: left as it is
+            elif self.streaming and self.platform.refused(exc):  # an append, never taken
+                self.refused = True
             log.info("update skipped in %s: %s", self.channel, slack_error(exc))
             return False
         except NETWORK as exc:
@@ -385,12 +400,13 @@ class SlackPlatform(Platform):
         await status.set_status("is thinking…" if job.kind == "turn" else "is summarizing…")
         return status
 
-    async def stop_stream(self, channel: str, ts: str) -> None:
+    async def stop_stream(self, channel: str, ts: str) -> str:
         """Stop the streamed message `ts`, else it stays "streaming" with part of the answer,
         and refuses every edit. Failing in passing, raised while the job may run again (that
         run stops it); on its last run, logged: the answer is posted anew (a duplicate beats
         an answer lost). A stream Slack ended already (STREAM_ENDED) is stopped; any other
-        refusal (the message gone) is met by the edit that follows."""
+        refusal (the message gone) is met by the edit that follows. Slack's refusal is
+        returned ("" when stopped): STOPPED_BY_USER says the person stopped it first."""
         try:
             await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
         except (SlackApiError, *NETWORK) as exc:
@@ -399,6 +415,8 @@ class SlackPlatform(Platform):
             error = slack_error(exc) if isinstance(exc, SlackApiError) else repr(exc)
             if error not in STREAM_ENDED:
                 log.info("stream %s in %s not stopped: %s", ts, channel, error)
+            return error
+        return ""
 
     async def _stream(self, job: Job) -> SlackStatus | None:
         """A streamed reply, where the workspace has streaming; None to post a placeholder."""
@@ -489,7 +507,7 @@ class SlackPlatform(Platform):
         try:
             if index == 0:
                 await status.finish(part, turn)
-            else:
+            elif not status.stopped:  # the person stopped the stream: no more parts either
                 await self.post(job, index, with_feedback(markdown(part), turn))
         except SlackApiError as exc:
             if self.passing(exc) or not job.reply.get("response_url"):
