@@ -57,6 +57,7 @@ RETRIED_STATUSES = (429, 503)  # arXiv busy: the `arxiv` client tries again
 MAX_RETRY_AFTER = 5.0  # seconds a request may wait for a Retry-After; longer is a failure now
 RATE_LIMITED = "arXiv is rate limiting requests; try again in a minute."
 UNREADABLE = "arXiv sent an unreadable answer; try again in a minute."
+_WITHDRAWN = re.compile(r"withdrawn", re.I)  # in an entry's comment: a withdrawn version
 
 
 def blocked_message(status: int, seconds: float) -> str:
@@ -212,6 +213,26 @@ class ArxivHit:
     paper: Paper
     pdf_url: str
     version: str = ""  # the version arXiv answered with, e.g. "v2"
+    comment: str = ""  # the entry's comment, e.g. "This paper has been withdrawn by the author"
+
+    @property
+    def withdrawn(self) -> bool:
+        """Whether the entry's comment says this version was withdrawn (arXiv keeps no PDF of
+        a withdrawal)."""
+        return bool(_WITHDRAWN.search(self.comment))
+
+    def no_pdf_reason(self) -> str:
+        """What to tell the user when arXiv has no PDF of this version (HTTP 404) and its entry
+        says why: a withdrawn version, and an earlier one to ask for if there is one. ""
+        when the entry says nothing: the download's own message stands."""
+        if not self.withdrawn:
+            return ""
+        base = self.paper.arxiv_id
+        reason = f"arXiv {base}{self.version} was withdrawn (it has no PDF)"
+        number = int(self.version[1:]) if self.version[1:].isdigit() else 0
+        if number > 1:
+            reason += f"; ask for an earlier version, e.g. {base}v{number - 1}"
+        return reason
 
 
 def _one_line(text: str) -> str:
@@ -445,7 +466,8 @@ class ArxivSource:
                 short_id = result.get_short_id()
                 pdf_url = result.pdf_url or f"https://arxiv.org/pdf/{short_id}"
                 version = short_id[len(base_arxiv_id(short_id)) :]
-                out[arxiv_id] = ArxivHit(result_to_paper(result), pdf_url, version)
+                paper = result_to_paper(result)
+                out[arxiv_id] = ArxivHit(paper, pdf_url, version, result.comment or "")
         return out
 
     def search_sync(self, query: str, max_results: int = 10) -> list[Candidate]:
@@ -469,8 +491,10 @@ class ArxivSource:
         )
         return [_candidate(result) for result in self._results(search)]
 
-    def download_sync(self, url: str) -> bytes:
-        """A PDF's bytes; IngestError for HTTP errors, oversize, cut off or non-PDF answers."""
+    def download_sync(self, url: str, not_found: str = "") -> bytes:
+        """A PDF's bytes; IngestError for HTTP errors, oversize, cut off or non-PDF answers.
+        `not_found`: what to say for a 404 instead of the bare status, when the caller knows
+        why there is no PDF (`ArxivHit.no_pdf_reason`)."""
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
             # the shared slot, taken once this process's turn has come, and released once a
@@ -487,6 +511,8 @@ class ArxivSource:
         except urllib.error.HTTPError as exc:
             if exc.code in RETRIED_STATUSES:
                 raise IngestError(_busy_message(exc.code)) from exc
+            if exc.code == 404 and not_found:
+                raise IngestError(not_found) from exc
             raise IngestError(f"Downloading {url} failed: HTTP {exc.code}") from exc
         except http.client.IncompleteRead as exc:  # a chunked body that stopped early
             raise IngestError(_cut_off(url)) from exc
@@ -524,5 +550,5 @@ class ArxivSource:
             self.submitted_sync, query, since, until, categories, authors, max_results
         )
 
-    async def download_pdf(self, url: str) -> bytes:
-        return await self._in_thread(self.download_sync, url)
+    async def download_pdf(self, url: str, not_found: str = "") -> bytes:
+        return await self._in_thread(self.download_sync, url, not_found)

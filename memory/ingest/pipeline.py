@@ -214,7 +214,7 @@ class _Ingestor:
             try:
                 if isinstance(hit, IngestError):
                     raise hit
-                data = await arxiv.download_pdf(hit.pdf_url)
+                data = await arxiv.download_pdf(hit.pdf_url, hit.no_pdf_reason())
                 text = await read_pdf_in_child(data, f"arXiv {arxiv_id} PDF", MAX_PDF_PAGES)
                 abstract = [("Abstract", hit.paper.abstract)] if hit.paper.abstract else []
                 await self.store(

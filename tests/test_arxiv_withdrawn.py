@@ -1,0 +1,89 @@
+"""A withdrawn arXiv version (its entry's comment says so; arXiv keeps no PDF of it) is said as
+withdrawn, with an earlier version to ask for, not as a bare HTTP 404 of its PDF link."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from memory.embeddings import CachedEmbedder
+from memory.ingest.arxiv_source import ArxivSource, RateLimiter
+from memory.ingest.errors import IngestError
+from memory.ingest.pipeline import fetch_and_save, ingest
+from memory.scope import Scope
+from memory.stores.knowledge_base import KnowledgeBase
+from memory.tokens import encoding_for
+from tests.support.arxiv_replay import ArxivReplay, AtomEntry
+from tests.support.pdfs import make_pdf
+
+WITHDRAWN = "This paper has been withdrawn by the author due to an error in Lemma 2"
+
+
+def entry(arxiv_id: str, version: int, comment: str = "") -> AtomEntry:
+    return AtomEntry(
+        arxiv_id=arxiv_id, title=f"Paper {arxiv_id}", summary="An abstract.", authors=["A. Author"],
+        published="2024-01-02T10:00:00Z", version=version, comment=comment,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def replay():
+    server = ArxivReplay().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def source(replay) -> ArxivSource:
+    return ArxivSource(replay.api_url, delay_seconds=0.0, limiter=RateLimiter())
+
+
+@pytest.fixture
+async def kb(redis_url, local_embedder, tenant):
+    client = Redis.from_url(redis_url)
+    store = KnowledgeBase(client, CachedEmbedder(local_embedder, client))
+    await store.open()
+    yield store
+    await store.drop_tenant(tenant)
+    await client.aclose()
+
+
+@pytest.fixture
+def enc():
+    return encoding_for("gpt-5-mini")
+
+
+async def test_a_withdrawn_latest_version_names_an_earlier_one(replay, source, kb, enc, tenant):
+    """The latest version, v3, is a withdrawal with no PDF: the user is told so and which
+    version to ask for instead; nothing is stored."""
+    replay.add_entry(entry("2401.01234", 3, WITHDRAWN))  # no PDF: arXiv has none of v3
+
+    with pytest.raises(IngestError) as caught:
+        await fetch_and_save("2401.01234", Scope(tenant), kb, kb.embedder, enc, source)
+
+    assert str(caught.value) == (
+        "arXiv 2401.01234v3 was withdrawn (it has no PDF); "
+        "ask for an earlier version, e.g. 2401.01234v2"
+    )
+    assert await kb.paper(Scope(tenant), "2401.01234") is None
+
+
+async def test_only_a_withdrawn_entry_without_pdf_is_said_withdrawn(
+    replay, source, kb, enc, tenant
+):
+    """A withdrawn v1 has no earlier version to suggest; a PDF missing from an ordinary entry
+    keeps the download's own message; an entry whose comment speaks of a withdrawal but whose
+    PDF is there is saved as any other."""
+    replay.add_entry(entry("2402.00001", 1, "Withdrawn: the results are wrong"))
+    replay.add_entry(entry("2402.00002", 2, "12 pages, 3 figures"))  # no PDF either
+    replay.add_entry(entry("2402.00003", 2, "v1 was withdrawn in favour of this version"))
+    replay.pdfs["2402.00003"] = make_pdf(title="Paper 2402.00003")
+    ids = ["2402.00001", "2402.00002", "2402.00003"]
+
+    report = await ingest(ids, Scope(tenant), kb, kb.embedder, enc, source, progress=False)
+
+    assert dict(report.failed) == {
+        "2402.00001": "arXiv 2402.00001v1 was withdrawn (it has no PDF)",
+        "2402.00002": f"Downloading {replay.base}/pdf/2402.00002v2 failed: HTTP 404",
+    }
+    assert [arxiv_id for arxiv_id, _, _ in report.ingested] == ["2402.00003"]
