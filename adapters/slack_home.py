@@ -174,7 +174,7 @@ class SlackHome:
                 continue  # e.g. a private channel they have left
             if viewer is None and place.visibility is Visibility.PRIVATE:
                 continue
-            shown.append(await self._thread(team, thread, channel, ref))
+            shown.append(await self._thread(team, thread, channel, ref, viewer))
             if len(shown) == THREADS_SHOWN:
                 break
         if not shown:
@@ -200,7 +200,16 @@ class SlackHome:
         except DirectoryError as exc:
             return None, f"Private channels are left out for now: {esc(exc.message)}"
 
-    async def _thread(self, team: str, thread: str, channel: str, ref: str) -> dict[str, Any]:
+    @staticmethod
+    def _sees_summary(viewer: Viewer | None, audience: str) -> bool:
+        """A summary is shown as on the memory page (`Viewer.can_see`): a thread the viewer may
+        see can hold summaries they may not (a guest's words in a public channel are that
+        channel's own memory). Without a viewer, the public ones only."""
+        return viewer.can_see(audience) if viewer is not None else audience == PUBLIC
+
+    async def _thread(
+        self, team: str, thread: str, channel: str, ref: str, viewer: Viewer | None
+    ) -> dict[str, Any]:
         if ref == DM:
             where = "Our direct messages"
         else:
@@ -210,9 +219,12 @@ class SlackHome:
                 else ""
             )  # fmt: skip
             where = f"<#{channel}> · " + (f"<{permalink}|{when}>" if permalink else when)
-        summaries = (await self.memory.summaries.descriptions(Scope(team, thread)))[
-            -SUMMARIES_SHOWN:
-        ]
+        every = await self.memory.summaries.descriptions_with_audience(Scope(team, thread))
+        summaries = [
+            (sid, description)
+            for sid, description, audience in every
+            if self._sees_summary(viewer, audience)
+        ][-SUMMARIES_SHOWN:]
         lines = [f"*{where}*"]
         lines += [f"• {esc(description)} (`{esc(sid)}`)" for sid, description in summaries]
         if not summaries:

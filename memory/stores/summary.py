@@ -236,6 +236,25 @@ class SummaryStore(ThreadRecordStore[Summary]):
         )
         return [(decode(rows[i]), decode(rows[i + 1]) or "") for i in range(0, len(rows), 2)]
 
+    async def descriptions_with_audience(self, scope: Scope) -> list[tuple[str, str, str]]:
+        """`descriptions` with each summary's audience (a legacy one's is its thread's), for a
+        reader shown only what they may see (Slack's Home tab); apart, so that the context's
+        hot read fetches no more than it uses."""
+        pattern = self.key(scope.tenant, "*")
+        rows = await self.redis.sort(
+            self.thread_index(scope),
+            by="nosort",
+            get=["#", f"{pattern}->description", f"{pattern}->audience"],
+        )
+        return [
+            (
+                decode(rows[i]),
+                decode(rows[i + 1]) or "",
+                decode(rows[i + 2]) or legacy_audience(scope.thread),
+            )
+            for i in range(0, len(rows), 3)
+        ]
+
     async def merge(self, scope: Scope, merged: Summary, children: list[Summary]) -> Summary:
         """Store `merged` as the top-level summary in place of `children` (top-level summaries
         of `scope.thread`), atomically; `SummaryConflict` if one of them is no longer
