@@ -33,6 +33,7 @@ import inspect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from bot.llm import DeltaCallback
 from memory.links import web_link
@@ -451,11 +452,8 @@ class _Paper:
     content: str
 
     def named_in(self, text: str) -> bool:
-        lowered = text.lower()
-        title = self.passage.title
-        short = title.split(":")[0].strip()
-        names = [self.passage.arxiv_id, title] + ([short] if len(short) >= 3 else [])
-        return any(name.lower() in lowered for name in names if name)
+        pattern = _names_pattern(self.passage.arxiv_id, self.passage.title)
+        return pattern is not None and pattern.search(text) is not None
 
     def supports(self, answer: str) -> bool:
         title = content_words(self.passage.title)
@@ -467,6 +465,32 @@ class _Paper:
         return bool(self.passage.url and self.passage.url in text) or (
             f"arxiv.org/abs/{arxiv_id}" in text
         )
+
+
+@lru_cache(maxsize=1024)  # per answer, per paper shown: the same papers come back turn to turn
+def _names_pattern(arxiv_id: str, title: str) -> re.Pattern[str] | None:
+    """The ways an answer names a paper: its id (any version), its title, the short title before
+    a colon; each as whole words in any case, so "RAG" is not named by "storage", nor "LoRA" by
+    "exploration", nor "GPT-4" by "GPT-4o" or "GPT-4.5"."""
+    short = title.split(":")[0].strip()
+    names = [title] + ([short] if len(short) >= 3 else [])
+    parts = [_whole_words(name) for name in names if name.strip()]
+    paper_id = base_arxiv_id(arxiv_id) if is_arxiv_id(arxiv_id) else arxiv_id.strip()
+    if paper_id:
+        parts.append(_whole_words(paper_id, version=True))
+    return re.compile("|".join(parts), re.IGNORECASE) if parts else None
+
+
+def _whole_words(name: str, version: bool = False) -> str:
+    """A pattern for `name` not inside a longer word: a word character on its edge may not be
+    continued by another (nor a number by ".5"); "(RAG)", "RAG's" and "RAG-based" name it.
+    Its words may be spaced as the answer spaces them (a title across a line break)."""
+    body = r"\s+".join(re.escape(word) for word in name.split())
+    if version:  # "2005.11401v2" names 2005.11401
+        body += r"(?:v\d+)?"
+    before = r"(?<!\w)" if re.match(r"\w", name) else ""
+    after = r"(?!\w|\.\d)" if re.search(r"\w\Z", name) else ""
+    return f"{before}(?:{body}){after}"
 
 
 def named_sources(answer: str, passages: list[Passage]) -> list[Source]:
