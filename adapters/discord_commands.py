@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from adapters.discord_platform import DISCORD_LIMIT, resolve_visibility
+from adapters.discord_platform import DISCORD_LIMIT, resolve_visibility, tell_privately
 from adapters.memory_page.auth import NOT_SERVED
 from adapters.platform_ids import discord_tenant
 from adapters.text import link_arxiv, split_for_delivery
@@ -132,26 +132,25 @@ class DiscordCommands:
         usage, an error) only to the person, as Slack answers /expand: the channel is not told
         what someone tried to expand, and a long id typed floods no channel. Said within
         EXPAND_WITHIN_SECONDS it is answered at once; else a "thinking…" deferred before
-        Discord's 3 s are up takes a summary, and makes way for a miss (`_tell_privately`)."""
+        Discord's 3 s are up takes a summary, and makes way for a miss (`tell_privately`)."""
         work = asyncio.ensure_future(self._expanded(interaction, summary_id))
         done, _ = await asyncio.wait({work}, timeout=EXPAND_WITHIN_SECONDS)
-        deferred = False
+        deferred = not done
+        if deferred and not await self._deferred(interaction, "/expand"):
+            work.cancel()  # its answer would show nowhere
+            return
         try:
-            if not done:
-                await interaction.response.defer(thinking=True)
-                deferred = True
             answer = await work
         except Exception as exc:
-            work.cancel()  # the defer refused: its answer would show nowhere
             answer = command_failure("/expand", exc)
         if not SUMMARY_ID.match(answer):
             if deferred:
-                await self._tell_privately(interaction, answer, "/expand")
+                await tell_privately(interaction, answer, "/expand")
             else:
                 await interaction.response.send_message(answer, ephemeral=True)
             return
-        if not deferred:
-            await interaction.response.defer(thinking=True)
+        if not deferred and not await self._deferred(interaction, "/expand"):
+            return
         await self._followup(interaction, answer, "/expand")
 
     async def _expanded(self, interaction: discord.Interaction, summary_id: str) -> str:
@@ -213,22 +212,15 @@ class DiscordCommands:
         return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
 
     @staticmethod
-    async def _tell_privately(interaction: discord.Interaction, text: str, command: str) -> None:
-        """An answer only for the person after a "thinking…" the channel sees: a follow-up
-        takes that response's visibility while it stands, so it is deleted first and the
-        answer then sent on its own, ephemeral. Not deleted, the answer is not sent (the
-        channel must not read it): logged instead."""
+    async def _deferred(interaction: discord.Interaction, command: str) -> bool:
+        """Whether a "thinking…" was deferred. Discord refusing it (too late: Unknown
+        interaction) leaves nothing that could answer: logged, not a failure of the work."""
         try:
-            await interaction.delete_original_response()
-        except Exception as exc:
-            log.warning("%s: its public thinking could not be removed: %r", command, exc)
-            return
-        for part in split_for_delivery(text, DISCORD_LIMIT):
-            try:
-                await interaction.followup.send(part, ephemeral=True)
-            except Exception as exc:
-                log.warning("%s: its answer to the person not sent: %r", command, exc)
-                return
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:
+            log.warning("%s could not defer its answer: %r", command, exc)
+            return False
+        return True
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str, command: str) -> None:

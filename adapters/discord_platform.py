@@ -2,7 +2,8 @@
 (typing, a step status message, the reply's parts), which errors of Discord's pass (the job runs
 again) and which refuse for good (`refused`: the person is told, by DM when the place refuses
 that too), and who may see a channel (`visibility`, `resolve_visibility`: the adapter and its
-commands put it in every scope). Reads Discord, never memory.
+commands put it in every scope), and a command's answer only for the person after a
+"thinking…" the channel sees (`tell_privately`). Reads Discord, never memory.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import discord
 
 from adapters.discord_feedback import send_options
 from adapters.spine import Job, Platform, Status, feedback_turn, if_shown
-from adapters.text import link_arxiv
+from adapters.text import link_arxiv, split_for_delivery
 from bot.agent import AgentEvent
 from bot.tools import TOOL_ACTIVITY
 from memory.scope import Visibility
@@ -36,6 +37,7 @@ REFUSED = (discord.Forbidden, discord.NotFound, ChannelGone)  # no, for good, in
 
 DISCORD_LIMIT = 2000
 ASK_DISCORD_SECONDS = 1.5  # a lookup of who sees a channel (a command has 3 s to answer)
+ANSWERED_PRIVATELY = "Answered only to the person who asked."  # names no id, no error
 
 
 def visibility(channel: discord.abc.Messageable) -> Visibility:
@@ -97,6 +99,31 @@ def part_nonce(job: Job, index: int, part: str) -> str:
     (discord.py sets `enforce_nonce`; 25 characters at most). The text is in it so a notice
     sent as part 0 (the memory down) is not mistaken for the answer's first part."""
     return hashlib.sha1(f"{job.id}:{index}:{part}".encode()).hexdigest()[:25]
+
+
+async def tell_privately(interaction: discord.Interaction, text: str, command: str) -> None:
+    """An answer only for the person after a "thinking…" the channel sees. A follow-up fills
+    a deferred response still pending and takes its visibility; so the original is first
+    edited to words that reveal nothing (`ANSWERED_PRIVATELY`), which ends the deferral, the
+    answer then sent as follow-ups of their own, ephemeral, and the original deleted last
+    (deleted first, Discord has refused the follow-up: Unknown Message). Not edited, the
+    answer is not sent (the channel would read it); not deleted, the neutral words stay: both
+    logged."""
+    try:
+        await interaction.edit_original_response(content=ANSWERED_PRIVATELY)
+    except Exception as exc:
+        log.warning("%s: its public thinking could not be replaced: %r", command, exc)
+        return
+    for part in split_for_delivery(text, DISCORD_LIMIT) or ["(nothing to show)"]:
+        try:
+            await interaction.followup.send(part, ephemeral=True)
+        except Exception as exc:
+            log.warning("%s: its answer to the person not sent: %r", command, exc)
+            break
+    try:
+        await interaction.delete_original_response()
+    except Exception as exc:
+        log.warning("%s: its public stand-in could not be removed: %r", command, exc)
 
 
 class DiscordPlatform(Platform):

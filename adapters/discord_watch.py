@@ -65,7 +65,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
-from adapters.discord_platform import resolve_visibility
+from adapters.discord_platform import resolve_visibility, tell_privately
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
 from bot.watch_places import ListLine, PlaceUnknown
@@ -377,7 +377,8 @@ async def respond(
     the person unless the answer is `public`) before Discord's 3 s are up and let the work
     finish: a hanging Redis then answers by the follow-up, never "The application did not
     respond", and work that succeeds late (a watch made) is said, never cut off and asked
-    again (a second watch)."""
+    again (a second watch). A reply only for the person after a public "thinking…" (an
+    invalid watch, Redis away) is not shown to the channel (`tell_privately`)."""
     work = asyncio.ensure_future(reply)
     done, _ = await asyncio.wait({work}, timeout=within)
     if work in done:
@@ -391,6 +392,9 @@ async def respond(
         await work
         return
     text, ephemeral = await work
+    if public and ephemeral:  # a follow-up would fill the channel's "thinking…", shown there
+        await tell_privately(interaction, text, "/watch")
+        return
     try:
         await interaction.followup.send(text, ephemeral=ephemeral)
     except discord.HTTPException as exc:
