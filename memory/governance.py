@@ -76,6 +76,7 @@ LOCK_TTL_MS = 60_000  # renewed while an erasure runs; lapses a minute after a c
 LOCK_WAIT_SECONDS = 60.0
 ERASURE_RUNNING = "Another erasure of this workspace's memory is running; try again in a minute."
 IMPORT_RUNNING = "A memory import is running in this workspace; try again when it has finished."
+MAX_PERSON_ID = 256  # longer is no platform's user id (Slack's, Discord's are short)
 TOOL_LOG_ID_PREFIX = "log_"  # every tool log's id (memory/stores/tool_log.py `ToolLogEntry.id`)
 
 
@@ -125,7 +126,8 @@ class Governance:
 
     async def forget_message(self, tenant: str, thread: str, message_id: str) -> Erasure:
         """Make one message a tombstone, delete its episodic entries and cached vectors, and
-        rewrite the summaries that cover it. Forgetting it again redoes the clean-up."""
+        rewrite the summaries that cover it; its turn's record goes (a question's with its
+        turn's tool logs: `_turns`). Forgetting it again redoes the clean-up."""
         async with self._exclusive(tenant):
             lists = Threads(await self.memory.conversation.raw_threads(tenant, [thread]))
             if not any(m.id == message_id for m in lists.messages(thread)):
@@ -142,9 +144,10 @@ class Governance:
         (stored as the user message's `metadata["source"]`), `threads` where it may be. The
         deletion is noted (a day, `was_deleted`), then the message is forgotten as by
         `forget_message`: a turn that stores it after this read sees the note and queues this
-        again; the turn records of the messages go too. The ids found are kept in the note before
-        the message becomes a tombstone (which keeps no source), so a run again after a failure
-        half-way finds them and finishes the clean-up."""
+        again; the turn records of the messages go too (a question's with its turn's tool logs).
+        The ids found are kept in the note before the message becomes a tombstone (which keeps
+        no source), so a run again after a failure half-way finds them and finishes the
+        clean-up."""
         await self.note_deleted(tenant, source)
         await self.edits.forget(tenant, source)  # its texts noted by an edit go too
         threads, erasure = list(threads), Erasure()
@@ -301,14 +304,10 @@ class Governance:
         take every log that showed it and tell of no log."""
         if not log_id.startswith(TOOL_LOG_ID_PREFIX):
             raise NotFound("tool log", log_id)
-        store = self.memory.tool_logs
-        copies = await store.forget_showing(tenant, [log_id])
-        thread = decode(await self.redis.hget(store.key(tenant, log_id), "thread_id"))
-        if thread is None:
-            if copies:  # the log went before (an erasure stopped after it): its copies now
-                return Erasure(tool_logs=copies)
+        erasure = await self._tool_logs(tenant, [log_id])
+        if not erasure.tool_logs:  # neither it nor a copy (one gone before: its copies now)
             raise NotFound("tool log", log_id)
-        return Erasure(tool_logs=copies + await store.remove(tenant, {thread: [log_id]}))
+        return erasure
 
     async def forget_paper(self, tenant: str, arxiv_id: str) -> Erasure:
         """A paper's chunks (its passages), its entry in the tenant's papers, and the tool logs
@@ -491,9 +490,11 @@ class Governance:
         turn that saves its record meanwhile has it taken here, or finds its question forgotten
         and drops it itself (bot/harness.py `after`). Their shares queued before and run after
         are not read (a note, memory/erased_people.py). `NotFound` when nothing is theirs
-        (no watch either: one made before their messages expired counts)."""
-        if not user:
-            raise NotFound("person", user)
+        (no watch either: one made before their messages expired counts), and at once for an
+        id no platform gives (control characters, or past MAX_PERSON_ID): the stores' tag
+        queries cannot quote it."""
+        if not user or not user.isprintable() or len(user) > MAX_PERSON_ID:
+            raise NotFound("person", user)  # no platform gives such an id: nothing to query
         async with self._exclusive(tenant):
             await ErasedPeople(self.redis).note(tenant, user)  # first: a share starting now stops
             # their id leaves the watches they made; those in their DMs go
@@ -581,10 +582,45 @@ class Governance:
 
     async def _turns(self, tenant: str, **which: Any) -> Erasure:
         """The turn records (question, answer, feedback) of what is forgotten: a thread's, a
-        person's (and their votes), a message's, those older than a cutoff."""
+        person's (and their votes), a message's, those older than a cutoff. A forgotten
+        question's turn takes its own tool logs first (`_question_logs`)."""
         records = self.memory.turn_records
         reject = self.memory.workflows.reject  # a person's votes withdrawn: `forget_person`
-        return Erasure(turn_records=await records.forget_where(tenant, reject=reject, **which))
+        erasure = await self._question_logs(tenant, which.get("message_ids", ()))
+        forgotten = await records.forget_where(tenant, reject=reject, **which)
+        return erasure + Erasure(turn_records=forgotten)
+
+    async def _question_logs(self, tenant: str, message_ids: Iterable[str]) -> Erasure:
+        """The tool logs of the turns that asked these messages (`TurnRecord.tools`), and the
+        logs that read them back: their inputs quote the question (a search for its words),
+        and its turn's record, about to go, is the only link to them. Read and deleted before
+        the records: a failure in between leaves them for a run again. A thread's, a person's
+        and an expired turn's logs go by their thread, author or age instead."""
+        asked = await self.memory.turn_records.asking(tenant, message_ids)
+        log_ids = sorted({
+            str(tool.get("log_id") or "") for record in asked for tool in record.tools
+        })  # fmt: skip
+        return await self._tool_logs(
+            tenant, [i for i in log_ids if i.startswith(TOOL_LOG_ID_PREFIX)]
+        )
+
+    async def _tool_logs(self, tenant: str, log_ids: list[str]) -> Erasure:
+        """These tool logs, and the logs of the calls that read them back, those first: a
+        run again after a failure in between finds the logs still there, and their copies.
+        Those gone already count nothing."""
+        if not log_ids:
+            return Erasure()
+        store = self.memory.tool_logs
+        copies = await store.forget_showing(tenant, log_ids)
+        async with self.redis.pipeline(transaction=False) as pipe:  # the tenant's slot
+            for log_id in log_ids:
+                pipe.hget(store.key(tenant, log_id), "thread_id")
+            threads = await pipe.execute()
+        by_thread: dict[str, list[str]] = {}
+        for log_id, thread in zip(log_ids, threads, strict=True):
+            if thread is not None:  # else gone already (with a copy it read back, or before)
+                by_thread.setdefault(decode(thread) or "", []).append(log_id)
+        return Erasure(tool_logs=copies + await store.remove(tenant, by_thread))
 
     # -- what erasures leave behind -------------------------------------------------------------
 

@@ -308,6 +308,14 @@ class TurnRecords:
         rows = await pipe.execute() if ids else []
         return {i: _decode(row) for i, row in zip(ids, rows, strict=True) if row}
 
+    async def asking(self, tenant: str, message_ids: Iterable[str]) -> list[TurnRecord]:
+        """The records of the turns that asked these stored messages (not those that answered
+        them with one)."""
+        asked = list(dict.fromkeys(message_ids))
+        turns = await self.redis.hmget(turn_messages_key(tenant), asked) if asked else []
+        found = await self.get_many(tenant, {decode(t) for t in turns if t is not None})
+        return [r for r in found.values() if r.question_id in set(asked)]
+
     async def ids(self, tenant: str, thread: str | None = None, limit: int = 0) -> list[str]:
         """Newest first: the tenant's (or a thread's) turn records."""
         rows = await self.redis.zrevrange(turn_records_key(tenant, thread), 0, limit - 1)
