@@ -5,7 +5,8 @@
   until its Retry-After, and the final answer waits it out. A stream stays one until Slack
   says it ended (STREAM_ENDED): an append failing in passing is tried again with the next, one
   refused for good is not (the final edit shows the answer); a stream the person stopped
-  (STOPPED_BY_USER) shows nothing more (the answer is stored all the same).
+  (STOPPED_BY_USER) shows nothing more, a re-run's neither (the answer is stored all the
+  same), unless it showed none of the answer (nothing appended, or its appends refused).
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
 - Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
   the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
@@ -86,7 +87,8 @@ SECTION_LIMIT = 3000  # characters in a section block's text
 UNSHOWABLE = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long"}
 NETWORK = (aiohttp.ClientError, TimeoutError)  # no answer from Slack at all
 # Slack's answer to chat.appendStream/stopStream once a message no longer streams (it ends an
-# idle or old stream; the person stopped it): the one error that ends a stream for us
+# idle or old stream; the person stopped it): the stream ended, edited from then on (unless
+# the person stopped it: `SlackStatus.stopped`); other refusals leave it streaming
 STOPPED_BY_USER = "stopped_by_user"
 STREAM_ENDED = {"message_not_in_streaming_state", STOPPED_BY_USER}
 
@@ -218,7 +220,8 @@ class SlackStatus(Status):
         self.ts = ts  # None: the channel is closed to the bot, answers go to response_url
         self.streaming = streaming  # `ts` is a chat stream still open: stopped before its edit
         self.refused = False  # Slack refused an append for good: no update until the final edit
-        self.stopped = False  # the person stopped the stream: nothing more is shown
+        # the person stopped the stream (in this run or one before): nothing more is shown
+        self.stopped = bool(job.progress.get("stopped"))
         self.streamed: list[str] = []
         self._appended = 0  # characters of the answer appended to the stream
         self._last_update = time.monotonic()
@@ -286,9 +289,11 @@ class SlackStatus(Status):
         A stream the person stopped is left as they stopped it: neither edited nor posted anew."""
         body = with_feedback(markdown(text), turn)
         if self.streaming:  # raised in passing: a run again stops it (`_show_working`)
+            self.job.progress["showing"] = self._shows_the_answer()  # for that run
             ended = await self.platform.stop_stream(self.channel, self.ts)
             self.streaming = self.job.progress["stream"] = False
-            self.stopped = self.stopped or ended == STOPPED_BY_USER
+            if ended == STOPPED_BY_USER:
+                self._stopped_by_the_person()
         if self._status_shown:
             await self.set_status("")
         if self.stopped:
@@ -305,6 +310,19 @@ class SlackStatus(Status):
             posted = await self.platform.post(self.job, 0, body)
             self.ts = self.job.progress["placeholder"] = posted["ts"]
 
+    def _shows_the_answer(self) -> bool:
+        """The stream shows the answer as it grew: some of it appended, none refused since."""
+        return bool(self._appended) and not self.refused
+
+    def _stopped_by_the_person(self) -> None:
+        """The person stopped the stream: left as they stopped it (no edit, part or post, a
+        re-run's neither: `progress`), unless it showed none of the answer or froze (its
+        appends refused): then a stop hides nothing, and the final edit shows the answer."""
+        if not self._shows_the_answer():
+            log.info("stream %s in %s stopped, but without the answer", self.ts, self.channel)
+            return
+        self.stopped = self.job.progress["stopped"] = True
+
     async def _quietly(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> bool:
         try:
             await call(**kwargs)
@@ -314,9 +332,10 @@ class SlackStatus(Status):
                 self._quiet_until = time.monotonic() + wait
             elif slack_error(exc) in STREAM_ENDED:  # Slack closes idle streams: edited instead
                 self.streaming = self.job.progress["stream"] = False
-                self.stopped = slack_error(exc) == STOPPED_BY_USER  # the person: left as it is
-            elif self.streaming and self.platform.refused(exc):  # an append, never taken
-                self.refused = True
+                if slack_error(exc) == STOPPED_BY_USER:
+                    self._stopped_by_the_person()
+            elif self.streaming and self.platform.refused(exc) and slack_error(exc):
+                self.refused = True  # an append Slack's own error refused: never taken
             log.info("update skipped in %s: %s", self.channel, slack_error(exc))
             return False
         except NETWORK as exc:
@@ -380,9 +399,13 @@ class SlackPlatform(Platform):
         if progress.get("placeholder"):  # a re-run: the same message says it goes on
             status = SlackStatus(self, job, progress["placeholder"])
             if progress.get("stream"):  # left open by the run before (it died, or its stop failed)
-                await self.stop_stream(status.channel, status.ts)
+                ended = await self.stop_stream(status.channel, status.ts)
                 progress["stream"] = False
-            if not progress.get("sent"):
+                # the person stopped it: left so, unless it showed none of the answer (a run
+                # that died mid-stream did not say: left so)
+                if ended == STOPPED_BY_USER and progress.get("showing", True):
+                    status.stopped = progress["stopped"] = True
+            if not progress.get("sent") and not status.stopped:
                 await status._quietly(
                     self.client.chat_update,
                     channel=status.channel, ts=status.ts, **markdown(STILL_WORKING),
@@ -405,8 +428,9 @@ class SlackPlatform(Platform):
         and refuses every edit. Failing in passing, raised while the job may run again (that
         run stops it); on its last run, logged: the answer is posted anew (a duplicate beats
         an answer lost). A stream Slack ended already (STREAM_ENDED) is stopped; any other
-        refusal (the message gone) is met by the edit that follows. Slack's refusal is
-        returned ("" when stopped): STOPPED_BY_USER says the person stopped it first."""
+        refusal (the message gone) is met by the edit that follows. Returned: "" when
+        stopped, else Slack's error code (STOPPED_BY_USER: the person stopped it first), or
+        on the last run the repr() of a network error."""
         try:
             await until_delivered(self.client.chat_stopStream, channel=channel, ts=ts)
         except (SlackApiError, *NETWORK) as exc:
