@@ -2,7 +2,10 @@
 
 A digest is one message (Block Kit): per paper its title linked, authors, why it matters, and a
 "Save to team knowledge base" button (action `digest_save`, value the arXiv id); a plain-text
-fallback names the papers for notifications.
+fallback names the papers for notifications. The watch's topic (head) and description (footer)
+are cut to WATCH_TEXT_LIMIT, an ellipsis where cut: a watch of 150 authors (or an imported
+topic of 5,000 characters) would pass Slack's 3,000 characters of a block's text, and Slack
+refuses the whole digest (`invalid_blocks`) every period.
 """
 
 from __future__ import annotations
@@ -10,16 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.slack_home import esc
+from bot.watch_commands import _cut
 from bot.watches import describe
 from memory.digest import Digest, capped_note, short_authors, when
 
 SAVE_ACTION = "digest_save"
 SAVE_LABEL = "Save to team knowledge base"
+# a watch's topic or description in the digest's head and footer (as Discord's digest cuts
+# them): escaped for mrkdwn (`&` is 5 characters) still well under a block's 3,000
+WATCH_TEXT_LIMIT = 200
 
 
 def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
     watch = digest.watch
-    topic = esc(watch.query or ", ".join(watch.categories + watch.authors))
+    topic = esc(_cut(watch.query or ", ".join(watch.categories + watch.authors), WATCH_TEXT_LIMIT))
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": (
         f"*New on “{topic}”*: {len(digest.items)} of {digest.found} papers submitted since "
         f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
@@ -38,7 +45,8 @@ def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
                           "text": {"type": "plain_text", "text": SAVE_LABEL}},
         })  # fmt: skip
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"Watch `{watch.id}`: {esc(describe(watch))}. `/watch remove {watch.id}` stops it."
+        f"Watch `{watch.id}`: {esc(_cut(describe(watch), WATCH_TEXT_LIMIT))}. "
+        f"`/watch remove {watch.id}` stops it."
     )}]})  # fmt: skip
     return blocks
 

@@ -43,6 +43,11 @@ NEEDS_CHANNEL = ("chat.postMessage", "chat.update", "chat.delete", *STREAMING_ME
 CONVERSATION_TYPES = {"public_channel", "private_channel", "mpim", "im"}
 MAX_BLOCKS = 100  # a Home tab's view
 SECTION_TEXT_LIMIT = 3000
+# Block Kit's limits of a message's blocks (Slack answers `invalid_blocks` past them)
+MESSAGE_BLOCKS = 50
+TEXT_OBJECT_LIMIT = 3000  # any text object's text: a context element's too
+HEADER_TEXT_LIMIT = 150
+CONTEXT_ELEMENTS = 10
 
 
 @dataclass
@@ -60,6 +65,24 @@ class Message:
     thread_ts: str | None
     text: str
     streaming: bool = False
+
+
+def _block_fits(block: dict[str, Any]) -> bool:
+    """A message's block within Slack's documented lengths: a section's text (1 to 3,000), a
+    header's (1 to 150), a context's elements (at most 10, each text 1 to 3,000)."""
+    kind = block.get("type")
+    if kind == "section" and "text" in block:
+        return 0 < len(block["text"].get("text", "")) <= SECTION_TEXT_LIMIT
+    if kind == "header":
+        return 0 < len(block.get("text", {}).get("text", "")) <= HEADER_TEXT_LIMIT
+    if kind == "context":
+        elements = block.get("elements") or []
+        return 0 < len(elements) <= CONTEXT_ELEMENTS and all(
+            0 < len(element.get("text", "")) <= TEXT_OBJECT_LIMIT
+            for element in elements
+            if element.get("type") in ("mrkdwn", "plain_text")
+        )
+    return True
 
 
 class SlackError(Exception):
@@ -273,12 +296,17 @@ class MockSlackApi(ThreadedServer):
         if len(params.get("text") or "") > TEXT_LIMIT:
             raise SlackError("msg_too_long")
         blocks = params.get("blocks") or []
-        for block in json.loads(blocks) if isinstance(blocks, str) else blocks:
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        if len(blocks) > MESSAGE_BLOCKS:
+            raise SlackError("invalid_blocks")
+        for block in blocks:
             if (
                 block.get("type") == "markdown"
                 and len(block.get("text", "")) > MARKDOWN_BLOCK_LIMIT
             ):
                 raise SlackError("msg_too_long")
+            if not _block_fits(block):
+                raise SlackError("invalid_blocks")
         return params
 
     @staticmethod
