@@ -1,5 +1,6 @@
-"""A withdrawn arXiv version (its entry's comment says so; arXiv keeps no PDF of it) is said as
-withdrawn, with an earlier version to ask for, not as a bare HTTP 404 of its PDF link."""
+"""An arXiv version with no PDF (a withdrawn one has none; its entry's free-text comment may or
+may not say so) names the version before it to ask for, not a bare HTTP 404 of its PDF link; the
+entry is said withdrawn only when its comment speaks of a withdrawal."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def enc():
     return encoding_for("gpt-5-mini")
 
 
-async def test_a_withdrawn_latest_version_names_an_earlier_one(replay, source, kb, enc, tenant):
+async def test_a_withdrawn_latest_version_names_the_one_before(replay, source, kb, enc, tenant):
     """The latest version, v3, is a withdrawal with no PDF: the user is told so and which
     version to ask for instead; nothing is stored."""
     replay.add_entry(entry("2401.01234", 3, WITHDRAWN))  # no PDF: arXiv has none of v3
@@ -62,20 +63,67 @@ async def test_a_withdrawn_latest_version_names_an_earlier_one(replay, source, k
         await fetch_and_save("2401.01234", Scope(tenant), kb, kb.embedder, enc, source)
 
     assert str(caught.value) == (
-        "arXiv 2401.01234v3 was withdrawn (it has no PDF); "
-        "ask for an earlier version, e.g. 2401.01234v2"
+        "arXiv has no PDF of 2401.01234v3 (its arXiv entry says it was withdrawn); "
+        "ask me to save 2401.01234v2."
     )
     assert await kb.paper(Scope(tenant), "2401.01234") is None
 
 
-async def test_only_a_withdrawn_entry_without_pdf_is_said_withdrawn(
+async def test_a_missing_pdf_past_v1_names_the_version_before_whatever_the_comment(
     replay, source, kb, enc, tenant
 ):
-    """A withdrawn v1 has no earlier version to suggest; a PDF missing from an ordinary entry
+    """The comment is the author's free text: a withdrawal in other words is recognised, and
+    with no word of it (no comment, or one about another version being withdrawn) a missing
+    PDF past v1 still names the version before it."""
+    replay.add_entry(entry("2403.00001", 3, "We withdraw this paper: error in Lemma 2"))
+    replay.add_entry(entry("2403.00002", 3))
+    replay.add_entry(entry("2403.00003", 2, "Error in Theorem 3"))
+    ids = ["2403.00001", "2403.00002", "2403.00003"]
+
+    report = await ingest(ids, Scope(tenant), kb, kb.embedder, enc, source, progress=False)
+
+    assert dict(report.failed) == {
+        "2403.00001": "arXiv has no PDF of 2403.00001v3 (its arXiv entry says it was withdrawn); "
+        "ask me to save 2403.00001v2.",
+        "2403.00002": "arXiv has no PDF of 2403.00002v3 (a withdrawn version has none); "
+        "ask me to save 2403.00002v2.",
+        "2403.00003": "arXiv has no PDF of 2403.00003v2 (a withdrawn version has none); "
+        "ask me to save 2403.00003v1.",
+    }
+    assert report.ingested == []
+
+
+async def test_the_version_named_can_be_saved(replay, source, kb, enc, tenant):
+    """Following the advice works: v3 has no PDF, v2 has one; saving the version named stores
+    the paper at v2."""
+    replay.add_entry(entry("2401.05678", 2))
+    replay.add_entry(entry("2401.05678", 3, "Retracted by the authors"))  # the latest, unversioned
+    replay.pdfs["2401.05678v2"] = make_pdf(title="Paper 2401.05678")
+
+    with pytest.raises(IngestError) as caught:
+        await fetch_and_save("2401.05678", Scope(tenant), kb, kb.embedder, enc, source)
+    advice = str(caught.value)
+    assert advice.endswith("ask me to save 2401.05678v2.")
+    asked = advice.removesuffix(".").rsplit(" ", 1)[-1]
+
+    paper, chunks, already = await fetch_and_save(
+        asked, Scope(tenant), kb, kb.embedder, enc, source
+    )
+
+    assert (paper.arxiv_id, already) == ("2401.05678", False)
+    assert chunks > 0
+    record = await kb.paper(Scope(tenant), "2401.05678")
+    assert record is not None and record["version"] == "v2"
+
+
+async def test_only_a_withdrawal_like_v1_without_pdf_is_said_withdrawn(
+    replay, source, kb, enc, tenant
+):
+    """A withdrawn v1 has no earlier version to suggest; a PDF missing from an ordinary v1
     keeps the download's own message; an entry whose comment speaks of a withdrawal but whose
     PDF is there is saved as any other."""
-    replay.add_entry(entry("2402.00001", 1, "Withdrawn: the results are wrong"))
-    replay.add_entry(entry("2402.00002", 2, "12 pages, 3 figures"))  # no PDF either
+    replay.add_entry(entry("2402.00001", 1, "Withdrawal: the results are wrong"))
+    replay.add_entry(entry("2402.00002", 1, "12 pages, 3 figures"))  # no PDF either
     replay.add_entry(entry("2402.00003", 2, "v1 was withdrawn in favour of this version"))
     replay.pdfs["2402.00003"] = make_pdf(title="Paper 2402.00003")
     ids = ["2402.00001", "2402.00002", "2402.00003"]
@@ -83,7 +131,7 @@ async def test_only_a_withdrawn_entry_without_pdf_is_said_withdrawn(
     report = await ingest(ids, Scope(tenant), kb, kb.embedder, enc, source, progress=False)
 
     assert dict(report.failed) == {
-        "2402.00001": "arXiv 2402.00001v1 was withdrawn (it has no PDF)",
-        "2402.00002": f"Downloading {replay.base}/pdf/2402.00002v2 failed: HTTP 404",
+        "2402.00001": "arXiv has no PDF of 2402.00001v1; its arXiv entry says it was withdrawn.",
+        "2402.00002": f"Downloading {replay.base}/pdf/2402.00002v1 failed: HTTP 404",
     }
     assert [arxiv_id for arxiv_id, _, _ in report.ingested] == ["2402.00003"]

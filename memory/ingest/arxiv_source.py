@@ -57,7 +57,8 @@ RETRIED_STATUSES = (429, 503)  # arXiv busy: the `arxiv` client tries again
 MAX_RETRY_AFTER = 5.0  # seconds a request may wait for a Retry-After; longer is a failure now
 RATE_LIMITED = "arXiv is rate limiting requests; try again in a minute."
 UNREADABLE = "arXiv sent an unreadable answer; try again in a minute."
-_WITHDRAWN = re.compile(r"withdrawn", re.I)  # in an entry's comment: a withdrawn version
+# in an entry's free-text comment: words of a withdrawal or retraction (of some version)
+_WITHDRAWAL_WORDS = re.compile(r"\b(?:withdr[ae]w(?:n|s|al|ing)?|retract(?:s|ed|ion|ing)?)\b", re.I)
 
 
 def blocked_message(status: int, seconds: float) -> str:
@@ -216,23 +217,28 @@ class ArxivHit:
     comment: str = ""  # the entry's comment, e.g. "This paper has been withdrawn by the author"
 
     @property
-    def withdrawn(self) -> bool:
-        """Whether the entry's comment says this version was withdrawn (arXiv keeps no PDF of
-        a withdrawal)."""
-        return bool(_WITHDRAWN.search(self.comment))
+    def comment_speaks_of_withdrawal(self) -> bool:
+        """Whether the entry's comment has a word of withdrawal or retraction. A hint only: the
+        comment is the author's free text, may speak of another version, and is often silent."""
+        return bool(_WITHDRAWAL_WORDS.search(self.comment))
 
     def no_pdf_reason(self) -> str:
-        """What to tell the user when arXiv has no PDF of this version (HTTP 404) and its entry
-        says why: a withdrawn version, and an earlier one to ask for if there is one. ""
-        when the entry says nothing: the download's own message stands."""
-        if not self.withdrawn:
-            return ""
+        """What to say when arXiv has no PDF of this version (HTTP 404): past v1, the version
+        before it to ask for (arXiv keeps none of a withdrawn version, which the comment may
+        not say); a v1 is said withdrawn only if its comment speaks of it. "" otherwise: the
+        download's own message stands."""
         base = self.paper.arxiv_id
-        reason = f"arXiv {base}{self.version} was withdrawn (it has no PDF)"
+        said = "its arXiv entry says it was withdrawn"
         number = int(self.version[1:]) if self.version[1:].isdigit() else 0
         if number > 1:
-            reason += f"; ask for an earlier version, e.g. {base}v{number - 1}"
-        return reason
+            why = said if self.comment_speaks_of_withdrawal else "a withdrawn version has none"
+            return (
+                f"arXiv has no PDF of {base}{self.version} ({why}); "
+                f"ask me to save {base}v{number - 1}."
+            )
+        if self.comment_speaks_of_withdrawal:
+            return f"arXiv has no PDF of {base}{self.version}; {said}."
+        return ""
 
 
 def _one_line(text: str) -> str:
