@@ -8,8 +8,8 @@ cited, each with its paper, section, page and a link (the arXiv abs page; a PDF'
 
 An answer that cites no number but names a paper and rests on its passages still gets that
 paper listed (`add_citations`): a paper counts as used when the answer names it (arXiv id,
-title, or the short title before a colon) and shares at least `MIN_SHARED_WORDS` content words
-with its passages; naming a paper is not resting on it.
+title, or the short title before a colon, as whole words; the id in any version) and shares at
+least `MIN_SHARED_WORDS` content words with its passages; naming a paper is not resting on it.
 
 A bracketed paper id, "[arXiv:2310.08560]", becomes a link to the paper when delivered
 (adapters/text.py `link_arxiv`); it stays bracketed only for a paper the turn showed (a passage,
@@ -467,7 +467,7 @@ class _Paper:
         )
 
 
-@lru_cache(maxsize=1024)  # per answer, per paper shown: the same papers come back turn to turn
+@lru_cache(maxsize=1024)  # per paper (id, title): the same papers come back turn to turn
 def _names_pattern(arxiv_id: str, title: str) -> re.Pattern[str] | None:
     """The ways an answer names a paper: its id (any version), its title, the short title before
     a colon; each as whole words in any case, so "RAG" is not named by "storage", nor "LoRA" by
@@ -482,15 +482,27 @@ def _names_pattern(arxiv_id: str, title: str) -> re.Pattern[str] | None:
 
 
 def _whole_words(name: str, version: bool = False) -> str:
-    """A pattern for `name` not inside a longer word: a word character on its edge may not be
-    continued by another (nor a number by ".5"); "(RAG)", "RAG's" and "RAG-based" name it.
-    Its words may be spaced as the answer spaces them (a title across a line break)."""
+    """A pattern for `name` not inside a longer word: a letter or digit on its edge may not be
+    continued by another (nor a number by ".5"); "(RAG)", "RAG's", "RAG-based" and "_RAG_"
+    (Markdown italics) name it. Its words may be spaced as the answer spaces them (a title
+    across a line break)."""
+    name = name.strip()
     body = r"\s+".join(re.escape(word) for word in name.split())
     if version:  # "2005.11401v2" names 2005.11401
         body += r"(?:v\d+)?"
-    before = r"(?<!\w)" if re.match(r"\w", name) else ""
-    after = r"(?!\w|\.\d)" if re.search(r"\w\Z", name) else ""
+    first, last = _continuing(name[0]), _continuing(name[-1])
+    before = f"(?<!{first})" if first else ""
+    after = rf"(?!{last}|\.\d)" if last else ""
     return f"{before}(?:{body}){after}"
+
+
+def _continuing(edge: str) -> str:
+    """The characters that would continue a name past its `edge` character into a longer word
+    ("" for an edge that is no letter or digit). A Latin name stands against CJK or Korean
+    letters unspaced ("使用RAG的", "BERT는"): only an ASCII letter or digit continues it."""
+    if edge.isascii() and edge.isalnum():
+        return "[A-Za-z0-9]"
+    return r"[^\W_]" if re.match(r"[^\W_]", edge) else ""
 
 
 def named_sources(answer: str, passages: list[Passage]) -> list[Source]:
