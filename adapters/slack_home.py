@@ -37,6 +37,7 @@ PAPERS_SHOWN = 10
 THREADS_SHOWN = 10
 THREADS_LOOKED_AT = 500  # the tenant's most recently active threads whose channels are asked
 SUMMARIES_SHOWN = 3
+SUMMARIES_ELSEWHERE = "_its summaries are on the memory page, for those who may see them_"
 SECTION_LIMIT = 3000  # characters of one section's text (Block Kit)
 PAPERS_ELSEWHERE = "_The workspace's saved papers are listed on the memory page, for its members._"
 
@@ -163,6 +164,7 @@ class SlackHome:
             self.memory.presence.last_thread(Scope(team, channel=c, user=user)) for c in channels
         ))  # fmt: skip
         mine = {f"{prefix}{c}:{r}": (c, r) for c, r in zip(channels, refs, strict=True) if r}
+        sees_public = await self._sees_public(team, user, viewer)
         shown: list[dict[str, Any]] = []
         for thread in (t for t in recent if t in mine):
             channel, ref = mine[thread]
@@ -174,7 +176,7 @@ class SlackHome:
                 continue  # e.g. a private channel they have left
             if viewer is None and place.visibility is Visibility.PRIVATE:
                 continue
-            shown.append(await self._thread(team, thread, channel, ref, viewer))
+            shown.append(await self._thread(team, thread, channel, ref, viewer, sees_public))
             if len(shown) == THREADS_SHOWN:
                 break
         if not shown:
@@ -201,16 +203,25 @@ class SlackHome:
             return None, f"Private channels are left out for now: {esc(exc.message)}"
 
     @staticmethod
-    def _sees_summary(viewer: Viewer | None, audience: str) -> bool:
+    def _sees_summary(
+        viewer: Viewer | None, audience: str, sees_public: bool, own_dm: str | None
+    ) -> bool:
         """A summary is shown as on the memory page (`Viewer.can_see`): a thread the viewer may
         see can hold summaries they may not (a guest's words in a public channel are that
-        channel's own memory). Without a viewer, the public ones only."""
-        return viewer.can_see(audience) if viewer is not None else audience == PUBLIC
+        channel's own memory). Without a viewer, the public ones to whom the page shows public
+        memory (`sees_public`: no guest), and in the person's DM with the bot (`own_dm`, its
+        audience) that DM's own: the last-thread record is the person's, and a DM has one."""
+        if viewer is not None:
+            return viewer.can_see(audience)
+        return (audience == PUBLIC and sees_public) or audience == own_dm
 
     async def _thread(
-        self, team: str, thread: str, channel: str, ref: str, viewer: Viewer | None
-    ) -> dict[str, Any]:
+        self, team: str, thread: str, channel: str, ref: str, viewer: Viewer | None,
+        sees_public: bool,
+    ) -> dict[str, Any]:  # fmt: skip
+        own_dm = None
         if ref == DM:
+            own_dm = Scope(team, channel=channel, visibility=Visibility.DM).audience
             where = "Our direct messages"
         else:
             when = f"thread of {_date(float(ref))}" if ref.replace(".", "").isdigit() else "thread"
@@ -223,12 +234,14 @@ class SlackHome:
         summaries = [
             (sid, description)
             for sid, description, audience in every
-            if self._sees_summary(viewer, audience)
+            if self._sees_summary(viewer, audience, sees_public, own_dm)
         ][-SUMMARIES_SHOWN:]
         lines = [f"*{where}*"]
         lines += [f"• {esc(description)} (`{esc(sid)}`)" for sid, description in summaries]
-        if not summaries:
+        if not every:
             lines.append("_no summaries yet: `/summarize` writes one_")
+        elif not summaries:  # there are some, not for this tab to show
+            lines.append(SUMMARIES_ELSEWHERE)
         if self.links is not None:
             lines.append(f"<{self.links.page('/memory/threads/' + quote(thread, safe=''))}|"
                          "See it on the memory page>")  # fmt: skip
