@@ -7,8 +7,10 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   thread, its thread is joined (a reply there is answered), and its edit that adds the
   question (Slack's `app_mention` again) is answered as a new mention (Slack sends no
   `app_mention` for a DM's edit). Files shared with the bot where they are not read (no file
-  service in this process: adapters/slack_files.py) leave their message an ordinary question;
-  with no question, the person is told once that files are not read here (FILES_UNREAD).
+  service in this process: adapters/slack_files.py) leave their message a question, noted as
+  shared with files not read (the model knows), the person told so once before its answer;
+  with no question (an edit that adds a bare mention too), told once that files are not read
+  here (FILES_UNREAD).
 - Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
   slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
   may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
@@ -79,7 +81,13 @@ from adapters.slack_delivery import (
     markdown,
 )
 from adapters.slack_feedback import SlackFeedback
-from adapters.slack_files import FILES_UNREAD, SlackFiles, slack_reply
+from adapters.slack_files import (
+    FILES_UNREAD,
+    FILES_UNREAD_ANSWERED,
+    SlackFiles,
+    slack_reply,
+    unread_noted,
+)
 from adapters.slack_home import BUTTON_ACTION, SlackHome
 from adapters.slack_summarize import (
     CLAIM_IDLE_MS,
@@ -361,17 +369,15 @@ class SlackAdapter:
             return await self.on_edited(body, event, edited)
         if event.get("files") and await self.files.take(body, event, not slack_retry(request)):
             return  # files and text (adapters/slack_files.py)
-        in_dm = event.get("channel_type") == "im"
-        mentioned = f"<@{self.bot_user_id}>" in event.get("text", "")
-        # files addressed to the bot and not taken (not read here): their text is the question
-        unread = bool(event.get("files")) and (in_dm or mentioned)
-        if not event.get("text", "").strip() and not unread:
+        # files aimed at the bot and not taken (not read here): their text is the question
+        unread_in = self.files.addressed_thread(event) if event.get("files") else None
+        if not event.get("text", "").strip() and unread_in is None:
             return  # files not for the bot, and no text
-        if in_dm:  # Slack sends no app_mention in DMs
+        if unread_in is not None:  # its `app_mention`, if any, leaves a file share to this event
+            await self._queue_turn(body, event, unread_in, request)
+        elif event.get("channel_type") == "im":  # Slack sends no app_mention in DMs
             await self._queue_turn(body, event, event.get("thread_ts") or DM, request)
-        elif unread:  # its `app_mention` (if Slack sends one) leaves a file share to this event
-            await self._queue_turn(body, event, event.get("thread_ts") or event["ts"], request)
-        elif mentioned:
+        elif f"<@{self.bot_user_id}>" in event.get("text", ""):
             return  # arrives as app_mention too
         elif event.get("thread_ts") and await self.joined(
             slack_team(body), event["channel"], event["thread_ts"]
@@ -580,9 +586,16 @@ class SlackAdapter:
     ) -> None:
         """Queue a question (a bare mention gets a hint instead; one with files not read
         here, FILES_UNREAD); memory down raises MemoryUnavailable (so Slack gets a 503 and
-        sends the event again), telling the person on the first delivery only."""
+        sends the event again), telling the person on the first delivery only. A question
+        shared with the bot with files not read here (a share to the bot reaches here only
+        then: adapters/slack_files.py) is noted so, and the person told once, before it is
+        queued (so before its answer)."""
         team = slack_team(body)
         text = slack_question(event.get("text", ""), self.bot_user_id)
+        if text and event.get("files") and self.files.addressed_thread(event) is not None:
+            text = unread_noted(text)
+            unread = f"{event['channel']}:{event['ts']}:unread"  # not the turn's `channel:ts`
+            await self._tell_once(team, event, thread_ts, FILES_UNREAD_ANSWERED, unread)
         if not text:  # a bare mention: a hint, and no turn, so its `channel:ts` event id stays
             # free for the edit that adds the question (Slack's `app_mention` again)
             hint = FILES_UNREAD if event.get("files") else None
@@ -605,8 +618,9 @@ class SlackAdapter:
         """A bare mention: outside DMs its thread is joined (a reply there without a mention
         is the question), then the hint (`hint`, else EMPTY_DM or EMPTY_MENTION) is said once
         per message, whichever process or delivery claims it first (an edit is not hinted
-        again). Best effort: memory down leaves the thread unjoined, or the hint unsaid
-        (logged)."""
+        again, unless it is one with a hint of its own: a share to the bot with files not read
+        here, edited to add a bare mention). Best effort: memory down leaves the thread
+        unjoined, or the hint unsaid (logged)."""
         in_dm = slack_in_dm(event)
         if not in_dm:
             try:
@@ -614,17 +628,24 @@ class SlackAdapter:
             except Exception:
                 log.warning("could not join %s's thread %s", event["channel"], thread_ts,
                             exc_info=True)  # fmt: skip
-        if event.get("edited"):
+        if event.get("edited") and hint is None:
             return
         claim = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
+        said = hint or (EMPTY_DM if in_dm else EMPTY_MENTION)
+        await self._tell_once(team, event, thread_ts, said, claim)
+
+    async def _tell_once(
+        self, team: str, event: dict, thread_ts: str, text: str, claim: str
+    ) -> None:
+        """Say `text` once per `claim` (a message's `channel:ts:<what>`), whichever process or
+        delivery claims it first; best effort: memory down leaves it unsaid (logged)."""
         try:
             if not await self.handler.memory.events.first_time(team, claim):
                 return
         except Exception:
-            log.warning("no hint for a bare mention in %s", event["channel"],
-                        exc_info=True)  # fmt: skip
+            log.warning("not said in %s: %s", event["channel"], text[:60], exc_info=True)
             return
-        await self._tell(team, event, thread_ts, hint or (EMPTY_DM if in_dm else EMPTY_MENTION))
+        await self._tell(team, event, thread_ts, text)
 
     async def tell_not_taken(self, team: str, event: dict, thread_ts: str) -> None:
         """Tell the person their message could not be queued (memory down), where it would

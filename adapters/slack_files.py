@@ -10,7 +10,9 @@
   Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
   slackapi/bolt-python#925), so the `message` event alone takes it. Where files are not read
   (no file service for Slack in this process), nothing is taken: the adapter answers the
-  message's text as any question, or, with none, says FILES_UNREAD (adapters/slack.py).
+  message's text as a question that says its files were not read (`unread_noted`, and
+  FILES_UNREAD_ANSWERED to the person, once), or, with none, says FILES_UNREAD
+  (adapters/slack.py).
 - The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details
   (Slack unreachable, or busy, is a FetchError that may pass: the task runs again),
   the download from `url_private_download` with the bot token (scope `files:read`; without it
@@ -37,6 +39,7 @@ from adapters.shared_files import FetchError, FileEnd, file_name, is_pdf
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, MemoryUnavailable, unavailable_raised
 from adapters.text import slack_question
+from bot.watch_texts import chat_command
 
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
 FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
@@ -52,6 +55,13 @@ FILES_UNREAD = (
     "I cannot read shared files in this deployment. Ask me your question in words — for "
     "example: `find papers on retrieval-augmented generation`."
 )
+# ... and with a question: said once, just before its answer
+FILES_UNREAD_ANSWERED = (
+    "I cannot read shared files in this deployment, so I answer from your message's words alone."
+)
+# below that question, in the form of `shared_with`'s note on the PDFs read
+# (adapters/shared_files.py): the model knows files came with it, unread, and can say so
+UNREAD_NOTE = "(shared with this message: files this deployment cannot read; they were not read)"
 
 
 def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, Any]:
@@ -64,6 +74,12 @@ def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, A
         "thread_ts": None if thread_ts == DM else thread_ts,
         "user_team": event.get("user_team") or team,
     }
+
+
+def unread_noted(question: str) -> str:
+    """A question shared with files not read here, with UNREAD_NOTE below it; a watch command
+    is left as it is (the note would join its topic), as the served path leaves it."""
+    return question if chat_command(question) is not None else f"{question}\n\n{UNREAD_NOTE}"
 
 
 class FileHost:
@@ -157,12 +173,13 @@ class SlackFiles:
             with unavailable_raised():
                 return await self._take(body, event)
         except MemoryUnavailable:
-            if notify and (thread_ts := self._addressed(event)) is not None:
+            if notify and (thread_ts := self.addressed_thread(event)) is not None:
                 await self.adapter.tell_not_taken(slack_team(body), event, thread_ts)
             raise
 
-    def _addressed(self, event: dict) -> str | None:
-        """The thread_ts (DM for a DM's conversation) of a share to the bot, else None."""
+    def addressed_thread(self, event: dict) -> str | None:
+        """The thread_ts (DM for a DM's conversation) of a message aimed at the bot (a DM, a
+        mention), else None: where a share to the bot is answered, read here or not."""
         if slack_in_dm(event):
             return event.get("thread_ts") or DM
         if f"<@{self.adapter.bot_user_id}>" in event.get("text", ""):
@@ -173,7 +190,7 @@ class SlackFiles:
         adapter, bot = self.adapter, self.adapter.bot_user_id
         text = event.get("text", "")
         channel, ts = event["channel"], event["ts"]
-        addressed_in = self._addressed(event)
+        addressed_in = self.addressed_thread(event)
         addressed = addressed_in is not None
         if addressed_in is not None:
             thread_ts = addressed_in

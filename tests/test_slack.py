@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
@@ -15,6 +15,7 @@ from aiohttp import web
 
 from adapters.slack import SlackAdapter, parse_thread_link, thread_id
 from adapters.web import build_web_app
+from app.runtime import AgentRuntime
 from bot.turns import TurnHandler
 from memory.scope import Scope, Visibility
 from tests.agent_world import close_world, open_world
@@ -51,14 +52,18 @@ class SlackInstance:
 
 
 @contextlib.asynccontextmanager
-async def slack_world(redis_url: str, tmp_path) -> AsyncIterator:
-    """Two bot processes on one Redis, a mock Slack Web API, and a sender per process."""
+async def slack_world(
+    redis_url: str, tmp_path, handler_of: Callable[[AgentRuntime], TurnHandler] | None = None
+) -> AsyncIterator:
+    """Two bot processes on one Redis, a mock Slack Web API, and a sender per process; their
+    turns are taken by `handler_of(runtime)` (say, one without a file service), else by the
+    runtime's own."""
     world = await open_world(redis_url, tmp_path)
     # a workspace with streaming; threads only under messages it issued or was told of
     api = MockSlackApi(streaming=True, strict_threads=True)
     await api.start()
     session = aiohttp.ClientSession()
-    handler = world.runtime.turns()
+    handler = handler_of(world.runtime) if handler_of else world.runtime.turns()
     first, second = (SlackInstance(handler, api) for _ in range(2))
     senders = [await first.start(session), await second.start(session)]
 
