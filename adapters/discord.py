@@ -77,6 +77,7 @@ from bot.errors import ConfigError
 from bot.feedback import FeedbackService
 from bot.turns import TurnHandler
 from memory.scope import Scope
+from memory.shorten import shortened
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,7 @@ def intents() -> discord.Intents:
 def thread_name(text: str) -> str:
     """The question's first line, as a thread title (Discord allows 100 characters)."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if len(line) > THREAD_NAME_LIMIT:
-        line = line[: THREAD_NAME_LIMIT - 1].rstrip() + "…"
-    return line or "ArxivScout"
+    return shortened(line, THREAD_NAME_LIMIT) or "ArxivScout"
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ from memory.digest import Digest, capped_note, short_authors, when
 from memory.ingest.arxiv_source import check_arxiv_id
 from memory.ingest.errors import IngestError
 from memory.scope import Scope, Visibility
+from memory.shorten import shortened
 from memory.stores.watches import InvalidWatch, Watch
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def bad_period(period: str) -> str:
     """`/watch add`'s answer to a period it cannot read, echoing it cut: Discord refuses an
     answer over 2,000 characters (the person sees "The application did not respond")."""
     return (
-        f"I cannot read the period {_capped(period, PERIOD_SHOWN)!r}: say daily, weekly, or "
+        f"I cannot read the period {shortened(period, PERIOD_SHOWN)!r}: say daily, weekly, or "
         "every N days (e.g. `every 3 days`). Usage: `/watch add topic:<topic> [period:weekly] "
         "[category:cs.CL] [author:Name]`."
     )
@@ -252,7 +253,7 @@ def fitted(text: str, watch: Watch) -> str:
     if over <= 0:
         return text
     described = describe(watch)  # what the answer says of the watch
-    return text.replace(described, _capped(described, len(described) - over), 1)
+    return text.replace(described, shortened(described, len(described) - over), 1)
 
 
 def listed_reply(watches: Sequence[Watch], line: ListLine) -> str:
@@ -298,7 +299,7 @@ def _shrunk(watches: Sequence[Watch], line: ListLine, room: int) -> list[str] | 
 
 def _cut(described: str, most: int) -> str:
     """A description in `/watch list` cut to `most` characters; "" under LISTED_AT_LEAST."""
-    return "" if most < LISTED_AT_LEAST else _capped(described, most)
+    return "" if most < LISTED_AT_LEAST else shortened(described, most)
 
 
 def cannot_read(permissions: discord.Permissions) -> list[str]:
@@ -407,10 +408,6 @@ def marker_tag(marker: str) -> str:
     return f"(digest {marker})"
 
 
-def _capped(text: str, most: int = WATCH_TEXT_LIMIT) -> str:
-    return text if len(text) <= most else text[: most - 1] + "…"
-
-
 def digest_message(digest: Digest, marker: str = "") -> str:
     """The digest as one Discord message (Markdown, under 2,000 characters), its footer (with
     the `marker`, which keeps a digest from being posted twice: `find`) always whole: the
@@ -418,14 +415,13 @@ def digest_message(digest: Digest, marker: str = "") -> str:
     cut to what the head, the footer and the blank lines between the parts leave, or left out
     when nothing is left."""
     watch = digest.watch
-    topic = _capped(watch.query or ", ".join(watch.categories + watch.authors))
+    topic = shortened(watch.query or ", ".join(watch.categories + watch.authors), WATCH_TEXT_LIMIT)
     head = (
         f"**New on “{topic}”**: {len(digest.items)} of {digest.found} papers submitted since "
         f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
     )
-    foot = (
-        f"-# Watch `{watch.id}`: {_capped(describe(watch))}. `/watch remove {watch.id}` stops it."
-    )
+    described = shortened(describe(watch), WATCH_TEXT_LIMIT)
+    foot = f"-# Watch `{watch.id}`: {described}. `/watch remove {watch.id}` stops it."
     if marker:
         foot += f" {marker_tag(marker)}"
     left = LIMIT - len(head) - len(foot) - len(SEPARATOR)  # for the papers, each with its own
@@ -438,10 +434,8 @@ def digest_message(digest: Digest, marker: str = "") -> str:
             f"**{n}. [{paper.title[:150]}](<{link}>)**\n{short_authors(paper.authors)} · "
             f"arXiv:{paper.arxiv_id}\n{item.why}"
         )
-        if len(part) <= room:
-            parts.append(part)
-        elif room > 1:
-            parts.append(part[: room - 1] + "…")
+        if room > 1:  # else nothing is left of it (a part is never one character)
+            parts.append(shortened(part, room))
     return SEPARATOR.join([head, *parts, foot])
 
 

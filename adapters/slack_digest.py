@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.slack_home import esc
-from bot.watch_commands import _cut
 from bot.watches import describe
 from memory.digest import Digest, capped_note, short_authors, when
+from memory.shorten import shortened
 
 SAVE_ACTION = "digest_save"
 SAVE_LABEL = "Save to team knowledge base"
@@ -26,7 +26,9 @@ WATCH_TEXT_LIMIT = 200
 
 def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
     watch = digest.watch
-    topic = esc(_cut(watch.query or ", ".join(watch.categories + watch.authors), WATCH_TEXT_LIMIT))
+    topic = esc(
+        shortened(watch.query or ", ".join(watch.categories + watch.authors), WATCH_TEXT_LIMIT)
+    )
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": (
         f"*New on “{topic}”*: {len(digest.items)} of {digest.found} papers submitted since "
         f"{when(digest.since)}" + (f". {capped_note(digest)}" if digest.capped else "")
@@ -45,7 +47,7 @@ def digest_blocks(digest: Digest) -> list[dict[str, Any]]:
                           "text": {"type": "plain_text", "text": SAVE_LABEL}},
         })  # fmt: skip
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"Watch `{watch.id}`: {esc(_cut(describe(watch), WATCH_TEXT_LIMIT))}. "
+        f"Watch `{watch.id}`: {esc(shortened(describe(watch), WATCH_TEXT_LIMIT))}. "
         f"`/watch remove {watch.id}` stops it."
     )}]})  # fmt: skip
     return blocks

@@ -28,6 +28,7 @@ from adapters.slack_walls import SlackWalls
 from memory.errors import memory_unavailable
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, Visibility
+from memory.shorten import shortened
 from memory.stores.knowledge_base import is_from_arxiv, paper_label
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,7 @@ def _paper_line(paper: dict[str, Any]) -> str:
 
 
 def _section(text: str, **extra: Any) -> dict[str, Any]:
-    if len(text) > SECTION_LIMIT:
-        text = text[: SECTION_LIMIT - 1] + "…"
+    text = shortened(text, SECTION_LIMIT)
     return {"type": "section", "text": {"type": "mrkdwn", "text": text}, **extra}
 
 

@@ -23,6 +23,7 @@ from memory.ingest.errors import IngestError
 from memory.ingest.pipeline import arxiv_id_of, fetch_and_save
 from memory.manager import MemoryManager
 from memory.scope import PUBLIC, Scope, legacy_audience
+from memory.shorten import shortened
 from memory.stores.base import Segment
 from memory.stores.knowledge_base import KnowledgeBase, Passage, base_arxiv_id, is_from_arxiv
 from memory.stores.tool_log import paper_shown
@@ -282,7 +283,7 @@ async def read_tool_log(ctx: ToolContext, log_id: str, offset: int = 0) -> str:
     ctx.shown_messages.add(entry.id)  # its output: forgetting that log takes this one too
     output = entry.output
     called = str(entry.tool_input)
-    called = called if len(called) <= LOG_INPUT_CHARS else called[:LOG_INPUT_CHARS] + "…"
+    called = shortened(called, LOG_INPUT_CHARS + 1)  # its first LOG_INPUT_CHARS, then "…"
     head = f"Tool log {entry.id}: {entry.tool_name}({called}) -> {entry.status}"
     room = TOOL_RESULT_CHARS - len(head) - LOG_NOTE_CHARS
     start = _page_start(output, min(max(0, int(offset)), len(output)), room, ctx.sources)

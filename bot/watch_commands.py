@@ -42,6 +42,7 @@ from bot.watch_texts import (
     watch_id_of,
 )
 from memory.scope import Scope
+from memory.shorten import shortened
 from memory.stores.watches import (
     InvalidWatch,
     Watch,
@@ -275,20 +276,15 @@ class WatchCommands:
         return f" {note}" if note else ""
 
 
-def _cut(text: str, most: int) -> str:
-    """`text` as an answer echoes it: at most `most` characters, an ellipsis where it was cut."""
-    return text if len(text) <= most else text[: most - 1] + "…"
-
-
 def _reason(paused: str) -> str:
     """Why a watch is paused, as its list line shows it: on one line, cut to REASON_LISTED."""
-    return _cut(" ".join(paused.split()), REASON_LISTED)
+    return shortened(" ".join(paused.split()), REASON_LISTED)
 
 
 def _not_here(watch_id: str) -> str:
     """The answer to an id naming no watch here; a long one typed is echoed cut (Discord
     refuses an answer over 2,000 characters, and its option may hold more)."""
-    return f"No watch `{_cut(watch_id, ID_SHOWN)}` posts here (`/watch list` shows their ids)."
+    return f"No watch `{shortened(watch_id, ID_SHOWN)}` posts here (`/watch list` shows their ids)."
 
 
 def _sees(scope: Scope, place: WatchPlace, watch: Watch) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from memory.browse_reader import Audiences, Reader, Reads, sees
 from memory.keys import InvalidName, messages_key, threads_key, validate_thread
 from memory.scope import legacy_audience
+from memory.shorten import shortened
 from memory.stores.base import decode
 from memory.stores.records import ThreadRecordStore, UnknownRecord
 from memory.stores.summary import Summary
@@ -166,9 +167,7 @@ class ThreadReads(Reads):
             return shown and m.role == "user" and not m.forgotten
 
         first = next(filter(may_title, messages), None)
-        title = " ".join(first.content.split()) if first else "(forgotten)"
-        if len(title) > TITLE_CHARS:
-            title = title[: TITLE_CHARS - 1].rstrip() + "…"
+        title = shortened(" ".join(first.content.split()), TITLE_CHARS) if first else "(forgotten)"
         return ThreadInfo(
             id=thread, audience=audience, channel=channel_of(thread),
             last_active=score or messages[-1].timestamp, messages=count,

@@ -31,6 +31,7 @@ import numpy as np
 from memory.ingest.arxiv_source import ArxivSource, Candidate
 from memory.keys import watch_seen_key
 from memory.scope import PUBLIC, Scope, Visibility
+from memory.shorten import shortened
 from memory.stores.knowledge_base import KnowledgeBase
 from memory.stores.watches import DAY, Watch, WatchStore
 
@@ -97,7 +98,7 @@ def best_sentence(abstract: str, query: str, limit: int = 240) -> str:
     wanted = {w[:5] for w in _WORD.findall(query.lower()) if len(w) > 2}
     scores = [len(wanted & {w[:5] for w in _WORD.findall(s.lower())}) for s in sentences]
     best = sentences[int(np.argmax(scores))] if max(scores) else sentences[0]
-    return best if len(best) <= limit else best[: limit - 1].rstrip() + "…"
+    return shortened(best, limit)
 
 
 def matched_words(paper: Candidate, query: str) -> list[str]:

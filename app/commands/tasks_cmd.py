@@ -29,6 +29,7 @@ from memory.dead_letters import (
     requeue,
 )
 from memory.keys import task_stream, task_stream_name
+from memory.shorten import shortened
 from memory.tasks import TaskStream
 
 REDACTED = "[redacted]"
@@ -157,5 +158,4 @@ def redact(value: Any) -> Any:
 
 
 def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shortened(" ".join(text.split()), limit)

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from memory.keys import record_key, thread_records_key
 from memory.scope import Scope, legacy_audience, narrowest
+from memory.shorten import shortened
 from memory.stores.base import decode
 
 R = TypeVar("R")
@@ -30,8 +31,7 @@ class UnknownRecord(KeyError):
 
     def __str__(self) -> str:
         typed = str(self.args[0])
-        shown = typed if len(typed) <= ID_SHOWN else typed[: ID_SHOWN - 1] + "…"
-        return f"No {self.what} with id {shown!r} here."
+        return f"No {self.what} with id {shortened(typed, ID_SHOWN)!r} here."
 
 
 class ThreadRecordStore(Generic[R]):
