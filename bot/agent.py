@@ -178,7 +178,9 @@ class Agent:
             messages.append(reply.assistant_message())
             for call in reply.tool_calls:
                 await _emit(on_event, AgentEvent("tool_start", call.name, call.arguments))
-                output, step = await self.harness.run_tool(scope, call, iteration, prepared.sources)
+                output, step = await self.harness.run_tool(
+                    scope, call, iteration, prepared.sources, asked=prepared.asked_id
+                )
                 steps.append(step)
                 await _emit(on_event, AgentEvent("tool_end", call.name, step.status))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})

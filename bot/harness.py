@@ -115,6 +115,11 @@ class Prepared:
     record_id: str = ""  # the turn record's id: the job's, or a fresh one (terminal turns)
     sources: SourceRegistry = field(default_factory=SourceRegistry)  # the passages shown, numbered
 
+    @property
+    def asked_id(self) -> str:
+        """The stored question's id, which the turn's tool logs list (`Harness.run_tool`)."""
+        return self.question.id if self.question is not None else ""
+
 
 @dataclass
 class Step:
@@ -256,9 +261,13 @@ class Harness:
     # -- inside the loop -----------------------------------------------------------------------
 
     async def run_tool(
-        self, scope: Scope, call: ToolCall, iteration: int, sources: SourceRegistry | None = None
-    ) -> tuple[str, Step]:
-        """Run one tool call; the passages it shows are numbered in the turn's `sources`."""
+        self, scope: Scope, call: ToolCall, iteration: int, sources: SourceRegistry | None = None,
+        asked: str = "",
+    ) -> tuple[str, Step]:  # fmt: skip
+        """Run one tool call; the passages it shows are numbered in the turn's `sources`. Its
+        log lists the turn's question (`asked`, its stored id) with what it showed: its input
+        quotes the question, so forgetting or editing that takes the log too, whatever became
+        of the turn's record (`_kept`)."""
         context = self.tool_context(scope, sources)
         result: ToolResult = await self.toolbox.execute(call.name, call.arguments, context)
         try:
@@ -272,7 +281,7 @@ class Harness:
                 thread_id=scope.thread, tool_name=call.name, tool_input=tool_input,
                 output=result.output, status=result.status, error=result.error or "",
                 duration_ms=result.duration_ms, iteration=iteration, author=scope.user,
-                audience=audience, message_ids=sorted(context.shown_messages),
+                audience=audience, message_ids=sorted(context.shown_messages | ({asked} - {""})),
             ),
         )  # fmt: skip
         output = result.output
@@ -362,8 +371,9 @@ class Harness:
     async def _kept(self, scope: Scope, prepared: Prepared, answered: Message) -> str:
         """Whether the turn's question is still stored, read once its record is saved: an
         erasure that ran before the record (the memory page, a person's erasure, a deletion
-        on the platform) did not find it. ASKED; FORGOTTEN, a tombstone: its record goes (the
-        answer stays, as others' answers to a forgotten message do); ERASED, its thread gone
+        on the platform) did not find it. ASKED; FORGOTTEN, a tombstone: its record goes, and
+        the tool logs listing the question (`run_tool`) that the erasure, run before them, missed
+        (the answer stays, as others' answers to a forgotten message do); ERASED, its thread gone
         whole: the answer stored since brought the thread back, and it goes whole again
         (its record with it), now, or by a queued task when another erasure holds the lock
         (a person's, a long one). An erasure after this read finds the record itself."""
@@ -373,9 +383,11 @@ class Harness:
         now = (await self.memory.conversation.at(scope, [asked.seq])).get(asked.seq)
         if now is not None and now.id == asked.id and not now.forgotten:
             return ASKED
-        await self.memory.turn_records.forget(scope.tenant, [prepared.record_id])
         if now is not None and now.id == asked.id:
+            await self.memory.tool_logs.forget_showing(scope.tenant, [asked.id])
+            await self.memory.turn_records.forget(scope.tenant, [prepared.record_id])
             return FORGOTTEN
+        await self.memory.turn_records.forget(scope.tenant, [prepared.record_id])
         try:
             await self.memory.governance.forget_thread(scope.tenant, scope.thread)
         except NotFound:  # an erasure took it again meanwhile

@@ -583,7 +583,8 @@ class Governance:
     async def _turns(self, tenant: str, **which: Any) -> Erasure:
         """The turn records (question, answer, feedback) of what is forgotten: a thread's, a
         person's (and their votes), a message's, those older than a cutoff. A forgotten
-        question's turn takes its own tool logs first (`_question_logs`)."""
+        question's turn takes its own tool logs first (`_question_logs`: those written before
+        they listed their question)."""
         records = self.memory.turn_records
         reject = self.memory.workflows.reject  # a person's votes withdrawn: `forget_person`
         erasure = await self._question_logs(tenant, which.get("message_ids", ()))
@@ -592,10 +593,13 @@ class Governance:
 
     async def _question_logs(self, tenant: str, message_ids: Iterable[str]) -> Erasure:
         """The tool logs of the turns that asked these messages (`TurnRecord.tools`), and the
-        logs that read them back: their inputs quote the question (a search for its words),
-        and its turn's record, about to go, is the only link to them. Read and deleted before
-        the records: a failure in between leaves them for a run again. A thread's, a person's
-        and an expired turn's logs go by their thread, author or age instead."""
+        logs that read them back: their inputs quote the question (a search for its words).
+        A log lists its turn's question now (bot/harness.py `run_tool`), and goes with what it
+        showed, whatever became of the record (an answer forgotten first, a turn's re-run, an
+        answer not saved); for the logs written before, the turn's record, about to go, is the
+        only link. Read and deleted before the records: a failure in between leaves them for a
+        run again. A thread's, a person's and an expired turn's logs go by their thread, author
+        or age instead."""
         asked = await self.memory.turn_records.asking(tenant, message_ids)
         log_ids = sorted({
             str(tool.get("log_id") or "") for record in asked for tool in record.tools

@@ -4,10 +4,10 @@ The model gets a truncated result that names the log id; `read_tool_log` brings 
 Each log keeps who asked the turn that made the call (`author`), so erasing a person takes the
 logs of their turns too (memory/governance.py), and is stored for who may see what the call
 showed (`log_audience`), not only for who asked. It keeps the ids of the stored messages its
-output showed too (`message_ids`, indexed per message), and of the summary it expanded or the
-log it read back, and of the papers whose passages it showed (`paper_shown`): forgetting any of
-them deletes every log that showed it (`forget_showing`), wherever that call was made. A log from
-before has none.
+output showed too (`message_ids`, indexed per message), and of its turn's question (its input
+quotes it), of the summary it expanded or the log it read back, and of the papers whose passages
+it showed (`paper_shown`): forgetting any of them deletes every log that showed it
+(`forget_showing`), wherever that call was made. A log from before has none.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class ToolLogEntry:
     created_at: float = field(default_factory=time.time)
     audience: str = ""
     author: str = ""  # who asked the turn that made the call (empty in logs from before)
-    # the stored messages its output showed (and the summary or tool log, or `paper_shown` the
-    # papers whose passages, it showed)
+    # the stored messages its output showed and its turn's question, which its input quotes
+    # (and the summary or tool log, or `paper_shown` the papers whose passages, it showed)
     message_ids: list[str] = field(default_factory=list)
 
 

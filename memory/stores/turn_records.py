@@ -314,7 +314,8 @@ class TurnRecords:
         asked = list(dict.fromkeys(message_ids))
         turns = await self.redis.hmget(turn_messages_key(tenant), asked) if asked else []
         found = await self.get_many(tenant, {decode(t) for t in turns if t is not None})
-        return [r for r in found.values() if r.question_id in set(asked)]
+        wanted = set(asked)
+        return [r for r in found.values() if r.question_id in wanted]
 
     async def ids(self, tenant: str, thread: str | None = None, limit: int = 0) -> list[str]:
         """Newest first: the tenant's (or a thread's) turn records."""
