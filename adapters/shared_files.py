@@ -191,6 +191,12 @@ def shared_with(papers: list[dict[str, str]]) -> str:
     return f"(shared with this message: {'; '.join(named)})" if named else ""
 
 
+def with_note(text: str, note: str) -> str:
+    """A question with a note below it (`shared_with`'s, or Slack's on files not read); a
+    watch command, or no note, leaves it as it is (the note would join the command's topic)."""
+    return text if not note or chat_command(text) is not None else f"{text}\n\n{note}"
+
+
 def _one_line(text: str) -> str:
     """A title as the note holds it: one line, without the brackets that mark ids."""
     return " ".join(str(text).replace("[", "(").replace("]", ")").split())
@@ -551,11 +557,7 @@ class SharedFiles:
             if paper := (await self.progress.get(tenant, share_id)).get("paper"):
                 papers.append(paper)
         turn = json.loads(payload["turn"])
-        text = turn.get("text") or ""
-        if chat_command(text) is not None:  # a watch command: the note would join its topic
-            return payload["turn"]
-        if note := shared_with(papers):
-            turn["text"] = f"{text}\n\n{note}"
+        turn["text"] = with_note(turn.get("text") or "", shared_with(papers))
         return json.dumps(turn, ensure_ascii=False)
 
     @contextlib.asynccontextmanager

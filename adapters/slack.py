@@ -8,9 +8,10 @@ Markdown blocks back. Everything between is the spine's (`adapters/spine.py`).
   question (Slack's `app_mention` again) is answered as a new mention (Slack sends no
   `app_mention` for a DM's edit). Files shared with the bot where they are not read (no file
   service in this process: adapters/slack_files.py) leave their message a question, noted as
-  shared with files not read (the model knows), the person told so once before its answer;
-  with no question (an edit that adds a bare mention too), told once that files are not read
-  here (FILES_UNREAD).
+  shared with files not read (the model knows; an edit of it too), the person told so
+  (FILES_UNREAD_ANSWERED, alongside its answer); with no question (an edit that adds a bare
+  mention too), told that files are not read here (FILES_UNREAD): one or the other, once a
+  message, whatever its edits.
 - Scope: tenant = the workspace whose installation the payload is for (`platform_ids.
   slack_team`, as bolt's `context.team_id`: in a shared channel an event's envelope `team_id`
   may be the channel creator's workspace); thread `slack:<team>:<channel>:<thread_ts>`;
@@ -195,6 +196,12 @@ def edited_message(event: dict) -> dict | None:
         return None
     previous = event.get("previous_message") or {}
     return {**now, "previous_text": previous.get("text")}
+
+
+def unread_claim(event: dict) -> str:
+    """The claim that a message's person was told its files are not read (FILES_UNREAD or
+    FILES_UNREAD_ANSWERED, once whatever its edits): not the turn's `channel:ts`."""
+    return f"{event['channel']}:{event['ts']}:unread"
 
 
 def converted(event: dict) -> bool:
@@ -478,6 +485,8 @@ class SlackAdapter:
             if not text:
                 await self.handler.message_deleted(team, places, source)
             else:
+                if self.files.unread({**event, **edited}):  # noted, as its question was
+                    text = unread_noted(text)
                 where = dict.fromkeys(places, channel)
                 await self.handler.message_edited(team, where, source, text, at)
 
@@ -588,14 +597,15 @@ class SlackAdapter:
         here, FILES_UNREAD); memory down raises MemoryUnavailable (so Slack gets a 503 and
         sends the event again), telling the person on the first delivery only. A question
         shared with the bot with files not read here (a share to the bot reaches here only
-        then: adapters/slack_files.py) is noted so, and the person told once, before it is
-        queued (so before its answer)."""
+        then: adapters/slack_files.py) is noted so, and the person told once, from a held
+        task (Slack waits for the listener's answer, and sends the event again if slow)."""
         team = slack_team(body)
         text = slack_question(event.get("text", ""), self.bot_user_id)
-        if text and event.get("files") and self.files.addressed_thread(event) is not None:
+        if text and self.files.unread(event):
             text = unread_noted(text)
-            unread = f"{event['channel']}:{event['ts']}:unread"  # not the turn's `channel:ts`
-            await self._tell_once(team, event, thread_ts, FILES_UNREAD_ANSWERED, unread)
+            said = FILES_UNREAD_ANSWERED
+            told = self._tell_once(team, event, thread_ts, said, unread_claim(event))
+            self._hold(asyncio.create_task(told))  # not awaited: Slack waits for its answer
         if not text:  # a bare mention: a hint, and no turn, so its `channel:ts` event id stays
             # free for the edit that adds the question (Slack's `app_mention` again)
             hint = FILES_UNREAD if event.get("files") else None
@@ -630,7 +640,9 @@ class SlackAdapter:
                             exc_info=True)  # fmt: skip
         if event.get("edited") and hint is None:
             return
-        claim = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
+        # files not read: told once a message, with or without a question (`unread_claim`)
+        hinted = f"{event['channel']}:{event['ts']}:hint"  # not the turn's `channel:ts`
+        claim = unread_claim(event) if hint == FILES_UNREAD else hinted
         said = hint or (EMPTY_DM if in_dm else EMPTY_MENTION)
         await self._tell_once(team, event, thread_ts, said, claim)
 

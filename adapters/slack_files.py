@@ -10,9 +10,9 @@
   Slack may send such a message as `app_mention` too (or, for file shares, only as `message`:
   slackapi/bolt-python#925), so the `message` event alone takes it. Where files are not read
   (no file service for Slack in this process), nothing is taken: the adapter answers the
-  message's text as a question that says its files were not read (`unread_noted`, and
-  FILES_UNREAD_ANSWERED to the person, once), or, with none, says FILES_UNREAD
-  (adapters/slack.py).
+  message's text (and an edit's) as a question that says its files were not read
+  (`unread_noted`), or, with none, says FILES_UNREAD; the person is told so once a message,
+  FILES_UNREAD_ANSWERED or FILES_UNREAD, whichever comes first (adapters/slack.py).
 - The task's Slack side (`SlackFileEnd`): `files.info` when the event lacks a file's details
   (Slack unreachable, or busy, is a FetchError that may pass: the task runs again),
   the download from `url_private_download` with the bot token (scope `files:read`; without it
@@ -35,11 +35,10 @@ from yarl import URL
 
 from adapters.file_download import download
 from adapters.platform_ids import slack_in_dm, slack_source, slack_team
-from adapters.shared_files import FetchError, FileEnd, file_name, is_pdf
+from adapters.shared_files import FetchError, FileEnd, file_name, is_pdf, with_note
 from adapters.slack_delivery import DM, markdown, until_delivered
 from adapters.spine import Job, MemoryUnavailable, unavailable_raised
 from adapters.text import slack_question
-from bot.watch_texts import chat_command
 
 DOWNLOAD_TIMEOUT_SECONDS = 120.0
 FILE_FIELDS = ("id", "name", "title", "mimetype", "filetype", "pretty_type", "size",
@@ -55,13 +54,14 @@ FILES_UNREAD = (
     "I cannot read shared files in this deployment. Ask me your question in words — for "
     "example: `find papers on retrieval-augmented generation`."
 )
-# ... and with a question: said once, just before its answer
+# ... and with a question: said once, alongside its answer (one or the other, once a message)
 FILES_UNREAD_ANSWERED = (
     "I cannot read shared files in this deployment, so I answer from your message's words alone."
 )
 # below that question, in the form of `shared_with`'s note on the PDFs read
-# (adapters/shared_files.py): the model knows files came with it, unread, and can say so
-UNREAD_NOTE = "(shared with this message: files this deployment cannot read; they were not read)"
+# (adapters/shared_files.py): the model knows files came with it, unread, and can say so;
+# a fact of that moment, still true once a file service reads later shares
+UNREAD_NOTE = "(shared with this message: files that were not read)"
 
 
 def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, Any]:
@@ -77,9 +77,9 @@ def slack_reply(event: dict[str, Any], team: str, thread_ts: str) -> dict[str, A
 
 
 def unread_noted(question: str) -> str:
-    """A question shared with files not read here, with UNREAD_NOTE below it; a watch command
-    is left as it is (the note would join its topic), as the served path leaves it."""
-    return question if chat_command(question) is not None else f"{question}\n\n{UNREAD_NOTE}"
+    """A question shared with files not read here, with UNREAD_NOTE below it (a watch command
+    left as it is, as the served path leaves it)."""
+    return with_note(question, UNREAD_NOTE)
 
 
 class FileHost:
@@ -185,6 +185,13 @@ class SlackFiles:
         if f"<@{self.adapter.bot_user_id}>" in event.get("text", ""):
             return event.get("thread_ts") or event["ts"]
         return None
+
+    def unread(self, message: dict) -> bool:
+        """Whether `message` (a `message` event, or an edit's message) has files aimed at the
+        bot that this process does not read (no file service for Slack): `take` leaves it."""
+        if not message.get("files") or (self.service is not None and "slack" in self.service.ends):
+            return False
+        return self.addressed_thread(message) is not None
 
     async def _take(self, body: dict, event: dict) -> bool:
         adapter, bot = self.adapter, self.adapter.bot_user_id
