@@ -6,7 +6,9 @@
   anywhere, as the memory page decides who is an admin). A mention "watch … weekly" does the
   same, through the turn handler (bot/watch_texts.py `chat_command`; there, only from the
   watch's channel).
-- A digest is one message (Block Kit, adapters/slack_digest.py) with a Save button per paper.
+- A digest is one message (Block Kit, adapters/slack_digest.py) with a Save button per paper;
+  if Slack refuses its blocks (UNSHOWABLE, our bug: logged as an error), it is posted once
+  more as its plain text, saying its buttons could not be shown.
   The message carries metadata naming its watch and period, so a digest task run again after a
   crash finds it in the channel's history instead of posting it twice.
 - A pressed Save is queued as a durable task and answered where it was pressed, only to the
@@ -45,7 +47,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, slack_team, tenant_kind
-from adapters.slack_delivery import marked_post
+from adapters.slack_delivery import UNSHOWABLE, marked_post, slack_error
 from adapters.slack_digest import SAVE_ACTION, digest_blocks, digest_fallback
 from adapters.slack_org import (
     OrganisationUnknown,
@@ -94,11 +96,14 @@ _ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
 # revoked token, a missing scope) pauses nothing: retried, then dead-lettered, as it is fixed
 # once for every watch (and `tell` would need the same token).
 UNDELIVERABLE = {"channel_not_found", "not_in_channel", "is_archived", "account_inactive"}
-# Slack refuses the digest's own shape: the bot's bug, not the place's; logged and retried
+# Slack refuses the digest's own shape: the bot's bug, not the place's; logged and retried (a
+# digest whose blocks are refused, UNSHOWABLE, is posted once more as its plain text)
 SHAPE_ERRORS = {
     "invalid_blocks", "invalid_blocks_format", "invalid_metadata_format",
     "invalid_metadata_schema", "metadata_too_large", "msg_too_long",
 }  # fmt: skip
+# said in a digest posted as plain text (Slack refused its blocks)
+BUTTONS_UNSHOWN = "(Slack would not show this digest's links and Save buttons: its titles only.)"
 NOT_OURS = (  # `can_post`: the watch's channel is another workspace's
     "<#{channel}> is not a channel of this workspace, so I will not post this watch's digests "
     "there: make the watch again in one of this workspace's channels (and `/watch remove` this "
@@ -248,13 +253,26 @@ class SlackWatches:
 
     async def post(self, watch: Watch, digest: Digest, marker: str) -> str:
         await self._ours_or_refused(watch)
+        where = {
+            "channel": watch.channel, "thread_ts": watch.thread or None,
+            "metadata": {"event_type": METADATA_EVENT, "event_payload": {"digest": marker}},
+            "unfurl_links": False, "unfurl_media": False,
+        }  # fmt: skip
         try:
-            response = await self.client.chat_postMessage(
-                channel=watch.channel, thread_ts=watch.thread or None,
-                text=digest_fallback(digest), blocks=digest_blocks(digest),
-                metadata={"event_type": METADATA_EVENT, "event_payload": {"digest": marker}},
-                unfurl_links=False, unfurl_media=False,
-            )  # fmt: skip
+            try:
+                response = await self.client.chat_postMessage(
+                    **where, text=digest_fallback(digest), blocks=digest_blocks(digest)
+                )
+            except SlackApiError as exc:
+                if slack_error(exc) not in UNSHOWABLE:
+                    raise
+                # the same blocks would be refused every period: the titles at least, once
+                log.error("watch %s of %s: Slack refused the digest's blocks (a bug of the "
+                          "bot): %s; posted as plain text", watch.id, watch.tenant,
+                          slack_error(exc))  # fmt: skip
+                response = await self.client.chat_postMessage(
+                    **where, text=digest_fallback(digest, BUTTONS_UNSHOWN)
+                )
         except SlackApiError as exc:
             _raise_if_undeliverable(exc, watch)
             raise

@@ -26,6 +26,8 @@ import docstring_parser
 import pydantic
 from pydantic_core import to_jsonable_python
 
+from memory.shorten import shortened
+
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_DESCRIPTION_CHARS = 1024
 ToolStatus = Literal["success", "error", "timeout"]
@@ -298,7 +300,7 @@ def _explain(error: Any, allowed: str) -> str:
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])[1:]
     kind, value = error["type"], error["input"]
     got = json.dumps(value, ensure_ascii=False, default=str)
-    got = got if len(got) <= 100 else f"{got[:100]}…"
+    got = shortened(got, 101)
     if kind == "json_invalid":
         reason = error["msg"].removeprefix("Invalid JSON: ")
         return f"arguments are not valid JSON ({reason}): {str(value)[:200]}"

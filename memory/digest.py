@@ -48,6 +48,7 @@ TEXT_CHARS = 200  # of title and abstract embedded per paper: its gist (~40 toke
 CLOSENESS = ((0.75, "very close to"), (0.55, "close to"), (0.35, "loosely related to"))
 # cosine -> how a saved paper's closeness is said; below the last, "nothing you saved is close"
 TOPIC_WEIGHT = 0.65  # the rest goes to closeness to the team's saved papers
+WHY_WORDS = 8  # the topic's shared words a paper's "why" names (an imported topic has hundreds)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -227,7 +228,7 @@ class DigestBuilder:
     @staticmethod
     def why(paper: Candidate, watch: Watch, near: str, similarity: float) -> str:
         """Why it matters to this team: its closest saved paper (said as close as it is), the
-        topic's words it shares, and its key sentence."""
+        topic's words it shares (the first WHY_WORDS, and how many more), and its key sentence."""
         phrase = closeness_phrase(similarity) if near else ""
         if phrase:
             team = f"{phrase[0].upper()}{phrase[1:]} your saved “{near}”"
@@ -236,7 +237,9 @@ class DigestBuilder:
         else:
             team = "Nothing saved yet to compare it with"
         words = matched_words(paper, watch.query)
-        on = f"; on {', '.join(words)}" if words else ""
+        more = len(words) - WHY_WORDS
+        shown = ", ".join(words[:WHY_WORDS]) + (f" and {more} more" if more > 0 else "")
+        on = f"; on {shown}" if words else ""
         sentence = best_sentence(paper.summary, watch.query)
         return f"{team}{on}: {sentence}" if sentence else f"{team}{on}."
 

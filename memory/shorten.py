@@ -9,8 +9,11 @@ from __future__ import annotations
 
 
 def shortened(text: str, most: int) -> str:
-    """`text` whole if it fits in `most` characters (`most` >= 1), else cut to fit: the
-    ellipsis at the end says it was cut, and the whitespace before it is dropped (no "word …")."""
+    """`text` whole if it fits in `most` characters, else cut to fit: the ellipsis at the end
+    says it was cut, and the whitespace before it is dropped (no "word …"); nothing fits in
+    `most` <= 0 (not even the ellipsis)."""
+    if most <= 0:
+        return ""
     if len(text) <= most:
         return text
     return text[: most - 1].rstrip() + "…"

@@ -22,3 +22,9 @@ def test_the_whitespace_before_the_ellipsis_is_dropped() -> None:
 def test_a_limit_of_one_leaves_the_ellipsis_only() -> None:
     assert shortened("ab", 1) == "…"
     assert shortened("a", 1) == "a"
+
+
+def test_nothing_fits_in_a_limit_of_zero_or_less() -> None:
+    assert shortened("abc", 0) == ""
+    assert shortened("abc", -4) == ""
+    assert shortened("", 0) == ""
