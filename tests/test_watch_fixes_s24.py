@@ -84,17 +84,15 @@ async def test_a_digest_slack_refuses_for_good_pauses_the_watch_and_tells_its_cr
         assert "invite" not in told["text"].lower(), told["text"]
 
 
-@pytest.mark.parametrize(
-    "error", ["token_revoked", "invalid_auth", "missing_scope", "invalid_blocks", "msg_too_long"]
-)
-async def test_an_app_wide_or_shape_error_of_slack_pauses_no_watch(
+@pytest.mark.parametrize("error", ["token_revoked", "invalid_auth", "missing_scope"])
+async def test_an_app_wide_error_of_slack_pauses_no_watch(
     watch_world,  # noqa: F811
     tenant,
     error,
 ):
     """A revoked token or a missing scope is every watch's, fixed once for all of them (and
-    `tell` would need the same token); a digest Slack will not take is the bot's bug: neither
-    pauses the watch, the task fails (retried, then dead-lettered) and its papers stay new."""
+    `tell` would need the same token): it pauses no watch, the task fails (retried, then
+    dead-lettered) and its papers stay new."""
     from slack_sdk.errors import SlackApiError
 
     world = watch_world
@@ -106,6 +104,25 @@ async def test_an_app_wide_or_shape_error_of_slack_pauses_no_watch(
     assert stored.paused == "" and stored.since == watch.since
     assert [p for p in world.api.of("chat.postMessage") if p["channel"] == "DU1"] == []
     assert await service.digest(payload) == "posted"  # fixed: the retry posts the digest
+
+
+@pytest.mark.parametrize("error", ["invalid_blocks", "msg_too_long"])
+async def test_a_digest_whose_shape_slack_refuses_is_posted_as_text_and_pauses_no_watch(
+    watch_world,  # noqa: F811
+    tenant,
+    error,
+):
+    """A digest Slack will not take is the bot's bug, not the watch's: no pause, nobody told
+    by DM, and the digest is posted once more as plain text (adapters/slack_watch.py)."""
+    world = watch_world
+    service, watch, payload = await a_due_digest(world, tenant)
+    world.api.fail("chat.postMessage", error)
+    assert await service.digest(payload) == "posted"
+    stored = await service.store.get(tenant, watch.id)
+    assert stored.paused == ""
+    assert [p for p in world.api.of("chat.postMessage") if p["channel"] == "DU1"] == []
+    [*_, plain] = world.api.of("chat.postMessage")
+    assert not plain.get("blocks") and plain["text"]
 
 
 # -- a channel made private since the watch was made --------------------------------------------
