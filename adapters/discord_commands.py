@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from adapters.discord_platform import DISCORD_LIMIT, resolve_visibility, tell_privately
+from adapters.discord_platform import DISCORD_LIMIT, defer, resolve_visibility, tell_privately
 from adapters.memory_page.auth import NOT_SERVED
 from adapters.platform_ids import discord_tenant
 from adapters.text import link_arxiv, split_for_delivery
@@ -119,7 +119,8 @@ class DiscordCommands:
             if interaction.channel_id is None or not known:
                 await interaction.response.send_message(NOT_IN_THREAD, ephemeral=True)
                 return
-            await interaction.response.defer(thinking=True)
+            if not await defer(interaction, "/summarize"):
+                return  # nothing could answer: not the work failing
             deferred = True
             answer = await self.adapter.handler.summarize(scope)
         except Exception as exc:
@@ -136,7 +137,7 @@ class DiscordCommands:
         work = asyncio.ensure_future(self._expanded(interaction, summary_id))
         done, _ = await asyncio.wait({work}, timeout=EXPAND_WITHIN_SECONDS)
         deferred = not done
-        if deferred and not await self._deferred(interaction, "/expand"):
+        if deferred and not await defer(interaction, "/expand"):
             work.cancel()  # its answer would show nowhere
             return
         try:
@@ -149,7 +150,7 @@ class DiscordCommands:
             else:
                 await interaction.response.send_message(answer, ephemeral=True)
             return
-        if not deferred and not await self._deferred(interaction, "/expand"):
+        if not deferred and not await defer(interaction, "/expand"):
             return
         await self._followup(interaction, answer, "/expand")
 
@@ -210,17 +211,6 @@ class DiscordCommands:
         if interaction.guild_id is None:
             return tenant, f"discord:dm:{interaction.channel_id}", interaction.user
         return tenant, f"discord:{tenant}:{interaction.channel_id}", interaction.user
-
-    @staticmethod
-    async def _deferred(interaction: discord.Interaction, command: str) -> bool:
-        """Whether a "thinking…" was deferred. Discord refusing it (too late: Unknown
-        interaction) leaves nothing that could answer: logged, not a failure of the work."""
-        try:
-            await interaction.response.defer(thinking=True)
-        except discord.HTTPException as exc:
-            log.warning("%s could not defer its answer: %r", command, exc)
-            return False
-        return True
 
     @staticmethod
     async def _followup(interaction: discord.Interaction, text: str, command: str) -> None:

@@ -178,10 +178,9 @@ async def answer_later(
 ) -> None:
     """Deferred first (Discord wants an answer within 3 s; Redis may take longer), then told
     what `work` says. What it keeps is kept even when Discord no longer takes the answer."""
-    try:
-        await interaction.response.defer(ephemeral=True, thinking=True)
-    except discord.DiscordException as exc:  # expired, or answered already
-        log.info("could not defer a feedback answer: %s", exc)
+    from adapters.discord_platform import defer  # it imports this module
+
+    await defer(interaction, "feedback", ephemeral=True)  # refused: the work is still kept
     said = await work()
     try:
         await interaction.followup.send(said, ephemeral=True)

@@ -2,8 +2,9 @@
 (typing, a step status message, the reply's parts), which errors of Discord's pass (the job runs
 again) and which refuse for good (`refused`: the person is told, by DM when the place refuses
 that too), and who may see a channel (`visibility`, `resolve_visibility`: the adapter and its
-commands put it in every scope), and a command's answer only for the person after a
-"thinking…" the channel sees (`tell_privately`). Reads Discord, never memory.
+commands put it in every scope), a command's "thinking…" Discord may refuse (`defer`), and
+its answer only for the person after a "thinking…" the channel sees (`tell_privately`). Reads
+Discord, never memory.
 """
 
 from __future__ import annotations
@@ -101,14 +102,30 @@ def part_nonce(job: Job, index: int, part: str) -> str:
     return hashlib.sha1(f"{job.id}:{index}:{part}".encode()).hexdigest()[:25]
 
 
+async def defer(
+    interaction: discord.Interaction, command: str, *, ephemeral: bool | None = None,
+    thinking: bool = True,
+) -> bool:  # fmt: skip
+    """Whether a "thinking…" was deferred (`ephemeral` None: not said, so public). Discord
+    refusing it in any way (too late: Unknown interaction; answered already; the network)
+    leaves nothing that could answer: logged, not taken for the work failing."""
+    options = {} if ephemeral is None else {"ephemeral": ephemeral}
+    try:
+        await interaction.response.defer(thinking=thinking, **options)
+    except Exception as exc:
+        log.warning("%s could not defer its answer: %r", command, exc)
+        return False
+    return True
+
+
 async def tell_privately(interaction: discord.Interaction, text: str, command: str) -> None:
     """An answer only for the person after a "thinking…" the channel sees. A follow-up fills
     a deferred response still pending and takes its visibility; so the original is first
     edited to words that reveal nothing (`ANSWERED_PRIVATELY`), which ends the deferral, the
     answer then sent as follow-ups of their own, ephemeral, and the original deleted last
-    (deleted first, Discord has refused the follow-up: Unknown Message). Not edited, the
-    answer is not sent (the channel would read it); not deleted, the neutral words stay: both
-    logged."""
+    (deleted first, Discord may refuse the follow-up: Unknown Message, discord-api-docs#3087).
+    Not edited, the answer is not sent (the channel would read it); not deleted, the neutral
+    words stay: both logged."""
     try:
         await interaction.edit_original_response(content=ANSWERED_PRIVATELY)
     except Exception as exc:

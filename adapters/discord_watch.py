@@ -65,7 +65,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
-from adapters.discord_platform import resolve_visibility, tell_privately
+from adapters.discord_platform import defer, resolve_visibility, tell_privately
 from adapters.memory_page.access import Admins
 from adapters.platform_ids import TenantKind, discord_tenant, tenant_kind
 from bot.watch_places import ListLine, PlaceUnknown
@@ -386,11 +386,8 @@ async def respond(
         text, ephemeral = work.result()
         await interaction.response.send_message(text, ephemeral=ephemeral)
         return
-    try:
-        await interaction.response.defer(ephemeral=not public, thinking=True)
-    except discord.HTTPException as exc:  # too late already: the work still finishes
-        log.warning("/watch could not defer its answer: %r", exc)
-        await work
+    if not await defer(interaction, "/watch", ephemeral=not public):
+        await work  # too late already: the work still finishes
         return
     text, ephemeral = await work
     if public and ephemeral:  # a follow-up would fill the channel's "thinking…", shown there

@@ -12,6 +12,7 @@ import re
 from typing import Any
 from unittest import mock
 
+import aiohttp
 import discord
 import pytest
 
@@ -34,11 +35,14 @@ class Shown:
     in order; what the channel sees of them is also posted to the fake's channel. A deferred
     "thinking…" is a response of the defer's visibility, pending: the first follow-up then
     fills it (its own `ephemeral` ignored). Once the original is edited (or deleted), a
-    follow-up is a new message of its own visibility; deleted while pending, Discord has
-    refused the follow-up (Unknown Message, discord/discord-api-docs#3087)."""
+    follow-up is a new message of its own visibility; deleted while pending, Discord may
+    refuse the follow-up (Unknown Message, discord/discord-api-docs#3087; #2739 reported
+    fixed), modelled as refused. `seen_by_channel` keeps every text the channel was shown
+    (sent, followed up, edited), a deleted one too: it was read before it went."""
 
     def __init__(self, interaction: Any, fake: FakeDiscord) -> None:
         self.answers: list[list[Any]] = []
+        self.seen_by_channel: list[str | None] = []
         self.original: list[Any] | None = None
         self.pending = False
         self.lost = False  # deleted while pending
@@ -54,6 +58,7 @@ class Shown:
         answer = [content, private]
         self.answers.append(answer)
         if not private:
+            self.seen_by_channel.append(content)
             self.fake.sent.append(Sent(self.channel_id, content or ""))
         return answer
 
@@ -63,6 +68,8 @@ class Shown:
     async def deferred(self, *, ephemeral: bool = False, thinking: bool = False) -> None:
         self.original, self.pending = [THINKING, ephemeral], True
         self.answers.append(self.original)
+        if not ephemeral:
+            self.seen_by_channel.append(THINKING)
 
     async def followed(self, content: str | None = None, *, ephemeral: bool = False, **kw: Any):
         if self.lost:
@@ -78,12 +85,20 @@ class Shown:
         if self.original is None:
             raise unknown_message()
         self.original[0], self.pending = content, False
+        if not self.original[1]:
+            self.seen_by_channel.append(content)
 
     async def deleted(self) -> None:
         if self.original is None:
             raise unknown_message()
         self.answers.remove(self.original)
         self.lost, self.original, self.pending = self.pending, None, False
+
+
+def assert_channel_told_nothing(shown: Shown) -> None:
+    """The channel saw at most the "thinking…" and the words that name nothing: never what
+    was answered to the person, not even for a moment before it was edited or deleted."""
+    assert set(shown.seen_by_channel) <= {THINKING, ANSWERED_PRIVATELY}, shown.seen_by_channel
 
 
 async def expand_while_redis_holds(gate, adapter, interaction, summary_id: str, then) -> None:
@@ -125,6 +140,7 @@ async def test_a_slow_expand_shows_a_summary_to_the_channel_and_a_miss_only_to_t
     [(text, private)] = shown.answers
     assert text.startswith(f"[Summary ID: {stored}]") and not private  # the channel's, as ever
     assert fake.texts(thread.id)[-1] == text
+    assert shown.seen_by_channel == [THINKING, text]
 
     missed = fake.interaction(thread, user)
     shown = Shown(missed, fake)
@@ -132,6 +148,7 @@ async def test_a_slow_expand_shows_a_summary_to_the_channel_and_a_miss_only_to_t
     await expand_while_redis_holds(gate, adapter, missed, "sum_nowhere", gate.release.set)
     assert shown.answers == [["No summary with id 'sum_nowhere' here.", True]], shown.answers
     assert fake.texts(thread.id) == before  # nor said in the channel
+    assert_channel_told_nothing(shown)
 
 
 @pytest.mark.parametrize("slow", [True, False], ids=["deferred", "at-once"])
@@ -152,6 +169,7 @@ async def test_an_expand_that_fails_is_said_only_to_the_person(gated, slow):  # 
             gate.mend()
     assert shown.answers == [[COMMAND_MEMORY_DOWN.format(command="/expand"), True]]
     assert fake.texts(channel.id) == []
+    assert_channel_told_nothing(shown)
     if not slow:  # nothing deferred, so nothing to replace
         interaction.response.defer.assert_not_awaited()
         interaction.edit_original_response.assert_not_awaited()
@@ -163,7 +181,7 @@ async def test_a_slow_miss_is_said_through_a_neutral_original_that_is_then_remov
 ):
     """The "thinking…" is first edited to words that say nothing (then the answer is a
     follow-up of its own, ephemeral), and removed after: a deleted pending response is not
-    relied on (Discord has refused the follow-up then). Its removal refused, the neutral
+    relied on (Discord may refuse the follow-up then). Its removal refused, the neutral
     words stay; its edit refused, the answer is not sent (the channel would read it)."""
     _, gate, fake, adapter = slow_world(gated)
     channel, user = fake.text_channel(fake.guild()), fake.user()
@@ -175,12 +193,14 @@ async def test_a_slow_miss_is_said_through_a_neutral_original_that_is_then_remov
     assert shown.answers == [[missed, True]]
     told.edit_original_response.assert_awaited_once_with(content=ANSWERED_PRIVATELY)
     told.delete_original_response.assert_awaited_once()
+    assert_channel_told_nothing(shown)
 
     kept = fake.interaction(channel, user)
     shown = Shown(kept, fake)
     kept.delete_original_response.side_effect = unknown_message()
     await expand_while_redis_holds(gate, adapter, kept, "sum_nowhere", gate.release.set)
     assert shown.answers == [[ANSWERED_PRIVATELY, False], [missed, True]]
+    assert_channel_told_nothing(shown)
 
     unedited = fake.interaction(channel, user)
     shown = Shown(unedited, fake)
@@ -189,24 +209,33 @@ async def test_a_slow_miss_is_said_through_a_neutral_original_that_is_then_remov
     unedited.followup.send.assert_not_awaited()
     assert shown.answers == [[THINKING, False]]
     assert fake.texts(channel.id) == []
+    assert_channel_told_nothing(shown)
 
 
 def unknown_interaction() -> discord.NotFound:
     return discord.NotFound(mock.Mock(status=404, reason="Not Found"), {"code": 10062})
 
 
+REFUSALS = {  # how Discord may refuse a defer: too late, or the connection lost on the way
+    "unknown-interaction": unknown_interaction,
+    "disconnected": aiohttp.ServerDisconnectedError,
+}
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
 @pytest.mark.parametrize("slow", [True, False], ids=["deferred", "at-once"])
-async def test_an_expand_whose_defer_discord_refuses_ends_quietly(gated, slow, caplog):  # noqa: F811
-    """Discord refuses the defer (too late: Unknown interaction), before a slow miss or a
-    summary found at once: nothing can answer that interaction, so nothing is tried on it
-    and no error is logged (the work did not fail)."""
+async def test_an_expand_whose_defer_discord_refuses_ends_quietly(gated, slow, refusal, caplog):  # noqa: F811
+    """Discord refuses the defer (too late: Unknown interaction; or the connection drops),
+    before a slow miss or a summary found at once: nothing can answer that interaction, so
+    nothing is tried on it and no error is logged (the work did not fail)."""
     world, gate, fake, adapter = slow_world(gated)
     thread, user = await summarized_thread(world, fake, adapter)
     await adapter.tree.get_command("summarize").callback(fake.interaction(thread, user))
     [stored] = re.findall(r"\[Summary ID: (sum_\w+)\]", fake.texts(thread.id)[-1])
     before = fake.texts(thread.id)
     interaction = fake.interaction(thread, user)
-    interaction.response.defer.side_effect = unknown_interaction()
+    shown = Shown(interaction, fake)
+    interaction.response.defer.side_effect = REFUSALS[refusal]()
     interaction.response.send_message.side_effect = unknown_interaction()
     interaction.followup.send.side_effect = unknown_interaction()
     caplog.clear()
@@ -219,6 +248,7 @@ async def test_an_expand_whose_defer_discord_refuses_ends_quietly(gated, slow, c
     interaction.followup.send.assert_not_awaited()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert fake.texts(thread.id) == before
+    assert shown.seen_by_channel == []
 
 
 async def test_an_empty_private_answer_still_says_something():
@@ -231,3 +261,4 @@ async def test_an_empty_private_answer_still_says_something():
     await interaction.response.defer(thinking=True)
     await tell_privately(interaction, "", "/expand")
     assert shown.answers == [["(nothing to show)", True]]
+    assert_channel_told_nothing(shown)

@@ -1,7 +1,8 @@
 """`/watch add` past its quick-answer window (Redis slow, so the command defers its answer
 publicly, as a watch made is the channel's news): a watch not made (a topic arXiv cannot
 search, Redis away) is still said only to the person who asked, as when it is quick. A
-follow-up would fill the channel's "thinking…" and be shown there (`Shown` models it)."""
+follow-up would fill the channel's "thinking…" and be shown there (`Shown` models it, and
+keeps all the channel was shown)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from memory.keys import thread_channels_key
 from tests.support.discord_fakes import FakeDiscord
 from tests.test_discord import new_adapter
 from tests.test_discord_audit_s28 import gated, until, watch_callback  # noqa: F401 (fixture)
-from tests.test_discord_expand_private_miss import Shown
+from tests.test_discord_expand_private_miss import Shown, assert_channel_told_nothing
 
 TOPIC = "状态空间模型"  # no word arXiv's search reads: refused
 
@@ -56,4 +57,5 @@ async def test_a_slow_watch_add_that_makes_no_watch_is_said_only_to_the_person(g
     else:
         assert text == UNREACHABLE
     assert fake.texts(thread.id) == [] and fake.texts(thread.parent_id) == []
+    assert_channel_told_nothing(shown)
     assert await world.runtime.watches.store.all(str(guild.id)) == []

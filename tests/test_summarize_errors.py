@@ -5,6 +5,7 @@ Summary segment lists summaries at a small budget instead of denying they exist.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -22,6 +23,7 @@ from memory.stores.summary import Summary, compact_note
 from tests.agent_world import close_world, open_world
 from tests.support.discord_fakes import FakeDiscord
 from tests.support.redis_gate import RedisGate
+from tests.test_discord_expand_private_miss import REFUSALS, unknown_interaction
 from tests.test_redis_timeouts import redis_proxy
 from tests.test_slack import slack_world
 
@@ -145,6 +147,28 @@ async def test_discord_summarize_of_a_changing_thread_answers_in_place_of_thinki
     await adapter.tree.get_command("summarize").callback(interaction)
     interaction.response.defer.assert_awaited_once_with(thinking=True)
     assert fake.texts(thread.id)[-1] == THREAD_CHANGED
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+async def test_a_discord_summarize_whose_defer_discord_refuses_ends_quietly(world, refusal, caplog):
+    """Discord refuses the "thinking…" (too late: Unknown interaction; or the connection
+    drops): nothing can answer that interaction, so nothing is tried on it and no error is
+    logged (the work did not fail), as for /expand."""
+    fake = FakeDiscord()
+    adapter = discord_adapter(world, fake)
+    thread, user = fake.thread(fake.guild(), owner_id=fake.bot.id), fake.user()
+    await say(world, await adapter.commands.scope(fake.interaction(thread, user)), 2)
+    interaction = fake.interaction(thread, user)
+    interaction.response.defer.side_effect = REFUSALS[refusal]()
+    interaction.response.send_message.side_effect = unknown_interaction()
+    interaction.followup.send.side_effect = unknown_interaction()
+    caplog.clear()
+    await adapter.tree.get_command("summarize").callback(interaction)
+    interaction.response.defer.assert_awaited_once()
+    interaction.response.send_message.assert_not_awaited()
+    interaction.followup.send.assert_not_awaited()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert fake.texts(thread.id) == []
 
 
 async def test_discord_commands_with_redis_down_say_so(redis_url, tmp_path):
