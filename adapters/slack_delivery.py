@@ -6,7 +6,8 @@
   says it ended (STREAM_ENDED): an append failing in passing is tried again with the next, one
   refused for good is not (the final edit shows the answer); a stream the person stopped
   (STOPPED_BY_USER) shows nothing more, a re-run's neither (the answer is stored all the
-  same), unless it showed none of the answer (nothing appended, or its appends refused).
+  same), unless it showed none of the answer (nothing appended, or its appends refused); a
+  notice that the turn failed is posted below it.
 - A re-run of a job (after a crash or a hand-over) reuses the message its first run posted.
 - Slack failing in passing (PASSING, the network, a timeout) before the answer is out leaves
   the job queued: it runs again (`Platform.passing`). A post Slack may have made despite its
@@ -229,7 +230,7 @@ class SlackStatus(Status):
         self._status_shown = False
 
     async def event(self, event: AgentEvent) -> None:
-        if event.kind != "tool_start" or self.ts is None or self.streamed:
+        if event.kind != "tool_start" or self.ts is None or self.streamed or self.stopped:
             return
         activity = TOOL_ACTIVITY.get(event.name, "working")
         if not await self.set_status(f"is {activity}…") and not self.streaming:
@@ -286,7 +287,8 @@ class SlackStatus(Status):
         stream (failing in passing, raised while the job may run again), edit the message; if
         it is gone (or still streaming), post `text` anew and follow that message.
         `turn`: the answer's turn id, for its feedback buttons (when this is its last part).
-        A stream the person stopped is left as they stopped it: neither edited nor posted anew."""
+        A stream the person stopped is left as they stopped it: the answer neither edited in
+        nor posted anew; a notice (the turn failed, or was given up) is posted below it."""
         body = with_feedback(markdown(text), turn)
         if self.streaming:  # raised in passing: a run again stops it (`_show_working`)
             self.job.progress["showing"] = self._shows_the_answer()  # for that run
@@ -296,8 +298,11 @@ class SlackStatus(Status):
                 self._stopped_by_the_person()
         if self._status_shown:
             await self.set_status("")
-        if self.stopped:
+        if self.hides():
             log.info("stream %s in %s stopped by the person; not edited", self.ts, self.channel)
+            return
+        if self.stopped:  # the person must learn the turn failed: said below what they stopped
+            await self.platform.post(self.job, 0, body)
             return
         try:
             await delivered_or_plain(
@@ -310,6 +315,11 @@ class SlackStatus(Status):
             posted = await self.platform.post(self.job, 0, body)
             self.ts = self.job.progress["placeholder"] = posted["ts"]
 
+    def hides(self) -> bool:
+        """The person stopped the stream, and the job's reply is its answer (a turn id: not a
+        notice that the turn failed or was given up, which they must see all the same)."""
+        return self.stopped and bool(self.job.progress.get("turn"))
+
     def _shows_the_answer(self) -> bool:
         """The stream shows the answer as it grew: some of it appended, none refused since."""
         return bool(self._appended) and not self.refused
@@ -320,6 +330,7 @@ class SlackStatus(Status):
         appends refused): then a stop hides nothing, and the final edit shows the answer."""
         if not self._shows_the_answer():
             log.info("stream %s in %s stopped, but without the answer", self.ts, self.channel)
+            self.refused = True  # no more appends or edits till the final edit, once
             return
         self.stopped = self.job.progress["stopped"] = True
 
@@ -402,8 +413,9 @@ class SlackPlatform(Platform):
                 ended = await self.stop_stream(status.channel, status.ts)
                 progress["stream"] = False
                 # the person stopped it: left so, unless it showed none of the answer (a run
-                # that died mid-stream did not say: left so)
-                if ended == STOPPED_BY_USER and progress.get("showing", True):
+                # that died mid-stream did not say: it showed some of the answer it had, none
+                # of the one this run computes anew)
+                if ended == STOPPED_BY_USER and progress.get("showing", "answer" in progress):
                     status.stopped = progress["stopped"] = True
             if not progress.get("sent") and not status.stopped:
                 await status._quietly(
@@ -531,7 +543,7 @@ class SlackPlatform(Platform):
         try:
             if index == 0:
                 await status.finish(part, turn)
-            elif not status.stopped:  # the person stopped the stream: no more parts either
+            elif not status.hides():  # the person stopped the answer: no more parts either
                 await self.post(job, index, with_feedback(markdown(part), turn))
         except SlackApiError as exc:
             if self.passing(exc) or not job.reply.get("response_url"):

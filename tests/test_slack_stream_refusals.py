@@ -6,6 +6,8 @@ re-run's neither; the answer is stored all the same. A stream that showed none o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from types import SimpleNamespace
 
@@ -13,8 +15,9 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack_delivery import SlackPlatform, SlackStatus
-from adapters.spine import Job
+from adapters.slack import thread_id
+from adapters.slack_delivery import STILL_WORKING, SlackPlatform, SlackStatus
+from adapters.spine import GAVE_UP_UNSAVED, MAX_ATTEMPTS, Job
 from memory.scope import Scope
 from tests.support.scripted_openai import text
 from tests.support.slack_api import MockSlackApi, SlackError, mention
@@ -153,3 +156,82 @@ async def test_a_stream_stopped_without_the_answer_shows_it_all_the_same(slack, 
     await answered(slack, 6, [ANSWER])
     shown_once_in_the_stream(slack, 6)
     assert await stored(slack, team, 6) == ["tell me", ANSWER]
+
+
+def a_job(slack, team: str, n: int) -> Job:
+    """A turn in the thread under message `n`, run by hand (a run that dies, a re-run)."""
+    slack.api.knows(ts(n))
+    scope = Scope(team, thread_id(team, "C1", ts(n)), channel="C1", user="U1")
+    return Job("turn", scope, "tell me", reply={"channel": "C1", "thread_ts": ts(n)})
+
+
+async def test_a_rerun_shows_its_new_answer_though_the_dead_runs_stream_was_stopped(slack):
+    """The run died before appending anything; the person stopped its stream meanwhile: the
+    re-run computes an answer no one stopped, and edits it in after "Still working…"."""
+    api, pipeline = slack.api, slack.instances[0].adapter.pipeline
+    job = a_job(slack, f"T{time.time_ns()}", 10)
+    slack.world.model.script(text("never seen", delay=30), text(ANSWER))
+    first = asyncio.create_task(pipeline.run(job))  # the process dies mid-turn
+    while "placeholder" not in job.progress or not slack.world.model_requests():
+        await asyncio.sleep(0.02)
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    assert job.progress["stream"] and api.of("chat.appendStream") == []
+    the_person_stops(api, "stopping")  # the re-run's stop meets the person's
+    await pipeline.run(job)
+    assert api.thread_texts("C1", ts(10)) == [ANSWER]
+    edits = [p["text"] for p in api.of("chat.update")]
+    assert edits[0] == STILL_WORKING and edits[-1] == ANSWER
+
+
+async def test_a_turn_given_up_after_the_person_stopped_its_stream_says_so(slack):
+    """The person stopped the stream as it grew, then its runs kept dying: the job given up
+    says so below the stopped stream, which stays as they stopped it."""
+    team, api = f"T{time.time_ns()}", slack.api
+    pipeline, job = slack.instances[0].adapter.pipeline, a_job(slack, team, 11)
+    appends = the_person_stops(api, "appending")
+    async with pipeline.platform.working(job) as status:  # the first run, which dies
+        for piece in ("A ", "streamed ", "answer ", "never shown"):
+            await status.delta(piece)
+    assert status.stopped and len(appends) == 3
+    job.progress["attempts"] = MAX_ATTEMPTS  # and the runs after it died too
+    await pipeline.run(job)
+    assert api.thread_texts("C1", ts(11)) == ["A streamed ", GAVE_UP_UNSAVED]
+    assert api.of("chat.update") == []  # the stopped stream left as it is
+
+
+async def test_a_rerun_of_a_stopped_long_answer_posts_no_later_part(slack):
+    """The person stopped a long answer's stream; the run died before its second part: the
+    re-run (the stop known from the job's progress) posts it no more than the first run."""
+    team, api = f"T{time.time_ns()}", slack.api
+    pipeline, job = slack.instances[0].adapter.pipeline, a_job(slack, team, 12)
+    appends = the_person_stops(api, "stopping")
+    slack.world.model.script(text(LONG_ANSWER))
+    await pipeline.run(job)
+    assert job.progress["stopped"] and job.progress["parts"] == 2
+    job.progress["sent"] = 1  # as if the run died before the second part
+    await pipeline.run(job)
+    assert api.thread_texts("C1", ts(12)) == ["".join(p["markdown_text"] for p in appends)]
+    assert api.of("chat.postMessage") == []
+    assert api.of("chat.update") == []
+
+
+@pytest.mark.parametrize("showing", ["refused", "nothing appended"])
+async def test_a_stream_stopped_without_the_answer_as_the_bot_failed_to_stop_it(slack, showing):
+    """A stream that showed none of the answer (its appends refused, or none made), the bot's
+    stop failing in passing, the person stopping it meanwhile: the re-run edits it in."""
+    team, api = f"T{time.time_ns()}", slack.api
+    the_person_stops(api, "stopping")  # the re-run's stop meets the person's
+    api.fail("chat.stopStream", "internal_error")
+    if showing == "refused":
+        api.fail("chat.appendStream", "invalid_chunks", times=1_000)
+    else:
+        for instance in slack.instances:  # no update before the answer is out
+            instance.adapter.pipeline.platform.update_every = 3600.0
+    slack.world.model.script(text(ANSWER))
+    await slack.a.event(mention("tell me", ts(13)), team=team)
+    await answered(slack, 13, [ANSWER])
+    assert len(api.of("chat.stopStream")) == 2
+    shown_once_in_the_stream(slack, 13)
+    assert await stored(slack, team, 13) == ["tell me", ANSWER]
