@@ -214,8 +214,8 @@ def upstash_answer(request: bytes) -> bytes:
         name = command.split(b"\r\n")[2].upper() if command.count(b"\r\n") > 2 else b""
         if name == b"PING":
             replies.append(b"+PONG\r\n")
-        elif name == b"HELLO":  # RESP2 only, as servers without HELLO: redis-py >= 8.2 asks
-            replies.append(b"-ERR unknown command 'HELLO'\r\n")  # and falls back to RESP2
+        elif name == b"HELLO":  # redis-py 8 opens with HELLO 3 (8.2 reads its answer's map)
+            replies.append(b"%1\r\n$5\r\nproto\r\n:3\r\n")
         elif name == b"FT._LIST":
             replies.append(b"-ERR Command is not available: 'FT._LIST'\r\n")
         elif name == b"MODULE":
