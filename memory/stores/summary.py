@@ -227,32 +227,27 @@ class SummaryStore(ThreadRecordStore[Summary]):
         new.parent = old.parent
 
     async def descriptions(self, scope: Scope) -> list[tuple[str, str]]:
-        """(id, description) of a thread's top-level summaries, oldest first, in one command:
-        SORT over the thread's index (in its own order) fetching each hash's description."""
-        rows = await self.redis.sort(
-            self.thread_index(scope),
-            by="nosort",
-            get=["#", f"{self.key(scope.tenant, '*')}->description"],
-        )
-        return [(decode(rows[i]), decode(rows[i + 1]) or "") for i in range(0, len(rows), 2)]
+        """(id, description) of a thread's top-level summaries, oldest first, in one command."""
+        rows = await self._top_level(scope, "description")
+        return [(sid, description or "") for sid, description in rows]
 
     async def descriptions_with_audience(self, scope: Scope) -> list[tuple[str, str, str]]:
         """`descriptions` with each summary's audience (a legacy one's is its thread's), for a
         reader shown only what they may see (Slack's Home tab); apart, so that the context's
         hot read fetches no more than it uses."""
+        rows = await self._top_level(scope, "description", "audience")
+        legacy = legacy_audience(scope.thread)
+        return [(sid, description or "", audience or legacy) for sid, description, audience in rows]
+
+    async def _top_level(self, scope: Scope, *fields: str) -> list[tuple[str | None, ...]]:
+        """A thread's top-level summaries, oldest first: (id, *fields) each, in one command:
+        SORT over the thread's index (in its own order) fetching those fields of each hash."""
         pattern = self.key(scope.tenant, "*")
-        rows = await self.redis.sort(
-            self.thread_index(scope),
-            by="nosort",
-            get=["#", f"{pattern}->description", f"{pattern}->audience"],
-        )
+        get = ["#", *(f"{pattern}->{name}" for name in fields)]
+        rows = await self.redis.sort(self.thread_index(scope), by="nosort", get=get)
+        width = len(get)
         return [
-            (
-                decode(rows[i]),
-                decode(rows[i + 1]) or "",
-                decode(rows[i + 2]) or legacy_audience(scope.thread),
-            )
-            for i in range(0, len(rows), 3)
+            tuple(decode(row) for row in rows[i : i + width]) for i in range(0, len(rows), width)
         ]
 
     async def merge(self, scope: Scope, merged: Summary, children: list[Summary]) -> Summary:
